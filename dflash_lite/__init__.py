@@ -1,0 +1,19 @@
+"""dflash-lite: DFlash block-diffusion speculative decoding (arXiv 2602.06036), small enough for a laptop.
+
+Modules, one idea each:
+
+* :mod:`dflash_lite.target`     loading the target LM (shipped, local or hub) and its feature taps
+* :mod:`dflash_lite.acceptance` the target's sampling distribution and the acceptance rules
+* :mod:`dflash_lite.decode`     decode loops and their result type
+* :mod:`dflash_lite.corpus`     the offline training corpus (stdlib code + generated math)
+* :mod:`dflash_lite.zoo`        the shipped models and how to retrain them
+* :mod:`dflash_lite.model_card` measuring a target and writing its card
+* :mod:`dflash_lite.cli`        ``python -m dflash_lite ...``
+"""
+from .acceptance import SamplingParams
+from .decode import GenerationResult, generate_autoregressive
+from .target import LoadError, load_pretrained, stop_token_ids
+
+__version__ = "0.1.0"
+__all__ = ["GenerationResult", "LoadError", "SamplingParams", "generate_autoregressive", "load_pretrained",
+           "stop_token_ids", "__version__"]

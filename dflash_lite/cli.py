@@ -1,0 +1,64 @@
+"""The command line: ``python -m dflash_lite demo`` (and, as they land, train and bench).
+
+Parsing lives only here and under ``__main__``; every command is a typed function that
+notebooks can call directly.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from . import corpus
+from .acceptance import SamplingParams
+from .decode import generate_autoregressive
+from .target import LoadError, load_pretrained, stop_token_ids
+
+DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
+
+
+def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
+         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+         seed: int = 0, device: str = "cpu") -> dict:
+    """Complete ``prompt`` with the target and print the text, tokens/s and time to first token."""
+    model, tokenizer = load_pretrained(target, device=device)
+    input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    sampling = SamplingParams(temperature, top_k, top_p)
+    stops = stop_token_ids(model, tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    generate_autoregressive(model, input_ids, 8, sampling, stops, generator)  # warm-up
+    result = generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, generator)
+    text = tokenizer.decode(result.tokens, skip_special_tokens=True)
+    print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+          f"{device}, {torch.get_num_threads()} threads)")
+    print("-" * 72)
+    print(prompt + text)
+    print("-" * 72)
+    print(f"autoregressive: {len(result.tokens)} tokens, {result.tokens_per_s:.1f} tokens/s, "
+          f"time to first token {result.time_to_first_token * 1000:.1f} ms ({result.stop_reason})")
+    return {"text": text, "tokens_per_s": result.tokens_per_s, "ttft_s": result.time_to_first_token}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflash_lite",
+                                     description="DFlash block-diffusion speculative decoding on a laptop.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="complete a prompt with the shipped target and time it")
+    d.add_argument("--target", default="tiny", help="'tiny', a local HF directory or a hub id")
+    d.add_argument("--prompt", default=DEFAULT_PROMPT)
+    d.add_argument("--max-new-tokens", type=int, default=96)
+    d.add_argument("--temperature", type=float, default=0.0)
+    d.add_argument("--top-k", type=int, default=None)
+    d.add_argument("--top-p", type=float, default=None)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default="cpu")
+    args = vars(parser.parse_args(argv))
+    command = args.pop("command")
+    try:
+        if command == "demo":
+            demo(**args)
+    except (LoadError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

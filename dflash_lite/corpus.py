@@ -1,0 +1,334 @@
+"""The offline, deterministic training corpus of the shipped target (DESIGN section 3).
+
+Two domains, both of which exist on every machine without a network:
+
+* **code**: the Python source of the interpreter's standard library. Files are split into a
+  train and a held-out part by a hash of their relative path, so the split does not depend on
+  the order the file system lists them in.
+* **math**: a generator of grade-school word problems with step-by-step worked solutions in a
+  fixed ``Question: ... / Answer: ...`` format that always ends with ``The answer is N.``
+  (the kind of text GSM8K is). Seeds below ``HELD_OUT_SEED`` are for training; held-out
+  problems use seeds at or above it, which training never draws.
+
+Nothing here reads ``../shared/benchmarks``: those files are the held-out judges.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+HELD_OUT_SEED = 1_000_000  # math problems from seeds >= this are never trained on
+EOS = "<|endoftext|>"
+MASK = "<|mask|>"
+SPECIAL_TOKENS = [EOS, MASK]
+CODE_HELD_OUT_PERCENT = 8  # of stdlib files, chosen by path hash
+
+
+# ----------------------------------------------------------------------------- math
+NAMES = ["Ava", "Ben", "Chloe", "Dan", "Ella", "Finn", "Grace", "Hugo", "Iris", "Jack",
+         "Kara", "Leo", "Mia", "Noah", "Olivia", "Paul", "Quinn", "Rosa", "Sam", "Tara",
+         "Uma", "Victor", "Wendy", "Xavier", "Yara", "Zane", "Maya", "Omar", "Lena", "Ravi"]
+ITEMS = ["apples", "pencils", "stickers", "cookies", "marbles", "books", "eggs", "cards",
+         "oranges", "flowers", "stamps", "candies", "shells", "coins", "balloons", "cupcakes"]
+PLACES = ["the market", "the bakery", "the school fair", "the shop", "the garden center",
+          "the bookstore", "the farm stand", "the toy store"]
+CONTAINERS = ["boxes", "bags", "baskets", "packs", "crates", "jars"]
+
+
+@dataclass(frozen=True)
+class MathProblem:
+    question: str
+    solution: str  # worked steps, one per line, ending with "The answer is N."
+    answer: int
+
+    @property
+    def prompt(self) -> str:
+        return f"Question: {self.question}\nAnswer:"
+
+    @property
+    def text(self) -> str:
+        return f"{self.prompt} {self.solution}"
+
+
+def _add_sub(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    start, bought, gave = r.randint(5, 60), r.randint(2, 40), r.randint(1, 20)
+    q = (f"{name} has {start} {item}. {name} buys {bought} more {item} at {r.choice(PLACES)} "
+         f"and then gives {gave} {item} to a friend. How many {item} does {name} have now?")
+    mid = start + bought
+    end = mid - gave
+    s = (f"{name} starts with {start} {item}.\n"
+         f"After buying {bought} more, {name} has {start} + {bought} = {mid} {item}.\n"
+         f"After giving away {gave}, {name} has {mid} - {gave} = {end} {item}.\n"
+         f"The answer is {end}.")
+    return MathProblem(q, s, end)
+
+
+def _multiply(r: random.Random) -> MathProblem:
+    name, item, box = r.choice(NAMES), r.choice(ITEMS), r.choice(CONTAINERS)
+    n, per = r.randint(2, 12), r.randint(3, 25)
+    q = f"{name} buys {n} {box} of {item}. Each of the {box} holds {per} {item}. How many {item} does {name} buy in total?"
+    total = n * per
+    s = (f"Each of the {box} holds {per} {item}.\n"
+         f"{name} buys {n} {box}, so {name} gets {n} * {per} = {total} {item}.\n"
+         f"The answer is {total}.")
+    return MathProblem(q, s, total)
+
+
+def _price(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    n, price, paid_extra = r.randint(2, 15), r.randint(1, 12), r.randint(1, 30)
+    cost = n * price
+    paid = cost + paid_extra
+    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with ${paid}. "
+         f"How much change does {name} get?")
+    s = (f"The {item} cost {n} * {price} = ${cost}.\n"
+         f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.\n"
+         f"The answer is {paid_extra}.")
+    return MathProblem(q, s, paid_extra)
+
+
+def _share(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    friends, each = r.randint(2, 9), r.randint(2, 15)
+    total = friends * each
+    q = f"{name} has {total} {item} and shares them equally among {friends} friends. How many {item} does each friend get?"
+    s = (f"{name} has {total} {item} for {friends} friends.\n"
+         f"Each friend gets {total} / {friends} = {each} {item}.\n"
+         f"The answer is {each}.")
+    return MathProblem(q, s, each)
+
+
+def _weekly(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    per_day, days, weeks = r.randint(2, 20), r.randint(2, 7), r.randint(2, 6)
+    per_week = per_day * days
+    total = per_week * weeks
+    q = (f"{name} makes {per_day} {item} a day, {days} days a week. "
+         f"How many {item} does {name} make in {weeks} weeks?")
+    s = (f"In one week {name} makes {per_day} * {days} = {per_week} {item}.\n"
+         f"In {weeks} weeks {name} makes {per_week} * {weeks} = {total} {item}.\n"
+         f"The answer is {total}.")
+    return MathProblem(q, s, total)
+
+
+def _two_people(r: random.Random) -> MathProblem:
+    a, b = r.sample(NAMES, 2)
+    item = r.choice(ITEMS)
+    x, times, more = r.randint(2, 20), r.randint(2, 5), r.randint(1, 15)
+    y = x * times
+    z = y + more
+    q = (f"{a} has {x} {item}. {b} has {times} times as many {item} as {a}, and a third friend has "
+         f"{more} more {item} than {b}. How many {item} do the three of them have together?")
+    total = x + y + z
+    s = (f"{b} has {x} * {times} = {y} {item}.\n"
+         f"The third friend has {y} + {more} = {z} {item}.\n"
+         f"Together they have {x} + {y} + {z} = {total} {item}.\n"
+         f"The answer is {total}.")
+    return MathProblem(q, s, total)
+
+
+def _percent(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    price = r.randint(2, 40) * 10
+    pct = r.choice([10, 20, 25, 30, 40, 50])
+    off = price * pct // 100
+    final = price - off
+    q = f"A set of {item} costs ${price}. {name} gets a {pct}% discount. How much does {name} pay?"
+    s = (f"The discount is {pct}% of ${price}, which is {price} * {pct} / 100 = ${off}.\n"
+         f"{name} pays {price} - {off} = ${final}.\n"
+         f"The answer is {final}.")
+    return MathProblem(q, s, final)
+
+
+def _remaining_fraction(r: random.Random) -> MathProblem:
+    name, item = r.choice(NAMES), r.choice(ITEMS)
+    denom = r.choice([2, 3, 4, 5])
+    part = r.randint(2, 12)
+    total = denom * part
+    sold = total // denom
+    left = total - sold
+    eaten = r.randint(1, left - 1)
+    final = left - eaten
+    q = (f"{name} bakes {total} {item}. {name} sells 1/{denom} of them and then uses {eaten} more. "
+         f"How many {item} are left?")
+    s = (f"{name} sells {total} / {denom} = {sold} {item}.\n"
+         f"That leaves {total} - {sold} = {left} {item}.\n"
+         f"After using {eaten} more, {left} - {eaten} = {final} {item} are left.\n"
+         f"The answer is {final}.")
+    return MathProblem(q, s, final)
+
+
+def _rate_time(r: random.Random) -> MathProblem:
+    name = r.choice(NAMES)
+    speed, hours, extra = r.randint(3, 60), r.randint(2, 8), r.randint(1, 50)
+    dist = speed * hours
+    total = dist + extra
+    q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more miles. "
+         f"How many miles does {name} travel in all?")
+    s = (f"Driving, {name} covers {speed} * {hours} = {dist} miles.\n"
+         f"With the walk, the total is {dist} + {extra} = {total} miles.\n"
+         f"The answer is {total}.")
+    return MathProblem(q, s, total)
+
+
+def _savings(r: random.Random) -> MathProblem:
+    name = r.choice(NAMES)
+    goal = r.randint(5, 40) * 10
+    have = r.randint(1, goal // 20) * 10
+    per_week = r.choice([5, 10, 15, 20, 25])
+    need = goal - have
+    weeks = -(-need // per_week)
+    q = (f"{name} wants to save ${goal} for a bike and already has ${have}. "
+         f"If {name} saves ${per_week} every week, how many weeks will it take to reach the goal?")
+    s = (f"{name} still needs {goal} - {have} = ${need}.\n"
+         f"At ${per_week} a week, that takes {need} / {per_week}, rounded up, = {weeks} weeks.\n"
+         f"The answer is {weeks}.")
+    return MathProblem(q, s, weeks)
+
+
+MATH_TEMPLATES = [_add_sub, _multiply, _price, _share, _weekly, _two_people, _percent,
+                  _remaining_fraction, _rate_time, _savings]
+
+
+def math_problem(seed: int) -> MathProblem:
+    """The one problem that ``seed`` names; the same seed always gives the same problem."""
+    r = random.Random(seed)
+    return r.choice(MATH_TEMPLATES)(r)
+
+
+def math_problems(n: int, split: str = "train", start: int = 0) -> list[MathProblem]:
+    """``n`` problems of ``split`` ('train' or 'held_out'), seeds ``start .. start+n-1`` of that split."""
+    base = {"train": 0, "held_out": HELD_OUT_SEED}[split]
+    if split == "train" and start + n > HELD_OUT_SEED:
+        raise ValueError("train seeds would run into the held-out range")
+    return [math_problem(base + start + i) for i in range(n)]
+
+
+def final_answer(text: str) -> int | None:
+    """The integer after the last ``The answer is``, or None when the text has no such line."""
+    marker = "The answer is "
+    at = text.rfind(marker)
+    if at < 0:
+        return None
+    digits = ""
+    for ch in text[at + len(marker):].lstrip("$"):
+        if ch.isdigit() or (ch == "-" and not digits):
+            digits += ch
+        else:
+            break
+    try:
+        return int(digits)
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------- code
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _is_held_out(rel_path: str) -> bool:
+    digest = hashlib.sha256(rel_path.encode()).digest()
+    return digest[0] % 100 < CODE_HELD_OUT_PERCENT
+
+
+def stdlib_files(split: str = "train") -> list[Path]:
+    """Python files of the standard library (tests, idlelib and site-packages left out), sorted."""
+    if split not in ("train", "held_out"):
+        raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
+    root = stdlib_root()
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("site-packages/", "test/", "idlelib/", "lib2to3/tests/")) or "/test" in rel:
+            continue
+        if _is_held_out(rel) == (split == "held_out"):
+            out.append(path)
+    return out
+
+
+def read_source(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    return text if text.isascii() else None  # keep the byte-level vocabulary for ASCII code
+
+
+def function_headers(paths: list[Path], n: int, seed: int = 0) -> list[str]:
+    """Prompts made of a top-level or method ``def`` line plus its docstring, from ``paths``.
+
+    The prompt ends right after the docstring (or the signature when there is none), so the
+    model's job is to write the body.
+    """
+    candidates = []
+    for path in paths:
+        text = read_source(path)
+        if text is None:
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines(keepends=True)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or node.col_offset != 0 or len(node.body) < 2:
+                continue
+            first = node.body[0]
+            has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+                and isinstance(first.value.value, str)
+            end_line = first.end_lineno if has_doc else node.body[0].lineno - 1
+            header = "".join(lines[node.lineno - 1:end_line])
+            if 0 < len(header) < 600:
+                candidates.append(header)
+    random.Random(seed).shuffle(candidates)
+    return candidates[:n]
+
+
+def truncate_function(prompt: str, completion: str) -> str:
+    """Prompt plus completion, cut where the function ends (the first non-blank line at column 0)."""
+    kept = []
+    for line in completion.split("\n"):
+        if line.strip() and not line[0].isspace():
+            break
+        kept.append(line)
+    return prompt + "\n".join(kept)
+
+
+# ----------------------------------------------------------------------------- mixing
+def code_documents(split: str = "train") -> Iterator[str]:
+    for path in stdlib_files(split):
+        text = read_source(path)
+        if text:
+            yield text
+
+
+def manifest(num_math: int) -> dict:
+    """What the corpus is made of, and a hash that changes when any byte of it does."""
+    h = hashlib.sha256()
+    files = []
+    for path in stdlib_files("train"):
+        text = read_source(path)
+        if text is None:
+            continue
+        h.update(path.relative_to(stdlib_root()).as_posix().encode())
+        h.update(text.encode())
+        files.append(path.relative_to(stdlib_root()).as_posix())
+    for p in math_problems(min(num_math, 1000)):
+        h.update(p.text.encode())
+    return {"python_stdlib": str(stdlib_root()), "code_files": len(files), "math_problems": num_math,
+            "math_templates": [t.__name__.lstrip("_") for t in MATH_TEMPLATES],
+            "held_out_seed": HELD_OUT_SEED, "sha256": h.hexdigest()}
+
+
+if __name__ == "__main__":
+    for p in math_problems(3):
+        print(p.text, end="\n\n")
+    print(json.dumps(manifest(1000), indent=1)[:400])

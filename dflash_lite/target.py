@@ -1,0 +1,111 @@
+"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3; DESIGN section 1).
+
+``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
+Hugging Face directory, or a hub id. Only a hub id can reach the network: it is looked up in the
+local cache first, and when neither a local copy nor the network is there the call fails with one
+line (:class:`LoadError`), not a stack of retries.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+MODELS_DIR = Path(__file__).parent / "models"
+SHIPPED = {"tiny": MODELS_DIR / "tiny"}
+SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
+
+
+class LoadError(RuntimeError):
+    """A model or checkpoint could not be loaded; the message says why in one line."""
+
+
+def _check_safetensors(directory: Path) -> None:
+    """Open every safetensors file's header, so corrupt or truncated files fail here, clearly."""
+    from safetensors import safe_open
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise LoadError(f"{directory}: no *.safetensors weights found")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():
+                    f.get_slice(name)  # reads only the header entry; offsets are checked on open
+        except Exception as e:  # safetensors raises its own error types for bad headers
+            raise LoadError(f"{file}: corrupt or truncated safetensors file ({type(e).__name__}: {e})") from None
+        size = file.stat().st_size
+        with open(file, "rb") as fh:
+            header_len = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(header_len))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + header_len + end != size:
+            raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says {8 + header_len + end})")
+
+
+def _resolve(name_or_path: str | os.PathLike) -> Path:
+    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded hub id."""
+    name = str(name_or_path)
+    if name in SHIPPED:
+        return SHIPPED[name]
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise LoadError(f"{path}: expected a model directory (config.json + safetensors), got a file")
+        return path
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        raise LoadError(f"{name}: no such model directory, and not a shipped name ({', '.join(SHIPPED)}) or hub id")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
+    try:  # a copy in the local Hugging Face cache needs no network
+        return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
+    except Exception:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        raise LoadError(f"{name}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                        f"download it where there is network, or pass a local directory")
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns, etag_timeout=5))
+    except Exception as e:
+        raise LoadError(f"{name}: not in the local cache and could not be downloaded "
+                        f"({type(e).__name__}); pass a local directory or check the network") from None
+
+
+def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32):
+    """Load a target causal LM and its tokenizer.
+
+    ``name_or_path``: ``"tiny"`` (shipped), a local Hugging Face directory, or a hub id
+    (Qwen3 and Llama families). Weights are loaded in ``dtype`` (fp32 by default: the shipped
+    bf16 weights upcast exactly).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    directory = _resolve(name_or_path)
+    if not (directory / "config.json").is_file():
+        raise LoadError(f"{directory}: missing config.json")
+    config = AutoConfig.from_pretrained(directory)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise LoadError(f"{directory}: model_type {config.model_type!r} is not supported "
+                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    _check_safetensors(directory)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except Exception as e:
+        raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    model.to(device).eval()
+    model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """Token ids that end a completion: the generation config's EOS ids plus the tokenizer's."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else ([ids] if isinstance(ids, int) else list(ids))
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
