@@ -60,3 +60,71 @@ def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
         return logits.argmax(dim=-1)
     probs = target_probs(logits, params, processors)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- acceptance rules
+# Every rule takes the k draft tokens and the target's logits at the k+1 block positions
+# (position i scores the token after the i-th block token), and returns how many drafts are
+# accepted and the token the target adds after them. So one step commits n + 1 tokens.
+
+def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
+    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its token."""
+    choice = target_logits.argmax(dim=-1)                                  # (k+1,)
+    agree = (draft_tokens == choice[:-1]).int().cumprod(dim=0)             # 1 until the first miss
+    n = int(agree.sum())
+    return n, int(choice[n])
+
+
+def accept_point_mass(draft_tokens: torch.Tensor, target_p: torch.Tensor,
+                      generator: torch.Generator | None = None) -> tuple[int, int]:
+    """Sampling with a deterministic draft (q = one-hot): sample the target at every position and
+    accept while the sample equals the draft. This is the general rule below with q(x) = 1:
+    accept with probability p(x), and on rejection the sample is p conditioned on != x, which
+    is exactly normalise(max(p - q, 0)). So it is lossless."""
+    samples = torch.multinomial(target_p, 1, generator=generator).squeeze(-1)   # (k+1,)
+    agree = (draft_tokens == samples[:-1]).int().cumprod(dim=0)
+    n = int(agree.sum())
+    return n, int(samples[n])
+
+
+def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,
+                       generator: torch.Generator | None = None) -> tuple[int, int]:
+    """The general lossless rule for drafts sampled from distributions q (Leviathan et al. 2023)."""
+    k = draft_tokens.shape[0]
+    u = torch.rand(k, generator=generator, device=target_p.device)
+    for i in range(k):
+        x = draft_tokens[i]
+        p, q = target_p[i, x], draft_q[i, x]
+        # q <= p: always accept. q > p: accept with probability p / q
+        if u[i] * q <= p:
+            continue
+        # rejected: sample from what p has in excess of q, normalise(max(p - q, 0))
+        residual = (target_p[i] - draft_q[i]).clamp(min=0)
+        return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+    # all k accepted: one bonus token from p at the position after the block
+    return k, int(torch.multinomial(target_p[k], 1, generator=generator))
+
+
+# ----------------------------------------------------------------------------- NOT lossless
+# The source article's two rules. They are here so the notebooks can measure the bias they add
+# (total variation from the target's distribution); never use them to generate.
+
+def accept_article_ratio(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,
+                         generator: torch.Generator | None = None) -> tuple[int, int]:
+    """NOT LOSSLESS. Source article: accept if p(x) >= q(x), else resample from p."""
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        if target_p[i, x] >= draft_q[i, x]:
+            continue
+        return i, int(torch.multinomial(target_p[i], 1, generator=generator))
+    return draft_tokens.shape[0], int(torch.multinomial(target_p[-1], 1, generator=generator))
+
+
+def accept_article_threshold(draft_tokens: torch.Tensor, target_p: torch.Tensor, threshold: float = 0.5,
+                             generator: torch.Generator | None = None) -> tuple[int, int]:
+    """NOT LOSSLESS. Source article: accept if p(x) >= 0.5, else resample from p."""
+    for i in range(draft_tokens.shape[0]):
+        if target_p[i, draft_tokens[i]] >= threshold:
+            continue
+        return i, int(torch.multinomial(target_p[i], 1, generator=generator))
+    return draft_tokens.shape[0], int(torch.multinomial(target_p[-1], 1, generator=generator))

@@ -66,6 +66,13 @@ def new_cache(model):
     return DynamicCache(config=model.config)
 
 
+def crop_cache(cache, keep: int) -> None:
+    """Keep the first ``keep`` positions of a transformers cache (its ``crop`` takes a negative count)."""
+    remove = cache.get_seq_length() - keep
+    if remove > 0:
+        cache.crop(-remove)
+
+
 @torch.inference_mode()
 def prefill(model, input_ids: torch.Tensor, cache) -> torch.Tensor:
     """Run the prompt through the target, filling ``cache``; returns the last position's logits (1, V)."""
@@ -101,3 +108,200 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
     return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
                             token_times=token_times, phase_times={"prefill": token_times[0]},
                             stop_reason=stop_reason)
+
+
+# ============================================================================= speculative decoding
+# A proposer drafts tokens; the target verifies them in one forward. Each proposer has three calls:
+#   start(prompt_ids, target_hidden)             after prefill
+#   propose(last_token, k) -> (tokens, q|None)   k draft tokens (q: their distributions, if sampled)
+#   accepted(block, n, position, target_hidden)  the verified block, of which last + n drafts stay
+# Proposers: DFlashProposer (one block-diffusion forward per block, this project),
+# DraftModelProposer (a small causal LM, one forward per draft token: classic speculative
+# decoding) and NoDraftProposer (block size 1: the same loop is plain autoregressive decoding).
+
+
+class DFlashProposer:
+    """Drafts ``block_size - 1`` tokens with one forward of a :class:`~dflash_lite.drafter.DFlashDrafter`."""
+
+    def __init__(self, drafter, target, block_size: int | None = None):
+        from .drafter import check_compatible
+
+        check_compatible(drafter.config, target.config)
+        self.drafter, self.target = drafter, target
+        self.block_size = block_size or drafter.config.block_size
+        if not 1 <= self.block_size <= drafter.config.max_block_size:
+            raise ValueError(f"block_size must be in 1..{drafter.config.max_block_size} for this drafter, "
+                             f"got {self.block_size}")
+        self.layer_ids = drafter.config.target_layer_ids
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        from .drafter import DrafterCache
+        self.cache = DrafterCache(self.drafter.config.num_layers)
+        self.new_context, self.new_context_start = target_hidden, 0     # (1, T, K*H) of positions 0..T-1
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        block = torch.full((1, k + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
+        block[0, 0] = last_token                                        # [last, MASK x k]
+        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        return logits[0].argmax(dim=-1), None                           # (k,), a point-mass draft
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        # the features of last + n accepted drafts join the drafter's context on the next propose
+        self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
+
+
+class DraftModelProposer:
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own cache.
+
+    ``sample=False`` drafts the argmax (a point-mass q); ``sample=True`` samples from the draft
+    model's processed distribution and returns it, for the general acceptance rule.
+    """
+    layer_ids = None
+
+    def __init__(self, draft_model, target, block_size: int = 5, sampling: SamplingParams = SamplingParams(),
+                 sample: bool = False, generator: torch.Generator | None = None):
+        if draft_model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
+                             f"target vocabulary {target.config.vocab_size}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.model, self.block_size, self.sampling = draft_model, block_size, sampling
+        self.sample, self.generator = sample and not sampling.greedy, generator
+        self.processors = sampling.processors()
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.cache = new_cache(self.model)
+        self.unseen = prompt_ids                                        # tokens not yet in the draft cache
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        from .acceptance import target_probs
+
+        ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
+        tokens, probs = [], []
+        for _ in range(k):
+            logits = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+            if self.sample:
+                p = target_probs(logits, self.sampling, self.processors)   # (1, V)
+                token = torch.multinomial(p, 1, generator=self.generator)[0]
+                probs.append(p[0])
+            else:
+                token = logits.argmax(dim=-1)
+            tokens.append(token)
+            ids = token.view(1, 1)
+        return torch.cat(tokens), (torch.stack(probs) if self.sample else None)
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        crop_cache(self.cache, position + n + 1)                        # drop rejected drafts
+        have = self.cache.get_seq_length()                              # the last draft was never fed
+        self.unseen = block[:, have - position: n + 1]
+
+
+class NoDraftProposer:
+    """Block size 1: nothing is drafted; the speculative loop is plain autoregressive decoding."""
+    layer_ids = None
+    block_size = 1
+
+    def start(self, prompt_ids, target_hidden): pass
+    def propose(self, last_token, k): raise AssertionError("block size 1 drafts nothing")
+    def accepted(self, block, n, position, target_hidden): pass
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None):
+    """One target forward over ``block`` (1, k+1): logits (k+1, V), tapped features (1, k+1, K*H) or None."""
+    from .target import context_features
+
+    out = target(block, past_key_values=cache, use_cache=True, output_hidden_states=layer_ids is not None)
+    return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
+
+
+def accept(draft_tokens, draft_q, target_logits, sampling, processors, generator) -> tuple[int, int]:
+    """Greedy, point-mass sampling, or the general rule with the draft's q (all lossless)."""
+    from .acceptance import accept_greedy, accept_point_mass, accept_speculative, target_probs
+
+    if sampling.greedy:
+        return accept_greedy(draft_tokens, target_logits)
+    p = target_probs(target_logits, sampling, processors)               # (k+1, V)
+    if draft_q is None:
+        return accept_point_mass(draft_tokens, p, generator)
+    return accept_speculative(draft_tokens, draft_q, p, generator)
+
+
+@torch.inference_mode()
+def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens: int,
+                      sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+                      generator: torch.Generator | None = None, block_size: int | None = None):
+    """The speculative loop as a generator: yields the tokens committed by each step, returns a
+    :class:`GenerationResult`. ``block_size``: tokens per target forward (k drafts + 1)."""
+    check_request(target, input_ids, max_new_tokens)
+    block_size = block_size or proposer.block_size
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    device = target.device
+    input_ids = input_ids.to(device)
+    stops, processors = set(stop_token_ids), sampling.processors()
+    timer = dict.fromkeys(("prefill", "draft", "verify", "bookkeeping"), 0.0)
+    tokens, token_times, acceptance_lengths = [], [], []
+    cache = new_cache(target)
+    start = time.perf_counter()
+
+    # prefill: the prompt through the target; every prompt position's features to the drafter
+    logits, hidden = verify(target, input_ids, cache, proposer.layer_ids)
+    last = choose_tokens(logits[-1:], sampling, processors, generator)     # (1,)
+    proposer.start(input_ids, hidden)
+    tokens.append(int(last))
+    token_times.append(time.perf_counter() - start)
+    timer["prefill"] = token_times[0]
+    yield tokens[:]
+    stop_reason = "stop_token" if tokens[-1] in stops else "max_new_tokens"
+    position = input_ids.shape[1]                                          # where `last` sits
+
+    while stop_reason != "stop_token" and len(tokens) < max_new_tokens:
+        k = min(block_size - 1, max_new_tokens - len(tokens) - 1)           # never verify past the limit
+        t0 = time.perf_counter()
+        draft_tokens, draft_q = proposer.propose(last, k) if k > 0 else (last[:0], None)   # (k,)
+        _sync(device)
+        t1 = time.perf_counter()
+        block = torch.cat([last, draft_tokens]).view(1, k + 1)             # (1, k+1)
+        logits, hidden = verify(target, block, cache, proposer.layer_ids)  # (k+1, V)
+        n, next_token = accept(draft_tokens, draft_q, logits, sampling, processors, generator)
+        _sync(device)
+        t2 = time.perf_counter()
+        crop_cache(cache, position + n + 1)           # keep last + n accepted drafts; next_token is new
+        proposer.accepted(block, n, position, hidden)
+        position += n + 1
+        last = torch.tensor([next_token], device=device)
+        before = len(tokens)
+        for token in draft_tokens[:n].tolist() + [next_token]:
+            tokens.append(token)
+            if token in stops:                        # a stop token inside the block ends the output there
+                stop_reason = "stop_token"
+                break
+        acceptance_lengths.append(n + 1)
+        now = time.perf_counter()
+        token_times.extend([now - start] * (len(tokens) - before))
+        timer["draft"] += t1 - t0
+        timer["verify"] += t2 - t1
+        timer["bookkeeping"] += now - t2
+        yield tokens[before:]
+
+    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
+                            token_times=token_times, acceptance_lengths=acceptance_lengths,
+                            phase_times=timer, stop_reason=stop_reason)
+
+
+def generate_speculative(target, proposer, input_ids: torch.Tensor, max_new_tokens: int,
+                         sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+                         generator: torch.Generator | None = None, block_size: int | None = None) -> GenerationResult:
+    """Run :func:`speculative_steps` to the end and return its result."""
+    steps = speculative_steps(target, proposer, input_ids, max_new_tokens, sampling, stop_token_ids,
+                              generator, block_size)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

@@ -109,3 +109,30 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+# ----------------------------------------------------------------------------- feature taps
+def tapped_layer_ids(num_layers: int, num_taps: int = 5) -> list[int]:
+    """Target layers whose outputs condition the drafter (paper section 3.2).
+
+    Spread evenly from the 2nd layer (id 1) to the 3rd-from-last (id N-3):
+    ``round(1 + i * (N - 4) / (K - 1))`` for ``i = 0 .. K-1``. K is capped at the N-3 distinct
+    layers in that range; with K = 1 the middle layer is tapped.
+    """
+    if num_layers < 2:
+        raise ValueError(f"the target needs at least 2 layers to tap, it has {num_layers}")
+    if num_taps < 1:
+        raise ValueError(f"num_taps must be >= 1, got {num_taps}")
+    num_taps = min(num_taps, max(1, num_layers - 3))
+    if num_taps == 1:
+        return [num_layers // 2]
+    return [int(round(1 + i * (num_layers - 4) / (num_taps - 1))) for i in range(num_taps)]
+
+
+def context_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: list[int]) -> torch.Tensor:
+    """Concatenate the tapped layers' outputs per position: K x (1, T, H) -> (1, T, K*H).
+
+    ``hidden_states`` is a Hugging Face ``output_hidden_states`` tuple, whose index 0 is the
+    embedding output, so layer ``l``'s output is at index ``l + 1``.
+    """
+    return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)

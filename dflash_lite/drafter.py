@@ -1,0 +1,242 @@
+"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper section 3).
+
+One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the
+drafter sees
+
+* the **context features**: the tapped target layers' outputs at every accepted position,
+  concatenated (K*H wide) and projected to H by ``fc`` then ``hidden_norm`` (an RMSNorm);
+* its own block, embedded with the **target's frozen embedding**.
+
+Every layer is a Qwen3 layer with **KV injection**: queries come from the block only, keys and
+values from ``[context ; block]``, attention is bidirectional inside the block and sees all of the
+context, RoPE at absolute positions. The output goes through the **target's frozen LM head**; the
+B-1 masked positions give the draft. Context K/V are kept in a :class:`DrafterCache` that grows as
+tokens are accepted; the block's own K/V are never stored.
+
+Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
+``layers.N.self_attn.{q,k,v,o}_proj``, ...), so :mod:`dflash_lite.checkpoints` maps them 1:1.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
+
+from .target import tapped_layer_ids
+
+
+@dataclass
+class DrafterConfig:
+    """Shape of a DFlash drafter and the target it belongs to."""
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int                  # the target's: the drafter borrows its embedding and LM head
+    mask_token_id: int
+    num_target_layers: int
+    target_layer_ids: list[int]
+    num_layers: int = 5
+    block_size: int = 16
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    max_position_embeddings: int = 40960
+    max_block_size: int = 64          # largest block the drafter may be asked for at inference
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+    num_context_features: int = field(init=False)
+
+    def __post_init__(self):
+        self.target_layer_ids = [int(i) for i in self.target_layer_ids]
+        self.num_context_features = len(self.target_layer_ids) * self.hidden_size
+        if not self.target_layer_ids:
+            raise ValueError("target_layer_ids is empty")
+        if self.block_size < 1 or self.block_size > self.max_block_size:
+            raise ValueError(f"block_size must be in 1..{self.max_block_size}, got {self.block_size}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size {self.vocab_size})")
+
+    @classmethod
+    def from_target(cls, target_config, mask_token_id: int, num_layers: int = 5, block_size: int = 16,
+                    num_taps: int = 5, **overrides) -> "DrafterConfig":
+        """A drafter shaped like the target's layers (the paper's choice)."""
+        layers = target_config.num_hidden_layers
+        rope = getattr(target_config, "rope_parameters", None) or {}
+        fields = dict(
+            hidden_size=target_config.hidden_size, intermediate_size=target_config.intermediate_size,
+            num_attention_heads=target_config.num_attention_heads,
+            num_key_value_heads=target_config.num_key_value_heads,
+            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
+            vocab_size=target_config.vocab_size, mask_token_id=mask_token_id, num_target_layers=layers,
+            target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers, block_size=block_size,
+            rms_norm_eps=target_config.rms_norm_eps, rope_theta=rope.get("rope_theta", 10000.0),
+            max_position_embeddings=target_config.max_position_embeddings,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("num_context_features")
+        return d
+
+    def rotary_config(self):
+        """A Qwen3Config carrying only what transformers' rotary embedding reads."""
+        from transformers import Qwen3Config
+        return Qwen3Config(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                           head_dim=self.head_dim, max_position_embeddings=self.max_position_embeddings,
+                           rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
+
+    def mlp_config(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                               hidden_act=self.hidden_act)
+
+
+def check_compatible(config: DrafterConfig, target_config, mask_token_id: int | None = None) -> None:
+    """One clear error when a drafter cannot run against a target."""
+    if config.hidden_size != target_config.hidden_size:
+        raise ValueError(f"drafter hidden size {config.hidden_size} != target hidden size {target_config.hidden_size}")
+    if config.vocab_size != target_config.vocab_size:
+        raise ValueError(f"drafter vocabulary {config.vocab_size} != target vocabulary {target_config.vocab_size}")
+    depth = target_config.num_hidden_layers
+    if max(config.target_layer_ids) >= depth or min(config.target_layer_ids) < 0:
+        raise ValueError(f"drafter taps layers {config.target_layer_ids}, but the target has {depth} layers")
+    if mask_token_id is not None and mask_token_id != config.mask_token_id:
+        raise ValueError(f"drafter mask token {config.mask_token_id} != the tokenizer's {mask_token_id}")
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (N, heads, T, D) by per-position cos/sin of shape (N, T, D)."""
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+class DrafterCache:
+    """Per-layer K/V of the context (accepted positions), after k-norm and RoPE."""
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def __len__(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class KVInjectionAttention(nn.Module):
+    """Queries from the block; keys/values from [context ; block]; SDPA."""
+
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=config.attention_bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=config.attention_bias)
+        self.q_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+
+    def _kv(self, x, cos, sin):
+        n, t, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
+
+    def forward(self, block, context, block_rope, context_rope, cache: DrafterCache | None, layer: int,
+                attn_mask: torch.Tensor | None = None):
+        n, b, _ = block.shape
+        q = self.q_norm(self.q_proj(block).view(n, b, self.num_heads, self.head_dim)).transpose(1, 2)
+        q = apply_rope(q, *block_rope)                                   # (N, heads, B, D)
+        k_block, v_block = self._kv(block, *block_rope)                  # (N, kv, B, D)
+        k_ctx, v_ctx = self._kv(context, *context_rope)                  # (N, kv, C, D)
+        if cache is not None:                                            # the context joins the cache for good
+            k_ctx, v_ctx = cache.append(layer, k_ctx, v_ctx)
+        k = torch.cat([k_ctx, k_block], dim=2)                           # (N, kv, C+B, D)
+        v = torch.cat([v_ctx, v_block], dim=2)
+        # no causal mask: inside the block every position sees every other (bidirectional)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))       # (N, B, H)
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = KVInjectionAttention(config)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = Qwen3MLP(config.mlp_config())
+
+    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache, layer, attn_mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    """The drafter body. Embedding and LM head are the target's, passed in, never stored here."""
+
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers = nn.ModuleList(DrafterLayer(config) for _ in range(config.num_layers))
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config.rotary_config())
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def project(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """Tapped target features (N, C, K*H) -> context (N, C, H)."""
+        return self.hidden_norm(self.fc(target_hidden))
+
+    def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor, block_positions: torch.Tensor,
+                context_positions: torch.Tensor, cache: DrafterCache | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states of the block, final-normed.
+
+        ``block_embeds``: (N, B, H) target embeddings of the block; ``target_hidden``: (N, C, K*H)
+        tapped features of the *new* context positions (all of them when there is no cache);
+        positions: (N, B) and (N, C) absolute positions; ``attn_mask`` (N, 1, B, C_total+B),
+        boolean, only for training several blocks in one forward.
+        """
+        context = self.project(target_hidden)                              # (N, C, H)
+        block_rope = self.rotary_emb(block_embeds, block_positions)        # cos, sin: (N, B, D)
+        context_rope = self.rotary_emb(context, context_positions)         # (N, C, D)
+        x = block_embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, context, block_rope, context_rope, cache, i, attn_mask)
+        return self.norm(x)                                                # (N, B, H)
+
+    @torch.inference_mode()
+    def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start: int,
+                     cache: DrafterCache | None = None) -> torch.Tensor:
+        """Logits for the B-1 masked positions of ``block_ids`` (1, B) -> (1, B-1, V).
+
+        ``target_hidden`` holds the features of positions ``start .. start+C-1`` (new context);
+        the block's first token sits right after them. With a cache, earlier context is in it.
+        """
+        c = target_hidden.shape[1]
+        device = block_ids.device
+        context_positions = torch.arange(start, start + c, device=device)[None]                    # (1, C)
+        block_positions = torch.arange(start + c, start + c + block_ids.shape[1], device=device)[None]  # (1, B)
+        embeds = target.get_input_embeddings()(block_ids)                                          # (1, B, H)
+        hidden = self(embeds, target_hidden.to(embeds.dtype), block_positions, context_positions, cache)
+        return target.get_output_embeddings()(hidden[:, 1:])                                       # (1, B-1, V)

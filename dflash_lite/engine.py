@@ -1,0 +1,86 @@
+"""Text in, text out: the engine-level call on top of the decode loops.
+
+>>> engine = Engine.from_pretrained("tiny")                 # shipped target (+ its drafter, once shipped)
+>>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
+>>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
+
+The prompt goes through the tokenizer's chat template when the target has one.
+"""
+from __future__ import annotations
+
+import torch
+
+from .acceptance import SamplingParams
+from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
+from .target import load_pretrained, stop_token_ids
+
+
+class Engine:
+    def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None, device: str | None = None):
+        self.target, self.tokenizer, self.drafter = target, tokenizer, drafter
+        if drafter is not None:
+            if tokenizer.mask_token_id is None:
+                raise ValueError("the tokenizer has no mask token; a DFlash drafter needs one")
+            from .drafter import check_compatible
+            check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
+            drafter.to(target.device)
+        self.block_size = block_size or (drafter.config.block_size if drafter is not None else 1)
+        self.stops = stop_token_ids(target, tokenizer)
+        self.last_result: GenerationResult | None = None
+
+    @classmethod
+    def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu", **kwargs):
+        model, tokenizer = load_pretrained(target, device=device)
+        draft = None
+        if drafter is not None:
+            from .checkpoints import load_drafter
+            draft = load_drafter(drafter)
+        return cls(model, tokenizer, draft, **kwargs)
+
+    def encode(self, prompt: str) -> torch.Tensor:
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            return ids["input_ids"]
+        return self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+
+    def proposer(self):
+        if self.drafter is None or self.block_size == 1:
+            return NoDraftProposer()
+        return DFlashProposer(self.drafter, self.target, self.block_size)
+
+    def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
+                 top_k: int | None = None, stream: bool = False, seed: int | None = None):
+        """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text pieces
+        that yields as blocks are accepted. ``self.last_result`` holds the timings and tau."""
+        sampling = SamplingParams(temperature, top_k, top_p)
+        input_ids = self.encode(prompt)
+        check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
+        generator = torch.Generator(device=self.target.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
+                                  self.stops, generator, self.block_size)
+        pieces = self._stream(steps)
+        return pieces if stream else "".join(pieces)
+
+    def _stream(self, steps):
+        tokens, emitted = [], ""
+        while True:
+            try:
+                tokens += next(steps)
+            except StopIteration as done:
+                self.last_result = done.value
+                break
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            if text.endswith("\ufffd"):       # half of a multi-byte character: wait for the rest
+                continue
+            yield text[len(emitted):]
+            emitted = text
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if len(text) > len(emitted):
+            yield text[len(emitted):]
