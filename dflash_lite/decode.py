@@ -128,7 +128,7 @@ class DFlashProposer:
 
         check_compatible(drafter.config, target.config)
         self.drafter, self.target = drafter, target
-        self.block_size = block_size or drafter.config.block_size
+        self.block_size = drafter.config.block_size if block_size is None else block_size
         if not 1 <= self.block_size <= drafter.config.max_block_size:
             raise ValueError(f"block_size must be in 1..{drafter.config.max_block_size} for this drafter, "
                              f"got {self.block_size}")
@@ -238,7 +238,7 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     """The speculative loop as a generator: yields the tokens committed by each step, returns a
     :class:`GenerationResult`. ``block_size``: tokens per target forward (k drafts + 1)."""
     check_request(target, input_ids, max_new_tokens)
-    block_size = block_size or proposer.block_size
+    block_size = proposer.block_size if block_size is None else block_size
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     device = target.device

@@ -24,7 +24,9 @@ class Engine:
             from .drafter import check_compatible
             check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
             drafter.to(target.device)
-        self.block_size = block_size or (drafter.config.block_size if drafter is not None else 1)
+        if block_size is None:
+            block_size = drafter.config.block_size if drafter is not None else 1
+        self.block_size = block_size
         self.stops = stop_token_ids(target, tokenizer)
         self.last_result: GenerationResult | None = None
 

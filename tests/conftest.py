@@ -20,10 +20,36 @@ def random_llama(tmp_path_factory):
 
     _, tokenizer = load_pretrained("tiny")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
     path = tmp_path_factory.mktemp("llama")
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def random_drafter(tiny):
+    """An untrained DFlash drafter for the shipped target: acceptance is low, so rollback runs a lot."""
+    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+
+    target, tokenizer = tiny
+    torch.manual_seed(1)
+    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=16)
+    return DFlashDrafter(config).eval()
+
+
+@pytest.fixture(scope="session")
+def noisy_draft_model(tiny):
+    """A copy of the target with noise added to its weights: it agrees with the target often but
+    not always, so speculative steps accept partial blocks."""
+    import copy
+
+    target, _ = tiny
+    model = copy.deepcopy(target)
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.3 * p.std())
+    return model.eval()

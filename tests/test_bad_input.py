@@ -1,0 +1,107 @@
+"""Bad input gets one clear error, raised before any output is produced."""
+import copy
+
+import pytest
+import torch
+
+from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.engine import Engine
+
+
+def one_line(excinfo) -> str:
+    assert "\n" not in str(excinfo.value)
+    return str(excinfo.value)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny, random_drafter):
+    target, tokenizer = tiny
+    return Engine(target, tokenizer, random_drafter)
+
+
+@pytest.mark.parametrize("prompt,max_new,match", [
+    ("", 8, "empty"),
+    ("def f():", 0, "max_new_tokens"),
+    ("def f():", -3, "max_new_tokens"),
+    ("def f():", 5000, "context"),
+    ("x " * 1020, 10, "context"),
+])
+def test_engine_rejects_bad_requests_before_streaming(engine, prompt, max_new, match):
+    with pytest.raises(ValueError, match=match) as info:
+        engine.generate(prompt, max_new, stream=True)          # raised by the call, not the first next()
+    one_line(info)
+
+
+@pytest.mark.parametrize("block_size", [0, -1, 65, 1000])
+def test_block_size_out_of_range(tiny, random_drafter, block_size):
+    target, _ = tiny
+    with pytest.raises(ValueError, match="block_size") as info:
+        DFlashProposer(random_drafter, target, block_size)
+    one_line(info)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("hidden_size", 128, "hidden size"),
+    ("vocab_size", 5000, "vocabulary"),
+    ("target_layer_ids", [1, 3, 9], "layers"),
+])
+def test_drafter_target_mismatch(tiny, random_drafter, field, value, match):
+    target, _ = tiny
+    config = copy.deepcopy(random_drafter.config)
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=match) as info:
+        DFlashProposer(DFlashDrafter(config), target)
+    one_line(info)
+
+
+def test_tokenizer_without_mask_token(tiny, random_drafter):
+    target, tokenizer = tiny
+    plain = copy.deepcopy(tokenizer)
+    plain.mask_token = None
+    with pytest.raises(ValueError, match="mask token") as info:
+        Engine(target, plain, random_drafter)
+    one_line(info)
+
+
+def test_mask_token_must_be_the_tokenizers(tiny, random_drafter):
+    target, tokenizer = tiny
+    config = copy.deepcopy(random_drafter.config)
+    config.mask_token_id = tokenizer.eos_token_id
+    with pytest.raises(ValueError, match="mask token"):
+        Engine(target, tokenizer, DFlashDrafter(config))
+
+
+def test_invalid_drafter_config():
+    base = dict(hidden_size=8, intermediate_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+                vocab_size=10, num_target_layers=8, target_layer_ids=[1, 2])
+    with pytest.raises(ValueError, match="mask_token_id"):
+        DrafterConfig(mask_token_id=10, **base)
+    with pytest.raises(ValueError, match="block_size"):
+        DrafterConfig(mask_token_id=3, block_size=0, **base)
+    with pytest.raises(ValueError, match="empty"):
+        DrafterConfig(mask_token_id=3, **{**base, "target_layer_ids": []})
+
+
+def test_streaming_yields_pieces_that_join_to_the_full_text(engine):
+    prompt = "Question: Mia has 12 apples and buys 5 more. How many apples does Mia have?\nAnswer:"
+    pieces = list(engine.generate(prompt, 40, stream=True))
+    assert len(pieces) >= 2
+    assert "".join(pieces) == engine.generate(prompt, 40)
+    result = engine.last_result
+    assert engine.tokenizer.decode(result.tokens, skip_special_tokens=True) == "".join(pieces)
+
+
+def test_chat_template_is_applied_when_the_tokenizer_has_one(tiny, random_drafter):
+    target, tokenizer = tiny
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = "{% for m in messages %}Question: {{ m['content'] }}\nAnswer:{% endfor %}"
+    engine = Engine(target, templated, random_drafter)
+    ids = engine.encode("How many?")
+    assert tokenizer.decode(ids[0]) == "Question: How many?\nAnswer:"
+
+
+def test_sampling_with_a_seed_is_reproducible(engine):
+    a = engine.generate("def ", 20, temperature=1.0, top_p=0.9, seed=3)
+    b = engine.generate("def ", 20, temperature=1.0, top_p=0.9, seed=3)
+    assert a == b

@@ -1,0 +1,122 @@
+"""Speculative sampling is lossless: the output distribution equals the target's.
+
+Controlled setting: a toy Markov "target" over a 6-token vocabulary whose next-token
+distribution is known exactly, and a different "draft" chain. One speculative step drafts 3
+tokens and commits 1..4; the first two committed tokens are compared, over 36 outcomes and
+20,000 runs, with the exact two-token distribution of the target by a chi-square test.
+The lossless rules must pass (p > 0.01); the source article's two rules must fail.
+"""
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from dflash_lite.acceptance import (SamplingParams, accept_article_ratio, accept_article_threshold,
+                                    accept_point_mass, accept_speculative, target_probs)
+
+V, K, RUNS = 6, 3, 20_000
+
+
+def chain(seed: int, sharp: float) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(V, V, generator=g) * sharp            # logits of next token given previous
+
+
+TARGET_LOGITS = chain(0, 2.5)
+DRAFT_LOGITS = TARGET_LOGITS + chain(1, 1.5)    # a draft that mostly, not always, agrees
+
+
+def two_token_frequencies(rule: str, sampling: SamplingParams, seed: int = 0) -> np.ndarray:
+    """Counts of the first two committed tokens after token 0, over RUNS speculative steps."""
+    g = torch.Generator().manual_seed(seed)
+    p_table = target_probs(TARGET_LOGITS, sampling)           # (V, V): target's processed distribution
+    q_table = target_probs(DRAFT_LOGITS, SamplingParams(temperature=1.0))
+    counts = np.zeros((V, V))
+    for _ in range(RUNS):
+        prev, drafts, qs = 0, [], []
+        for _ in range(K):                                    # draft K tokens from the draft chain
+            q = q_table[prev]
+            deterministic = rule in ("point_mass", "article_threshold")   # DFlash-style argmax drafts
+            x = int(q.argmax()) if deterministic else int(torch.multinomial(q, 1, generator=g))
+            drafts.append(x)
+            qs.append(q)
+            prev = x
+        block = [0] + drafts                                  # the target scores every block position
+        p = torch.stack([p_table[t] for t in block])          # (K+1, V)
+        d, q = torch.tensor(drafts), torch.stack(qs)
+        if rule == "point_mass":
+            n, nxt = accept_point_mass(d, p, g)
+        elif rule == "general":
+            n, nxt = accept_speculative(d, q, p, g)
+        elif rule == "article_ratio":
+            n, nxt = accept_article_ratio(d, q, p, g)
+        else:
+            n, nxt = accept_article_threshold(d, p, 0.5, g)
+        out = drafts[:n] + [nxt]
+        if len(out) < 2:                                      # a second step: the target's own next token
+            out.append(int(torch.multinomial(p_table[out[0]], 1, generator=g)))
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def exact_two_token(sampling: SamplingParams) -> np.ndarray:
+    p = target_probs(TARGET_LOGITS, sampling).double().numpy()
+    return p[0][:, None] * p                                  # P(a) P(b | a)
+
+
+def p_value(rule: str, sampling: SamplingParams) -> float:
+    observed = two_token_frequencies(rule, sampling).ravel()
+    expected = exact_two_token(sampling).ravel() * RUNS
+    keep = expected > 0
+    assert observed[~keep].sum() == 0, "a token outside the target's support was emitted"
+    expected = expected[keep] * observed.sum() / expected[keep].sum()    # float rounding of p
+    return chisquare(observed[keep], expected).pvalue
+
+
+SETTINGS = {"t=1": SamplingParams(temperature=1.0), "t=0.7,top_p=0.8": SamplingParams(temperature=0.7, top_p=0.8),
+            "top_k=4": SamplingParams(temperature=1.0, top_k=4)}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("rule", ["point_mass", "general"])
+def test_lossless_rules_match_the_target_distribution(rule, setting):
+    assert p_value(rule, SETTINGS[setting]) > 0.01
+
+
+@pytest.mark.parametrize("rule", ["article_ratio", "article_threshold"])
+def test_source_article_rules_change_the_distribution(rule):
+    assert p_value(rule, SETTINGS["t=1"]) < 1e-6
+
+
+def test_the_real_loop_samples_from_the_target(tiny):
+    """End to end with the shipped target: two sampled tokens through the DFlash loop (random
+    drafter, point-mass rule) and the classic loop (sampled drafts, general rule), against the
+    target's exact two-token distribution under top_k=3."""
+    from dflash_lite.decode import DFlashProposer, DraftModelProposer, generate_speculative
+    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+
+    target, tokenizer = tiny
+    sampling = SamplingParams(temperature=1.0, top_k=3)
+    ids = tokenizer("    def ", return_tensors="pt").input_ids
+    with torch.no_grad():
+        p1 = target_probs(target(ids).logits[0, -1:], sampling)[0]
+        support = p1.nonzero().flatten().tolist()
+        exact = {}
+        for a in support:
+            p2 = target_probs(target(torch.cat([ids, torch.tensor([[a]])], 1)).logits[0, -1:], sampling)[0]
+            for b in p2.nonzero().flatten().tolist():
+                exact[(a, b)] = float(p1[a] * p2[b])
+    torch.manual_seed(5)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1, block_size=4))
+    runs = 1500
+    for make in (lambda g: DFlashProposer(drafter, target, 4),
+                 lambda g: DraftModelProposer(target, target, 3, sampling, sample=True, generator=g)):
+        g = torch.Generator().manual_seed(7)
+        counts = dict.fromkeys(exact, 0)
+        for _ in range(runs):
+            tokens = tuple(generate_speculative(target, make(g), ids, 2, sampling, generator=g).tokens)
+            assert tokens in counts
+            counts[tokens] += 1
+        keys = sorted(exact)
+        expected = np.array([exact[k] for k in keys])
+        assert chisquare([counts[k] for k in keys], expected * runs / expected.sum()).pvalue > 0.01

@@ -1,0 +1,89 @@
+"""Greedy speculative decoding is lossless: token for token the target's greedy output."""
+import pytest
+import torch
+
+from dflash_lite import corpus, generate_autoregressive, stop_token_ids
+from dflash_lite.decode import DFlashProposer, DraftModelProposer, NoDraftProposer, generate_speculative
+
+MAX_NEW = 32
+
+
+@pytest.fixture(scope="module")
+def cases(tiny):
+    """50 prompts (math and code) with the target's own greedy continuation."""
+    target, tokenizer = tiny
+    prompts = [p.prompt for p in corpus.math_problems(25, split="held_out", start=900)]
+    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 25, seed=3)
+    stops = stop_token_ids(target, tokenizer)
+    out = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        out.append((ids, generate_autoregressive(target, ids, MAX_NEW, stop_token_ids=stops).tokens))
+    assert len(out) == 50
+    return out
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4, 8, 16])
+def test_dflash_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, block_size):
+    target, tokenizer = tiny
+    stops = stop_token_ids(target, tokenizer)
+    wrong = 0
+    for ids, expected in cases:
+        result = generate_speculative(target, DFlashProposer(random_drafter, target, block_size), ids, MAX_NEW,
+                                      stop_token_ids=stops)
+        wrong += result.tokens != expected
+        assert sum(result.acceptance_lengths) + 1 >= len(result.tokens)
+        assert all(1 <= a <= block_size for a in result.acceptance_lengths)
+    assert wrong == 0
+
+
+def test_partial_acceptance_rolls_back_exactly(tiny, noisy_draft_model, cases):
+    """A draft model that is often but not always right exercises every accepted-prefix length."""
+    target, tokenizer = tiny
+    stops = stop_token_ids(target, tokenizer)
+    seen = set()
+    for ids, expected in cases[:20] + cases[-10:]:
+        result = generate_speculative(target, DraftModelProposer(noisy_draft_model, target, 5), ids, MAX_NEW,
+                                      stop_token_ids=stops)
+        assert result.tokens == expected
+        seen.update(result.acceptance_lengths)
+    assert {1, 5} <= seen and len(seen) >= 4          # rejections, full blocks and partial blocks all happened
+
+
+def test_block_size_one_is_plain_autoregressive(tiny, cases):
+    target, tokenizer = tiny
+    ids, expected = cases[0]
+    result = generate_speculative(target, NoDraftProposer(), ids, MAX_NEW, stop_token_ids=stop_token_ids(target, tokenizer))
+    assert result.tokens == expected and set(result.acceptance_lengths) == {1}
+
+
+def test_stop_token_inside_an_accepted_block_ends_the_output_there(tiny):
+    """The draft model is the target itself, so whole blocks are accepted; a stop token in the
+    middle of one must still end the output exactly at that token."""
+    target, tokenizer = tiny
+    ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 11).prompt, return_tensors="pt").input_ids
+    free = generate_autoregressive(target, ids, 40).tokens
+    stop = free[6]
+    expected = free[: free.index(stop) + 1]
+    result = generate_speculative(target, DraftModelProposer(target, target, 8), ids, 40, stop_token_ids=[stop])
+    assert result.tokens == expected and result.stop_reason == "stop_token"
+    assert max(result.acceptance_lengths) == 8
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 5, 17])
+def test_exact_max_new_tokens_even_when_blocks_are_fully_accepted(tiny, max_new):
+    target, tokenizer = tiny
+    ids = tokenizer("def f(x):\n", return_tensors="pt").input_ids
+    expected = generate_autoregressive(target, ids, max_new).tokens
+    result = generate_speculative(target, DraftModelProposer(target, target, 8), ids, max_new)
+    assert result.tokens == expected and len(result.tokens) == max_new
+    assert len(result.token_times) == max_new
+
+
+def test_result_reports_tau_and_phase_times(tiny, random_drafter, cases):
+    target, _ = tiny
+    ids, _ = cases[1]
+    result = generate_speculative(target, DFlashProposer(random_drafter, target, 8), ids, 16)
+    assert result.tau == sum(result.acceptance_lengths) / len(result.acceptance_lengths)
+    assert set(result.phase_times) == {"prefill", "draft", "verify", "bookkeeping"}
+    assert all(t >= 0 for t in result.phase_times.values()) and result.phase_times["draft"] > 0
