@@ -53,11 +53,27 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--top-p", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="cpu")
+    b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
+    b.add_argument("--target", default="tiny")
+    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout)")
+    b.add_argument("--random-drafter-layers", type=int, default=None,
+                   help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
+    b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
+    b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
+    b.add_argument("--num-prompts", type=int, default=8)
+    b.add_argument("--max-new-tokens", type=int, default=64)
+    b.add_argument("--block-sizes", type=lambda s: tuple(int(x) for x in s.split(",")), default=(16,))
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--json", dest="json_out", default=None)
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:
         if command == "demo":
             demo(**args)
+        elif command == "bench":
+            from .benchmark import bench
+            bench(**args)
     except (LoadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,266 @@
+"""Benchmarks that a reviewer can trust (DESIGN section 4).
+
+Every method runs on the same prompts, with the same ``max_new_tokens``, after a warm-up, in
+interleaved order (each repeat visits the methods in a rotated order, so drift in machine load
+hits all of them alike). Speed is reported as tokens/s (median over repeats of total tokens /
+total time) and as a ratio to the best autoregressive baseline measured in the same run. Every
+greedy method's tokens are checked against the target's greedy output in the run itself.
+
+``python -m dflash_lite bench`` prints the table and can write the JSON::
+
+    {"env": {...}, "methods": [{"name", "block_size", "tokens_per_s", "tokens_per_s_spread", "speedup",
+                                "tau", "tau_histogram", "identical_to_target", "error", "phase_times", ...}]}
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .acceptance import SamplingParams
+from .decode import DFlashProposer, generate_autoregressive, generate_speculative
+
+
+@dataclass
+class Method:
+    """A named way to complete ``input_ids``: returns (new tokens, GenerationResult or None)."""
+    name: str
+    run: Callable
+    block_size: int | None = None
+    baseline: bool = False          # an autoregressive baseline that speedups are measured against
+
+
+@dataclass
+class MethodStats:
+    name: str
+    block_size: int | None
+    baseline: bool
+    times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
+    tokens: list[int] = field(default_factory=list)          # per repeat: new tokens over all prompts
+    acceptance_lengths: list[int] = field(default_factory=list)
+    phase_times: dict[str, float] = field(default_factory=dict)
+    identical: bool | None = None
+    error: str | None = None
+
+
+def environment(device: str) -> dict:
+    import transformers
+    env = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+           "threads": torch.get_num_threads(), "python": platform.python_version(),
+           "machine": platform.machine(), "processor": platform.processor()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int, repeats: int = 3,
+                  reference: dict | None = None, device: str = "cpu", greedy: bool = True) -> dict:
+    """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
+
+    ``reference`` maps prompt index -> the target's greedy tokens (computed with the first
+    baseline method when not given) for the identity check.
+    """
+    stats = {m.name: MethodStats(m.name, m.block_size, m.baseline) for m in methods}
+    outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
+    for m in methods:                                             # warm-up, and the outputs to check
+        for i, ids in enumerate(prompts):
+            try:
+                outputs[m.name][i] = m.run(ids, max_new_tokens)[0]
+            except Exception as e:                                # a failing method is reported, not dropped
+                stats[m.name].error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                break
+    if reference is None:
+        base = next((m.name for m in methods if m.baseline and stats[m.name].error is None), None)
+        reference = outputs[base] if base else {}
+    live = [m for m in methods if stats[m.name].error is None]
+    for repeat in range(repeats):
+        order = live[repeat % len(live):] + live[: repeat % len(live)] if live else []
+        totals = {m.name: [0.0, 0] for m in live}
+        for i, ids in enumerate(prompts):
+            for m in order:
+                t0 = time.perf_counter()
+                tokens, result = m.run(ids, max_new_tokens)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                totals[m.name][0] += time.perf_counter() - t0
+                totals[m.name][1] += len(tokens)
+                s = stats[m.name]
+                if repeat == 0 and result is not None:
+                    s.acceptance_lengths += result.acceptance_lengths
+                    for phase, t in result.phase_times.items():
+                        s.phase_times[phase] = s.phase_times.get(phase, 0.0) + t
+        for name, (t, n) in totals.items():
+            stats[name].times.append(t)
+            stats[name].tokens.append(n)
+    for m in live:
+        if greedy and reference:
+            stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
+    return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)
+
+
+def summarise(stats: dict[str, MethodStats], env: dict, max_new_tokens: int, num_prompts: int, repeats: int) -> dict:
+    rows = []
+    for s in stats.values():
+        tps = [n / t for n, t in zip(s.tokens, s.times) if t > 0]
+        hist = [0] * (max(s.acceptance_lengths) if s.acceptance_lengths else 0)
+        for a in s.acceptance_lengths:
+            hist[a - 1] += 1
+        rows.append({
+            "name": s.name, "block_size": s.block_size, "baseline": s.baseline,
+            "tokens_per_s": statistics.median(tps) if tps else None,
+            "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
+            "speedup": None,
+            "tau": (sum(s.acceptance_lengths) / len(s.acceptance_lengths)) if s.acceptance_lengths else None,
+            "tau_histogram": hist,
+            "phase_times": {k: round(v, 4) for k, v in s.phase_times.items()},
+            "identical_to_target": s.identical, "error": s.error,
+        })
+    baselines = [r["tokens_per_s"] for r in rows if r["baseline"] and r["tokens_per_s"]]
+    best = max(baselines) if baselines else None
+    for r in rows:
+        if best and r["tokens_per_s"]:
+            r["speedup"] = r["tokens_per_s"] / best
+    return {"env": {**env, "max_new_tokens": max_new_tokens, "prompts": num_prompts, "repeats": repeats},
+            "methods": rows}
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{'method':<28} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} {'tau':>6} {'identical':>9}"]
+    for r in report["methods"]:
+        if r["error"]:
+            lines.append(f"{r['name']:<28} {'':>3} failed: {r['error']}")
+            continue
+        spread = "{:.1f}-{:.1f}".format(*r["tokens_per_s_spread"])
+        tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
+        lines.append(f"{r['name']:<28} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
+                     f"{r['speedup']:>7.2f}x {tau:>6} {str(r['identical_to_target']):>9}")
+    env = report["env"]
+    lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of {env['repeats']} "
+                 f"interleaved repeats; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
+                 f"transformers {env['transformers']})")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- standard methods
+def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
+                     hf_dflash: bool = True) -> list[Method]:
+    """The project's loop and ``model.generate`` (baselines), then DFlash here and in transformers."""
+    from .target import stop_token_ids
+
+    stops = stop_token_ids(target, tokenizer)
+    methods = [
+        Method("autoregressive (ours)", lambda ids, n: _ours_ar(target, ids, n, sampling, stops), 1, True),
+        Method("model.generate", lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops), 1, True),
+    ]
+    if drafter is not None:
+        for b in block_sizes:
+            methods.append(Method(f"DFlash (ours) B={b}", _dflash_run(target, drafter, b, sampling, stops), b))
+        if hf_dflash:
+            from .checkpoints import to_transformers
+            hf = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
+            methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
+                                  lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, assistant_model=hf,
+                                                              speculation_type="dflash"),
+                                  drafter.config.block_size))
+    return methods
+
+
+def _ours_ar(target, ids, n, sampling, stops):
+    result = generate_autoregressive(target, ids, n, sampling, stops)
+    return result.tokens, result
+
+
+def _dflash_run(target, drafter, block_size, sampling, stops):
+    def run(ids, n):
+        result = generate_speculative(target, DFlashProposer(drafter, target, block_size), ids, n, sampling, stops)
+        return result.tokens, result
+    return run
+
+
+@torch.inference_mode()
+def _hf_generate(target, tokenizer, ids, n, stops, **kwargs):
+    out = target.generate(ids.to(target.device), do_sample=False, max_new_tokens=n, eos_token_id=stops,
+                          pad_token_id=tokenizer.pad_token_id, **kwargs)
+    return out[0, ids.shape[1]:].tolist(), None
+
+
+# ----------------------------------------------------------------------------- prompts
+def load_prompts(path: str, limit: int | None = None) -> list[str]:
+    """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used)."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: no such prompts file")
+    prompts = []
+    for number, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(f"{path}:{number}: not a JSON line") from None
+        text = row.get("prompt") if isinstance(row, dict) else None
+        if text is None and isinstance(row, dict) and row.get("turns"):
+            text = row["turns"][0]
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{path}:{number}: no 'prompt' or 'turns' field")
+        prompts.append(text)
+        if limit and len(prompts) == limit:
+            break
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
+def builtin_prompts(domain: str, n: int) -> list[str]:
+    """Held-out in-domain prompts: generated math problems (unseen seeds) or stdlib function headers."""
+    from . import corpus
+
+    if domain == "math":
+        return [p.prompt for p in corpus.math_problems(n, split="held_out", start=2000)]
+    if domain == "code":
+        return corpus.function_headers(corpus.stdlib_files("held_out"), n, seed=11)
+    if domain == "mixed":
+        return builtin_prompts("math", (n + 1) // 2) + builtin_prompts("code", n // 2)
+    raise ValueError(f"unknown prompt set {domain!r} (math, code, mixed)")
+
+
+def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None = None, domain: str = "mixed",
+          num_prompts: int = 8, max_new_tokens: int = 64, block_sizes: tuple[int, ...] = (16,), repeats: int = 3,
+          device: str = "cpu", json_out: str | None = None, random_drafter_layers: int | None = None,
+          seed: int = 0) -> dict:
+    """Load, run the standard methods, print the table, optionally write the JSON."""
+    import json
+    from pathlib import Path
+
+    from .target import load_pretrained
+
+    model, tokenizer = load_pretrained(target, device=device)
+    draft = None
+    if drafter is not None:
+        from .checkpoints import load_drafter
+        draft = load_drafter(drafter).to(device)
+    elif random_drafter_layers:
+        from .drafter import DFlashDrafter, DrafterConfig
+        torch.manual_seed(seed)
+        config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=random_drafter_layers,
+                                           block_size=max(block_sizes))
+        draft = DFlashDrafter(config).to(device).eval()
+    texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
+    ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
+    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes), ids, max_new_tokens, repeats,
+                           device=device)
+    report["env"].update({"target": target, "drafter": drafter or (f"random, {random_drafter_layers} layers"
+                                                                   if random_drafter_layers else None),
+                          "prompts_source": prompts or f"built-in held-out {domain}"})
+    print(format_table(report))
+    if json_out:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps(report, indent=1))
+    return report
