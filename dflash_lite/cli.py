@@ -66,11 +66,30 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--device", default="cpu")
     b.add_argument("--json", dest="json_out", default=None)
+    t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
+    t.add_argument("--target", default="tiny")
+    t.add_argument("--out", required=True)
+    t.add_argument("--block-size", type=int, default=16)
+    t.add_argument("--layers", type=int, default=2)
+    t.add_argument("--steps", type=int, default=1000)
+    t.add_argument("--batch-size", type=int, default=8)
+    t.add_argument("--num-anchors", type=int, default=16, help="blocks per sequence per step")
+    t.add_argument("--lr", type=float, default=6e-4)
+    t.add_argument("--num-math", type=int, default=2000, help="train-split math prompts to regenerate")
+    t.add_argument("--num-code", type=int, default=400, help="train-split stdlib function headers to regenerate")
+    t.add_argument("--max-new-tokens", type=int, default=160)
+    t.add_argument("--num-taps", type=int, default=5)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--device", default="cpu")
+    t.add_argument("--cache-dir", default=".cache/dflash_lite")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:
         if command == "demo":
             demo(**args)
+        elif command == "train":
+            from .train import train_drafter
+            print(train_drafter(**args))
         elif command == "bench":
             from .benchmark import bench
             bench(**args)

@@ -1,0 +1,149 @@
+"""Drafter training: anchors, the block mask, the loss weights, and that training learns."""
+import math
+
+import pytest
+import torch
+
+from dflash_lite.checkpoints import load_drafter, save_drafter
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.target import context_features
+from dflash_lite.train import (IGNORE, RegeneratedData, Trainer, TrainConfig, block_attention_mask, drafter_loss,
+                               epoch_batches, make_batch, position_weights, sample_anchors)
+
+
+def test_anchors_stay_inside_the_response_and_leave_a_label():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        plen, length = int(torch.randint(1, 20, (1,))), int(torch.randint(2, 60, (1,)))
+        anchors = sample_anchors(plen, length, 8, g)
+        assert all(plen <= a <= length - 2 for a in anchors.tolist())
+        assert len(set(anchors.tolist())) == len(anchors)
+    assert len(sample_anchors(10, 11, 4, g)) == 0          # no response token with a label after it
+
+
+def test_block_mask_on_a_hand_worked_case():
+    # context of 5 positions, blocks of 3 anchored at positions 2 and 4
+    mask = block_attention_mask(torch.tensor([2, 4]), 5, 3).int()
+    expected = torch.tensor([
+        # ctx 0 1 2 3 4 | block0 | block1
+        [1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1],
+        [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1],
+        [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1],
+    ])
+    assert torch.equal(mask, expected)
+
+
+def test_blocks_never_see_their_own_labels():
+    g = torch.Generator().manual_seed(1)
+    seq = list(range(10, 40))
+    batch = make_batch([seq], [8], 4, 6, mask_token_id=1, pad_token_id=0, generator=g)
+    q = batch.block_ids.shape[1]
+    for row in range(q):
+        label_pos = int(batch.block_positions[0, row])
+        if batch.labels[0, row] == IGNORE:
+            continue
+        visible_context = batch.attn_mask[0, 0, row, : len(seq)].nonzero().flatten()
+        assert visible_context.numel() == 0 or int(visible_context.max()) < label_pos - (row % 4)
+        assert batch.labels[0, row] == seq[label_pos]
+
+
+@pytest.mark.parametrize("block_size,gamma", [(16, 7), (10, 5), (8, 4)])
+def test_loss_weights_match_the_formula(block_size, gamma):
+    w = position_weights(block_size)
+    assert w.shape == (block_size - 1,)
+    for k in range(1, block_size):
+        assert math.isclose(float(w[k - 1]), math.exp(-(k - 1) / gamma), rel_tol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def toy_data(tiny):
+    """Responses of the target to a few math prompts (no cache, so the test regenerates them)."""
+    from dflash_lite.train import regenerate, training_prompts
+    target, tokenizer = tiny
+    return regenerate(target, tokenizer, training_prompts(8, 0), 48, batch_size=8)
+
+
+def test_training_forward_equals_the_inference_draft(tiny, toy_data):
+    """One block inside the training batch gives exactly the logits of drafting it at inference."""
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+                                                      block_size=4)).eval()
+    seq, plen = toy_data.sequences[0], toy_data.prompt_lengths[0]
+    g = torch.Generator().manual_seed(3)
+    batch = make_batch([seq], [plen], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id, g)
+    with torch.no_grad():
+        out = target.model(batch.sequence_ids, output_hidden_states=True)
+        features = context_features(out.hidden_states, drafter.config.target_layer_ids)
+        embeds = target.get_input_embeddings()(batch.block_ids)
+        ctx_pos = torch.arange(batch.sequence_ids.shape[1])[None]
+        hidden = drafter(embeds, features, batch.block_positions, ctx_pos, None, batch.attn_mask)
+        trained = target.get_output_embeddings()(hidden)[0, 1:4]              # block 0, masked positions
+        anchor = int(batch.block_positions[0, 0])
+        inference = drafter.draft_logits(target, batch.block_ids[:, :4], features[:, :anchor], 0)[0]
+    torch.testing.assert_close(trained, inference, atol=1e-4, rtol=1e-4)
+
+
+def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data):
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                                      block_size=4)).train()
+    before_target = {k: v.clone() for k, v in target.state_dict().items()}
+    weights = position_weights(4)
+    g = torch.Generator().manual_seed(0)
+    fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 8, tokenizer.mask_token_id,
+                       tokenizer.pad_token_id, g)
+    first = drafter_loss(drafter, target, fixed, weights)[0].item()
+    trainer = Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights), lambda: iter([fixed] * 1000),
+                      TrainConfig(steps=25, lr=3e-3, log_every=5))
+    trainer.run()
+    last = drafter_loss(drafter, target, fixed, weights)[0].item()
+    assert last < 0.8 * first
+    assert all(torch.equal(v, target.state_dict()[k]) for k, v in before_target.items())
+    assert len(trainer.history) == 5 and len(trainer.history[-1]["accuracy_per_position"]) == 3
+
+
+def test_trained_drafter_saved_and_loaded_gives_identical_logits(tiny, toy_data, tmp_path):
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                                      block_size=4)).train()
+    g = torch.Generator().manual_seed(0)
+    weights = position_weights(4)
+    Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights),
+            lambda: epoch_batches(toy_data, 4, 4, 4, tokenizer.mask_token_id, tokenizer.pad_token_id, g),
+            TrainConfig(steps=5)).run()
+    drafter.eval()
+    save_drafter(drafter, tmp_path)
+    loaded = load_drafter(tmp_path)
+    ids = torch.tensor([toy_data.sequences[1]])
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+    features = context_features(out.hidden_states, drafter.config.target_layer_ids)
+    block = torch.tensor([[ids[0, -1].item()] + [tokenizer.mask_token_id] * 3])
+    assert torch.equal(drafter.draft_logits(target, block, features, 0), loaded.draft_logits(target, block, features, 0))
+
+
+def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
+    target, tokenizer = tiny
+    weights = position_weights(4)
+
+    def make(steps):
+        torch.manual_seed(0)
+        d = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                                    block_size=4)).train()
+        g = torch.Generator().manual_seed(0)
+        fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 4, tokenizer.mask_token_id,
+                           tokenizer.pad_token_id, g)
+        return Trainer(d, lambda m, b: drafter_loss(m, target, b, weights), lambda: iter([fixed] * 100),
+                       TrainConfig(steps=steps, log_every=1), checkpoint_dir=tmp_path)
+
+    make(3).run()
+    resumed = make(6)
+    assert resumed.step == 3
+    resumed.run()
+    assert resumed.step == 6 and [h["step"] for h in resumed.history] == [1, 2, 3, 4, 5, 6]
