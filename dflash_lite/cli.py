@@ -13,31 +13,57 @@ import torch
 from . import corpus
 from .acceptance import SamplingParams
 from .decode import generate_autoregressive
-from .target import LoadError, load_pretrained, stop_token_ids
+from .target import LoadError, default_drafter_path, load_pretrained, stop_token_ids
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
 
 def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-         seed: int = 0, device: str = "cpu") -> dict:
-    """Complete ``prompt`` with the target and print the text, tokens/s and time to first token."""
+         seed: int = 0, device: str = "cpu", drafter: str | None = None, block_size: int | None = None,
+         repeats: int = 3) -> dict:
+    """Complete ``prompt`` with the target, then with DFlash when a drafter is there (the shipped
+    one by default), and print both with tokens/s, time to first token, speedup and tau.
+    Timings are medians of ``repeats`` interleaved runs after a warm-up."""
     model, tokenizer = load_pretrained(target, device=device)
+    drafter = drafter or default_drafter_path(target)
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     sampling = SamplingParams(temperature, top_k, top_p)
     stops = stop_token_ids(model, tokenizer)
-    generator = torch.Generator().manual_seed(seed)
-    generate_autoregressive(model, input_ids, 8, sampling, stops, generator)  # warm-up
-    result = generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, generator)
-    text = tokenizer.decode(result.tokens, skip_special_tokens=True)
+    runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
+    if drafter is not None:
+        from .checkpoints import load_drafter
+        from .decode import DFlashProposer, generate_speculative
+        draft = load_drafter(drafter).to(device)
+        runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
+                                                        max_new_tokens, sampling, stops, g)
+    results = {name: [] for name in runs}
+    for repeat in range(repeats + 1):                       # the first round is the warm-up
+        for name, run in runs.items():
+            result = run(torch.Generator().manual_seed(seed))
+            if repeat:
+                results[name].append(result)
     print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{device}, {torch.get_num_threads()} threads)")
+          f"{device}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
+    summary = {}
+    for name, rs in results.items():
+        r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
+        text = tokenizer.decode(r.tokens, skip_special_tokens=True)
+        print("-" * 30, name, "-" * (41 - len(name)))
+        print(prompt + text)
+        summary[name] = {"text": text, "tokens": r.tokens, "tokens_per_s": r.tokens_per_s,
+                         "ttft_s": r.time_to_first_token, "tau": r.tau}
     print("-" * 72)
-    print(prompt + text)
-    print("-" * 72)
-    print(f"autoregressive: {len(result.tokens)} tokens, {result.tokens_per_s:.1f} tokens/s, "
-          f"time to first token {result.time_to_first_token * 1000:.1f} ms ({result.stop_reason})")
-    return {"text": text, "tokens_per_s": result.tokens_per_s, "ttft_s": result.time_to_first_token}
+    base = summary["autoregressive"]["tokens_per_s"]
+    for name, s in summary.items():
+        extra = f", speedup {s['tokens_per_s'] / base:.2f}x, tau {s['tau']:.2f}" if s["tau"] is not None else ""
+        print(f"{name:>14}: {len(s['tokens'])} tokens, {s['tokens_per_s']:.1f} tokens/s, "
+              f"time to first token {s['ttft_s'] * 1000:.1f} ms{extra}")
+    if "DFlash" in summary:
+        same = summary["DFlash"]["tokens"] == summary["autoregressive"]["tokens"]
+        print(f"{'':>14}  DFlash output identical to the target's: {same}" if sampling.greedy else
+              f"{'':>14}  (sampling: outputs differ run to run, the distribution is the target's)")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--top-p", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="cpu")
+    d.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one, if any)")
+    d.add_argument("--block-size", type=int, default=None)
+    d.add_argument("--repeats", type=int, default=3)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target", default="tiny")
     b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout)")

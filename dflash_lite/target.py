@@ -15,6 +15,13 @@ import torch
 
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
+SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}   # the default DFlash drafter of each shipped target
+
+
+def default_drafter_path(target_name: str):
+    """The shipped drafter directory for a shipped target, or None when there is none."""
+    path = SHIPPED_DRAFTERS.get(str(target_name))
+    return path if path is not None and (path / "drafter_config.json").is_file() else None
 SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
 
 
