@@ -234,7 +234,7 @@ def builtin_prompts(domain: str, n: int) -> list[str]:
 def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None = None, domain: str = "mixed",
           num_prompts: int = 8, max_new_tokens: int = 64, block_sizes: tuple[int, ...] = (16,), repeats: int = 3,
           device: str = "cpu", json_out: str | None = None, random_drafter_layers: int | None = None,
-          seed: int = 0) -> dict:
+          seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON."""
     import json
     from pathlib import Path
@@ -243,23 +243,33 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
 
     model, tokenizer = load_pretrained(target, device=device)
     draft = None
-    if drafter is not None:
-        from .checkpoints import load_drafter
-        draft = load_drafter(drafter).to(device)
-    elif random_drafter_layers:
+    if random_drafter_layers:
         from .drafter import DFlashDrafter, DrafterConfig
         torch.manual_seed(seed)
         config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=random_drafter_layers,
                                            block_size=max(block_sizes))
         draft = DFlashDrafter(config).to(device).eval()
+    if drafter is None and not random_drafter_layers:
+        from .target import default_drafter_path
+        drafter = default_drafter_path(target)
+        drafter = str(drafter) if drafter else None
+    if drafter is not None:
+        from .checkpoints import load_drafter
+        draft = load_drafter(drafter).to(device)
+    prompt_template = prompt_template.replace("\\n", "\n")    # a literal \n typed on a command line
+    if "{prompt}" not in prompt_template:
+        raise ValueError("--prompt-template must contain {prompt}")
     texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
+    texts = [prompt_template.replace("{prompt}", t) for t in texts]
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
-    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes), ids, max_new_tokens, repeats,
-                           device=device)
+    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, hf_dflash=hf_dflash), ids,
+                           max_new_tokens, repeats, device=device)
     report["env"].update({"target": target, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),
-                          "prompts_source": prompts or f"built-in held-out {domain}"})
-    print(format_table(report))
+                          "prompts_source": prompts or f"built-in held-out {domain}",
+                          "prompt_template": prompt_template})
+    if not quiet:
+        print(format_table(report))
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps(report, indent=1))

@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--device", default="cpu")
     b.add_argument("--json", dest="json_out", default=None)
+    b.add_argument("--prompt-template", default="{prompt}",
+                   help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
+    b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
+                   help="skip transformers' DFlash path")
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
     t.add_argument("--target", default="tiny")
     t.add_argument("--out", required=True)
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             demo(**args)
         elif command == "train":
             from .train import train_drafter
-            print(train_drafter(**args))
+            print(train_drafter(**args, command="python -m dflash_lite " + " ".join(sys.argv[1:])))
         elif command == "bench":
             from .benchmark import bench
             bench(**args)

@@ -211,11 +211,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None):
-    """One target forward over ``block`` (1, k+1): logits (k+1, V), tapped features (1, k+1, K*H) or None."""
+def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logits_to_keep: int = 0):
+    """One target forward over ``block`` (1, k+1): logits (k+1, V) (the last ``logits_to_keep`` when
+    given), and the tapped features of every position (1, k+1, K*H), or None."""
     from .target import context_features
 
-    out = target(block, past_key_values=cache, use_cache=True, output_hidden_states=layer_ids is not None)
+    out = target(block, past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
+                 output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
     return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
 
 
@@ -250,8 +252,8 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     start = time.perf_counter()
 
     # prefill: the prompt through the target; every prompt position's features to the drafter
-    logits, hidden = verify(target, input_ids, cache, proposer.layer_ids)
-    last = choose_tokens(logits[-1:], sampling, processors, generator)     # (1,)
+    logits, hidden = verify(target, input_ids, cache, proposer.layer_ids, logits_to_keep=1)
+    last = choose_tokens(logits, sampling, processors, generator)          # (1,)
     proposer.start(input_ids, hidden)
     tokens.append(int(last))
     token_times.append(time.perf_counter() - start)

@@ -313,7 +313,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   steps: int = 1000, batch_size: int = 8, num_anchors: int = 16, lr: float = 6e-4,
                   num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
-                  callbacks: list[Callable] = ()) -> Path:
+                  callbacks: list[Callable] = (), command: str | None = None) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
     from .checkpoints import save_drafter
     from .drafter import DFlashDrafter, DrafterConfig
@@ -340,7 +340,9 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1
-    meta = {"training": {"target": target, "steps": steps, "batch_size": batch_size, "num_anchors": num_anchors,
+    meta = {"training": {"command": command, "target": target, "layers": layers, "block_size": block_size,
+                         "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
+                         "num_math": num_math, "num_code": num_code, "steps": steps, "batch_size": batch_size, "num_anchors": num_anchors,
                          "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
                          "train_seconds": round(train_s, 1), "seed": seed, "device": device,
                          "threads": torch.get_num_threads(), "gamma": loss_gamma(block_size)}}

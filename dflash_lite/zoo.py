@@ -232,12 +232,22 @@ def main(argv=None):
     t.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
+    dc = sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md")
+    dc.add_argument("path")
+    dc.add_argument("--target", default="tiny")
+    dc.add_argument("--judges", default=None, help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
+    dc.add_argument("--num-prompts", type=int, default=8)
+    dc.add_argument("--max-new-tokens", type=int, default=128)
+    dc.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     if args.command == "train-target":
         train_target(args.out, args.preset, args.steps, args.seed, args.device, args.time_budget_s, bf16=args.bf16)
     elif args.command == "card":
         from .model_card import write_card
         write_card(args.path)
+    elif args.command == "drafter-card":
+        from .model_card import write_drafter_card
+        write_drafter_card(args.path, args.target, args.num_prompts, args.max_new_tokens, args.repeats, args.judges)
 
 
 if __name__ == "__main__":

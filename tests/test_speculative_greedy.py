@@ -63,7 +63,8 @@ def test_stop_token_inside_an_accepted_block_ends_the_output_there(tiny):
     target, tokenizer = tiny
     ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 11).prompt, return_tensors="pt").input_ids
     free = generate_autoregressive(target, ids, 40).tokens
-    stop = free[6]
+    # a token that first appears well inside the output, so a whole block is accepted before it
+    stop = next(t for i, t in enumerate(free) if i >= 9 and t not in free[:i])
     expected = free[: free.index(stop) + 1]
     result = generate_speculative(target, DraftModelProposer(target, target, 8), ids, 40, stop_token_ids=[stop])
     assert result.tokens == expected and result.stop_reason == "stop_token"
@@ -87,3 +88,17 @@ def test_result_reports_tau_and_phase_times(tiny, random_drafter, cases):
     assert result.tau == sum(result.acceptance_lengths) / len(result.acceptance_lengths)
     assert set(result.phase_times) == {"prefill", "draft", "verify", "bookkeeping"}
     assert all(t >= 0 for t in result.phase_times.values()) and result.phase_times["draft"] > 0
+
+
+def test_dflash_on_a_llama_target_is_lossless(random_llama):
+    from dflash_lite import load_pretrained
+    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+
+    target, tokenizer = load_pretrained(random_llama)
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                                      block_size=4)).eval()
+    for seed in range(3):
+        ids = torch.randint(10, len(tokenizer), (1, 5 + seed), generator=torch.Generator().manual_seed(seed))
+        expected = generate_autoregressive(target, ids, 20).tokens
+        assert generate_speculative(target, DFlashProposer(drafter, target), ids, 20).tokens == expected
