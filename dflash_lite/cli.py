@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="cpu")
     t.add_argument("--cache-dir", default=".cache/dflash_lite")
+    t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:

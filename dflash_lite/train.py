@@ -218,13 +218,14 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 0            # 0: only at the end
     seed: int = 0
+    time_budget_s: float | None = None   # stop (with the schedule finished) after this much training time
 
 
-def cosine_lr(step: int, config: TrainConfig) -> float:
+def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
+    """Linear warm-up over the first steps, then cosine to zero as progress goes 0 -> 1."""
     warmup = max(1, int(config.steps * config.warmup_fraction))
     if step < warmup:
         return config.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, config.steps - warmup)
     return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
@@ -253,13 +254,19 @@ class Trainer:
         start = time.time()
         data = self.batches()
         while self.step < self.config.steps:
+            # progress on steps, or on wall time when there is a budget (whichever is further)
+            progress = self.step / self.config.steps
+            if self.config.time_budget_s:
+                progress = max(progress, (time.time() - start) / self.config.time_budget_s)
+                if progress >= 1.0:
+                    break
             try:
                 batch = next(data)
             except StopIteration:                              # a new epoch: anchors are resampled
                 data = self.batches()
                 continue
             for group in self.optimizer.param_groups:
-                group["lr"] = cosine_lr(self.step, self.config)
+                group["lr"] = cosine_lr(progress, self.step, self.config)
             loss, metrics = self.loss_fn(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -267,7 +274,8 @@ class Trainer:
             self.optimizer.step()
             self.step += 1
             metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"], elapsed_s=time.time() - start)
-            if self.step % self.config.log_every == 0 or self.step == self.config.steps:
+            if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
+                    self.config.time_budget_s and metrics["elapsed_s"] >= self.config.time_budget_s):
                 self.history.append(metrics)
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc1=f"{metrics['accuracy_per_position'][0]:.2f}")
             for callback in self.callbacks:
@@ -313,7 +321,8 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   steps: int = 1000, batch_size: int = 8, num_anchors: int = 16, lr: float = 6e-4,
                   num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
-                  callbacks: list[Callable] = (), command: str | None = None) -> Path:
+                  callbacks: list[Callable] = (), command: str | None = None,
+                  time_budget_s: float | None = None) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
     from .checkpoints import save_drafter
     from .drafter import DFlashDrafter, DrafterConfig
@@ -335,14 +344,16 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, model, b, weights),
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
                                             tokenizer.pad_token_id, generator),
-                      TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10)),
+                      TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
+                                  time_budget_s=time_budget_s),
                       list(callbacks), checkpoint_dir=Path(out) / "checkpoint")
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1
     meta = {"training": {"command": command, "target": target, "layers": layers, "block_size": block_size,
                          "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
-                         "num_math": num_math, "num_code": num_code, "steps": steps, "batch_size": batch_size, "num_anchors": num_anchors,
+                         "num_math": num_math, "num_code": num_code, "steps": trainer.step, "steps_planned": steps,
+                         "time_budget_s": time_budget_s, "batch_size": batch_size, "num_anchors": num_anchors,
                          "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
                          "train_seconds": round(train_s, 1), "seed": seed, "device": device,
                          "threads": torch.get_num_threads(), "gamma": loss_gamma(block_size)}}
