@@ -98,6 +98,8 @@ def load_drafter(directory: str | Path) -> DFlashDrafter:
 def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``)."""
     c = drafter.config
+    if c.drafting != "block":
+        raise ValueError("only block (DFlash) drafters have a public DFlash layout")
     config = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
@@ -144,6 +146,8 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
     c = drafter.config
+    if c.drafting != "block":
+        raise ValueError("only block (DFlash) drafters map onto transformers' DFlash drafter")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_layers,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,

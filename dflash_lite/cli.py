@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--device", default="cpu")
     t.add_argument("--cache-dir", default=".cache/dflash_lite")
     t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
+    t.add_argument("--drafting", default="block", choices=["block", "autoregressive"],
+                   help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:

@@ -127,6 +127,10 @@ class DFlashProposer:
         from .drafter import check_compatible
 
         check_compatible(drafter.config, target.config)
+        expected = "autoregressive" if isinstance(self, EagleProposer) else "block"
+        if drafter.config.drafting != expected:
+            raise ValueError(f"a {drafter.config.drafting} drafter needs "
+                             f"{'EagleProposer' if expected == 'block' else 'DFlashProposer'}")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
         if not 1 <= self.block_size <= drafter.config.max_block_size:
@@ -148,6 +152,26 @@ class DFlashProposer:
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the drafter's context on the next propose
         self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
+
+
+class EagleProposer(DFlashProposer):
+    """The EAGLE-style baseline (the paper's "DFlash-AR"): the same feature taps and KV injection,
+    but one drafter forward per draft token, each token predicting the next, with a causal cache."""
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        cache, token = self.cache, last_token.view(1, 1)
+        position = self.new_context_start + self.new_context.shape[1]             # where `last` sits
+        context, context_start = self.new_context, self.new_context_start
+        cache.keep_drafts = True
+        drafts = []
+        for i in range(k):
+            logits = self.drafter.next_token_logits(self.target, token, context, context_start, position + i, cache)
+            token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
+            drafts.append(token[0])
+            context, context_start = context[:, :0], position                      # the context is cached now
+        cache.clear_drafts()
+        cache.keep_drafts = False
+        return torch.cat(drafts), None
 
 
 class DraftModelProposer:

@@ -48,6 +48,7 @@ class DrafterConfig:
     max_block_size: int = 64          # largest block the drafter may be asked for at inference
     hidden_act: str = "silu"
     attention_bias: bool = False
+    drafting: str = "block"           # "block": DFlash; "autoregressive": the EAGLE-style baseline (DFlash-AR)
     num_context_features: int = field(init=False)
 
     def __post_init__(self):
@@ -55,6 +56,8 @@ class DrafterConfig:
         self.num_context_features = len(self.target_layer_ids) * self.hidden_size
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids is empty")
+        if self.drafting not in ("block", "autoregressive"):
+            raise ValueError(f"drafting must be 'block' or 'autoregressive', got {self.drafting!r}")
         if self.block_size < 1 or self.block_size > self.max_block_size:
             raise ValueError(f"block_size must be in 1..{self.max_block_size}, got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
@@ -116,11 +119,30 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class DrafterCache:
-    """Per-layer K/V of the context (accepted positions), after k-norm and RoPE."""
+    """Per-layer K/V of the context (accepted positions), after k-norm and RoPE.
+
+    A block drafter never stores its block. The autoregressive (EAGLE-style) drafter sets
+    ``keep_drafts`` while it drafts, so each drafted token's K/V are kept for the next one, and
+    calls ``clear_drafts`` when the round is over.
+    """
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.draft_keys: list[torch.Tensor | None] = [None] * num_layers
+        self.draft_values: list[torch.Tensor | None] = [None] * num_layers
+        self.keep_drafts = False
+
+    def extend_drafts(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.draft_keys[layer] is not None:
+            k = torch.cat([self.draft_keys[layer], k], dim=2)
+            v = torch.cat([self.draft_values[layer], v], dim=2)
+        self.draft_keys[layer], self.draft_values[layer] = k, v
+        return k, v
+
+    def clear_drafts(self) -> None:
+        n = len(self.keys)
+        self.draft_keys, self.draft_values = [None] * n, [None] * n
 
     def __len__(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
@@ -162,9 +184,11 @@ class KVInjectionAttention(nn.Module):
         k_ctx, v_ctx = self._kv(context, *context_rope)                  # (N, kv, C, D)
         if cache is not None:                                            # the context joins the cache for good
             k_ctx, v_ctx = cache.append(layer, k_ctx, v_ctx)
+            if cache.keep_drafts:                                        # autoregressive drafting only
+                k_block, v_block = cache.extend_drafts(layer, k_block, v_block)
         k = torch.cat([k_ctx, k_block], dim=2)                           # (N, kv, C+B, D)
         v = torch.cat([v_ctx, v_block], dim=2)
-        # no causal mask: inside the block every position sees every other (bidirectional)
+        # block drafting: no causal mask, every block position sees every other (bidirectional)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))       # (N, B, H)
@@ -240,3 +264,15 @@ class DFlashDrafter(nn.Module):
         embeds = target.get_input_embeddings()(block_ids)                                          # (1, B, H)
         hidden = self(embeds, target_hidden.to(embeds.dtype), block_positions, context_positions, cache)
         return target.get_output_embeddings()(hidden[:, 1:])                                       # (1, B-1, V)
+
+    @torch.inference_mode()
+    def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor, context_start: int,
+                          position: int, cache: DrafterCache) -> torch.Tensor:
+        """Autoregressive drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V)."""
+        device = token.device
+        c = target_hidden.shape[1]
+        context_positions = torch.arange(context_start, context_start + c, device=device)[None]       # (1, C)
+        embeds = target.get_input_embeddings()(token)                                               # (1, 1, H)
+        hidden = self(embeds, target_hidden.to(embeds.dtype), torch.tensor([[position]], device=device),
+                      context_positions, cache)
+        return target.get_output_embeddings()(hidden[:, -1])                                        # (1, V)

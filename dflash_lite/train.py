@@ -117,32 +117,41 @@ def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator:
     return choices[pick].sort().values
 
 
-def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size: int) -> torch.Tensor:
+def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size: int,
+                         causal: bool = False) -> torch.Tensor:
     """Boolean (A*B, T + A*B): block j's queries see context positions < anchors[j] and block j.
 
     True means "may attend". Context position t is visible iff t < anchor (strictly before: the
     features at the anchor and after already know the labels). Blocks never see each other.
+    Inside a block attention is bidirectional, or causal for the autoregressive baseline.
     """
     num_blocks = anchors.shape[0]
     query_block = torch.arange(num_blocks * block_size) // block_size                     # (A*B,)
     context = torch.arange(context_length)[None, :] < anchors[query_block][:, None]        # (A*B, T)
     key_block = torch.arange(num_blocks * block_size) // block_size
     own_block = query_block[:, None] == key_block[None, :]                                 # (A*B, A*B)
+    if causal:
+        index = torch.arange(num_blocks * block_size)
+        own_block &= index[None, :] <= index[:, None]
     return torch.cat([context, own_block], dim=1)
 
 
 @dataclass
 class Batch:
-    block_ids: torch.Tensor          # (N, A*B) anchor token then MASKs, per block
-    labels: torch.Tensor             # (N, A*B) the real token at each masked position, IGNORE elsewhere
+    block_ids: torch.Tensor          # (N, A*B) anchor token then MASKs per block (real tokens when causal)
+    labels: torch.Tensor             # (N, A*B) the token each position predicts, IGNORE elsewhere
     block_positions: torch.Tensor    # (N, A*B) absolute positions
     sequence_ids: torch.Tensor       # (N, T) the full sequences, for the target's features
     attn_mask: torch.Tensor          # (N, 1, A*B, T + A*B)
 
 
 def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int, num_anchors: int,
-               mask_token_id: int, pad_token_id: int, generator: torch.Generator) -> Batch | None:
-    """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have no labels)."""
+               mask_token_id: int, pad_token_id: int, generator: torch.Generator, causal: bool = False) -> Batch | None:
+    """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have no labels).
+
+    Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
+    (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.
+    """
     n, width = len(sequences), max(map(len, sequences))
     q = num_anchors * block_size
     block_ids = torch.full((n, q), mask_token_id)
@@ -161,14 +170,20 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         any_anchor = True
         offsets = torch.arange(block_size)
         pos = anchors[:, None] + offsets[None, :]                                       # (a, B)
-        ids = torch.full((a, block_size), mask_token_id)
-        ids[:, 0] = seq_t[anchors]
-        lab = torch.where(pos < len(seq), seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
-        lab[:, 0] = IGNORE                                                              # the anchor is given
+        inside = pos < len(seq)
+        if causal:
+            ids = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(mask_token_id))
+            nxt = pos + 1
+            lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
+        else:
+            ids = torch.full((a, block_size), mask_token_id)
+            ids[:, 0] = seq_t[anchors]
+            lab = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
+            lab[:, 0] = IGNORE                                                          # the anchor is given
         block_ids[i, : a * block_size] = ids.flatten()
         labels[i, : a * block_size] = lab.flatten()
         positions[i, : a * block_size] = pos.flatten()
-        m = block_attention_mask(anchors, width, block_size)                            # (a*B, width + a*B)
+        m = block_attention_mask(anchors, width, block_size, causal)                    # (a*B, width + a*B)
         mask[i, 0, : a * block_size, :width] = m[:, :width]
         mask[i, 0, : a * block_size, width: width + a * block_size] = m[:, width:]
         # unused query rows attend to themselves only, so softmax never sees an empty row
@@ -194,7 +209,12 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
     logits = target.get_output_embeddings()(hidden)                                       # (N, A*B, V)
     labels = batch.labels.to(device)
     k = torch.arange(labels.shape[1], device=device) % block_size                         # position in block
-    w = torch.cat([torch.zeros(1, device=device), weights.to(device)])[k]                 # (A*B,)
+    causal = drafter.config.drafting == "autoregressive"
+    zero = torch.zeros(1, device=device)
+    # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
+    # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
+    w = (torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)]))[k]  # (A*B,)
+    first = 0 if causal else 1
     valid = labels != IGNORE
     ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().clamp(min=0), reduction="none")
     ce = ce.view_as(labels)
@@ -203,7 +223,7 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
     with torch.no_grad():
         correct = (logits.argmax(-1) == labels) & valid
         acc = [(correct & (k == j)).sum().item() / max(1, (valid & (k == j)).sum().item())
-               for j in range(1, block_size)]
+               for j in range(first, first + block_size - 1)]
     return loss, {"loss": loss.item(), "accuracy_per_position": acc}
 
 
@@ -306,13 +326,13 @@ class Trainer:
 
 # ----------------------------------------------------------------------------- 4. putting it together
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, mask_token_id: int,
-                  pad_token_id: int, generator: torch.Generator) -> Iterator[Batch]:
+                  pad_token_id: int, generator: torch.Generator, causal: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx], block_size,
-                           num_anchors, mask_token_id, pad_token_id, generator)
+                           num_anchors, mask_token_id, pad_token_id, generator, causal)
         if batch is not None:
             yield batch
 
@@ -322,7 +342,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
                   callbacks: list[Callable] = (), command: str | None = None,
-                  time_budget_s: float | None = None) -> Path:
+                  time_budget_s: float | None = None, drafting: str = "block") -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
     from .checkpoints import save_drafter
     from .drafter import DFlashDrafter, DrafterConfig
@@ -337,20 +357,21 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                       cache_dir=cache_dir)
     regen_s = time.time() - t0
     config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
-                                       block_size=block_size, num_taps=num_taps)
+                                       block_size=block_size, num_taps=num_taps, drafting=drafting)
     drafter = DFlashDrafter(config).to(device).train()
     weights = position_weights(block_size)
     generator = torch.Generator().manual_seed(seed)
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, model, b, weights),
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
-                                            tokenizer.pad_token_id, generator),
+                                            tokenizer.pad_token_id, generator, drafting == "autoregressive"),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
                                   time_budget_s=time_budget_s),
                       list(callbacks), checkpoint_dir=Path(out) / "checkpoint")
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1
-    meta = {"training": {"command": command, "target": target, "layers": layers, "block_size": block_size,
+    meta = {"training": {"command": command, "target": target, "drafting": drafting, "layers": layers,
+                         "block_size": block_size,
                          "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
                          "num_math": num_math, "num_code": num_code, "steps": trainer.step, "steps_planned": steps,
                          "time_budget_s": time_budget_s, "batch_size": batch_size, "num_anchors": num_anchors,

@@ -147,3 +147,48 @@ def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
     assert resumed.step == 3
     resumed.run()
     assert resumed.step == 6 and [h["step"] for h in resumed.history] == [1, 2, 3, 4, 5, 6]
+
+
+def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tiny, toy_data):
+    """EAGLE-style drafter: under teacher forcing, block position j of the causal training forward
+    gives the logits that autoregressive drafting computes one token at a time."""
+    from dflash_lite.drafter import DrafterCache
+
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+                                                      block_size=4, drafting="autoregressive")).eval()
+    seq, plen = toy_data.sequences[2], toy_data.prompt_lengths[2]
+    batch = make_batch([seq], [plen], 4, 2, tokenizer.mask_token_id, tokenizer.pad_token_id,
+                       torch.Generator().manual_seed(4), causal=True)
+    with torch.no_grad():
+        out = target.model(batch.sequence_ids, output_hidden_states=True)
+        features = context_features(out.hidden_states, drafter.config.target_layer_ids)
+        embeds = target.get_input_embeddings()(batch.block_ids)
+        hidden = drafter(embeds, features, batch.block_positions, torch.arange(features.shape[1])[None], None,
+                         batch.attn_mask)
+        trained = target.get_output_embeddings()(hidden)[0, :3]
+    anchor = int(batch.block_positions[0, 0])
+    cache = DrafterCache(2)
+    cache.keep_drafts = True
+    steps, context = [], features[:, :anchor]
+    for j in range(3):
+        steps.append(drafter.next_token_logits(target, batch.block_ids[:, j:j + 1], context, 0, anchor + j, cache)[0])
+        context = context[:, :0]
+    torch.testing.assert_close(trained, torch.stack(steps), atol=1e-4, rtol=1e-4)
+    assert int(batch.labels[0, 0]) == seq[anchor + 1]
+
+
+def test_eagle_style_decoding_is_lossless(tiny):
+    from dflash_lite import generate_autoregressive
+    from dflash_lite.decode import DFlashProposer, EagleProposer, generate_speculative
+
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                                      block_size=6, drafting="autoregressive")).eval()
+    ids = tokenizer("Question: Ben has 4 cards and buys 3 more.\nAnswer:", return_tensors="pt").input_ids
+    expected = generate_autoregressive(target, ids, 30).tokens
+    assert generate_speculative(target, EagleProposer(drafter, target), ids, 30).tokens == expected
+    with pytest.raises(ValueError, match="EagleProposer"):
+        DFlashProposer(drafter, target)
