@@ -129,14 +129,14 @@ def summarise(stats: dict[str, MethodStats], env: dict, max_new_tokens: int, num
 
 
 def format_table(report: dict) -> str:
-    lines = [f"{'method':<28} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} {'tau':>6} {'identical':>9}"]
+    lines = [f"{'method':<36} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} {'tau':>6} {'identical':>9}"]
     for r in report["methods"]:
         if r["error"]:
-            lines.append(f"{r['name']:<28} {'':>3} failed: {r['error']}")
+            lines.append(f"{r['name']:<36} {'':>3} failed: {r['error']}")
             continue
         spread = "{:.1f}-{:.1f}".format(*r["tokens_per_s_spread"])
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
-        lines.append(f"{r['name']:<28} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
+        lines.append(f"{r['name']:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
                      f"{r['speedup']:>7.2f}x {tau:>6} {str(r['identical_to_target']):>9}")
     env = report["env"]
     lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of {env['repeats']} "
@@ -147,8 +147,12 @@ def format_table(report: dict) -> str:
 
 # ----------------------------------------------------------------------------- standard methods
 def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
-                     hf_dflash: bool = True) -> list[Method]:
-    """The project's loop and ``model.generate`` (baselines), then DFlash here and in transformers."""
+                     hf_dflash: bool = True, eagle=None, draft_model=None, draft_block_size: int = 5,
+                     prompt_lookup: int | None = 10) -> list[Method]:
+    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
+    a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
+    DFlash here at each block size and transformers' DFlash path with the same weights."""
+    from .decode import DraftModelProposer, EagleProposer
     from .target import stop_token_ids
 
     stops = stop_token_ids(target, tokenizer)
@@ -156,6 +160,21 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
         Method("autoregressive (ours)", lambda ids, n: _ours_ar(target, ids, n, sampling, stops), 1, True),
         Method("model.generate", lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops), 1, True),
     ]
+    if draft_model is not None:
+        methods.append(Method(f"draft model (ours) k={draft_block_size - 1}",
+                              _spec_run(target, lambda: DraftModelProposer(draft_model, target, draft_block_size),
+                                        sampling, stops), draft_block_size))
+        methods.append(Method("draft model (transformers)",
+                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, assistant_model=draft_model),
+                              None))
+    if prompt_lookup:
+        methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
+                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops,
+                                                          prompt_lookup_num_tokens=prompt_lookup), None))
+    if eagle is not None:
+        methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}",
+                              _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
+                              eagle.config.block_size))
     if drafter is not None:
         for b in block_sizes:
             methods.append(Method(f"DFlash (ours) B={b}", _dflash_run(target, drafter, b, sampling, stops), b))
@@ -175,8 +194,12 @@ def _ours_ar(target, ids, n, sampling, stops):
 
 
 def _dflash_run(target, drafter, block_size, sampling, stops):
+    return _spec_run(target, lambda: DFlashProposer(drafter, target, block_size), sampling, stops)
+
+
+def _spec_run(target, make_proposer, sampling, stops):
     def run(ids, n):
-        result = generate_speculative(target, DFlashProposer(drafter, target, block_size), ids, n, sampling, stops)
+        result = generate_speculative(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result
     return run
 
@@ -234,7 +257,8 @@ def builtin_prompts(domain: str, n: int) -> list[str]:
 def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None = None, domain: str = "mixed",
           num_prompts: int = 8, max_new_tokens: int = 64, block_sizes: tuple[int, ...] = (16,), repeats: int = 3,
           device: str = "cpu", json_out: str | None = None, random_drafter_layers: int | None = None,
-          seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False) -> dict:
+          seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
+          eagle: str | None = None, draft_model: str | None = None, baselines: bool = True) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON."""
     import json
     from pathlib import Path
@@ -262,9 +286,20 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
     texts = [prompt_template.replace("{prompt}", t) for t in texts]
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
-    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, hf_dflash=hf_dflash), ids,
+    eagle_drafter = small_lm = None
+    if baselines:
+        from .checkpoints import load_drafter
+        from .target import SHIPPED_BASELINES
+        shipped = SHIPPED_BASELINES.get(target, {})
+        eagle = eagle or (str(shipped["eagle"]) if "eagle" in shipped and shipped["eagle"].is_dir() else None)
+        draft_model = draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
+                                      and shipped["draft_model"].is_dir() else None)
+        eagle_drafter = load_drafter(eagle).to(device) if eagle else None
+        small_lm = load_pretrained(draft_model, device=device)[0] if draft_model else None
+    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, hf_dflash=hf_dflash,
+                                            eagle=eagle_drafter, draft_model=small_lm), ids,
                            max_new_tokens, repeats, device=device)
-    report["env"].update({"target": target, "drafter": drafter or (f"random, {random_drafter_layers} layers"
+    report["env"].update({"target": target, "eagle": eagle, "draft_model": draft_model, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),
                           "prompts_source": prompts or f"built-in held-out {domain}",
                           "prompt_template": prompt_template})

@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                    help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
                    help="skip transformers' DFlash path")
+    b.add_argument("--eagle", default=None, help="EAGLE-style drafter directory (default: the shipped one)")
+    b.add_argument("--draft-model", default=None, help="small draft LM directory (default: the shipped one)")
+    b.add_argument("--no-baselines", dest="baselines", action="store_false",
+                   help="skip the EAGLE-style and draft-model peers")
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
     t.add_argument("--target", default="tiny")
     t.add_argument("--out", required=True)
@@ -116,16 +120,23 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--device", default="cpu")
     t.add_argument("--cache-dir", default=".cache/dflash_lite")
     t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
-    t.add_argument("--drafting", default="block", choices=["block", "autoregressive"],
-                   help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning")
+    t.add_argument("--drafting", default="block", choices=["block", "autoregressive", "draft-model"],
+                   help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
+                        "draft-model: a small independent causal LM (classic speculative decoding)")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:
         if command == "demo":
             demo(**args)
         elif command == "train":
-            from .train import train_drafter
-            print(train_drafter(**args, command="python -m dflash_lite " + " ".join(sys.argv[1:])))
+            from .train import train_draft_model, train_drafter
+            command_line = "python -m dflash_lite " + " ".join(sys.argv[1:])
+            if args["drafting"] == "draft-model":
+                for unused in ("drafting", "block_size", "num_anchors", "num_taps"):
+                    args.pop(unused)
+                print(train_draft_model(**args, command=command_line))
+            else:
+                print(train_drafter(**args, command=command_line))
         elif command == "bench":
             from .benchmark import bench
             bench(**args)

@@ -16,6 +16,7 @@ import torch
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
 SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}   # the default DFlash drafter of each shipped target
+SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle", "draft_model": MODELS_DIR / "tiny-draft-model"}}
 
 
 def default_drafter_path(target_name: str):

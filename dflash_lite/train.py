@@ -381,3 +381,73 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     save_drafter(drafter.eval(), out, extra=meta)
     (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history}, indent=1))
     return Path(out)
+
+
+# ----------------------------------------------------------------------------- classic draft model
+def draft_model_config(target_config, num_layers: int = 2):
+    """A small Qwen3 with the target's width and vocabulary and ``num_layers`` layers."""
+    from transformers import Qwen3Config
+    return Qwen3Config(**{**target_config.to_dict(), "num_hidden_layers": num_layers,
+                          "layer_types": ["full_attention"] * num_layers, "architectures": ["Qwen3ForCausalLM"]})
+
+
+def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int, generator: torch.Generator):
+    """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are context only)."""
+    order = torch.randperm(len(data), generator=generator).tolist()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(data.sequences[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad_token_id)
+        labels = torch.full((len(idx), width), IGNORE)
+        for row, i in enumerate(idx):
+            seq, plen = data.sequences[i], data.prompt_lengths[i]
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, plen: len(seq)] = torch.tensor(seq[plen:])      # predict the response only
+        yield ids, labels
+
+
+def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
+    ids, labels = batch
+    device = next(model.parameters()).device
+    logits = model(ids.to(device)).logits[:, :-1]                         # (N, T-1, V)
+    target = labels[:, 1:].to(device)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=IGNORE)
+    with torch.no_grad():
+        valid = target != IGNORE
+        acc = ((logits.argmax(-1) == target) & valid).sum().item() / max(1, valid.sum().item())
+    return loss, {"loss": loss.item(), "accuracy_per_position": [acc]}
+
+
+def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: int = 2, steps: int = 1000,
+                      batch_size: int = 8, lr: float = 6e-4, num_math: int = 2000, num_code: int = 400,
+                      max_new_tokens: int = 160, seed: int = 0, device: str = "cpu",
+                      cache_dir: str = ".cache/dflash_lite", time_budget_s: float | None = None,
+                      command: str | None = None) -> Path:
+    """Classic speculative decoding's drafter: a small causal LM trained on the same regenerated data,
+    saved as a Hugging Face directory (usable by ``generate(assistant_model=...)`` too)."""
+    from transformers import Qwen3ForCausalLM
+
+    from .target import load_pretrained
+
+    torch.manual_seed(seed)
+    model, tokenizer = load_pretrained(target, device=device)
+    t0 = time.time()
+    data = regenerate(model, tokenizer, training_prompts(num_math, num_code, seed), max_new_tokens,
+                      cache_dir=cache_dir)
+    regen_s = time.time() - t0
+    small = Qwen3ForCausalLM(draft_model_config(model.config, layers)).to(device).train()
+    small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)   # start from the target's embedding
+    generator = torch.Generator().manual_seed(seed)
+    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, batch_size, tokenizer.pad_token_id, generator),
+                      TrainConfig(steps=steps, lr=lr, seed=seed, time_budget_s=time_budget_s))
+    t1 = time.time()
+    history = trainer.run()
+    meta = {"command": command, "target": target, "layers": layers, "steps": trainer.step, "steps_planned": steps,
+            "batch_size": batch_size, "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
+            "train_seconds": round(time.time() - t1, 1), "device": device, "threads": torch.get_num_threads(),
+            "time_budget_s": time_budget_s}
+    out = Path(out)
+    small.eval().save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "training_curve.json").write_text(json.dumps({"training": meta, "curve": history}, indent=1))
+    return out
