@@ -115,9 +115,9 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 #   start(prompt_ids, target_hidden)             after prefill
 #   propose(last_token, k) -> (tokens, q|None)   k draft tokens (q: their distributions, if sampled)
 #   accepted(block, n, position, target_hidden)  the verified block, of which last + n drafts stay
-# Proposers: DFlashProposer (one block-diffusion forward per block, this project),
-# DraftModelProposer (a small causal LM, one forward per draft token: classic speculative
-# decoding) and NoDraftProposer (block size 1: the same loop is plain autoregressive decoding).
+# Proposers: DFlashProposer (one block-diffusion forward per block, this project), EagleProposer
+# (same conditioning, one drafter forward per draft token), DraftModelProposer (a small causal LM:
+# classic speculative decoding) and NoDraftProposer (block size 1: plain autoregressive decoding).
 
 
 class DFlashProposer:
