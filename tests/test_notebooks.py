@@ -9,6 +9,7 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 OVERRIDES = {
     "00_tour": {"max_new_tokens": 12, "num_parity_prompts": 2},
+    "01_autoregressive_bottleneck": {"token_counts": [1, 4, 8], "repeats": 3, "num_prompts": 1, "max_new_tokens": 8},
 }
 
 
