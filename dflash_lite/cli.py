@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--device", default="cpu")
     t.add_argument("--cache-dir", default=".cache/dflash_lite")
     t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
+    t.add_argument("--eval-every", type=int, default=None,
+                   help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
     t.add_argument("--drafting", default="block", choices=["block", "autoregressive", "draft-model"],
                    help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
                         "draft-model: a small independent causal LM (classic speculative decoding)")
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             from .train import train_draft_model, train_drafter
             command_line = "python -m dflash_lite " + " ".join(sys.argv[1:])
             if args["drafting"] == "draft-model":
-                for unused in ("drafting", "block_size", "num_anchors", "num_taps"):
+                for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every"):
                     args.pop(unused)
                 print(train_draft_model(**args, command=command_line))
             else:

@@ -325,6 +325,28 @@ class Trainer:
 
 
 # ----------------------------------------------------------------------------- 4. putting it together
+def tau_probe(target, tokenizer, num_prompts: int = 6, max_new_tokens: int = 64):
+    """A callback factory: every ``every`` steps, measure tau on held-out in-domain prompts (math and
+    code, never the benchmark judges) and record it with the elapsed training time."""
+    from . import corpus
+    from .decode import DFlashProposer, EagleProposer, generate_speculative
+
+    prompts = [p.prompt for p in corpus.math_problems(num_prompts - num_prompts // 3, split="held_out", start=3000)]
+    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts // 3, seed=21)
+    ids = [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(target.device) for p in prompts]
+
+    def measure(drafter) -> float:
+        drafter.eval()
+        proposer = EagleProposer if drafter.config.drafting == "autoregressive" else DFlashProposer
+        lengths = [a for x in ids
+                   for a in generate_speculative(target, proposer(drafter, target), x, max_new_tokens).acceptance_lengths]
+        drafter.train()
+        return sum(lengths) / len(lengths)
+
+    return measure
+
+
+
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, mask_token_id: int,
                   pad_token_id: int, generator: torch.Generator, causal: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
@@ -342,7 +364,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
                   callbacks: list[Callable] = (), command: str | None = None,
-                  time_budget_s: float | None = None, drafting: str = "block") -> Path:
+                  time_budget_s: float | None = None, drafting: str = "block", eval_every: int | None = None) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
     from .checkpoints import save_drafter
     from .drafter import DFlashDrafter, DrafterConfig
@@ -361,25 +383,46 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     drafter = DFlashDrafter(config).to(device).train()
     weights = position_weights(block_size)
     generator = torch.Generator().manual_seed(seed)
+    measure_tau = tau_probe(model, tokenizer)
+    tau_curve = []
+    every = eval_every or max(1, steps // 10)
+
+    eval_seconds = [0.0]                      # probe time, taken out of the training clock
+
+    def record_tau(trainer, step, metrics):
+        if step % every == 0:
+            t = time.time()
+            tau = measure_tau(drafter)
+            tau_curve.append({"step": step, "elapsed_s": round(metrics["elapsed_s"] - eval_seconds[0], 1), "tau": tau})
+            eval_seconds[0] += time.time() - t
+            print(f"[train] step {step}: tau {tau_curve[-1]['tau']:.2f} after {metrics['elapsed_s'] / 60:.1f} min",
+                  flush=True)
+
+    callbacks = [record_tau, *callbacks] if eval_every != 0 else list(callbacks)
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, model, b, weights),
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
                                             tokenizer.pad_token_id, generator, drafting == "autoregressive"),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
                                   time_budget_s=time_budget_s),
-                      list(callbacks), checkpoint_dir=Path(out) / "checkpoint")
+                      callbacks, checkpoint_dir=Path(out) / "checkpoint")
     t1 = time.time()
     history = trainer.run()
-    train_s = time.time() - t1
+    train_s = time.time() - t1 - eval_seconds[0]
     meta = {"training": {"command": command, "target": target, "drafting": drafting, "layers": layers,
                          "block_size": block_size,
                          "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
                          "num_math": num_math, "num_code": num_code, "steps": trainer.step, "steps_planned": steps,
                          "time_budget_s": time_budget_s, "batch_size": batch_size, "num_anchors": num_anchors,
                          "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
-                         "train_seconds": round(train_s, 1), "seed": seed, "device": device,
+                         "train_seconds": round(train_s, 1), "tau_probe_seconds": round(eval_seconds[0], 1), "seed": seed, "device": device,
                          "threads": torch.get_num_threads(), "gamma": loss_gamma(block_size)}}
+    final_tau = measure_tau(drafter)
+    tau_curve.append({"step": trainer.step, "elapsed_s": round(train_s, 1), "tau": final_tau})
+    first_5 = next((t for t in tau_curve if t["tau"] >= 5), None)
+    meta["training"].update(final_tau_probe=final_tau, minutes_to_tau_5=round(first_5["elapsed_s"] / 60, 1) if first_5 else None)
     save_drafter(drafter.eval(), out, extra=meta)
-    (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history}, indent=1))
+    (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history, "tau_curve": tau_curve},
+                                                              indent=1))
     return Path(out)
 
 
