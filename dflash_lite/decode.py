@@ -123,7 +123,7 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 class DFlashProposer:
     """Drafts ``block_size - 1`` tokens with one forward of a :class:`~dflash_lite.drafter.DFlashDrafter`."""
 
-    def __init__(self, drafter, target, block_size: int | None = None):
+    def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1):
         from .drafter import check_compatible
 
         check_compatible(drafter.config, target.config)
@@ -136,7 +136,9 @@ class DFlashProposer:
         if not 1 <= self.block_size <= drafter.config.max_block_size:
             raise ValueError(f"block_size must be in 1..{drafter.config.max_block_size} for this drafter, "
                              f"got {self.block_size}")
-        self.layer_ids = drafter.config.target_layer_ids
+        if passes < 1:
+            raise ValueError(f"passes must be >= 1, got {passes}")
+        self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
 
     def start(self, prompt_ids, target_hidden) -> None:
         from .drafter import DrafterCache
@@ -147,6 +149,10 @@ class DFlashProposer:
         block = torch.full((1, k + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
         block[0, 0] = last_token                                        # [last, MASK x k]
         logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
+        for _ in range(self.passes - 1):                                # DFlash uses 1 pass; more is an experiment:
+            block[0, 1:] = logits[0].argmax(dim=-1)                     # re-feed the draft instead of the masks
+            logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
         return logits[0].argmax(dim=-1), None                           # (k,), a point-mass draft
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:

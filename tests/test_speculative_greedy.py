@@ -102,3 +102,11 @@ def test_dflash_on_a_llama_target_is_lossless(random_llama):
         ids = torch.randint(10, len(tokenizer), (1, 5 + seed), generator=torch.Generator().manual_seed(seed))
         expected = generate_autoregressive(target, ids, 20).tokens
         assert generate_speculative(target, DFlashProposer(drafter, target), ids, 20).tokens == expected
+
+
+def test_refinement_passes_stay_lossless(tiny, random_drafter, cases):
+    target, tokenizer = tiny
+    for ids, expected in cases[:3]:
+        result = generate_speculative(target, DFlashProposer(random_drafter, target, 8, passes=3), ids, MAX_NEW,
+                                      stop_token_ids=stop_token_ids(target, tokenizer))
+        assert result.tokens == expected
