@@ -11,6 +11,7 @@ OVERRIDES = {
     "00_tour": {"max_new_tokens": 12, "num_parity_prompts": 2},
     "01_autoregressive_bottleneck": {"token_counts": [1, 4, 8], "repeats": 3, "num_prompts": 1, "max_new_tokens": 8},
     "02_speculative_decoding": {"draft_tokens": 2, "max_new_tokens": 16, "num_prompts": 1, "num_samples": 600},
+    "03_block_diffusion_drafter": {"block_size": 8, "num_prompts": 2, "max_new_tokens": 16, "timing_repeats": 3, "passes": [1, 2]},
 }
 
 
