@@ -242,11 +242,14 @@ class TrainConfig:
 
 
 def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
-    """Linear warm-up over the first steps, then cosine to zero as progress goes 0 -> 1."""
-    warmup = max(1, int(config.steps * config.warmup_fraction))
-    if step < warmup:
-        return config.lr * (step + 1) / warmup
-    return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    """Linear warm-up over the first ``warmup_fraction`` of training, then cosine to zero.
+
+    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one."""
+    progress = max(progress, (step + 1) / config.steps)
+    if progress < config.warmup_fraction:
+        return config.lr * progress / config.warmup_fraction
+    rest = (progress - config.warmup_fraction) / (1 - config.warmup_fraction)
+    return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, rest)))
 
 
 @dataclass
