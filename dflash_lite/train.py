@@ -206,23 +206,24 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
     context_positions = torch.arange(seq.shape[1], device=device)[None].expand(seq.shape[0], -1)
     hidden = drafter(embeds, features, batch.block_positions.to(device), context_positions, None,
                      batch.attn_mask.to(device))                                          # (N, A*B, H)
-    logits = target.get_output_embeddings()(hidden)                                       # (N, A*B, V)
     labels = batch.labels.to(device)
-    k = torch.arange(labels.shape[1], device=device) % block_size                         # position in block
+    k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)    # position in block
     causal = drafter.config.drafting == "autoregressive"
     zero = torch.zeros(1, device=device)
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
     # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
-    w = (torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)]))[k]  # (A*B,)
+    w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])   # (B,)
     first = 0 if causal else 1
     valid = labels != IGNORE
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten().clamp(min=0), reduction="none")
-    ce = ce.view_as(labels)
-    wv = w[None, :] * valid
-    loss = (ce * wv).sum() / wv.sum()
+    # the LM head only where there is a label: anchors, padding blocks and positions past the
+    # end of a response would cost a (rows x vocabulary) product for nothing
+    logits = target.get_output_embeddings()(hidden[valid])                                # (M, V)
+    label, position = labels[valid], k[valid]                                             # (M,)
+    ce = F.cross_entropy(logits.float(), label, reduction="none")
+    loss = (ce * w[position]).sum() / w[position].sum()
     with torch.no_grad():
-        correct = (logits.argmax(-1) == labels) & valid
-        acc = [(correct & (k == j)).sum().item() / max(1, (valid & (k == j)).sum().item())
+        correct = logits.argmax(-1) == label
+        acc = [correct[position == j].float().mean().item() if (position == j).any() else 0.0
                for j in range(first, first + block_size - 1)]
     return loss, {"loss": loss.item(), "accuracy_per_position": acc}
 
