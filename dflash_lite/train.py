@@ -424,7 +424,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     tau_curve.append({"step": trainer.step, "elapsed_s": round(train_s, 1), "tau": final_tau})
     first_5 = next((t for t in tau_curve if t["tau"] >= 5), None)
     meta["training"].update(final_tau_probe=final_tau, minutes_to_tau_5=round(first_5["elapsed_s"] / 60, 1) if first_5 else None)
-    save_drafter(drafter.eval(), out, extra=meta)
+    save_drafter(drafter.eval(), out, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
     (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history, "tau_curve": tau_curve},
                                                               indent=1))
     return Path(out)
@@ -494,7 +494,7 @@ def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: in
             "train_seconds": round(time.time() - t1, 1), "device": device, "threads": torch.get_num_threads(),
             "time_budget_s": time_budget_s}
     out = Path(out)
-    small.eval().save_pretrained(out)
+    small.eval().to(torch.bfloat16).save_pretrained(out)                 # loaded back in fp32, exactly
     tokenizer.save_pretrained(out)
     (out / "training_curve.json").write_text(json.dumps({"training": meta, "curve": history}, indent=1))
     return out
