@@ -515,11 +515,13 @@ $$P(\text{out} = y) = q(y)\min\Big(1, \tfrac{p(y)}{q(y)}\Big) + \Big(1 - \sum_x 
 because `1 - Σ min(p, q) = Σ max(p - q, 0)`. So the output is distributed exactly as the target's.
 The source article instead accepts when `p(x) >= q(x)` (else resamples from p), or when
 `p(x) >= 0.5`. Below, the exact output distribution of each rule for the target's real next-token
-distribution, its total-variation distance from `p`, and a sampled check.
+distribution at the start of a math problem, its total-variation distance from `p`, and a sampled
+check. The first two rules get drafts sampled from the draft model; the threshold rule gets the
+best possible point-mass draft, the target's own favourite token.
 """),
     ("code", """
-sampling = SamplingParams(temperature=1.0, top_k=8)
-x = tokenizer("    def ", return_tensors="pt").input_ids.to(device)
+sampling = SamplingParams(temperature=1.0)
+x = tokenizer("Question: ", return_tensors="pt").input_ids.to(device)     # the start of a math problem
 with torch.inference_mode():
     p = target_probs(target(x).logits[0, -1:], sampling)[0].double().cpu()
     q = target_probs(draft(x).logits[0, -1:], sampling)[0].double().cpu()
@@ -533,7 +535,7 @@ def exact_output(rule):
         return q * keep + (q * (1 - keep)).sum() * p
     if rule == "article: p(x) >= 0.5 (argmax draft)":
         out = p.clone() * 0
-        star = int(q.argmax())
+        star = int(p.argmax())                      # a good drafter proposes the target's favourite
         if p[star] >= 0.5:
             out[star] = 1.0
         else:
@@ -544,14 +546,14 @@ rules = ["lossless (min(1, p/q))", "article: p(x) >= q(x)", "article: p(x) >= 0.
 tv = {r: 0.5 * float((exact_output(r) - p).abs().sum()) for r in rules}
 for r in rules:
     print(f"{r:<40} TV distance from the target: {tv[r]:.4f}")
-assert tv[rules[0]] < 1e-9 and tv[rules[1]] > 1e-3
+assert tv[rules[0]] < 1e-6 and tv[rules[1]] > 1e-3 and tv[rules[2]] > 1e-3
 """),
     ("code", """
 # the same, sampled through the acceptance functions of dflash_lite/acceptance.py (one draft token)
 g = torch.Generator().manual_seed(0)
 counts = {r: np.zeros(len(p)) for r in rules}
 pp, qq = p.float()[None].repeat(2, 1), q.float()[None]      # p at the draft position and the one after
-argmax_draft = q.float().argmax().view(1)
+argmax_draft = p.float().argmax().view(1)                    # a good point-mass drafter
 for _ in range(num_samples):
     sampled_draft = torch.multinomial(q.float(), 1, generator=g)
     for r in rules:
@@ -562,7 +564,7 @@ for _ in range(num_samples):
         else:
             d, (n, nxt) = argmax_draft, accept_article_threshold(argmax_draft, pp, 0.5, g)
         counts[r][int(d[0]) if n >= 1 else nxt] += 1        # the first emitted token
-support = p.nonzero().flatten().tolist()
+support = p.topk(10).indices.tolist()                       # the target's ten likeliest tokens
 fig, ax = plt.subplots(figsize=(8, 3.5))
 width = 0.2
 xs = np.arange(len(support))
@@ -572,9 +574,15 @@ for i, r in enumerate(rules):
 ax.set_xticks(xs, [repr(tokenizer.decode([t])) for t in support], rotation=45, fontsize=8)
 ax.set_ylabel("probability"); ax.legend(fontsize=7); ax.set_title("Output distribution of one speculative step")
 fig.tight_layout(); fig.savefig(FIGURES / "02_acceptance_rules.png", dpi=120)
-empirical_tv = 0.5 * np.abs(counts[rules[0]] / num_samples - p.numpy()).sum()
-print(f"sampled TV of the lossless rule: {empirical_tv:.4f} (sampling noise at n={num_samples})")
-assert empirical_tv < 0.05
+from scipy.stats import chisquare
+def chi2_p(rule):            # the ten likeliest tokens and "everything else", against p
+    observed = [counts[rule][t] for t in support]
+    expected = [float(p[t]) * num_samples for t in support]
+    return chisquare(observed + [num_samples - sum(observed)], expected + [num_samples - sum(expected)]).pvalue
+pvalues = {r: chi2_p(r) for r in rules}
+for r, pv in pvalues.items():
+    print(f"{r:<40} sampled, chi-square p = {pv:.3g}")
+assert pvalues[rules[0]] > 0.001
 """),
     ("md", """
 ## Expected tau under a constant acceptance rate
@@ -807,7 +815,8 @@ print(f"fastest: {best[0]} pass(es)")
 """),
     ("md", """
 The drafter was trained for exactly one pass from masks, so re-fed drafts are inputs it never saw
-in training; tau barely moves while each pass adds a drafter forward. One pass is the method.
+in training: tau does not rise with more passes (with the shipped drafter it falls), while every pass
+adds a drafter forward. One pass is the method, as the paper says.
 
 ## Summary
 
