@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .acceptance import SamplingParams, choose_tokens
+from .acceptance import (SamplingParams, accept_greedy, accept_point_mass, accept_speculative, choose_tokens,
+                         target_probs)
+from .drafter import DrafterCache, check_compatible
+from .target import context_features
 
 
 @dataclass
@@ -124,8 +127,6 @@ class DFlashProposer:
     """Drafts ``block_size - 1`` tokens with one forward of a :class:`~dflash_lite.drafter.DFlashDrafter`."""
 
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1):
-        from .drafter import check_compatible
-
         check_compatible(drafter.config, target.config)
         expected = "autoregressive" if isinstance(self, EagleProposer) else "block"
         if drafter.config.drafting != expected:
@@ -141,7 +142,6 @@ class DFlashProposer:
         self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
 
     def start(self, prompt_ids, target_hidden) -> None:
-        from .drafter import DrafterCache
         self.cache = DrafterCache(self.drafter.config.num_layers)
         self.new_context, self.new_context_start = target_hidden, 0     # (1, T, K*H) of positions 0..T-1
 
@@ -204,8 +204,6 @@ class DraftModelProposer:
         self.unseen = prompt_ids                                        # tokens not yet in the draft cache
 
     def propose(self, last_token: torch.Tensor, k: int):
-        from .acceptance import target_probs
-
         ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
         tokens, probs = [], []
         for _ in range(k):
@@ -244,8 +242,6 @@ def _sync(device: torch.device) -> None:
 def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logits_to_keep: int = 0):
     """One target forward over ``block`` (1, k+1): logits (k+1, V) (the last ``logits_to_keep`` when
     given), and the tapped features of every position (1, k+1, K*H), or None."""
-    from .target import context_features
-
     out = target(block, past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
                  output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
     return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
@@ -253,8 +249,6 @@ def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logi
 
 def accept(draft_tokens, draft_q, target_logits, sampling, processors, generator) -> tuple[int, int]:
     """Greedy, point-mass sampling, or the general rule with the draft's q (all lossless)."""
-    from .acceptance import accept_greedy, accept_point_mass, accept_speculative, target_probs
-
     if sampling.greedy:
         return accept_greedy(draft_tokens, target_logits)
     p = target_probs(target_logits, sampling, processors)               # (k+1, V)

@@ -26,8 +26,7 @@ from pathlib import Path
 import torch
 
 from . import corpus
-
-MODELS_DIR = Path(__file__).parent / "models"
+from .target import MODELS_DIR
 
 
 @dataclass
