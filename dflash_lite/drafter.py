@@ -133,12 +133,21 @@ class DrafterCache:
         self.draft_values: list[torch.Tensor | None] = [None] * num_layers
         self.keep_drafts = False
 
-    def extend_drafts(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.draft_keys[layer] is not None:
-            k = torch.cat([self.draft_keys[layer], k], dim=2)
-            v = torch.cat([self.draft_values[layer], v], dim=2)
-        self.draft_keys[layer], self.draft_values[layer] = k, v
+    @staticmethod
+    def _grow(keys: list, values: list, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Append (N, kv, T, D) to one layer's store along T; return the whole store."""
+        if keys[layer] is not None:
+            k, v = torch.cat([keys[layer], k], dim=2), torch.cat([values[layer], v], dim=2)
+        keys[layer], values[layer] = k, v
         return k, v
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Accepted context: kept for good."""
+        return self._grow(self.keys, self.values, layer, k, v)
+
+    def extend_drafts(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens drafted this round (autoregressive drafting only): dropped by ``clear_drafts``."""
+        return self._grow(self.draft_keys, self.draft_values, layer, k, v)
 
     def clear_drafts(self) -> None:
         n = len(self.keys)
@@ -146,13 +155,6 @@ class DrafterCache:
 
     def __len__(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
-
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=2)
-            v = torch.cat([self.values[layer], v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
 
 
 class KVInjectionAttention(nn.Module):
