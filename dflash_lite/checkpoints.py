@@ -100,6 +100,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dt
     c = drafter.config
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters have a public DFlash layout")
+    if c.conditioning != "kv_injection":
+        raise ValueError(f"only KV-injection drafters have this layout; this one uses {c.conditioning}")
     config = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
@@ -148,6 +150,8 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
     c = drafter.config
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters map onto transformers' DFlash drafter")
+    if c.conditioning != "kv_injection":
+        raise ValueError(f"only KV-injection drafters have this layout; this one uses {c.conditioning}")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_layers,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,

@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--drafting", default="block", choices=["block", "autoregressive", "draft-model"],
                    help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
                         "draft-model: a small independent causal LM (classic speculative decoding)")
+    t.add_argument("--conditioning", default="kv_injection", choices=["kv_injection", "input_fusion", "none"],
+                   help="how target features reach the drafter (notebook 04); 'none' uses token embeddings only")
+    t.add_argument("--fixed-anchors", action="store_true",
+                   help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:
@@ -134,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             from .train import train_draft_model, train_drafter
             command_line = "python -m dflash_lite " + " ".join(sys.argv[1:])
             if args["drafting"] == "draft-model":
-                for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every"):
+                for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every", "conditioning",
+                               "fixed_anchors"):
                     args.pop(unused)
                 print(train_draft_model(**args, command=command_line))
             else:

@@ -28,6 +28,9 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwe
 from .target import tapped_layer_ids
 
 
+CONDITIONING = ("kv_injection", "input_fusion", "none")
+
+
 @dataclass
 class DrafterConfig:
     """Shape of a DFlash drafter and the target it belongs to."""
@@ -49,15 +52,30 @@ class DrafterConfig:
     hidden_act: str = "silu"
     attention_bias: bool = False
     drafting: str = "block"           # "block": DFlash; "autoregressive": the EAGLE-style baseline (DFlash-AR)
+    # how the target's features reach the drafter (notebook 04 compares them):
+    #   "kv_injection": DFlash; every layer's context K/V come from the projected features
+    #   "input_fusion": the projected features enter once, as the context's input; the context
+    #                   then runs through the drafter's layers (causal) like a small LM's prompt
+    #   "none":         no target computation at all: the context is the target's token
+    #                   embeddings (tap -1, the embedding output), injected like DFlash's features
+    conditioning: str = "kv_injection"
     num_context_features: int = field(init=False)
 
     def __post_init__(self):
         self.target_layer_ids = [int(i) for i in self.target_layer_ids]
-        self.num_context_features = len(self.target_layer_ids) * self.hidden_size
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids is empty")
         if self.drafting not in ("block", "autoregressive"):
             raise ValueError(f"drafting must be 'block' or 'autoregressive', got {self.drafting!r}")
+        if self.conditioning not in CONDITIONING:
+            raise ValueError(f"conditioning must be one of {', '.join(CONDITIONING)}, got {self.conditioning!r}")
+        if self.conditioning == "none":
+            self.target_layer_ids = [-1]
+        elif min(self.target_layer_ids) < 0:
+            raise ValueError(f"target_layer_ids must be >= 0, got {self.target_layer_ids}")
+        if self.conditioning == "input_fusion" and self.drafting != "block":
+            raise ValueError("input_fusion is implemented for block drafting only")
+        self.num_context_features = len(self.target_layer_ids) * self.hidden_size
         if self.block_size < 1 or self.block_size > self.max_block_size:
             raise ValueError(f"block_size must be in 1..{self.max_block_size}, got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
@@ -107,7 +125,7 @@ def check_compatible(config: DrafterConfig, target_config, mask_token_id: int | 
     if config.vocab_size != target_config.vocab_size:
         raise ValueError(f"drafter vocabulary {config.vocab_size} != target vocabulary {target_config.vocab_size}")
     depth = target_config.num_hidden_layers
-    if max(config.target_layer_ids) >= depth or min(config.target_layer_ids) < 0:
+    if max(config.target_layer_ids) >= depth or min(config.target_layer_ids) < (-1 if config.conditioning == "none" else 0):
         raise ValueError(f"drafter taps layers {config.target_layer_ids}, but the target has {depth} layers")
     if mask_token_id is not None and mask_token_id != config.mask_token_id:
         raise ValueError(f"drafter mask token {config.mask_token_id} != the tokenizer's {mask_token_id}")
@@ -178,7 +196,9 @@ class KVInjectionAttention(nn.Module):
         return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
 
     def forward(self, block, context, block_rope, context_rope, cache: DrafterCache | None, layer: int,
-                attn_mask: torch.Tensor | None = None):
+                attn_mask: torch.Tensor | None = None, context_queries: bool = False):
+        """Attention output of the block (N, B, H), and of the context when ``context_queries``
+        (input fusion: the context attends causally to itself, never to the block), else None."""
         n, b, _ = block.shape
         q = self.q_norm(self.q_proj(block).view(n, b, self.num_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, *block_rope)                                   # (N, heads, B, D)
@@ -190,10 +210,18 @@ class KVInjectionAttention(nn.Module):
                 k_block, v_block = cache.extend_drafts(layer, k_block, v_block)
         k = torch.cat([k_ctx, k_block], dim=2)                           # (N, kv, C+B, D)
         v = torch.cat([v_ctx, v_block], dim=2)
+        gqa = self.num_heads != self.num_kv_heads
         # block drafting: no causal mask, every block position sees every other (bidirectional)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))       # (N, B, H)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
+        out = self.o_proj(out.transpose(1, 2).reshape(n, b, -1))         # (N, B, H)
+        if not context_queries:
+            return out, None
+        c, total = context.shape[1], k_ctx.shape[2]                      # new context, all context
+        qc = self.q_norm(self.q_proj(context).view(n, c, self.num_heads, self.head_dim)).transpose(1, 2)
+        qc = apply_rope(qc, *context_rope)                               # (N, heads, C, D)
+        causal = torch.arange(total, device=qc.device)[None] <= torch.arange(total - c, total, device=qc.device)[:, None]
+        out_ctx = F.scaled_dot_product_attention(qc, k_ctx, v_ctx, attn_mask=causal, enable_gqa=gqa)
+        return out, self.o_proj(out_ctx.transpose(1, 2).reshape(n, c, -1))   # (N, C, H)
 
 
 class DrafterLayer(nn.Module):
@@ -204,9 +232,18 @@ class DrafterLayer(nn.Module):
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = Qwen3MLP(config.mlp_config())
 
-    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
-        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache, layer, attn_mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None, fuse=False, last=False):
+        """KV injection: ``context`` (the projected features) feeds this layer's K/V as it is and is
+        returned unchanged. Input fusion (``fuse``): ``context`` is a residual stream like the
+        block's, normed here and updated by this layer (except the last, whose output is unused)."""
+        ctx_in = self.input_layernorm(context) if fuse else context
+        a, a_ctx = self.self_attn(self.input_layernorm(x), ctx_in, block_rope, context_rope, cache, layer,
+                                  attn_mask, context_queries=fuse and not last)
+        x = x + a
+        if a_ctx is not None:
+            context = context + a_ctx
+            context = context + self.mlp(self.post_attention_layernorm(context))
+        return x + self.mlp(self.post_attention_layernorm(x)), context
 
 
 class DFlashDrafter(nn.Module):
@@ -246,9 +283,9 @@ class DFlashDrafter(nn.Module):
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rotary_emb(block_embeds, block_positions)        # cos, sin: (N, B, D)
         context_rope = self.rotary_emb(context, context_positions)         # (N, C, D)
-        x = block_embeds
+        x, fuse, last = block_embeds, self.config.conditioning == "input_fusion", len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, context, block_rope, context_rope, cache, i, attn_mask)
+            x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask, fuse, i == last)
         return self.norm(x)                                                # (N, B, H)
 
     @torch.inference_mode()

@@ -106,13 +106,18 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
 
 
 # ----------------------------------------------------------------------------- 2. blocks
-def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator: torch.Generator) -> torch.Tensor:
+def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator: torch.Generator,
+                   block_size: int | None = None) -> torch.Tensor:
     """Anchor positions in the response: ``prompt_length <= a <= length - 2`` (at least one label).
-    Sampled without replacement; fewer when the response is short. Sorted, (A,)."""
+    Sampled without replacement; fewer when the response is short. Sorted, (A,).
+
+    With ``block_size`` the anchors may only sit on fixed block boundaries,
+    ``prompt_length + k * block_size`` (the ablation in notebook 05); DFlash samples them anywhere.
+    """
     low, high = prompt_length, length - 2
     if high < low:
         return torch.empty(0, dtype=torch.long)
-    choices = torch.arange(low, high + 1)
+    choices = torch.arange(low, high + 1, block_size or 1)
     pick = torch.randperm(len(choices), generator=generator)[:num_anchors]
     return choices[pick].sort().values
 
@@ -146,7 +151,8 @@ class Batch:
 
 
 def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int, num_anchors: int,
-               mask_token_id: int, pad_token_id: int, generator: torch.Generator, causal: bool = False) -> Batch | None:
+               mask_token_id: int, pad_token_id: int, generator: torch.Generator, causal: bool = False,
+               fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have no labels).
 
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
@@ -163,7 +169,7 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     for i, (seq, plen) in enumerate(zip(sequences, prompt_lengths)):
         seq_t = torch.tensor(seq)
         seq_ids[i, : len(seq)] = seq_t
-        anchors = sample_anchors(plen, len(seq), num_anchors, generator)
+        anchors = sample_anchors(plen, len(seq), num_anchors, generator, block_size if fixed_anchors else None)
         a = len(anchors)
         if a == 0:
             continue
@@ -329,36 +335,40 @@ class Trainer:
 
 
 # ----------------------------------------------------------------------------- 4. putting it together
-def tau_probe(target, tokenizer, num_prompts: int = 6, max_new_tokens: int = 64):
-    """A callback factory: every ``every`` steps, measure tau on held-out in-domain prompts (math and
-    code, never the benchmark judges) and record it with the elapsed training time."""
+def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64):
+    """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
+    ``num_prompts`` held-out in-domain prompts per domain (never the benchmark judges)."""
     from . import corpus
     from .decode import DFlashProposer, EagleProposer, generate_speculative
 
-    prompts = [p.prompt for p in corpus.math_problems(num_prompts - num_prompts // 3, split="held_out", start=3000)]
-    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts // 3, seed=21)
-    ids = [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(target.device) for p in prompts]
+    prompts = {"math": [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=3000)],
+               "code": corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts, seed=21)}
+    ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(target.device)
+                    for p in texts] for domain, texts in prompts.items()}
 
-    def measure(drafter) -> float:
+    def measure(drafter, block_size: int | None = None) -> dict:
+        was_training = drafter.training
         drafter.eval()
         proposer = EagleProposer if drafter.config.drafting == "autoregressive" else DFlashProposer
-        lengths = [a for x in ids
-                   for a in generate_speculative(target, proposer(drafter, target), x, max_new_tokens).acceptance_lengths]
-        drafter.train()
-        return sum(lengths) / len(lengths)
+        lengths = {domain: [a for x in xs for a in generate_speculative(
+            target, proposer(drafter, target, block_size), x, max_new_tokens).acceptance_lengths]
+            for domain, xs in ids.items()}
+        drafter.train(was_training)
+        every = [a for v in lengths.values() for a in v]
+        return {**{d: sum(v) / len(v) for d, v in lengths.items()}, "all": sum(every) / len(every)}
 
     return measure
 
 
-
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, mask_token_id: int,
-                  pad_token_id: int, generator: torch.Generator, causal: bool = False) -> Iterator[Batch]:
+                  pad_token_id: int, generator: torch.Generator, causal: bool = False,
+                  fixed_anchors: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx], block_size,
-                           num_anchors, mask_token_id, pad_token_id, generator, causal)
+                           num_anchors, mask_token_id, pad_token_id, generator, causal, fixed_anchors)
         if batch is not None:
             yield batch
 
@@ -368,7 +378,8 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
                   callbacks: list[Callable] = (), command: str | None = None,
-                  time_budget_s: float | None = None, drafting: str = "block", eval_every: int | None = None) -> Path:
+                  time_budget_s: float | None = None, drafting: str = "block", eval_every: int | None = None,
+                  conditioning: str = "kv_injection", fixed_anchors: bool = False) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
     from .checkpoints import save_drafter
     from .drafter import DFlashDrafter, DrafterConfig
@@ -383,7 +394,8 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                       cache_dir=cache_dir)
     regen_s = time.time() - t0
     config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
-                                       block_size=block_size, num_taps=num_taps, drafting=drafting)
+                                       block_size=block_size, num_taps=num_taps, drafting=drafting,
+                                       conditioning=conditioning)
     drafter = DFlashDrafter(config).to(device).train()
     weights = position_weights(block_size)
     generator = torch.Generator().manual_seed(seed)
@@ -397,15 +409,17 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
         if step % every == 0:
             t = time.time()
             tau = measure_tau(drafter)
-            tau_curve.append({"step": step, "elapsed_s": round(metrics["elapsed_s"] - eval_seconds[0], 1), "tau": tau})
+            tau_curve.append({"step": step, "elapsed_s": round(metrics["elapsed_s"] - eval_seconds[0], 1),
+                              "tau": tau["all"], "tau_math": tau["math"], "tau_code": tau["code"]})
             eval_seconds[0] += time.time() - t
-            print(f"[train] step {step}: tau {tau_curve[-1]['tau']:.2f} after {metrics['elapsed_s'] / 60:.1f} min",
-                  flush=True)
+            print(f"[train] step {step}: tau math {tau['math']:.2f} code {tau['code']:.2f} after "
+                  f"{tau_curve[-1]['elapsed_s'] / 60:.1f} min of training", flush=True)
 
     callbacks = [record_tau, *callbacks] if eval_every != 0 else list(callbacks)
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, model, b, weights),
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
-                                            tokenizer.pad_token_id, generator, drafting == "autoregressive"),
+                                            tokenizer.pad_token_id, generator, drafting == "autoregressive",
+                                            fixed_anchors),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
                                   time_budget_s=time_budget_s),
                       callbacks, checkpoint_dir=Path(out) / "checkpoint")
@@ -413,6 +427,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     history = trainer.run()
     train_s = time.time() - t1 - eval_seconds[0]
     meta = {"training": {"command": command, "target": target, "drafting": drafting, "layers": layers,
+                         "conditioning": conditioning, "anchors": "fixed" if fixed_anchors else "random",
                          "block_size": block_size,
                          "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
                          "num_math": num_math, "num_code": num_code, "steps": trainer.step, "steps_planned": steps,
@@ -420,10 +435,17 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                          "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
                          "train_seconds": round(train_s, 1), "tau_probe_seconds": round(eval_seconds[0], 1), "seed": seed, "device": device,
                          "threads": torch.get_num_threads(), "gamma": loss_gamma(block_size)}}
-    final_tau = measure_tau(drafter)
-    tau_curve.append({"step": trainer.step, "elapsed_s": round(train_s, 1), "tau": final_tau})
-    first_5 = next((t for t in tau_curve if t["tau"] >= 5), None)
-    meta["training"].update(final_tau_probe=final_tau, minutes_to_tau_5=round(first_5["elapsed_s"] / 60, 1) if first_5 else None)
+    final = measure_tau(drafter)
+    if tau_curve and tau_curve[-1]["step"] == trainer.step:
+        tau_curve.pop()                                         # measured again just now, on the same weights
+    tau_curve.append({"step": trainer.step, "elapsed_s": round(train_s, 1), "tau": final["all"],
+                      "tau_math": final["math"], "tau_code": final["code"]})
+
+    def minutes_to(domain):
+        first = next((t for t in tau_curve if t[f"tau_{domain}"] >= 5), None)
+        return round(first["elapsed_s"] / 60, 1) if first else None
+
+    meta["training"].update(final_tau_probe=final, minutes_to_tau_5={d: minutes_to(d) for d in ("math", "code")})
     save_drafter(drafter.eval(), out, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
     (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history, "tau_curve": tau_curve},
                                                               indent=1))

@@ -66,12 +66,16 @@ def toy_data(tiny):
     return regenerate(target, tokenizer, training_prompts(8, 0), 48, batch_size=8)
 
 
-def test_training_forward_equals_the_inference_draft(tiny, toy_data):
-    """One block inside the training batch gives exactly the logits of drafting it at inference."""
+@pytest.mark.parametrize("conditioning", ["kv_injection", "input_fusion", "none"])
+def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditioning):
+    """Every block inside the training batch gives exactly the logits of drafting it at inference,
+    with the context fed in two pieces through the drafter cache, as the decode loop does."""
+    from dflash_lite.drafter import DrafterCache
+
     target, tokenizer = tiny
     torch.manual_seed(0)
     drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
-                                                      block_size=4)).eval()
+                                                      block_size=4, conditioning=conditioning)).eval()
     seq, plen = toy_data.sequences[0], toy_data.prompt_lengths[0]
     g = torch.Generator().manual_seed(3)
     batch = make_batch([seq], [plen], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id, g)
@@ -81,10 +85,36 @@ def test_training_forward_equals_the_inference_draft(tiny, toy_data):
         embeds = target.get_input_embeddings()(batch.block_ids)
         ctx_pos = torch.arange(batch.sequence_ids.shape[1])[None]
         hidden = drafter(embeds, features, batch.block_positions, ctx_pos, None, batch.attn_mask)
-        trained = target.get_output_embeddings()(hidden)[0, 1:4]              # block 0, masked positions
-        anchor = int(batch.block_positions[0, 0])
-        inference = drafter.draft_logits(target, batch.block_ids[:, :4], features[:, :anchor], 0)[0]
-    torch.testing.assert_close(trained, inference, atol=1e-4, rtol=1e-4)
+        trained = target.get_output_embeddings()(hidden)[0]
+        for j in range(3):
+            anchor = int(batch.block_positions[0, 4 * j])
+            cache, split = DrafterCache(2), anchor // 2
+            drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4], features[:, :split], 0, cache)
+            inference = drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4],
+                                             features[:, split:anchor], split, cache)[0]
+            torch.testing.assert_close(trained[4 * j + 1: 4 * j + 4], inference, atol=1e-4, rtol=1e-4)
+
+
+def test_no_target_features_means_the_token_embeddings(tiny):
+    """The 'none' ablation taps index 0 of the hidden states: the embedding output, no target layer."""
+    from dflash_lite.decode import new_cache, verify
+
+    target, tokenizer = tiny
+    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1, conditioning="none")
+    assert config.target_layer_ids == [-1] and config.num_context_features == target.config.hidden_size
+    ids = tokenizer("Question: 2 + 3?", return_tensors="pt").input_ids
+    _, features = verify(target, ids, new_cache(target), config.target_layer_ids)
+    torch.testing.assert_close(features, target.get_input_embeddings()(ids))
+    with pytest.raises(ValueError, match="conditioning"):
+        DrafterConfig.from_target(target.config, 1, conditioning="fusion")
+
+
+def test_fixed_anchors_sit_on_block_boundaries():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        plen, length = int(torch.randint(1, 20, (1,))), int(torch.randint(30, 90, (1,)))
+        anchors = sample_anchors(plen, length, 4, g, block_size=8)
+        assert all((a - plen) % 8 == 0 and plen <= a <= length - 2 for a in anchors.tolist())
 
 
 def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data):
