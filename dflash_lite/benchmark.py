@@ -148,28 +148,29 @@ def format_table(report: dict) -> str:
 # ----------------------------------------------------------------------------- standard methods
 def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
                      hf_dflash: bool = True, eagle=None, draft_model=None, draft_block_size: int = 5,
-                     prompt_lookup: int | None = 10) -> list[Method]:
+                     prompt_lookup: int | None = 10, adaptive: tuple[int, ...] | None = None) -> list[Method]:
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
     a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
     DFlash here at each block size and transformers' DFlash path with the same weights."""
-    from .decode import DraftModelProposer, EagleProposer
+    from .decode import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer
     from .target import stop_token_ids
 
     stops = stop_token_ids(target, tokenizer)
     methods = [
         Method("autoregressive (ours)", lambda ids, n: _ours_ar(target, ids, n, sampling, stops), 1, True),
-        Method("model.generate", lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops), 1, True),
+        Method("model.generate", lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling), 1, True),
     ]
     if draft_model is not None:
         methods.append(Method(f"draft model (ours) k={draft_block_size - 1}",
                               _spec_run(target, lambda: DraftModelProposer(draft_model, target, draft_block_size),
                                         sampling, stops), draft_block_size))
         methods.append(Method("draft model (transformers)",
-                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, assistant_model=draft_model),
+                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling,
+                                                          assistant_model=draft_model),
                               None))
     if prompt_lookup:
         methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
-                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops,
+                              lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling,
                                                           prompt_lookup_num_tokens=prompt_lookup), None))
     if eagle is not None:
         methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}",
@@ -178,12 +179,17 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     if drafter is not None:
         for b in block_sizes:
             methods.append(Method(f"DFlash (ours) B={b}", _dflash_run(target, drafter, b, sampling, stops), b))
+        if adaptive:
+            sizes = "/".join(map(str, sorted(adaptive)))
+            methods.append(Method(f"DFlash (ours) adaptive B in {sizes}",
+                                  _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
+                                            sampling, stops), None))
         if hf_dflash:
             from .checkpoints import to_transformers
             hf = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
-                                  lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, assistant_model=hf,
-                                                              speculation_type="dflash"),
+                                  lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling,
+                                                              assistant_model=hf, speculation_type="dflash"),
                                   drafter.config.block_size))
     return methods
 
@@ -205,8 +211,13 @@ def _spec_run(target, make_proposer, sampling, stops):
 
 
 @torch.inference_mode()
-def _hf_generate(target, tokenizer, ids, n, stops, **kwargs):
-    out = target.generate(ids.to(target.device), do_sample=False, max_new_tokens=n, eos_token_id=stops,
+def _hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(), **kwargs):
+    if sampling.greedy:
+        kwargs["do_sample"] = False
+    else:                       # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
+                      top_k=sampling.top_k or 0)
+    out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
                           pad_token_id=tokenizer.pad_token_id, **kwargs)
     return out[0, ids.shape[1]:].tolist(), None
 
@@ -254,11 +265,136 @@ def builtin_prompts(domain: str, n: int) -> list[str]:
     raise ValueError(f"unknown prompt set {domain!r} (math, code, mixed)")
 
 
+# name -> (hub id, config, split, field): the public sets the DFlash paper reports on
+DATASETS = {
+    "gsm8k": ("openai/gsm8k", "main", "test", "question"),
+    "humaneval": ("openai/openai_humaneval", None, "test", "prompt"),
+    "mbpp": ("google-research-datasets/mbpp", "full", "test", "text"),
+    "math500": ("HuggingFaceH4/MATH-500", None, "test", "problem"),
+    "mt-bench": ("HuggingFaceH4/mt_bench_prompts", None, "train", "prompt"),
+}
+
+
+def dataset_prompts(name: str, limit: int) -> list[str]:
+    """The first ``limit`` prompts of a public benchmark, fetched with ``datasets`` (needs the network
+    or a warm ``datasets`` cache). Any failure is one ValueError line that points to ``--prompts``."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    hub_id, config, split, column = DATASETS[name]
+    try:
+        from datasets import load_dataset
+        rows = load_dataset(hub_id, config, split=f"{split}[:{limit}]")
+    except ImportError:
+        raise ValueError("--dataset needs the 'datasets' package; or pass --prompts FILE (JSONL)") from None
+    except Exception as e:                          # offline, hub down, renamed set: all end here
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"could not fetch {hub_id} ({reason[:120]}); offline, pass --prompts FILE "
+                         f"(JSONL with a 'prompt' or 'turns' field)") from None
+    texts = [r[column][0] if isinstance(r[column], list) else r[column] for r in rows]
+    return [t for t in texts if isinstance(t, str) and t]
+
+
+# ----------------------------------------------------------------------------- the cost model
+def _interleaved_medians(fns: dict, repeats: int, device: torch.device) -> dict:
+    """Median seconds of each callable: one warm-up call each, then ``repeats`` rounds that visit
+    them in turn, so that load drift hits all of them alike."""
+    times = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@torch.inference_mode()
+def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10) -> dict:
+    """Median seconds of the three forwards a DFlash step is made of, at the prompt's context length:
+    ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step), and
+    ``t_draft[b]``, one drafter forward over a block of b (one new context position, as in a step)."""
+    from .decode import crop_cache, new_cache, verify
+    from .drafter import DrafterCache
+
+    device = target.device
+    ids = prompt_ids.to(device)
+    length = ids.shape[1]
+    cache = new_cache(target)
+    _, features = verify(target, ids, cache, drafter.config.target_layer_ids, logits_to_keep=1)
+    dcache = DrafterCache(drafter.config.num_layers)
+    mask_id = drafter.config.mask_token_id
+    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1], 0, dcache)
+    saved = (list(dcache.keys), list(dcache.values))
+
+    def target_step(b):
+        verify(target, ids[:, -1:].expand(1, b), cache, drafter.config.target_layer_ids)
+        crop_cache(cache, length)
+
+    def draft_step(b):
+        drafter.draft_logits(target, torch.full((1, b), mask_id, device=device), features[:, -1:], length - 1, dcache)
+        dcache.keys, dcache.values = list(saved[0]), list(saved[1])        # forget the new context again
+
+    fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted({1, *block_sizes})}
+    fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in block_sizes})
+    medians = _interleaved_medians(fns, repeats, device)
+    # keys are strings, as they will be in the JSON
+    t_target = {str(b): t for (kind, b), t in medians.items() if kind == "target"}
+    t_draft = {str(b): t for (kind, b), t in medians.items() if kind == "draft"}
+    return {"context_length": length, "repeats": repeats, "t_target": t_target, "t_draft": t_draft}
+
+
+def predicted_speedup(tau: float, t_target_1: float, t_target_b: float, t_draft_b: float) -> float:
+    """The paper's cost model: tau tokens per step, one step costs a verify plus a draft."""
+    return tau * t_target_1 / (t_target_b + t_draft_b)
+
+
+def cost_model(report: dict, costs: dict) -> list[dict]:
+    """Predicted against measured speedup for every DFlash row of a benchmark report, with the
+    measured per-step phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
+    rows = []
+    ar = next((r for r in report["methods"] if r["name"] == "autoregressive (ours)" and r["tokens_per_s"]), None)
+    for r in report["methods"]:
+        b = r["block_size"]
+        if not r["name"].startswith("DFlash (ours)") or r["tau"] is None or str(b) not in costs["t_draft"]:
+            continue
+        t1, tb, td = costs["t_target"]["1"], costs["t_target"][str(b)], costs["t_draft"][str(b)]
+        steps = sum(r["tau_histogram"])
+        phases = {k: v / steps for k, v in r["phase_times"].items() if k != "prefill"} if steps else {}
+        step_s = sum(phases.values())
+        rows.append({
+            "name": r["name"], "block_size": b, "tau": r["tau"], "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
+            "predicted_speedup": predicted_speedup(r["tau"], t1, tb, td),
+            "measured_speedup": r["speedup"],
+            "measured_speedup_vs_ours_ar": r["tokens_per_s"] / ar["tokens_per_s"] if ar else None,
+            "measured_per_step_s": phases, "step_s": step_s,
+            "overhead_per_step_s": step_s - (tb + td) if steps else None,
+        })
+    return rows
+
+
+def format_cost_model(rows: list[dict]) -> str:
+    lines = [f"{'method':<20} {'tau':>5} {'t_tgt(1)':>9} {'t_tgt(B)':>9} {'t_draft':>8} {'predicted':>9} "
+             f"{'measured':>8} {'step':>8} {'overhead':>9}"]
+    for r in rows:
+        ms = lambda x: f"{1000 * x:.2f}ms"                                     # noqa: E731
+        lines.append(f"{r['name']:<20} {r['tau']:>5.2f} {ms(r['t_target_1']):>9} {ms(r['t_target_b']):>9} "
+                     f"{ms(r['t_draft_b']):>8} {r['predicted_speedup']:>8.2f}x {r['measured_speedup']:>7.2f}x "
+                     f"{ms(r['step_s']):>8} {ms(r['overhead_per_step_s'] or 0):>9}")
+    return "\n".join(lines)
+
+
 def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None = None, domain: str = "mixed",
           num_prompts: int = 8, max_new_tokens: int = 64, block_sizes: tuple[int, ...] = (16,), repeats: int = 3,
           device: str = "cpu", json_out: str | None = None, random_drafter_layers: int | None = None,
           seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
-          eagle: str | None = None, draft_model: str | None = None, baselines: bool = True) -> dict:
+          eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
+          temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
+          cost_repeats: int = 10) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON."""
     import json
     from pathlib import Path
@@ -283,7 +419,12 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     prompt_template = prompt_template.replace("\\n", "\n")    # a literal \n typed on a command line
     if "{prompt}" not in prompt_template:
         raise ValueError("--prompt-template must contain {prompt}")
-    texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
+    if prompts and dataset:
+        raise ValueError("pass --prompts or --dataset, not both")
+    if dataset:
+        texts = dataset_prompts(dataset, num_prompts)
+    else:
+        texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
     texts = [prompt_template.replace("{prompt}", t) for t in texts]
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
     eagle_drafter = small_lm = None
@@ -296,16 +437,29 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
                                       and shipped["draft_model"].is_dir() else None)
         eagle_drafter = load_drafter(eagle).to(device) if eagle else None
         small_lm = load_pretrained(draft_model, device=device)[0] if draft_model else None
-    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, hf_dflash=hf_dflash,
-                                            eagle=eagle_drafter, draft_model=small_lm), ids,
-                           max_new_tokens, repeats, device=device)
+    sampling = SamplingParams(temperature=temperature)
+    if not sampling.greedy:
+        torch.manual_seed(seed)
+    adaptive_sizes = tuple(sorted({4, 8, *block_sizes})) if adaptive else None
+    report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, sampling, hf_dflash=hf_dflash,
+                                            eagle=eagle_drafter, draft_model=small_lm, adaptive=adaptive_sizes),
+                           ids, max_new_tokens, repeats, device=device, greedy=sampling.greedy)
+    if draft is not None:
+        report["cost_model"] = {"costs": measure_costs(model, draft, ids[0], block_sizes, cost_repeats)}
+        report["cost_model"]["rows"] = cost_model(report, report["cost_model"]["costs"])
     report["env"].update({"target": target, "eagle": eagle, "draft_model": draft_model, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),
-                          "prompts_source": prompts or f"built-in held-out {domain}",
+                          "prompts_source": prompts or (f"dataset {dataset}" if dataset else f"built-in held-out {domain}"),
+                          "temperature": temperature,
                           "prompt_template": prompt_template})
     if not quiet:
         print(format_table(report))
+        if report.get("cost_model"):
+            print("\ncost model (t: median seconds of one forward at the first prompt's context):")
+            print(format_cost_model(report["cost_model"]["rows"]))
     if json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(json.dumps(report, indent=1))
+        out = Path(json_out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".tmp").write_text(json.dumps(report, indent=1))
+        out.with_suffix(".tmp").replace(out)                 # never a half-written report
     return report

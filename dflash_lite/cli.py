@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--random-drafter-layers", type=int, default=None,
                    help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
     b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
+    b.add_argument("--dataset", default=None, choices=["gsm8k", "humaneval", "mbpp", "math500", "mt-bench"],
+                   help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
+    b.add_argument("--temperature", type=float, default=0.0, help="0: greedy, with the identity check")
+    b.add_argument("--adaptive", action="store_true",
+                   help="also run DFlash with the block size chosen per step from recent acceptance")
+    b.add_argument("--cost-repeats", type=int, default=10, help="repeats of each timed forward in the cost model")
     b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
     b.add_argument("--num-prompts", type=int, default=8)
     b.add_argument("--max-new-tokens", type=int, default=64)

@@ -160,6 +160,31 @@ class DFlashProposer:
         self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
 
 
+class AdaptiveDFlashProposer(DFlashProposer):
+    """DFlash with the block size chosen per step from recent acceptance (the source article's
+    section 5.3): the smallest of ``sizes`` that is at least ``headroom`` x the mean acceptance
+    length of the last ``window`` steps. Low acceptance -> short, cheap blocks; high -> long ones.
+    An option only: notebook 06 measures it against fixed sizes."""
+
+    def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
+        sizes = sorted(set(sizes))
+        super().__init__(drafter, target, sizes[-1])
+        if sizes[0] < 2 or window < 1 or headroom <= 0:
+            raise ValueError("adaptive block sizes must be >= 2, with window >= 1 and headroom > 0")
+        self.sizes, self.window, self.headroom = sizes, window, headroom
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        super().start(prompt_ids, target_hidden)
+        self.recent, self.block_size, self.chosen = [], self.sizes[-1], []
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        super().accepted(block, n, position, target_hidden)
+        self.chosen.append(block.shape[1])
+        self.recent = (self.recent + [n + 1])[-self.window:]
+        want = self.headroom * sum(self.recent) / len(self.recent)
+        self.block_size = next((b for b in self.sizes if b >= want), self.sizes[-1])
+
+
 class EagleProposer(DFlashProposer):
     """The EAGLE-style baseline (the paper's "DFlash-AR"): the same feature taps and KV injection,
     but one drafter forward per draft token, each token predicting the next, with a causal cache."""
@@ -264,9 +289,9 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     """The speculative loop as a generator: yields the tokens committed by each step, returns a
     :class:`GenerationResult`. ``block_size``: tokens per target forward (k drafts + 1)."""
     check_request(target, input_ids, max_new_tokens)
-    block_size = proposer.block_size if block_size is None else block_size
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    fixed = block_size                                  # None: ask the proposer every step (it may adapt)
+    if (initial := proposer.block_size if fixed is None else fixed) < 1:
+        raise ValueError(f"block_size must be >= 1, got {initial}")
     device = target.device
     input_ids = input_ids.to(device)
     stops, processors = set(stop_token_ids), sampling.processors()
@@ -287,6 +312,7 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     position = input_ids.shape[1]                                          # where `last` sits
 
     while stop_reason != "stop_token" and len(tokens) < max_new_tokens:
+        block_size = proposer.block_size if fixed is None else fixed
         k = min(block_size - 1, max_new_tokens - len(tokens) - 1)           # never verify past the limit
         t0 = time.perf_counter()
         draft_tokens, draft_q = proposer.propose(last, k) if k > 0 else (last[:0], None)   # (k,)

@@ -69,3 +69,69 @@ def test_prompt_files_with_prompt_or_turns(tmp_path):
         load_prompts(str(path))
     with pytest.raises(ValueError, match="no such prompts file"):
         load_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def test_cost_model_arithmetic():
+    """predicted = tau * t(1) / (t(B) + t_draft(B)); overhead = measured step - the two forwards."""
+    from dflash_lite.benchmark import cost_model, predicted_speedup
+
+    assert predicted_speedup(4.0, 0.010, 0.012, 0.003) == pytest.approx(4.0 * 0.010 / 0.015)
+    report = {"methods": [
+        {"name": "autoregressive (ours)", "block_size": 1, "tokens_per_s": 100.0, "speedup": 1.0, "tau": None,
+         "tau_histogram": [], "phase_times": {}},
+        {"name": "DFlash (ours) B=8", "block_size": 8, "tokens_per_s": 250.0, "speedup": 2.5, "tau": 3.0,
+         "tau_histogram": [2, 0, 8], "phase_times": {"prefill": 1.0, "draft": 0.05, "verify": 0.12,
+                                                     "bookkeeping": 0.01}},
+        {"name": "EAGLE-style (ours) B=16", "block_size": 16, "tokens_per_s": 90.0, "speedup": 0.9, "tau": 5.0,
+         "tau_histogram": [1], "phase_times": {}}]}
+    costs = {"t_target": {"1": 0.010, "8": 0.012}, "t_draft": {"8": 0.004}}
+    [row] = cost_model(report, costs)                        # only DFlash rows with measured costs
+    assert row["predicted_speedup"] == pytest.approx(3.0 * 0.010 / 0.016)
+    assert row["step_s"] == pytest.approx(0.018)              # (0.05 + 0.12 + 0.01) / 10 steps, prefill left out
+    assert row["overhead_per_step_s"] == pytest.approx(0.018 - 0.016)
+    assert row["measured_speedup_vs_ours_ar"] == pytest.approx(2.5)
+
+
+def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):
+    from dflash_lite.benchmark import cost_model, measure_costs
+    from dflash_lite.plotting import plot_benchmark
+
+    target, tokenizer = tiny
+    ids = tokenizer("Question: Ava has 3 pens and buys 4 more.\nAnswer:", return_tensors="pt").input_ids
+    costs = measure_costs(target, random_drafter, ids, block_sizes=(4, 16), repeats=2)
+    assert set(costs["t_target"]) == {"1", "4", "16"} and set(costs["t_draft"]) == {"4", "16"}
+    assert all(t > 0 for t in [*costs["t_target"].values(), *costs["t_draft"].values()])
+    methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4, 16), hf_dflash=False,
+                               prompt_lookup=None)
+    report = run_benchmark(methods, [ids], 8, repeats=1)
+    report["cost_model"] = {"costs": costs, "rows": cost_model(report, costs)}
+    assert [r["block_size"] for r in report["cost_model"]["rows"]] == [4, 16]
+    json.dumps(report)
+    paths = plot_benchmark(report, tmp_path, "t")
+    assert sorted(p.name for p in paths) == ["t_cost_model.png", "t_speedup_by_method.png",
+                                             "t_speedup_vs_block_size.png", "t_tau_histogram.png"]
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_dataset_offline_is_one_clear_error(monkeypatch):
+    from dflash_lite.benchmark import dataset_prompts
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="offline, pass --prompts FILE") as e:
+        dataset_prompts("gsm8k", 4)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="unknown dataset"):
+        dataset_prompts("imagenet", 4)
+
+
+def test_sampled_benchmark_skips_the_identity_check(tiny, random_drafter):
+    from dflash_lite.acceptance import SamplingParams
+
+    target, tokenizer = tiny
+    ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
+    sampling = SamplingParams(temperature=1.0)
+    methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4,), sampling=sampling,
+                               hf_dflash=False, prompt_lookup=None)
+    report = run_benchmark(methods, ids, 8, repeats=1, greedy=False)
+    assert all(m["identical_to_target"] is None and m["error"] is None for m in report["methods"])

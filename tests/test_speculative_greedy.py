@@ -110,3 +110,18 @@ def test_refinement_passes_stay_lossless(tiny, random_drafter, cases):
         result = generate_speculative(target, DFlashProposer(random_drafter, target, 8, passes=3), ids, MAX_NEW,
                                       stop_token_ids=stop_token_ids(target, tokenizer))
         assert result.tokens == expected
+
+
+def test_adaptive_block_size_is_lossless_and_adapts(tiny, random_drafter):
+    """The adaptive proposer changes B between steps (a random drafter accepts little, so it falls
+    to the smallest size) and the output still equals the target's greedy output."""
+    from dflash_lite.decode import AdaptiveDFlashProposer
+
+    target, tokenizer = tiny
+    ids = tokenizer("def parse(line):\n", return_tensors="pt").input_ids
+    expected = generate_autoregressive(target, ids, 40).tokens
+    proposer = AdaptiveDFlashProposer(random_drafter, target, sizes=(4, 8, 16), window=2)
+    assert generate_speculative(target, proposer, ids, 40).tokens == expected
+    assert proposer.chosen[0] == 16 and 4 in proposer.chosen
+    with pytest.raises(ValueError, match="adaptive"):
+        AdaptiveDFlashProposer(random_drafter, target, sizes=(1, 8))
