@@ -340,7 +340,9 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64)
     ``num_prompts`` held-out in-domain prompts per domain (never the benchmark judges)."""
     from . import corpus
     from .decode import DFlashProposer, EagleProposer, generate_speculative
+    from .target import stop_token_ids
 
+    stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
     prompts = {"math": [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=3000)],
                "code": corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts, seed=21)}
     ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(target.device)
@@ -351,7 +353,7 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64)
         drafter.eval()
         proposer = EagleProposer if drafter.config.drafting == "autoregressive" else DFlashProposer
         lengths = {domain: [a for x in xs for a in generate_speculative(
-            target, proposer(drafter, target, block_size), x, max_new_tokens).acceptance_lengths]
+            target, proposer(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
             for domain, xs in ids.items()}
         drafter.train(was_training)
         every = [a for v in lengths.values() for a in v]

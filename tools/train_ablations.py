@@ -8,6 +8,7 @@ numbers go to ``results/ablations.json``, which the notebooks read.
 
     python tools/train_ablations.py --workers 2            # both at once, one thread each (~35 min)
     python tools/train_ablations.py --collect              # merge into results/ablations.json
+    python tools/train_ablations.py --evaluate             # measure tau again (trained variants kept)
 
 A single variant: ``python tools/train_ablations.py --only input_fusion``.
 """
@@ -41,9 +42,7 @@ CROSS_BLOCK_SIZES = {"reference": [8], "block_8": [16]}     # also measured at t
 def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
     import torch
 
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.target import load_pretrained
-    from dflash_lite.train import tau_probe, train_drafter
+    from dflash_lite.train import train_drafter
 
     options = {**COMMON, "block_size": 16, **VARIANTS[name]}
     out = work / name
@@ -51,20 +50,32 @@ def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
     started = time.time()
     train_drafter(out=str(out), steps=steps, eval_every=max(1, steps // 4), command=command, **options)
     curve = json.loads((out / "training_curve.json").read_text())
-    target, tokenizer = load_pretrained("tiny")
-    drafter = load_drafter(out)
-    measure = tau_probe(target, tokenizer, num_prompts=eval_prompts, max_new_tokens=64)
-    tau = {str(options["block_size"]): measure(drafter)}
-    for b in CROSS_BLOCK_SIZES.get(name, []):
-        tau[str(b)] = measure(drafter, block_size=b)
     last = curve["curve"][-1]
     result = {"name": name, "options": options, "steps": curve["training"]["steps"],
               "train_seconds": curve["training"]["train_seconds"], "threads": torch.get_num_threads(),
               "final_loss": last["loss"], "accuracy_per_position": last["accuracy_per_position"],
-              "tau_by_inference_block_size": tau, "tau_curve": curve["tau_curve"],
-              "loss_curve": [[h["step"], h["loss"]] for h in curve["curve"]],
-              "wall_seconds": round(time.time() - started, 1), "command": command,
-              "eval": {"prompts_per_domain": eval_prompts, "max_new_tokens": 64, "split": "held_out"}}
+              "tau_curve": curve["tau_curve"], "loss_curve": [[h["step"], h["loss"]] for h in curve["curve"]],
+              "wall_seconds": round(time.time() - started, 1), "command": command}
+    return evaluate(name, work, eval_prompts, result)
+
+
+def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = None) -> dict:
+    """tau of a trained variant on held-out prompts, at its own block size and the cross sizes."""
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.target import load_pretrained
+    from dflash_lite.train import tau_probe
+
+    out = work / name
+    result = result or json.loads((out / "result.json").read_text())
+    target, tokenizer = load_pretrained("tiny")
+    drafter = load_drafter(out)
+    measure = tau_probe(target, tokenizer, num_prompts=eval_prompts, max_new_tokens=64)
+    tau = {str(drafter.config.block_size): measure(drafter)}
+    for b in CROSS_BLOCK_SIZES.get(name, []):
+        tau[str(b)] = measure(drafter, block_size=b)
+    result.update(tau_by_inference_block_size=tau,
+                  eval={"prompts_per_domain": eval_prompts, "max_new_tokens": 64, "split": "held_out",
+                        "stops_at_eos": True})
     (out / "result.json").write_text(json.dumps(result, indent=1))
     print(f"[ablations] {name}: tau {tau}", flush=True)
     return result
@@ -78,6 +89,7 @@ def main() -> int:
     parser.add_argument("--only", choices=sorted(VARIANTS), action="append")
     parser.add_argument("--workers", type=int, default=1, help="processes, one thread each")
     parser.add_argument("--collect", action="store_true")
+    parser.add_argument("--evaluate", action="store_true", help="measure tau again for trained variants")
     parser.add_argument("--out", default=str(ROOT / "results" / "ablations.json"))
     args = parser.parse_args()
     work = Path(args.work)
@@ -94,6 +106,10 @@ def main() -> int:
         print(out)
         return 0
     names = args.only or list(VARIANTS)
+    if args.evaluate:
+        for name in names:
+            evaluate(name, work, args.eval_prompts)
+        return 0
     if args.workers > 1:                      # split the variants round-robin over single-thread processes
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs = [subprocess.Popen([sys.executable, __file__, "--steps", str(args.steps), "--work", args.work,
