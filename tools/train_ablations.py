@@ -66,7 +66,9 @@ def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = Non
     from dflash_lite.train import tau_probe
 
     out = work / name
-    result = result or json.loads((out / "result.json").read_text())
+    if result is None:
+        result = json.loads((out / "result.json").read_text())
+        result.pop("tau_curve", None)         # probed during training by an older probe; not comparable
     target, tokenizer = load_pretrained("tiny")
     drafter = load_drafter(out)
     measure = tau_probe(target, tokenizer, num_prompts=eval_prompts, max_new_tokens=64)
