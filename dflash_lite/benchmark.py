@@ -42,7 +42,8 @@ class MethodStats:
     times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
     tokens: list[int] = field(default_factory=list)          # per repeat: new tokens over all prompts
     acceptance_lengths: list[int] = field(default_factory=list)
-    phase_times: dict[str, float] = field(default_factory=dict)
+    phase_runs: list[dict] = field(default_factory=list)     # per repeat: seconds per phase over all prompts
+    step_runs: list[int] = field(default_factory=list)       # per repeat: verification steps over all prompts
     identical: bool | None = None
     error: str | None = None
 
@@ -80,6 +81,8 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
     for repeat in range(repeats):
         order = live[repeat % len(live):] + live[: repeat % len(live)] if live else []
         totals = {m.name: [0.0, 0] for m in live}
+        phases = {m.name: {} for m in live}
+        steps = dict.fromkeys(totals, 0)
         for i, ids in enumerate(prompts):
             for m in order:
                 t0 = time.perf_counter()
@@ -88,14 +91,17 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
                     torch.cuda.synchronize()
                 totals[m.name][0] += time.perf_counter() - t0
                 totals[m.name][1] += len(tokens)
-                s = stats[m.name]
-                if repeat == 0 and result is not None:
-                    s.acceptance_lengths += result.acceptance_lengths
+                if result is not None:
+                    if repeat == 0:
+                        stats[m.name].acceptance_lengths += result.acceptance_lengths
+                    steps[m.name] += len(result.acceptance_lengths)
                     for phase, t in result.phase_times.items():
-                        s.phase_times[phase] = s.phase_times.get(phase, 0.0) + t
+                        phases[m.name][phase] = phases[m.name].get(phase, 0.0) + t
         for name, (t, n) in totals.items():
             stats[name].times.append(t)
             stats[name].tokens.append(n)
+            stats[name].phase_runs.append(phases[name])
+            stats[name].step_runs.append(steps[name])
     for m in live:
         if greedy and reference:
             stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
@@ -116,7 +122,10 @@ def summarise(stats: dict[str, MethodStats], env: dict, max_new_tokens: int, num
             "speedup": None,
             "tau": (sum(s.acceptance_lengths) / len(s.acceptance_lengths)) if s.acceptance_lengths else None,
             "tau_histogram": hist,
-            "phase_times": {k: round(v, 4) for k, v in s.phase_times.items()},
+            # seconds per phase over all prompts: the median over repeats (one run's worth)
+            "phase_times": {k: round(statistics.median(run.get(k, 0.0) for run in s.phase_runs), 5)
+                            for k in (s.phase_runs[0] if s.phase_runs else {})},
+            "steps_per_run": statistics.median(s.step_runs) if s.step_runs else None,
             "identical_to_target": s.identical, "error": s.error,
         })
     baselines = [r["tokens_per_s"] for r in rows if r["baseline"] and r["tokens_per_s"]]
@@ -363,7 +372,7 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
         if not r["name"].startswith("DFlash (ours)") or r["tau"] is None or str(b) not in costs["t_draft"]:
             continue
         t1, tb, td = costs["t_target"]["1"], costs["t_target"][str(b)], costs["t_draft"][str(b)]
-        steps = sum(r["tau_histogram"])
+        steps = r.get("steps_per_run") or sum(r["tau_histogram"])
         phases = {k: v / steps for k, v in r["phase_times"].items() if k != "prefill"} if steps else {}
         step_s = sum(phases.values())
         rows.append({
