@@ -887,7 +887,7 @@ block_size = 8
 steps = 60
 batch_size = 4
 num_anchors = 8
-lr = 1e-3
+lr = 3e-3
 probe_prompts = 2         # held-out prompts per domain for tau before/after
 """, "parameters"),
     ("code", """
@@ -906,7 +906,8 @@ name once it is complete, so an interrupted run is never mistaken for a finished
     ("code", """
 prompts = training_prompts(num_prompts - num_prompts // 3, num_prompts // 3, seed=0)   # train split only
 t0 = time.perf_counter()
-data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=16)
+data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=16,
+                  cache_dir=ROOT / ".cache" / "dflash_lite")       # a second run reads the cache
 print(f"{len(data)} sequences in {time.perf_counter() - t0:.1f} s; "
       f"mean response {np.mean([len(s) - p for s, p in zip(data.sequences, data.prompt_lengths)]):.1f} tokens")
 i = 0
@@ -994,6 +995,27 @@ for k in range(min(4, block_size - 1)):
 bx.set_xlabel("step"); bx.set_ylabel("accuracy (5-step mean)"); bx.legend(fontsize=8)
 bx.set_title("per-position accuracy: early positions learn first")
 fig.tight_layout(); fig.savefig(FIGURES / "05_training_curves.png", dpi=120)
+"""),
+    ("md", """
+A minute moves the loss a long way and tau only a little: tau needs the first several positions
+right *in a row*. The same recipe at the shipped drafter's budget (25 minutes on one CPU thread,
+tau probed on held-out prompts every 100 steps, probe time excluded from the clock), from
+
+    python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \\
+        --eval-every 100 --batch-size 8 --num-anchors 16 --lr 1e-3 --out OUT
+"""),
+    ("code", """
+run = json.loads((ROOT / "results" / "budget_1500s_kv_injection.json").read_text())
+curve = run["tau_curve"]
+fig, ax = plt.subplots(figsize=(6, 3.4))
+ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-", label="math (held-out)")
+ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--", label="code (held-out)")
+ax.axhline(5, color="grey", lw=0.6, ls=":")
+ax.set_xlabel("training minutes (1 CPU thread)"); ax.set_ylabel("tau, B=16"); ax.legend()
+ax.set_title(f"tau during training ({run['training']['steps']} steps)")
+fig.tight_layout(); fig.savefig(FIGURES / "05_tau_vs_training_time.png", dpi=120)
+print(f"minutes of training to tau >= 5: {run['training']['minutes_to_tau_5']}")
+print(f"final: math {curve[-1]['tau_math']:.2f}, code {curve[-1]['tau_code']:.2f}")
 """),
     ("md", """
 ## 5. Ablations at an equal budget: anchors and block sizes
@@ -1707,6 +1729,33 @@ for k, label in names.items():
     bx.plot(steps, np.convolve(losses, np.ones(5) / 5, mode="same"), label=label)
 bx.set_xlabel("step"); bx.set_ylabel("training loss (smoothed)"); bx.legend(fontsize=7)
 fig.tight_layout(); fig.savefig(FIGURES / "04_conditioning_variants.png", dpi=120)
+"""),
+    ("md", """
+## 4b. At the shipped drafter's budget
+
+400 steps is short. Two runs at the shipped drafter's full recipe (25 minutes on one CPU thread,
+tau probed on held-out prompts every 100 steps), with and without the target's features:
+
+    python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \\
+        --eval-every 100 --batch-size 8 --num-anchors 16 --lr 1e-3 --out OUT [--conditioning none]
+
+Their curves are kept in `results/budget_1500s_*.json`.
+"""),
+    ("code", """
+long = {name: json.loads((ROOT / "results" / f"budget_1500s_{name}.json").read_text())
+        for name in ("kv_injection", "no_target_features")}
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for name, run in long.items():
+    curve = run["tau_curve"]
+    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-", label=f"{name}: math")
+    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--", label=f"{name}: code")
+    final = curve[-1]
+    print(f"{name:<20} {run['training']['steps']} steps: final tau math {final['tau_math']:.2f}, "
+          f"code {final['tau_code']:.2f}; minutes to tau >= 5 on math: {run['training']['minutes_to_tau_5']['math']}")
+ax.axhline(5, color="grey", lw=0.6, ls=":")
+ax.set_xlabel("training minutes (1 CPU thread, probes excluded)"); ax.set_ylabel("tau (held-out, B=16)")
+ax.legend(fontsize=7); ax.set_title("With and without the target's features, shipped budget")
+fig.tight_layout(); fig.savefig(FIGURES / "04_features_at_full_budget.png", dpi=120)
 """),
     ("md", """
 ## 5. What each variant costs per draft
