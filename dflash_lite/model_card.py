@@ -198,14 +198,15 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     card = {"training": curve["training"], "final_metrics": curve["curve"][-1] if curve["curve"] else None,
             "benchmarks": reports, "command_train": curve["training"].get("command"),
             "command_card": f"python -m dflash_lite.zoo drafter-card {drafter_dir}"
-                            + (f" --judges {judges}" if judges else "")}
+                            + (f" --judges {judges}" if judges else "")
+                            + f" --num-prompts {num_prompts} --max-new-tokens {max_new_tokens} --repeats {repeats}"}
     (drafter_dir / "card.json").write_text(json.dumps(card, indent=1))
     (drafter_dir / "MODEL_CARD.md").write_text(render_drafter_card(card))
     return card
 
 
 def render_drafter_card(card: dict) -> str:
-    from .benchmark import format_table
+    from .benchmark import format_cost_model, format_table
 
     tr = card["training"]
     lines = [
@@ -224,6 +225,12 @@ def render_drafter_card(card: dict) -> str:
         f"- Time: regeneration {tr['regenerate_seconds'] / 60:.1f} min, training {tr['train_seconds'] / 60:.1f} min, "
         f"on {tr['device']} with {tr['threads']} threads.",
     ]
+    probe = tr.get("final_tau_probe")
+    if isinstance(probe, dict):
+        minutes = tr.get("minutes_to_tau_5") or {}
+        lines.append(f"- tau probed during training on held-out prompts (B={tr.get('block_size')}, probe time not "
+                     f"counted): final math {probe['math']:.2f}, code {probe['code']:.2f}; minutes of training to "
+                     f"tau >= 5: math {minutes.get('math')}, code {minutes.get('code')} (None: not reached).")
     if card.get("final_metrics"):
         acc = card["final_metrics"]["accuracy_per_position"]
         lines.append("- Final training accuracy per block position: " + ", ".join(f"{a:.2f}" for a in acc[:8])
@@ -234,6 +241,10 @@ def render_drafter_card(card: dict) -> str:
               "against the target's greedy output in the same run.", ""]
     for name, report in card["benchmarks"].items():
         lines += [f"### {name}", "", "```text", format_table(report), "```", ""]
+        if report.get("cost_model"):
+            lines += ["Cost model (median seconds of one forward at the first prompt's context; "
+                      "predicted = tau * t_target(1) / (t_target(B) + t_draft(B))):", "", "```text",
+                      format_cost_model(report["cost_model"]["rows"]), "```", ""]
         for m in report["methods"]:
             if m["name"].startswith("DFlash (ours)") and m["tau_histogram"]:
                 total = sum(m["tau_histogram"])
@@ -243,6 +254,6 @@ def render_drafter_card(card: dict) -> str:
         lines.append("")
     lines += ["## Limitations", "",
               "- Trained for a toy target on its own outputs; acceptance on out-of-domain text (the judges) is lower.",
-              "- CPU verification of B tokens costs several times one token (CPU matmuls are compute-bound at this "
-              "size), so the best block size on CPU can be smaller than the block size trained for."]
+              "- On CPU a verification of B tokens costs more than one of a single token (t_target(B) / t_target(1) "
+              "in the cost-model tables), so the best block size on CPU can be smaller than the one trained for."]
     return "\n".join(lines) + "\n"
