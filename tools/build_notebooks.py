@@ -1739,6 +1739,8 @@ for k, label in names.items():
     bx.plot(steps, np.convolve(losses, np.ones(5) / 5, mode="same"), label=label)
 bx.set_xlabel("step"); bx.set_ylabel("training loss (smoothed)"); bx.legend(fontsize=7)
 fig.tight_layout(); fig.savefig(FIGURES / "04_conditioning_variants.png", dpi=120)
+ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
+assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math   # see below
 """),
     ("md", """
 ## 4b. At the shipped drafter's budget
@@ -1766,6 +1768,8 @@ ax.axhline(5, color="grey", lw=0.6, ls=":")
 ax.set_xlabel("training minutes (1 CPU thread, probes excluded)"); ax.set_ylabel("tau (held-out, B=16)")
 ax.legend(fontsize=7); ax.set_title("With and without the target's features, shipped budget")
 fig.tight_layout(); fig.savefig(FIGURES / "04_features_at_full_budget.png", dpi=120)
+finals = {name: run["tau_curve"][-1]["tau_math"] for name, run in long.items()}
+assert finals["no_target_features"] > 0.8 * finals["kv_injection"]                           # see below
 """),
     ("md", """
 ## 5. What each variant costs per draft
@@ -1773,7 +1777,7 @@ fig.tight_layout(); fig.savefig(FIGURES / "04_features_at_full_budget.png", dpi=
 Timing does not depend on the weights, so random drafters of each shape will do. One step's
 drafter forward: a block of 16, four new context positions, the rest of the context cached.
 Input fusion also runs the new context positions through its layers (queries and MLP), which
-KV injection never does.
+KV injection never does; "no target features" projects H instead of K*H inputs.
 """),
     ("code", """
 x = ids[0]
@@ -1797,14 +1801,26 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
     print(f"{label:<20} {cost[label] * 1e3:.2f} ms per draft")
 """),
     ("md", """
+## What the numbers say, on this toy
+
+* The trained DFlash drafter **uses** its features: zero them and tau collapses to about 1.
+* But on this target it did not **need** them. Trained from scratch at an equal budget, a drafter
+  that only sees the context's token embeddings does as well as one conditioned on five target
+  layers, at 400 steps and at the full 25-minute budget; input fusion and 1/3/5 taps are within
+  the noise of 8 prompts per domain too.
+* This does **not** reproduce the paper's ablations (KV injection over input fusion, 5 taps over
+  3, and about a third of tau lost without target features). The likely reason is the target:
+  its text is templated math and stdlib-flavoured prose, predictable from the tokens alone by a
+  2-layer model, whereas an 8B model's next tokens depend on computation a small drafter cannot
+  redo, which is what its hidden states carry. Per draft the three cost about the same here
+  (timed above): the few new context positions of a step add little work.
+
 ## Summary
 
-* The taps span shallow layers (what was written) to deep ones (what comes next); the logit lens
-  shows why one layer alone is a poorer summary.
-* Without the target's features the same drafter drafts far worse: conditioning is most of what
-  makes DFlash drafts acceptable.
-* The equal-budget table compares the ways of feeding the features; read it next to the paper's
-  ablations (KV injection beats input fusion; 5 taps beat 3; no target features loses about a third of tau).
+* The taps sample the target from shallow to deep layers; the logit lens shows the next-token
+  guess sharpening with depth.
+* Conditioning matters for a drafter trained with it; whether it is *needed* depends on how much
+  of the target's next token is computation rather than pattern, and on this toy it is mostly pattern.
 
 ## Exercises
 
