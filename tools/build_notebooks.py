@@ -1297,7 +1297,7 @@ for b in (8, 16):
     res = run(lambda: DFlashProposer(drafter, target, b))
     assert [r.tokens for r in res] == [r.tokens for r in ar]                              # lossless
     lengths = [a for r in res for a in r.acceptance_lengths]
-    measured[b] = {"tau": float(np.mean(lengths)), "speedup": tokens_per_s(res) / tokens_per_s(ar),
+    measured[b] = {"tau": float(np.mean(lengths)), "speedup": tokens_per_s(res) / tokens_per_s(ar), "runs": res,
                    # the article's "acceptance rate": accepted drafts / drafted tokens
                    "draft_acceptance": sum(a - 1 for a in lengths) / (len(lengths) * (b - 1))}
     print(f"B={b}: tau {measured[b]['tau']:.2f}, speedup {measured[b]['speedup']:.2f}x over our AR loop, "
@@ -1334,8 +1334,10 @@ verdicts.append(("acceptance 78% (B=8) / 65% (B=16)", "hard-coded; the paper rep
 ## Claim 3: the speedup formula `k*a / (k*a*0.15 + 1)` and its block-size table
 
 It assumes a drafter that is always 15% of a target forward *per accepted token* and a verify that
-costs the same for any k. The honest model is $\\tau\\, t_\\text{target}(1) / (t_\\text{target}(B) + t_\\text{draft}(B))$
-with every *t* measured. Both predictions, from our measured acceptance, next to the measured speedup:
+costs the same for any k; neither constant is measured. The honest model is
+$\\tau\\, t_\\text{target}(1) / (t_\\text{target}(B) + t_\\text{draft}(B))$ per step with every *t*
+measured, and over a whole generation both decoders also pay the prefill once. The predictions,
+from our measured acceptance, next to the measured speedup:
 """),
     ("code", """
 costs = measure_costs(target, drafter, prompt_ids[0], block_sizes=(8, 16), repeats=10)
@@ -1343,9 +1345,15 @@ t = costs["t_target"]
 rows = []
 for b in (8, 16):
     article = b * measured[b]["draft_acceptance"] / (b * measured[b]["draft_acceptance"] * 0.15 + 1)
-    honest = predicted_speedup(measured[b]["tau"], t["1"], t[str(b)], costs["t_draft"][str(b)])
+    per_step = predicted_speedup(measured[b]["tau"], t["1"], t[str(b)], costs["t_draft"][str(b)])
+    # the whole generation: both decoders also pay the prefill once per prompt (measured time to first token)
+    ar_time = sum(r.time_to_first_token + (len(r.tokens) - 1) * t["1"] for r in ar)
+    spec_time = sum(r.time_to_first_token + len(r.acceptance_lengths) * (t[str(b)] + costs["t_draft"][str(b)])
+                    for r in measured[b]["runs"])
+    honest = ar_time / spec_time
     rows.append((b, article, honest, measured[b]["speedup"]))
-    print(f"B={b}: article formula {article:.2f}x | cost model {honest:.2f}x | measured {measured[b]['speedup']:.2f}x")
+    print(f"B={b}: article formula {article:.2f}x | cost model per step {per_step:.2f}x, with prefill "
+          f"{honest:.2f}x | measured {measured[b]['speedup']:.2f}x")
 # the article's own table, recomputed from its own inputs, to show it comes from the formula, not a run
 table = {4: 0.92, 6: 0.85, 8: 0.78, 10: 0.72, 12: 0.68, 16: 0.65}
 print("article table from its formula:", {k: round(k * a / (k * a * 0.15 + 1), 2) for k, a in table.items()})
@@ -1353,8 +1361,9 @@ assert abs(8 * 0.78 / (8 * 0.78 * 0.15 + 1) - 3.23) < 0.01     # not the 6.51x i
 err_article = np.mean([abs(a - m) / m for _, a, _, m in rows])
 err_honest = np.mean([abs(h - m) / m for _, _, h, m in rows])
 print(f"mean relative error: article formula {err_article:.0%}, cost model {err_honest:.0%}")
-verdicts.append(("speedup = k*a/(k*a*0.15+1)", "ad hoc; its own table does not follow from it",
-                 f"error {err_article:.0%} vs measured; measured cost model {err_honest:.0%}", "wrong"))
+verdicts.append(("speedup = k*a/(k*a*0.15+1)", "ad hoc constants; its table does not follow from it",
+                 f"error {err_article:.0%}; measured cost model with prefill {err_honest:.0%}",
+                 "unfounded (any fit is luck)"))
 """),
     ("md", """
 The article's own table does not follow from its formula either: with a = 0.78 and k = 8 the
