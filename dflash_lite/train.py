@@ -200,11 +200,13 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     return Batch(block_ids, labels, positions, seq_ids, mask)
 
 
-def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """Weighted CE over the masked positions of every block; per-position accuracy in the metrics."""
+def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
+    of the M labelled positions. The target is frozen; the LM head runs only where there is a
+    label (anchors, padding blocks and positions past a response's end would cost a
+    rows x vocabulary product for nothing)."""
     device = next(drafter.parameters()).device
-    block_size = weights.shape[0] + 1
-    with torch.no_grad():                                      # the target is frozen
+    with torch.no_grad():
         seq = batch.sequence_ids.to(device)
         out = target.model(seq, output_hidden_states=True)
         features = context_features(out.hidden_states, drafter.config.target_layer_ids)   # (N, T, K*H)
@@ -214,17 +216,21 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
                      batch.attn_mask.to(device))                                          # (N, A*B, H)
     labels = batch.labels.to(device)
     k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)    # position in block
+    valid = labels != IGNORE
+    return target.get_output_embeddings()(hidden[valid]), labels[valid], k[valid]
+
+
+def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Weighted CE over the masked positions of every block; per-position accuracy in the metrics."""
+    block_size = weights.shape[0] + 1
+    logits, label, position = labelled_logits(drafter, target, batch, block_size)         # (M, V), (M,), (M,)
+    device = logits.device
     causal = drafter.config.drafting == "autoregressive"
     zero = torch.zeros(1, device=device)
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
     # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
     w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])   # (B,)
     first = 0 if causal else 1
-    valid = labels != IGNORE
-    # the LM head only where there is a label: anchors, padding blocks and positions past the
-    # end of a response would cost a (rows x vocabulary) product for nothing
-    logits = target.get_output_embeddings()(hidden[valid])                                # (M, V)
-    label, position = labels[valid], k[valid]                                             # (M,)
     ce = F.cross_entropy(logits.float(), label, reduction="none")
     loss = (ce * w[position]).sum() / w[position].sum()
     with torch.no_grad():

@@ -46,11 +46,10 @@ import torch
 import dflash_lite
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.target import SHIPPED
+from dflash_lite.plotting import figures_dir
 
 torch.manual_seed(0)
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
-FIGURES = ROOT / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()
 """),
     ("code", """
 # Parameters (papermill can override these: papermill 00_tour.ipynb out.ipynb -p max_new_tokens 32)
@@ -235,11 +234,10 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.decode import new_cache, prefill
+from dflash_lite.plotting import figures_dir
 
 torch.manual_seed(0)
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
-FIGURES = ROOT / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()
 """),
     ("code", """
 # Parameters
@@ -434,11 +432,10 @@ from dflash_lite.acceptance import (accept_article_ratio, accept_article_thresho
                                     accept_speculative, target_probs)
 from dflash_lite.decode import DraftModelProposer, generate_speculative
 from dflash_lite.target import SHIPPED_BASELINES
+from dflash_lite.plotting import figures_dir
 
 torch.manual_seed(0)
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
-FIGURES = ROOT / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()
 """),
     ("code", """
 # Parameters
@@ -684,11 +681,10 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, EagleProposer, generate_speculative
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
 from dflash_lite.train import block_attention_mask
+from dflash_lite.plotting import figures_dir
 
 torch.manual_seed(0)
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
-FIGURES = ROOT / "figures"
-FIGURES.mkdir(exist_ok=True)
+FIGURES = figures_dir()
 """),
     ("code", """
 # Parameters
@@ -1256,8 +1252,8 @@ from dflash_lite.checkpoints import export_dflash, load_drafter
 from dflash_lite.decode import DFlashProposer, EagleProposer, generate_autoregressive, generate_speculative
 from dflash_lite.plotting import figures_dir
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
-from dflash_lite.train import (IGNORE, Trainer, TrainConfig, drafter_loss, epoch_batches, position_weights,
-                               regenerate, training_prompts)
+from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, labelled_logits,
+                               position_weights, regenerate, training_prompts)
 
 torch.manual_seed(0)
 FIGURES = figures_dir()
@@ -1383,22 +1379,13 @@ held = regenerate(target, tokenizer, [p.prompt for p in corpus.math_problems(16,
                   batch_size=16, cache_dir=cache)
 B = 8
 weights = position_weights(B)
-from dflash_lite.target import context_features
 
 def mse_loss(model, batch):
-    with torch.no_grad():
-        out = target.model(batch.sequence_ids, output_hidden_states=True)
-        feats = context_features(out.hidden_states, model.config.target_layer_ids)
-        embeds = target.get_input_embeddings()(batch.block_ids)
-    positions = torch.arange(feats.shape[1])[None].expand(feats.shape[0], -1)
-    hidden = model(embeds, feats, batch.block_positions, positions, None, batch.attn_mask)
-    valid = batch.labels != IGNORE
-    logits = target.get_output_embeddings()(hidden[valid])
-    onehot = torch.nn.functional.one_hot(batch.labels[valid], logits.shape[-1]).float()
+    logits, labels, position = labelled_logits(model, target, batch, B)      # the same forward as the CE loss
+    onehot = torch.nn.functional.one_hot(labels, logits.shape[-1]).float()
     loss = torch.nn.functional.mse_loss(logits, onehot)
     with torch.no_grad():
-        first = (torch.arange(valid.shape[1]) % B == 1).expand_as(valid)[valid]
-        acc1 = (logits.argmax(-1) == batch.labels[valid])[first].float().mean().item()
+        acc1 = (logits.argmax(-1) == labels)[position == 1].float().mean().item()
     return loss, {"loss": loss.item(), "accuracy_per_position": [acc1]}
 
 def held_out_accuracy(model):
