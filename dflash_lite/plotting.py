@@ -1,27 +1,81 @@
-"""Figures from a benchmark report (the JSON of :func:`dflash_lite.benchmark.bench`).
+"""Where figures and results go, and the figures of a benchmark report (the JSON of :func:`dflash_lite.benchmark.bench`).
 
-:func:`plot_benchmark` writes the four figures that issue #5 names into ``figures/``: speedup by
+:func:`plot_benchmark` writes four figures into :func:`figures_dir`: speedup by
 method, the acceptance-length histogram, speedup against block size, and the cost-model
 decomposition. Every figure is titled with the hardware it was measured on.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+FIGURES_ENV = "DFLASH_LITE_FIGURES"   # where notebooks save figures instead of the repository's figures/
+RESULTS_ENV = "DFLASH_LITE_RESULTS"   # where notebooks write result JSON instead of results/
 
-def figures_dir(start: str | Path | None = None) -> Path:
-    """The repository's ``figures/`` (found from ``start``, the working directory by default, or this
-    package's checkout); created if missing. Notebooks run from ``notebooks/`` and save here."""
+
+def repo_dir(start: str | Path | None = None) -> Path:
+    """The repository root, found by walking up from ``start`` (the working directory by default);
+    this package's checkout when the walk finds none."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "dflash_lite").is_dir() and (folder / "notebooks").is_dir():
-            path = folder / "figures"
-            break
-    else:
-        path = ROOT / "figures"
+            return folder
+    return ROOT
+
+
+def _output_dir(env: str, name: str, start: str | Path | None) -> Path:
+    path = Path(os.environ[env]) if os.environ.get(env) else repo_dir(start) / name
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figures_dir(start: str | Path | None = None) -> Path:
+    """Where figures are saved: ``$DFLASH_LITE_FIGURES`` when set (the tests point it at a temporary
+    directory), else the repository's ``figures/``. Created if missing."""
+    return _output_dir(FIGURES_ENV, "figures", start)
+
+
+def results_dir(start: str | Path | None = None) -> Path:
+    """Where result JSON is written: ``$DFLASH_LITE_RESULTS`` when set, else the repository's
+    ``results/``. Committed inputs (ablation tables, training curves) are read from
+    ``repo_dir() / "results"``, never from here."""
+    return _output_dir(RESULTS_ENV, "results", start)
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where a figure can be shown inline)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+
+
+def save_figure(fig, name: str, out_dir: str | Path | None = None, dpi: int = 120) -> Path:
+    """Save ``fig`` as ``name.png`` (in :func:`figures_dir` unless ``out_dir`` is given), show it
+    inline when running in a notebook, then close it. The file is written whole or not at all."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir) if out_dir is not None else figures_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".png", dir=out)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    if in_notebook():
+        from IPython.display import display
+        display(fig)
+    plt.close(fig)
     return path
 
 
@@ -35,9 +89,6 @@ def hardware_label(env: dict) -> str:
 def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> list[Path]:
     """Write ``{prefix}_speedup_by_method.png``, ``{prefix}_tau_histogram.png``,
     ``{prefix}_speedup_vs_block_size.png`` and, when the report has one, ``{prefix}_cost_model.png``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -49,11 +100,7 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     paths = []
 
     def save(fig, name):
-        fig.tight_layout()
-        path = out / f"{prefix}_{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, f"{prefix}_{name}", out_dir=out, dpi=110))
 
     # 1. speedup by method
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(rows) + 1.4))
