@@ -10,9 +10,15 @@ Modules, one idea each:
 * :mod:`dflash_lite.model_card` measuring a target and writing its card
 * :mod:`dflash_lite.cli`        ``python -m dflash_lite ...``
 """
-from .acceptance import SamplingParams
-from .decode import GenerationResult, generate_autoregressive
-from .target import LoadError, load_pretrained, stop_token_ids
+import warnings
+
+# transformers imports tqdm.auto, which warns inside Jupyter when ipywidgets is missing. This package
+# draws no widget progress bars (its own bars go to a terminal only), so the warning is noise.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+from .acceptance import SamplingParams  # noqa: E402
+from .decode import GenerationResult, generate_autoregressive  # noqa: E402
+from .target import LoadError, load_pretrained, stop_token_ids  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["GenerationResult", "LoadError", "SamplingParams", "generate_autoregressive", "load_pretrained",

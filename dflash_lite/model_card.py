@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from . import corpus
 from .decode import generate_autoregressive
@@ -36,7 +36,7 @@ def complete(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
 def math_accuracy(model, tokenizer, n: int = 200, max_new_tokens: int = 128) -> tuple[float, list]:
     problems = corpus.math_problems(n, split="held_out")
     rows = []
-    for p in tqdm(problems, desc="math", mininterval=5):
+    for p in tqdm(problems, desc="math", mininterval=5, disable=None):
         text = complete(model, tokenizer, p.prompt, max_new_tokens)
         rows.append({"prompt": p.prompt, "completion": text, "answer": p.answer,
                      "predicted": corpus.final_answer(text)})
@@ -48,7 +48,7 @@ def code_parse_rate(model, tokenizer, n: int = 100, max_new_tokens: int = 160) -
     if len(headers) < n:
         raise RuntimeError(f"only {len(headers)} held-out function headers available, {n} asked")
     rows = []
-    for header in tqdm(headers, desc="code", mininterval=5):
+    for header in tqdm(headers, desc="code", mininterval=5, disable=None):
         text = complete(model, tokenizer, header, max_new_tokens)
         source = corpus.truncate_function(header, text)
         try:

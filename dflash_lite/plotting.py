@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FIGURES_ENV = "DFLASH_LITE_FIGURES"   # where notebooks save figures instead of the repository's figures/
 RESULTS_ENV = "DFLASH_LITE_RESULTS"   # where notebooks write result JSON instead of results/
+CACHE_ENV = "DFLASH_LITE_CACHE"       # where notebooks cache regenerated data instead of .cache/dflash_lite
 
 
 def repo_dir(start: str | Path | None = None) -> Path:
@@ -43,6 +44,12 @@ def results_dir(start: str | Path | None = None) -> Path:
     ``results/``. Committed inputs (ablation tables, training curves) are read from
     ``repo_dir() / "results"``, never from here."""
     return _output_dir(RESULTS_ENV, "results", start)
+
+
+def cache_dir(start: str | Path | None = None) -> Path:
+    """Where regenerated training data is cached: ``$DFLASH_LITE_CACHE`` when set, else the
+    repository's ``.cache/dflash_lite`` (ignored by git)."""
+    return _output_dir(CACHE_ENV, ".cache/dflash_lite", start)
 
 
 def in_notebook() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -100,13 +101,28 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
                         f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     _check_safetensors(directory)
     try:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
+        with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
         tokenizer = AutoTokenizer.from_pretrained(directory)
     except Exception as e:
         raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {str(e).splitlines()[0]})") from None
     model.to(device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
     return model, tokenizer
+
+
+@contextmanager
+def _no_progress_bar():
+    """Silence transformers' weight-loading progress bar, restoring its previous state."""
+    from transformers.utils import logging
+
+    was_enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

@@ -67,7 +67,7 @@ def training_prompts(num_math: int, num_code: int, seed: int = 0) -> list[str]:
 def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16,
                cache_dir: str | Path | None = None) -> RegeneratedData:
     """The target's own greedy answers to ``prompts``, cached under ``cache_dir``."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
                                      sum(float(p.float().sum()) for p in target.parameters())]).encode()).hexdigest()[:16]
@@ -80,7 +80,7 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
     sequences, prompt_lengths = [], []
-    for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5):
+    for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5, disable=None):
         batch = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts[start:start + batch_size]]
         width = max(map(len, batch))
         ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)       # left pad
@@ -284,9 +284,9 @@ class Trainer:
             self.resume()
 
     def run(self):
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
-        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5)
+        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5, disable=None)
         start = time.time()
         data = self.batches()
         while self.step < self.config.steps:

@@ -152,7 +152,7 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
     AVX512-BF16. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves another third on
     glibc systems, where freeing the large logits tensor every step returns pages to the kernel.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     preset = TARGET_PRESETS[preset_name]
     out = Path(out)
@@ -174,7 +174,7 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
     gen = torch.Generator().manual_seed(seed)
     log = []
     t_train = time.time()
-    bar = tqdm(range(steps), desc="train-target", mininterval=10)
+    bar = tqdm(range(steps), desc="train-target", mininterval=10, disable=None)
     steps_done = 0
     for step in bar:
         # progress runs on steps, or on wall time when a budget is given (whichever is further),

@@ -1,4 +1,7 @@
-"""Shared fixtures: the shipped target loaded once per session, and small random models."""
+"""Shared fixtures: the shipped target loaded once per session, and small random models.
+
+(The repository's top-level conftest.py keeps every test's outputs out of the working tree.)
+"""
 import pytest
 import torch
 

@@ -1,12 +1,23 @@
-"""Every notebook runs under papermill with at least one parameter overridden.
+"""The notebooks as a student gets them.
 
-(nbval executes them with their defaults as part of the same test command.)
+* Every notebook runs under papermill with at least one parameter overridden, and the run leaves
+  the working tree as it found it (figures and results go to the tests' temporary directory).
+* Each ``.ipynb`` and its jupytext script ``notebooks/NN_name.py`` hold the same cells.
+* Committed outputs show every figure inline, and carry no progress bars, warnings or absolute paths.
+
+(nbval executes every notebook with its defaults as part of the same test command.)
 """
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import jupytext
+import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 OVERRIDES = {
     "00_tour": {"max_new_tokens": 12, "num_parity_prompts": 2},
     "01_autoregressive_bottleneck": {"token_counts": [1, 4, 8], "repeats": 3, "num_prompts": 1, "max_new_tokens": 8},
@@ -19,6 +30,16 @@ OVERRIDES = {
 }
 
 
+def git_status() -> str | None:
+    """``git status --porcelain`` of the repository (tracked changes and untracked, non-ignored
+    files), or None outside a git checkout."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return None
+    run = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                         capture_output=True, text=True)
+    return run.stdout if run.returncode == 0 else None
+
+
 def test_every_notebook_has_overrides_listed():
     assert NOTEBOOKS, "no notebooks found"
     assert {nb.stem for nb in NOTEBOOKS} == set(OVERRIDES)
@@ -28,11 +49,72 @@ def test_every_notebook_has_overrides_listed():
 def test_papermill_runs_with_overridden_parameters(notebook, tmp_path):
     import papermill as pm
 
+    before = git_status()
     params = OVERRIDES[notebook.stem]
     out = tmp_path / notebook.name
     pm.execute_notebook(str(notebook), str(out), parameters=params, kernel_name="python3",
                         cwd=str(notebook.parent), progress_bar=False)
-    import nbformat
     executed = nbformat.read(out, as_version=4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and all(f"{k} = {v!r}" in injected[0].source for k, v in params.items())
+    assert git_status() == before, "running the notebook changed the working tree"
+
+
+def cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_jupytext_pair_in_sync(notebook):
+    script = notebook.with_suffix(".py")
+    assert script.is_file(), f"{script.name} is missing: run `jupytext --sync {notebook.name}`"
+    paired = jupytext.read(notebook)
+    assert paired.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent"
+    assert cells(jupytext.read(script)) == cells(paired), \
+        f"{notebook.name} and {script.name} differ: run `jupytext --sync notebooks/{script.name}`"
+
+
+ABSOLUTE_PATH = re.compile(r"(/home/|/Users/|/root/|/tmp/|/private/var/|/work/|site-packages|[A-Z]:\\\\Users)")
+PROGRESS = re.compile(r"\r|\d+%\|.*\|| it/s\]|s/it\]")
+
+
+def outputs(nb):
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            yield i, out
+
+
+def output_text(out) -> str:
+    if out.output_type == "stream":
+        return out.text
+    if out.output_type == "error":
+        return "\n".join(out.traceback)
+    return "\n".join(str(v) for k, v in out.get("data", {}).items() if k.startswith("text/"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_outputs_are_clean(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    executed = [c for c in nb.cells if c.cell_type == "code"]
+    assert executed and all(c.execution_count for c in executed if c.source.strip()), \
+        f"{notebook.name} is not fully executed"
+    for i, out in outputs(nb):
+        text = output_text(out)
+        assert out.output_type != "error", f"{notebook.name} cell {i} holds an error"
+        assert not (out.output_type == "stream" and out.name == "stderr"), \
+            f"{notebook.name} cell {i} writes to stderr: {text[:120]!r}"
+        assert not PROGRESS.search(text), f"{notebook.name} cell {i} holds a progress bar: {text[:120]!r}"
+        match = ABSOLUTE_PATH.search(text)
+        assert not match, f"{notebook.name} cell {i} holds an absolute path: {text[max(0, match.start() - 60):][:160]!r}"
+        assert " at 0x" not in text, f"{notebook.name} cell {i} prints an object's address: {text[:120]!r}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_saved_figure_is_shown(notebook):
+    """Each cell that saves a figure shows at least one image inline."""
+    nb = nbformat.read(notebook, as_version=4)
+    saving = [c for c in nb.cells if c.cell_type == "code" and re.search(r"\b(save_figure|plot_benchmark)\(", c.source)
+              and "def " not in c.source.split("save_figure")[0][-200:]]
+    for cell in saving:
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        assert images, f"{notebook.name}: a cell saves a figure but shows none:\n{cell.source[:200]}"
