@@ -30,10 +30,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from scipy.stats import chisquare
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
-                                    accept_speculative, target_probs)
+                                    accept_point_mass, accept_speculative, target_probs)
 from dflash_lite.decode import DraftModelProposer, generate_speculative
 from dflash_lite.target import SHIPPED_BASELINES
 from dflash_lite.plotting import save_figure
@@ -83,10 +84,64 @@ print(f"accepted {n} of {draft_tokens} drafts, then the target's {tokenizer.deco
 assert 0 <= n <= draft_tokens
 
 # %% [markdown]
+# ## Build it: the greedy speculative loop
+#
+# Now the whole loop, written out. The target keeps a KV cache; the draft model is so small that
+# it simply re-reads the sequence for each draft token. Each step:
+#
+# 1. **draft** `k` tokens with the small model;
+# 2. **verify** `[last, d1, ..., dk]` with one target forward, reusing the cache;
+# 3. **accept** the drafts up to the first disagreement, then the target's own token;
+# 4. **roll back** the cache to the tokens that were kept (the rejected drafts' keys and values go).
+#
+# The cache bookkeeping is the only subtle part: before a step, the cache holds every committed
+# token except the newest one, which is fed as `last` at the start of the block.
+
+# %%
+from transformers import DynamicCache
+
+
+@torch.inference_mode()
+def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
+    cache = DynamicCache(config=target.config)
+    first = target(ids, past_key_values=cache).logits[:, -1:].argmax(-1)   # prefill: cache holds the prompt
+    seq, steps = torch.cat([ids, first], dim=1), []
+    while seq.shape[1] - ids.shape[1] < max_new_tokens and seq[0, -1].item() not in stops:
+        drafted = seq
+        for _ in range(k):                                                   # 1. draft k tokens
+            drafted = torch.cat([drafted, draft(drafted).logits[:, -1:].argmax(-1)], dim=1)
+        block = drafted[:, seq.shape[1] - 1:]                                # [last, d1, ..., dk]
+        choice = target(block, past_key_values=cache).logits[0].argmax(-1)  # 2. verify: k+1 choices
+        n = 0
+        while n < k and block[0, n + 1] == choice[n]:                        # 3. accept while equal,
+            n += 1
+        new = torch.cat([block[0, 1:n + 1], choice[n:n + 1]])                #    then the target's token
+        cache.crop(seq.shape[1] + n)                                         # 4. keep last + n drafts
+        seq, steps = torch.cat([seq, new[None]], dim=1), steps + [n + 1]
+    out = seq[0, ids.shape[1]:].tolist()[:max_new_tokens]
+    for i, t in enumerate(out):                                              # stop at a stop token
+        if t in stops:
+            return out[:i + 1], steps
+    return out, steps
+
+
+mine, my_steps = speculative_greedy(target, draft, ids, draft_tokens, max_new_tokens, set(stops))
+package = generate_speculative(target, DraftModelProposer(draft, target, draft_tokens + 1), ids, max_new_tokens,
+                               stop_token_ids=stops)
+alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops)
+print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(package.tokens)} tokens in "
+      f"{len(package.acceptance_lengths)} steps; target alone: {len(alone.tokens)} forwards")
+assert mine == package.tokens == alone.tokens
+assert my_steps[:len(package.acceptance_lengths)] == package.acceptance_lengths[:len(my_steps)]
+
+# %% [markdown]
+# Same tokens as the target alone, and the same accepted length at every step as the package's
+# loop. From here on we use the package: `generate_speculative` (`dflash_lite/decode.py`) is this
+# loop with the draft model's own KV cache, timing, and sampling.
+#
 # ## The whole loop is exact
 #
-# `generate_speculative` (`dflash_lite/decode.py`) runs that step until the end, cropping the target's
-# KV cache back to the accepted tokens each time. Its greedy output must equal the target's.
+# Run on more prompts, the package's greedy output must equal the target's, token for token.
 
 # %%
 prompts = [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=1200)]
@@ -114,17 +169,21 @@ assert identical == len(prompt_ids)
 #
 # because `1 - Σ min(p, q) = Σ max(p - q, 0)`. So the output is distributed exactly as the target's.
 # The source article instead accepts when `p(x) >= q(x)` (else resamples from p), or when
-# `p(x) >= 0.5`. Below, the exact output distribution of each rule for the target's real next-token
-# distribution at the start of a math problem, its total-variation distance from `p`, and a sampled
-# check. The first two rules get drafts sampled from the draft model; the threshold rule gets the
+# `p(x) >= 0.5`. Below, the exact output distribution of each rule for one real next-token
+# distribution of the target: the token after `Question:`, which names the problem's character, so
+# many tokens are plausible (the cell prints the likeliest). Then each rule's total-variation
+# distance from `p`, and a sampled check. The first two rules get drafts sampled from the draft model; the threshold rule gets the
 # best possible point-mass draft, the target's own favourite token.
 
 # %%
 sampling = SamplingParams(temperature=1.0)
-x = tokenizer("Question: ", return_tensors="pt").input_ids.to(device)     # the start of a math problem
+x = tokenizer("Question:", return_tensors="pt").input_ids.to(device)      # the next token names the character
 with torch.inference_mode():
     p = target_probs(target(x).logits[0, -1:], sampling)[0].double().cpu()
     q = target_probs(draft(x).logits[0, -1:], sampling)[0].double().cpu()
+top = p.topk(5)
+print("target's likeliest next tokens:", ", ".join(f"{tokenizer.decode([int(t)])!r} {float(v):.3f}"
+                                                   for v, t in zip(top.values, top.indices)))
 
 def exact_output(rule):
     if rule == "lossless (min(1, p/q))":
@@ -174,7 +233,6 @@ for i, r in enumerate(rules):
 ax.set_xticks(xs, [repr(tokenizer.decode([t])) for t in support], rotation=45, fontsize=8)
 ax.set_ylabel("probability"); ax.legend(fontsize=7); ax.set_title("Output distribution of one speculative step")
 save_figure(fig, "02_acceptance_rules")
-from scipy.stats import chisquare
 def chi2_p(rule):            # the ten likeliest tokens and "everything else", against p
     observed = [counts[rule][t] for t in support]
     expected = [float(p[t]) * num_samples for t in support]
@@ -183,6 +241,53 @@ pvalues = {r: chi2_p(r) for r in rules}
 for r, pv in pvalues.items():
     print(f"{r:<40} sampled, chi-square p = {pv:.3g}")
 assert pvalues[rules[0]] > 0.001
+
+# %% [markdown]
+# ## The rule DFlash uses: argmax drafts, a sampled target, accept while equal
+#
+# DFlash does not sample its drafts. It proposes the drafter's argmax `d`, so the draft
+# distribution is a point mass: `q(d) = 1` and `q(x) = 0` elsewhere. Put that into the rule above:
+#
+# * accept `d` with probability `min(1, p(d) / q(d)) = p(d)`;
+# * on rejection, sample from `normalise(max(p - q, 0))`: that is `p(y) / (1 - p(d))` for `y != d`,
+#   and 0 for `d`, i.e. the target's distribution *conditioned on not being d*.
+#
+# Now do something simpler: **sample `y ~ p` and accept the draft if `y == d`, else emit `y`.**
+# That accepts with probability `p(d)`, and when it rejects, `y` is a sample of `p` given `y != d`,
+# exactly the residual. So the two procedures emit the same distribution, and
+# `P(out = y) = p(d) 1[y = d] + (1 - p(d)) p(y) 1[y != d] / (1 - p(d)) = p(y)`.
+#
+# Per block this becomes: sample the target's token at every position of the verify forward, and
+# accept drafts while they equal the samples. The first sample that differs is the target's token
+# for that step. No draft probabilities are needed, and a better drafter (one whose argmax is
+# often the target's sample) accepts more without changing the output distribution.
+# `accept_point_mass` in `dflash_lite/acceptance.py` is this rule. Check it against `p`, at the
+# position where the draft is the target's favourite and at one where it is a poor guess:
+
+# %%
+def emitted_first_token(draft_token, n_samples, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    d, pp2 = torch.tensor([draft_token]), p.float()[None].repeat(2, 1)
+    tally, accepted = np.zeros(len(p)), 0
+    for _ in range(n_samples):
+        n, nxt = accept_point_mass(d, pp2, gen)
+        accepted += n
+        tally[draft_token if n >= 1 else nxt] += 1
+    return tally, accepted / n_samples
+
+for name, token in (("the target's argmax", int(p.argmax())), ("the 5th likeliest token", int(p.topk(5).indices[-1]))):
+    tally, rate = emitted_first_token(token, num_samples)
+    observed = [tally[t] for t in support] + [num_samples - sum(tally[t] for t in support)]
+    expected = [float(p[t]) * num_samples for t in support]
+    expected.append(num_samples - sum(expected))
+    pv = chisquare(observed, expected).pvalue
+    print(f"draft = {name:<24} acceptance rate {rate:.3f} (p(d) = {float(p[token]):.3f}); chi-square p = {pv:.3g}")
+    assert pv > 0.001 and abs(rate - float(p[token])) < 4 * (float(p[token]) * (1 - float(p[token])) / num_samples) ** 0.5 + 1e-9
+
+# %% [markdown]
+# What to look for: the acceptance rate is `p(d)` (high for the argmax, low for the poor guess),
+# and in both cases the chi-square test does not reject "the output is distributed as `p`". A bad
+# draft costs speed, never correctness.
 
 # %% [markdown]
 # ## Expected tau under a constant acceptance rate
@@ -232,21 +337,87 @@ for name, v in rows.items():
     print(f"{name:<26} {statistics.median(v):7.1f} tokens/s")
 
 # %% [markdown]
+# How to read this: every row produced the same tokens (the cell asserts it), so the differences
+# are speed only. Prompt lookup costs no drafter forward at all, but it can only propose text that
+# already appeared: on these math answers it copies names and quantities from the question, and
+# little else. The draft model pays a forward per draft token, and wins when its guesses are
+# accepted often enough to cover that cost. Which one is faster here depends on the prompts and on
+# how expensive a wider verify is on this machine (notebook 01); the exercise below makes prompt
+# lookup yours to study.
+
+# %% [markdown]
 # ## Summary
 #
 # * Speculative decoding commits 1..k+1 tokens per target forward and never changes the output:
 #   greedy acceptance keeps the prefix the target agrees with; sampled acceptance uses
 #   `min(1, p/q)` and the residual `max(p - q, 0)`.
+# * With an argmax draft the rule becomes "sample the target, accept while equal": DFlash's rule,
+#   lossless by the derivation and the chi-square check above.
 # * The source article's rules are not lossless: they visibly move probability mass (TV distance above).
 # * tau depends on how well the draft imitates the target, and the speedup on how cheap drafting is.
 #   An autoregressive draft pays one forward per draft token; DFlash (next notebook) pays one per block.
 #
 # ## Exercises
 #
-# 1. Change `draft_tokens` to 2 and 8 (papermill `-p draft_tokens 8`). How do tau and tokens/s move? Why
-#    does tau saturate while the drafting cost keeps growing?
-# 2. Prove that accepting when `p(x) >= q(x)` and otherwise resampling from `p` over-represents tokens
-#    where `p >= q`. *(Hint: compute `P(out = y)` for such a `y`.)*
-# 3. Sample with `SamplingParams(temperature=0.7, top_p=0.9)` and repeat the TV check. Which processors
-#    must be applied to `q` as well as to `p`, and why does it not matter for losslessness?
-# 4. When does prompt lookup beat the draft model? Try a code prompt that repeats identifiers.
+# Difficulty: ★ a few minutes, ★★ up to an hour, ★★★ a small project. Each exercise has a
+# self-check; run its cell with your answer. Worked solutions: `notebooks/solutions/02_speculative_decoding.py`.
+#
+# **1. ★ Draft length.** Run `speculative_greedy` (above) on the first prompt of `prompt_ids` with
+# `k = 2` and `k = 8`, and give the two values of tau (mean accepted length per verify step) as a
+# dict `{2: ..., 8: ...}`. Why does tau saturate while the drafting cost keeps growing with `k`?
+
+# %%
+from dflash_lite.exercises import ch02
+
+answer_1 = None   # e.g. {2: statistics.mean(steps_k2), 8: statistics.mean(steps_k8)}
+ch02.check_tau_by_draft_length(answer_1, target, draft, tokenizer, max_new_tokens)
+
+# %% [markdown]
+# **2. ★★ The article's ratio rule, exactly.** Write `article_output(p, q)` that returns the exact
+# distribution of the token emitted by "draw `x ~ q`; keep it if `p(x) >= q(x)`, else resample from
+# `p`" (one draft token), for probability vectors `p`, `q` (1-D tensors). Then show on paper that
+# it under-represents every `y` with `p(y) < q(y)`, so the tokens with `p(y) >= q(y)` get too much
+# mass as a group. *(Hint: compute `P(out = y)` for such a `y`.)*
+
+# %%
+def article_output(p, q):
+    return None   # your code here
+
+
+ch02.check_article_output(article_output)
+
+# %% [markdown]
+# **3. ★ Processors on both sides.** Recompute `p` and `q` after `Question:` with
+# `SamplingParams(temperature=0.7, top_p=0.9)` (`target_probs(logits, params)`), and give the TV
+# distance between `p` and the output of the `p(x) >= q(x)` rule. Why must the same processors be
+# applied to `q`, and why does it not matter for losslessness which ones the draft uses?
+
+# %%
+answer_3 = None   # a float: the TV distance
+ch02.check_tv_with_processors(answer_3, target, draft, tokenizer)
+
+# %% [markdown]
+# **4. ★★ Prompt lookup by hand.** Write `lookup_draft(tokens, k, ngram=2)`: find the most recent
+# earlier occurrence of the last `ngram` tokens of the list `tokens`, and return (up to) the `k`
+# tokens that followed it; return `[]` if there is none. Then think about which prompts (math, code)
+# give it long matches.
+
+# %%
+def lookup_draft(tokens, k, ngram=2):
+    return None   # your code here
+
+
+ch02.check_lookup_draft(lookup_draft)
+
+# %% [markdown]
+# ## Review questions
+#
+# 1. Why is a step of speculative decoding never worse than one token per target forward?
+# 2. In the greedy loop, which cached positions does the rollback remove, and why is the newest
+#    committed token never in the cache at the start of a step?
+# 3. What does the target compute at each of the `k + 1` positions of the verify forward?
+# 4. Write the lossless acceptance probability for a sampled draft, and the distribution sampled on rejection.
+# 5. Why does "sample the target, accept while equal" need no draft probabilities?
+# 6. What does total-variation distance measure, and why is any non-zero value a failure here?
+# 7. When does the independent-acceptance formula for tau overestimate the measured tau?
+# 8. What does prompt lookup draft from, and what does it cost per step?
