@@ -116,7 +116,8 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
         while n < k and block[0, n + 1] == choice[n]:                        # 3. accept while equal,
             n += 1
         new = torch.cat([block[0, 1:n + 1], choice[n:n + 1]])                #    then the target's token
-        cache.crop(seq.shape[1] + n)                                         # 4. keep last + n drafts
+        if n < k:
+            cache.crop(n - k)                                                # 4. drop the k - n rejected drafts
         seq, steps = torch.cat([seq, new[None]], dim=1), steps + [n + 1]
     out = seq[0, ids.shape[1]:].tolist()[:max_new_tokens]
     for i, t in enumerate(out):                                              # stop at a stop token
@@ -170,18 +171,24 @@ assert identical == len(prompt_ids)
 # because `1 - Σ min(p, q) = Σ max(p - q, 0)`. So the output is distributed exactly as the target's.
 # The source article instead accepts when `p(x) >= q(x)` (else resamples from p), or when
 # `p(x) >= 0.5`. Below, the exact output distribution of each rule for one real next-token
-# distribution of the target: the token after `Question:`, which names the problem's character, so
-# many tokens are plausible (the cell prints the likeliest). Then each rule's total-variation
-# distance from `p`, and a sampled check. The first two rules get drafts sampled from the draft model; the threshold rule gets the
-# best possible point-mass draft, the target's own favourite token.
+# distribution of the target: inside its own answer to the held-out problem above, at the first
+# position where it is fairly sure of the next token but not certain (top probability between 0.5
+# and 0.95; the cell prints the context and the likeliest tokens). Then each rule's
+# total-variation distance from `p`, and a sampled check. The first two rules get drafts sampled
+# from the draft model; the threshold rule gets the best possible point-mass draft, the target's
+# own favourite token.
 
 # %%
 sampling = SamplingParams(temperature=1.0)
-x = tokenizer("Question:", return_tensors="pt").input_ids.to(device)      # the next token names the character
+answer = generate_autoregressive(target, ids, 64, stop_token_ids=stops).tokens
+full = torch.cat([ids, torch.tensor([answer], device=device)], dim=1)
 with torch.inference_mode():
-    p = target_probs(target(x).logits[0, -1:], sampling)[0].double().cpu()
-    q = target_probs(draft(x).logits[0, -1:], sampling)[0].double().cpu()
-top = p.topk(5)
+    P = target_probs(target(full).logits[0], sampling).double().cpu()     # p at every position
+    Q = target_probs(draft(full).logits[0], sampling).double().cpu()
+pos = next(i for i in range(ids.shape[1] - 1, full.shape[1] - 1) if 0.5 <= P[i].max() < 0.95)
+p, q = P[pos], Q[pos]
+print("context ends:", repr(tokenizer.decode(full[0, :pos + 1].tolist())[-50:]))
+top = p.topk(3)
 print("target's likeliest next tokens:", ", ".join(f"{tokenizer.decode([int(t)])!r} {float(v):.3f}"
                                                    for v, t in zip(top.values, top.indices)))
 

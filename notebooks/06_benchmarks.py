@@ -67,7 +67,7 @@ assert all(r["identical_to_target"] for r in report["methods"] if r["error"] is 
 # histogram, speedup against block size, cost model), titled with the hardware.
 
 # %%
-paths = plot_benchmark(report, prefix==f"06_{device}")
+paths = plot_benchmark(report, prefix=f"06_{device}")
 print("saved:", ", ".join(p.name for p in paths))
 print("hardware:", hardware_label(report["env"]))
 
