@@ -1,15 +1,14 @@
 """Self-checks for the notebooks' exercises, one module per chapter (``ch02`` for notebook 02).
 
 Each ``check_*`` function takes the learner's answer. ``None`` means "not attempted yet": it says
-what to do and returns False. Any other answer is checked against what this repository measures
+what to do and returns None. Any other answer is checked against what this repository measures
 or computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns True.
 Worked solutions live in ``notebooks/solutions/``.
 """
 
 
-def not_attempted(exercise: str, what: str) -> bool:
+def not_attempted(exercise: str, what: str) -> None:
     print(f"{exercise}: not attempted yet. {what}")
-    return False
 
 
 def correct(exercise: str, detail: str = "") -> bool:
