@@ -1,4 +1,6 @@
 """Shared fixtures: the shipped target loaded once per session, and small random models."""
+import copy
+
 import pytest
 import torch
 
@@ -44,8 +46,6 @@ def random_drafter(tiny):
 def noisy_draft_model(tiny):
     """A copy of the target with noise added to its weights: it agrees with the target often but
     not always, so speculative steps accept partial blocks."""
-    import copy
-
     target, _ = tiny
     model = copy.deepcopy(target)
     generator = torch.Generator().manual_seed(2)

@@ -73,9 +73,8 @@ def test_prompt_files_with_prompt_or_turns(tmp_path):
 
 def test_cost_model_arithmetic():
     """predicted = tau * t(1) / (t(B) + t_draft(B)); overhead = measured step - the two forwards."""
-    from dflash_lite.benchmark import cost_model, predicted_speedup
+    from dflash_lite.benchmark import cost_model
 
-    assert predicted_speedup(4.0, 0.010, 0.012, 0.003) == pytest.approx(4.0 * 0.010 / 0.015)
     report = {"methods": [
         {"name": "autoregressive (ours)", "block_size": 1, "tokens_per_s": 100.0, "speedup": 1.0, "tau": None,
          "tau_histogram": [], "phase_times": {}},
