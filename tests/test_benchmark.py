@@ -134,3 +134,15 @@ def test_sampled_benchmark_skips_the_identity_check(tiny, random_drafter):
                                hf_dflash=False, prompt_lookup=None)
     report = run_benchmark(methods, ids, 8, repeats=1, greedy=False)
     assert all(m["identical_to_target"] is None and m["error"] is None for m in report["methods"])
+
+
+def test_interleaved_warms_up_untimed_then_rotates_the_order():
+    from dflash_lite.benchmark import interleaved
+
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name) or name.upper()) for name in "abc"}
+    timed = interleaved(runs, repeats=3, warmup=1)
+    assert calls == list("abc") + list("abc") + list("bca") + list("cab")   # warm-up, then rotated rounds
+    assert {name: [result for _, result in rounds] for name, rounds in timed.items()} == \
+        {name: [name.upper()] * 3 for name in "abc"}
+    assert all(seconds >= 0 for rounds in timed.values() for seconds, _ in rounds)
