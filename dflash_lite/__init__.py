@@ -1,14 +1,20 @@
 """dflash-lite: DFlash block-diffusion speculative decoding (arXiv 2602.06036), small enough for a laptop.
 
-Modules, one idea each:
+The method as implemented and measured here: docs/method.md. Modules, one idea each:
 
-* :mod:`dflash_lite.target`     loading the target LM (shipped, local or hub) and its feature taps
-* :mod:`dflash_lite.acceptance` the target's sampling distribution and the acceptance rules
-* :mod:`dflash_lite.decode`     decode loops and their result type
-* :mod:`dflash_lite.corpus`     the offline training corpus (stdlib code + generated math)
-* :mod:`dflash_lite.zoo`        the shipped models and how to retrain them
-* :mod:`dflash_lite.model_card` measuring a target and writing its card
-* :mod:`dflash_lite.cli`        ``python -m dflash_lite ...``
+* :mod:`dflash_lite.target`      loading the target LM (shipped, local or hub) and its feature taps
+* :mod:`dflash_lite.drafter`     the DFlash drafter: projection, KV-injection layers, drafter KV cache
+* :mod:`dflash_lite.acceptance`  the target's sampling distribution and the acceptance rules
+* :mod:`dflash_lite.decode`      decode loops (autoregressive and speculative), proposers, result type
+* :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming
+* :mod:`dflash_lite.checkpoints` drafter save/load, the public DFlash layout, transformers' drafter
+* :mod:`dflash_lite.train`       target-regenerated data, anchors, the block mask, the loss, the trainer
+* :mod:`dflash_lite.benchmark`   interleaved benchmarks with the identity check, and the cost model
+* :mod:`dflash_lite.plotting`    the benchmark figures, and where figures and results are written
+* :mod:`dflash_lite.corpus`      the offline corpus (stdlib code + generated math) and the prompt splits
+* :mod:`dflash_lite.zoo`         the shipped models and how to retrain them
+* :mod:`dflash_lite.model_card`  measuring a target or a drafter and writing its card
+* :mod:`dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``
 """
 import warnings
 

@@ -1,4 +1,5 @@
-"""From logits to tokens: the target's sampling distribution and the acceptance rules.
+"""From logits to tokens: the target's sampling distribution and the acceptance rules
+(docs/method.md#verification-and-acceptance).
 
 Temperature, top-k and top-p are transformers' own logits processors (``TemperatureLogitsWarper``,
 ``TopKLogitsWarper``, ``TopPLogitsWarper``), so a distribution here is the one ``generate`` uses.

@@ -1,4 +1,4 @@
-"""Benchmarks that a reviewer can trust (DESIGN section 4).
+"""Benchmarks that a reviewer can trust (docs/method.md#measuring, #the-cost-model).
 
 Every method runs on the same prompts, with the same ``max_new_tokens``, after a warm-up, in
 interleaved order (each repeat visits the methods in a rotated order, so drift in machine load
@@ -13,14 +13,17 @@ greedy method's tokens are checked against the target's greedy output in the run
 """
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Hashable
 
 import torch
 
+from . import corpus
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, generate_autoregressive, generate_speculative
 
@@ -58,6 +61,30 @@ def environment(device: str) -> dict:
     return env
 
 
+def interleaved(runs: dict[Hashable, Callable[[], object]], repeats: int = 3, warmup: int = 1,
+                device: str | torch.device = "cpu") -> dict[Hashable, list[tuple[float, object]]]:
+    """The one interleaved timer: call every run ``warmup`` times (untimed), then ``repeats`` rounds
+    that visit them in turn, each round starting one run further along, so that drift in machine
+    load hits all of them alike. Returns ``{name: [(seconds, result), ...]}``, one entry per round.
+    On CUDA the device is synchronised around every timed call."""
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda device=None: None)
+    names = list(runs)
+    for _ in range(warmup):
+        for name in names:
+            runs[name]()
+    timed = {name: [] for name in names}
+    for repeat in range(repeats):
+        shift = repeat % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            sync(device)
+            t0 = time.perf_counter()
+            result = runs[name]()
+            sync(device)
+            timed[name].append((time.perf_counter() - t0, result))
+    return timed
+
+
 def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int, repeats: int = 3,
                   reference: dict | None = None, device: str = "cpu", greedy: bool = True) -> dict:
     """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
@@ -78,30 +105,25 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
         base = next((m.name for m in methods if m.baseline and stats[m.name].error is None), None)
         reference = outputs[base] if base else {}
     live = [m for m in methods if stats[m.name].error is None]
-    for repeat in range(repeats):
-        order = live[repeat % len(live):] + live[: repeat % len(live)] if live else []
-        totals = {m.name: [0.0, 0] for m in live}
-        phases = {m.name: {} for m in live}
-        steps = dict.fromkeys(totals, 0)
-        for i, ids in enumerate(prompts):
-            for m in order:
-                t0 = time.perf_counter()
-                tokens, result = m.run(ids, max_new_tokens)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                totals[m.name][0] += time.perf_counter() - t0
-                totals[m.name][1] += len(tokens)
+    totals = {m.name: [[0.0, 0] for _ in range(repeats)] for m in live}      # per repeat: seconds, tokens
+    phases = {m.name: [{} for _ in range(repeats)] for m in live}
+    steps = {m.name: [0] * repeats for m in live}
+    for ids in prompts:                                  # each prompt: the methods interleaved, ``repeats`` rounds
+        calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live}, repeats, 0, device)
+        for name, rounds in calls.items():
+            for repeat, (seconds, (tokens, result)) in enumerate(rounds):
+                totals[name][repeat][0] += seconds
+                totals[name][repeat][1] += len(tokens)
                 if result is not None:
                     if repeat == 0:
-                        stats[m.name].acceptance_lengths += result.acceptance_lengths
-                    steps[m.name] += len(result.acceptance_lengths)
+                        stats[name].acceptance_lengths += result.acceptance_lengths
+                    steps[name][repeat] += len(result.acceptance_lengths)
                     for phase, t in result.phase_times.items():
-                        phases[m.name][phase] = phases[m.name].get(phase, 0.0) + t
-        for name, (t, n) in totals.items():
-            stats[name].times.append(t)
-            stats[name].tokens.append(n)
-            stats[name].phase_runs.append(phases[name])
-            stats[name].step_runs.append(steps[name])
+                        phases[name][repeat][phase] = phases[name][repeat].get(phase, 0.0) + t
+    for name in totals:
+        stats[name].times = [t for t, _ in totals[name]]
+        stats[name].tokens = [n for _, n in totals[name]]
+        stats[name].phase_runs, stats[name].step_runs = phases[name], steps[name]
     for m in live:
         if greedy and reference:
             stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
@@ -234,9 +256,6 @@ def _hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sa
 # ----------------------------------------------------------------------------- prompts
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
     """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used)."""
-    import json
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: no such prompts file")
@@ -262,16 +281,9 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
 
 
 def builtin_prompts(domain: str, n: int) -> list[str]:
-    """Held-out in-domain prompts: generated math problems (unseen seeds) or stdlib function headers."""
-    from . import corpus
-
-    if domain == "math":
-        return [p.prompt for p in corpus.math_problems(n, split="held_out", start=2000)]
-    if domain == "code":
-        return corpus.function_headers(corpus.stdlib_files("held_out"), n, seed=11)
-    if domain == "mixed":
-        return builtin_prompts("math", (n + 1) // 2) + builtin_prompts("code", n // 2)
-    raise ValueError(f"unknown prompt set {domain!r} (math, code, mixed)")
+    """Held-out in-domain prompts: the ``held_out`` split of :func:`dflash_lite.corpus.prompts`
+    (generated math problems from unseen seeds, stdlib function headers from held-out files)."""
+    return corpus.prompts("held_out", domain, n)
 
 
 # name -> (hub id, config, split, field): the public sets the DFlash paper reports on
@@ -304,24 +316,6 @@ def dataset_prompts(name: str, limit: int) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the cost model
-def _interleaved_medians(fns: dict, repeats: int, device: torch.device) -> dict:
-    """Median seconds of each callable: one warm-up call each, then ``repeats`` rounds that visit
-    them in turn, so that load drift hits all of them alike."""
-    times = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 @torch.inference_mode()
 def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context length:
@@ -350,7 +344,8 @@ def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), 
 
     fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted({1, *block_sizes})}
     fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in block_sizes})
-    medians = _interleaved_medians(fns, repeats, device)
+    timed = interleaved(fns, repeats, warmup=1, device=device)
+    medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
     # keys are strings, as they will be in the JSON
     t_target = {str(b): t for (kind, b), t in medians.items() if kind == "target"}
     t_draft = {str(b): t for (kind, b), t in medians.items() if kind == "draft"}
@@ -405,9 +400,6 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
           cost_repeats: int = 10) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON."""
-    import json
-    from pathlib import Path
-
     from .target import load_pretrained
 
     model, tokenizer = load_pretrained(target, device=device)

@@ -1,4 +1,4 @@
-"""Drafter checkpoints in three layouts, with strict checks (DESIGN section 3).
+"""Drafter checkpoints in three layouts, with strict checks (docs/method.md#checkpoints).
 
 * **dflash-lite** (``save_drafter`` / ``load_drafter``): ``drafter.safetensors`` + ``drafter_config.json``.
 * **public DFlash** (``export_dflash`` / ``import_dflash``): ``model.safetensors`` + ``config.json`` with

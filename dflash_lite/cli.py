@@ -1,4 +1,4 @@
-"""The command line: ``python -m dflash_lite demo`` (and, as they land, train and bench).
+"""The command line: ``python -m dflash_lite demo``, ``bench`` and ``train``.
 
 Parsing lives only here and under ``__main__``; every command is a typed function that
 notebooks can call directly.
@@ -12,6 +12,7 @@ import torch
 
 from . import corpus
 from .acceptance import SamplingParams
+from .benchmark import interleaved
 from .decode import generate_autoregressive
 from .target import LoadError, default_drafter_path, load_pretrained, stop_token_ids
 
@@ -37,12 +38,9 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
         draft = load_drafter(drafter).to(device)
         runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
                                                         max_new_tokens, sampling, stops, g)
-    results = {name: [] for name in runs}
-    for repeat in range(repeats + 1):                       # the first round is the warm-up
-        for name, run in runs.items():
-            result = run(torch.Generator().manual_seed(seed))
-            if repeat:
-                results[name].append(result)
+    seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}
+    timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
+    results = {name: [result for _, result in calls] for name, calls in timed.items()}
     print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
           f"{device}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
     summary = {}

@@ -1,4 +1,5 @@
-"""The offline, deterministic training corpus of the shipped target (DESIGN section 3).
+"""The offline, deterministic corpus: the shipped target's training text, and the named prompt
+splits that drafters are trained, probed and benchmarked on (docs/method.md#data).
 
 Two domains, both of which exist on every machine without a network:
 
@@ -10,11 +11,27 @@ Two domains, both of which exist on every machine without a network:
   (the kind of text GSM8K is). Seeds below ``HELD_OUT_SEED`` are for training; held-out
   problems use seeds at or above it, which training never draws.
 
-Nothing here reads ``../shared/benchmarks``: those files are the held-out judges.
+**Prompt splits** (:func:`prompts`): ``train`` (prompts the target answers to make drafter
+training data), ``held_out`` (benchmarks, the tau floor test) and ``probe`` (tau measured during
+training and in the ablations) never share a prompt. Where the math problems' seeds go::
+
+    [0, 120_000)                             the target's pre-training text (dflash_lite.zoo)
+    [500_000, 1_000_000)                     train (the first MAX_TRAIN_MATH of them)
+    [HELD_OUT_SEED, HELD_OUT_SEED + 2000)    the target's own card (held-out loss, accuracy)
+    [HELD_OUT_SEED + 2000, + 3000)           held_out
+    [HELD_OUT_SEED + 3000, + 4000)           probe
+
+The generator's space is small, so different seeds can give the same text: ``held_out`` and
+``probe`` leave out any prompt that an earlier split already holds. Code prompts are function
+headers: ``train`` from the train files; ``held_out`` and ``probe`` split the held-out files'
+headers (those that no train file also has) in two halves.
+
+Nothing here reads the benchmark judges (GSM8K, HumanEval exports): those stay held out.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import random
@@ -262,8 +279,9 @@ def read_source(path: Path) -> str | None:
     return text if text.isascii() else None  # keep the byte-level vocabulary for ASCII code
 
 
-def function_headers(paths: list[Path], n: int, seed: int = 0) -> list[str]:
-    """Prompts made of a top-level or method ``def`` line plus its docstring, from ``paths``.
+def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[str]:
+    """Prompts made of a top-level or method ``def`` line plus its docstring, from ``paths``:
+    ``n`` of them (all with None) in an order shuffled by ``seed``.
 
     The prompt ends right after the docstring (or the signature when there is none), so the
     model's job is to write the body.
@@ -300,6 +318,80 @@ def truncate_function(prompt: str, completion: str) -> str:
             break
         kept.append(line)
     return prompt + "\n".join(kept)
+
+
+# ----------------------------------------------------------------------------- named prompt splits
+SPLITS = ("train", "held_out", "probe")
+MATH_SEEDS = {"train": range(500_000, HELD_OUT_SEED),
+              "held_out": range(HELD_OUT_SEED + 2_000, HELD_OUT_SEED + 3_000),
+              "probe": range(HELD_OUT_SEED + 3_000, HELD_OUT_SEED + 4_000)}
+MAX_TRAIN_MATH = 20_000          # train prompts that held_out and probe are kept apart from
+CODE_ORDER_SEED = {"held_out": 11, "probe": 21}   # the order each split's headers are drawn in
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+
+
+@functools.cache
+def _math_pool(split: str) -> tuple[MathProblem, ...]:
+    if split == "train":
+        return tuple(math_problem(s) for s in MATH_SEEDS["train"][:MAX_TRAIN_MATH])
+    taken = {p.prompt for p in _math_pool("train")}
+    if split == "probe":
+        taken |= {p.prompt for p in _math_pool("held_out")}
+    pool = []
+    for seed in MATH_SEEDS[split]:
+        problem = math_problem(seed)
+        if problem.prompt not in taken:
+            taken.add(problem.prompt)
+            pool.append(problem)
+    return tuple(pool)
+
+
+@functools.cache
+def _code_pool(split: str, seed: int = 0) -> tuple[str, ...]:
+    if split == "train":
+        return tuple(function_headers(stdlib_files("train"), None, seed=seed))
+    train = set(_code_pool("train"))
+    clean = [h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None, CODE_ORDER_SEED["held_out"]))
+             if h not in train]
+    held_out = clean[: len(clean) // 2]
+    if split == "held_out":
+        return tuple(held_out)
+    taken = train | set(held_out)
+    return tuple(h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None, CODE_ORDER_SEED["probe"]))
+                 if h not in taken)
+
+
+def _first(pool: tuple, n: int | None, split: str, domain: str) -> list:
+    if n is not None and n > len(pool):
+        raise ValueError(f"the {split} split has {len(pool)} {domain} prompts, {n} asked")
+    return list(pool[:n])
+
+
+def split_math_problems(split: str, n: int | None = None) -> list[MathProblem]:
+    """The first ``n`` math problems of a named split (all with None), with their answers."""
+    _check_split(split)
+    return _first(_math_pool(split), n, split, "math")
+
+
+def prompts(split: str, domain: str, n: int | None = None, seed: int = 0) -> list[str]:
+    """The first ``n`` prompts of a named split (all with None): ``domain`` 'math', 'code', or
+    'mixed' (half and half, math first). ``seed`` draws another sample of the train split's code
+    headers (the training seed); held_out and probe have one fixed order, so every measurement
+    sees the same prompts."""
+    _check_split(split)
+    if domain == "mixed":
+        if n is None:
+            return prompts(split, "math", None, seed) + prompts(split, "code", None, seed)
+        return prompts(split, "math", (n + 1) // 2, seed) + prompts(split, "code", n // 2, seed)
+    if domain == "math":
+        return [p.prompt for p in split_math_problems(split, n)]
+    if domain == "code":
+        return _first(_code_pool(split, seed if split == "train" else 0), n, split, "code")
+    raise ValueError(f"domain must be math, code or mixed, got {domain!r}")
 
 
 # ----------------------------------------------------------------------------- mixing

@@ -1,4 +1,5 @@
-"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper section 3).
+"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper section 3;
+docs/method.md#the-drafter).
 
 One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the
 drafter sees
@@ -19,6 +20,7 @@ Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +115,6 @@ class DrafterConfig:
                            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
 
     def mlp_config(self):
-        from types import SimpleNamespace
         return SimpleNamespace(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
                                hidden_act=self.hidden_act)
 

@@ -123,7 +123,7 @@ def render_card(card: dict) -> str:
         f"- Tokens: {man.get('tokens')}; corpus manifest sha256 `{man['sha256']}`.",
         "- Tokenizer: byte-level BPE trained with `tokenizers` on the same text; reserves `<|endoftext|>` "
         "(EOS and padding) and `<|mask|>` (the DFlash drafter's mask token).",
-        "- Never trained on `../shared/benchmarks` (GSM8K, HumanEval): those are held-out judges.",
+        "- Never trained on any benchmark set (GSM8K, HumanEval): those are held-out judges.",
         "",
         "## Training",
         "",

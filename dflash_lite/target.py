@@ -1,4 +1,4 @@
-"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3; DESIGN section 1).
+"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3.2; docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
 Hugging Face directory, or a hub id. Only a hub id can reach the network: it is looked up in the

@@ -2,6 +2,8 @@
 
 (The repository's top-level conftest.py keeps every test's outputs out of the working tree.)
 """
+import copy
+
 import pytest
 import torch
 
@@ -47,8 +49,6 @@ def random_drafter(tiny):
 def noisy_draft_model(tiny):
     """A copy of the target with noise added to its weights: it agrees with the target often but
     not always, so speculative steps accept partial blocks."""
-    import copy
-
     target, _ = tiny
     model = copy.deepcopy(target)
     generator = torch.Generator().manual_seed(2)

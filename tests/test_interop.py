@@ -4,6 +4,7 @@ transformers' ``MuseGlimmerAssistantModel`` is an independent implementation of 
 with the same weights its draft logits must be ``allclose`` to ours, and ``generate(...,
 assistant_model=..., speculation_type="dflash")`` must give exactly our loop's tokens.
 """
+import copy
 import json
 
 import pytest
@@ -95,8 +96,6 @@ def test_drafter_cache_equals_recomputing_the_context(tiny, random_drafter, bloc
 
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_transformers_dflash_generate_gives_our_tokens(tiny, random_drafter, block_size):
-    import copy
-
     target, tokenizer = tiny
     drafter = copy.deepcopy(random_drafter)
     drafter.config.block_size = block_size

@@ -1,4 +1,5 @@
 """load_pretrained: shipped, local and hub names, and one clear line for every way it can fail."""
+import json
 import shutil
 
 import pytest
@@ -86,8 +87,6 @@ def test_directory_without_weights(shipped_copy):
 
 
 def test_unsupported_architecture(shipped_copy):
-    import json
-
     config = json.loads((shipped_copy / "config.json").read_text())
     config["model_type"] = "gpt2"
     (shipped_copy / "config.json").write_text(json.dumps(config))

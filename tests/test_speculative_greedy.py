@@ -81,11 +81,13 @@ def test_exact_max_new_tokens_even_when_blocks_are_fully_accepted(tiny, max_new)
     assert len(result.token_times) == max_new
 
 
-def test_result_reports_tau_and_phase_times(tiny, random_drafter, cases):
+def test_tau_counts_the_targets_own_token_not_the_prefill_one_and_phases_are_timed(tiny, random_drafter, cases):
+    """Without a stop token, 16 new tokens = 1 from the prefill + tau per verification."""
     target, _ = tiny
     ids, _ = cases[1]
     result = generate_speculative(target, DFlashProposer(random_drafter, target, 8), ids, 16)
-    assert result.tau == sum(result.acceptance_lengths) / len(result.acceptance_lengths)
+    assert len(result.tokens) == 16
+    assert result.tau * len(result.acceptance_lengths) == pytest.approx(15)
     assert set(result.phase_times) == {"prefill", "draft", "verify", "bookkeeping"}
     assert all(t >= 0 for t in result.phase_times.values()) and result.phase_times["draft"] > 0
 
