@@ -166,7 +166,8 @@ print(f"weighted CE, by hand {my_loss.item():.4f}, package {loss.item():.4f}")
 
 # %% [markdown]
 # From here on the notebook uses `drafter_loss`. Here are the weights for the paper's block sizes,
-# normalised to sum to one. With gamma = 7 for B = 16, slot 8 still gets a third of slot 1's weight.
+# normalised to sum to one. The cell also prints how much of slot 1's weight slot 8 keeps at B = 16:
+# the decay favours the first slots without ignoring the rest of the block.
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
@@ -219,8 +220,9 @@ t0 = time.perf_counter()
 history = trainer.run()
 train_s = time.perf_counter() - t0
 tau_after = measure(drafter)
+below_uniform = next((h["step"] for h in history if h["loss"] < math.log(config.vocab_size)), None)
 print(f"{steps} steps in {train_s:.1f} s; loss {history[0]['loss']:.2f} -> {history[-1]['loss']:.2f} "
-      f"(ln V = {math.log(config.vocab_size):.2f})")
+      f"(ln V = {math.log(config.vocab_size):.2f}, first below it at step {below_uniform})")
 print(f"tau (held-out, B={block_size}): math {tau_before['math']:.2f} -> {tau_after['math']:.2f}, "
       f"code {tau_before['code']:.2f} -> {tau_after['code']:.2f}")
 assert history[-1]["loss"] < history[0]["loss"]
@@ -246,12 +248,13 @@ print("accuracy over the last", n, "steps by position:",
       ", ".join(f"{j + 1}: {a:.2f}" for j, a in enumerate(last_accuracy[:4])))
 
 # %% [markdown]
-# What to look for: the loss falls below ln V within the first few steps (the confident-but-wrong
-# start is unlearned first), then slowly. Per-position accuracy is noisy at this scale (each point
-# is a few dozen slots); the printed means over the last steps are the fairer reading, and there
-# position 1 is usually ahead, since it is the easiest slot and carries the largest weight. Tau
-# moves only a little in a run this short (its time is printed above): it needs the first several
-# positions right *in a row*. The same recipe at the shipped drafter's budget, from
+# What to look for: how many steps the loss takes to fall below ln V (printed above: the
+# confident-but-wrong start is unlearned first), and how slowly it falls after that. Per-position
+# accuracy is noisy at this scale (each point is a few dozen slots), so read the printed means over
+# the last steps rather than single points, and do not read an order of the positions into them:
+# whether the decay really helps the first positions is exercise 5. Tau moves only a little in a run
+# this short (its time is printed above): it needs the first several positions right *in a row*.
+# The same recipe at the shipped drafter's budget, from
 
 # %%
 run = json.loads((COMMITTED / "budget_1500s_kv_injection.json").read_text())
@@ -269,12 +272,14 @@ ax.set_title(f"tau during training ({run['training']['steps']} steps)")
 save_figure(fig, "05_tau_vs_training_time")
 print(f"minutes of training to tau >= 5: {run['training']['minutes_to_tau_5']}")
 print(f"final: math {curve[-1]['tau_math']:.2f}, code {curve[-1]['tau_code']:.2f}")
+assert curve[-1]["tau_math"] >= 5 > curve[-1]["tau_code"]
 
 # %% [markdown]
-# Math, regular and the bulk of the training prompts, climbs past tau 5; code stays far lower. The
-# paper's drafters reach tau above 6 on code too (Table 1), with a target and a drafter many times
-# larger, trained on far more data: this toy does not reproduce that, and a 2-layer drafter over a
-# tiny target has little to go on in code it has never seen.
+# Math, regular and the bulk of the training prompts, climbs past tau 5; code stays below it (the
+# cell asserts both). The paper's drafters reach about as high a tau on code (HumanEval, MBPP) as on
+# math (Table 1), with a target and a drafter many times larger, trained on far more data: this toy
+# does not reproduce that. A tiny target writes code it has seen little of, and a 2-layer drafter has
+# little to go on in held-out code.
 #
 # ## 5. Ablations at an equal budget: anchors and block sizes
 #
