@@ -33,7 +33,8 @@ def check_visible_keys(answer) -> bool:
     assert int(answer) == expected, (
         f"{answer} is not it. A query of the last block (anchor 9) sees the context positions strictly "
         "before its anchor, plus every slot of its own block (both directions), and nothing else.")
-    return correct("Exercise 1", f"{expected} keys: 9 context positions + 4 slots of its own block.")
+    return correct("Exercise 1", f"{expected} keys: {int(mask[-1, :12].sum())} context positions + "
+                                 f"{int(mask[-1, 12:].sum())} slots of its own block.")
 
 
 def check_least_sure_position(answer, drafter, target, ids: torch.Tensor, block_size: int) -> bool:
@@ -44,8 +45,10 @@ def check_least_sure_position(answer, drafter, target, ids: torch.Tensor, block_
     logits = drafter.draft_logits(target, block, features, 0)[0]                         # (B-1, V)
     top1 = logits.softmax(-1).max(-1).values                                             # (B-1,)
     expected = int(top1.argmin()) + 1                                                    # slot 0 is not drafted
-    assert isinstance(answer, int) and 1 <= answer <= block_size - 1, \
-        f"answer with an int in 1..{block_size - 1}: the block position, counting the last accepted token as 0"
+    hint = f"answer with an int in 1..{block_size - 1}: the block position, counting the last accepted token as 0"
+    assert not isinstance(answer, float) and int(torch.as_tensor(answer).numel()) == 1, hint
+    answer = int(answer)
+    assert 1 <= answer <= block_size - 1, hint
     assert answer != expected - 1, "off by one: position j is the j-th masked slot, and slot 0 holds the last token"
     assert answer == expected, (
         f"position {answer} has top-1 probability {top1[answer - 1]:.3f}, but another position is lower. "
