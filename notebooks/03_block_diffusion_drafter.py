@@ -71,6 +71,8 @@ c = drafter.config
 print(f"drafter: {c.num_layers} layers, block {c.block_size}, taps target layers {c.target_layer_ids} "
       f"of {c.num_target_layers}, mask token {tokenizer.convert_ids_to_tokens(c.mask_token_id)!r}, "
       f"{sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M trainable parameters (no embedding, no LM head)")
+print(f"EAGLE-style baseline: {eagle.config.num_layers} layers, block {eagle.config.block_size}, "
+      f"taps {eagle.config.target_layer_ids}, drafting {eagle.config.drafting!r}")
 print(f"heads: {c.num_attention_heads} query, {c.num_key_value_heads} key/value, head_dim {c.head_dim}; "
       f"hidden {c.hidden_size}; RoPE theta {c.rope_theta:g}")
 assert c.drafting == "block" and eagle.config.drafting == "autoregressive"
@@ -390,7 +392,7 @@ for domain in prompt_ids:
 # What to look for:
 #
 # * **Math vs code.** The shipped drafters were trained mostly on generated math problems (see
-#   their model cards), which are very regular, so on math acceptance reaches deep into the block.
+#   their `training_curve.json`), which are very regular, so on math acceptance reaches deep into the block.
 #   Code from held-out stdlib files is far harder to predict for a model this small: both drafters
 #   rarely get past the first positions.
 # * **Why the pooled tau misleads.** A pooled mean weighs each domain by its number of steps, and a
@@ -399,9 +401,10 @@ for domain in prompt_ids:
 # * **DFlash vs EAGLE-style within a domain.** Where the EAGLE-style drafter has the higher tau
 #   (printed per domain), that is not an artefact of pooling. Our EAGLE-style drafter is not EAGLE-3
 #   (a one-layer drafter verified with a draft tree, the paper's baseline in Table 1). It is the same
-#   2-layer drafter with the same conditioning and the same training budget, drafting one token at a
-#   time, so every draft token sees the drafts before it. That makes each step's proposal stronger,
-#   at the price of B-1 drafter forwards (section 3). DFlash predicts all slots at once from masks,
+#   drafter architecture (printed at the top) with the same conditioning, trained on the same data
+#   for the same number of steps (`training_curve.json` in each drafter's folder), drafting one
+#   token at a time, so every draft token sees the drafts before it. That makes each step's
+#   proposal stronger, at the price of B-1 drafter forwards (section 3). DFlash predicts all slots at once from masks,
 #   and a drafter this small and this briefly trained has not learned to make its slots agree with
 #   each other (the independence problem of section 2). The paper's drafters, far larger and
 #   trained far longer, beat EAGLE-3 on tau; this toy does not show that. What DFlash buys is the
