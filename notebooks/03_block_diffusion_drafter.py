@@ -193,7 +193,8 @@ layer0 = drafter.layers[0]
 with torch.inference_mode():
     x = rms_norm(block_embeds, layer0.input_layernorm.weight)
     mine = kv_injection_attention(layer0.self_attn, x, context, block_pos, ctx_pos)
-    rope_b = drafter.rotary_emb(x, block_pos[None].to(device)); rope_c = drafter.rotary_emb(context, ctx_pos[None].to(device))
+    rope_b = drafter.rotary_emb(x, block_pos[None].to(device))
+    rope_c = drafter.rotary_emb(context, ctx_pos[None].to(device))
     ref, _ = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)   # dflash_lite/drafter.py
 torch.testing.assert_close(mine, ref)
 print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = {(mine - ref).abs().max():.2e}")
@@ -376,7 +377,8 @@ for ax, domain in zip(np.atleast_1d(axes), prompt_ids):
         ax.plot(range(1, block_size), reach, marker="o", label=f"{name} (tau {np.mean(ls):.2f})")
         shown = ", ".join(f"{j}: {reach[j - 1]:.2f}" for j in (1, 2, 4, 8, 15) if j < block_size)
         tokens, seconds = tokens_and_seconds[name, domain]
-        print(f"{domain:<5} {name:<12} tau {np.mean(ls):.2f} over {len(ls):>3} steps, {tokens / seconds:6.1f} tokens/s; "
+        print(f"{domain:<5} {name:<12} tau {np.mean(ls):.2f} over {len(ls):>3} steps, "
+              f"{tokens / seconds:6.1f} tokens/s; "
               f"share of steps with draft j accepted: {shown}")
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
     ax.set_ylim(0, 1); ax.legend()
@@ -392,8 +394,8 @@ for domain in prompt_ids:
 # What to look for:
 #
 # * **Math vs code.** The shipped drafters were trained mostly on generated math problems (see
-#   their `training_curve.json`), which are very regular, so on math acceptance reaches deep into the block.
-#   Code from held-out stdlib files is far harder to predict for a model this small: both drafters
+#   their `training_curve.json`), which are very regular, so on math acceptance reaches deep into
+#   the block. Code from held-out stdlib files is far harder to predict for a model this small: both drafters
 #   rarely get past the first positions.
 # * **Why the pooled tau misleads.** A pooled mean weighs each domain by its number of steps, and a
 #   domain with short acceptance takes many more steps for the same tokens, so code dominates the

@@ -178,7 +178,8 @@ ax.set_xlabel("block position k"); ax.set_ylabel("normalised weight"); ax.legend
 ax.set_title("w_k = exp(-(k-1)/gamma) / sum w")
 save_figure(fig, "05_loss_weights")
 w16 = position_weights(16)
-print(f"B=16: w_8 / w_1 = {(w16[7] / w16[0]).item():.2f}; slots 1-3 carry {(w16[:3].sum() / w16.sum()).item():.0%} of the weight")
+print(f"B=16: w_8 / w_1 = {(w16[7] / w16[0]).item():.2f}; "
+      f"slots 1-3 carry {(w16[:3].sum() / w16.sum()).item():.0%} of the weight")
 
 # %% [markdown]
 # ### Why the first loss is far above ln V
@@ -194,9 +195,9 @@ print(f"B=16: w_8 / w_1 = {(w16[7] / w16[0]).item():.2f}; slots 1-3 carry {(w16[
 
 # %%
 print(f"vocabulary V = {config.vocab_size}: ln V = {math.log(config.vocab_size):.2f} (uniform guess)")
+margin = logits.max(-1).values - logits.gather(-1, labels[:, None])[:, 0]      # (M,) top logit - label's
 print(f"untrained drafter: logits std over the vocabulary {logits.std(-1).mean().item():.2f}, "
-      f"top logit minus the label's logit {(logits.max(-1).values - logits.gather(-1, labels[:, None])[:, 0]).mean().item():.2f} "
-      f"on average, weighted CE {loss.item():.2f}")
+      f"top logit minus the label's logit {margin.mean().item():.2f} on average, weighted CE {loss.item():.2f}")
 assert loss.item() > math.log(config.vocab_size)
 
 # %% [markdown]

@@ -69,7 +69,8 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
         proposer.start(ids, features)
         drafts[passes] = proposer.propose(last, block_size - 1)[0].cpu()
     answer = torch.as_tensor(answer).cpu()
-    assert answer.shape == drafts[2].shape, f"expected shape {tuple(drafts[2].shape)} (B-1 token ids), got {tuple(answer.shape)}"
+    assert answer.shape == drafts[2].shape, \
+        f"expected shape {tuple(drafts[2].shape)} (B-1 token ids), got {tuple(answer.shape)}"
     if torch.equal(drafts[1], drafts[2]):
         print("(For this prompt the second pass happens to give the same draft as the first.)")
     else:

@@ -112,7 +112,8 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int, st
     from ..train import drafter_loss, make_batch, position_weights
 
     decay, uniform = position_weights(block_size), torch.ones(block_size - 1)
-    runs = {"decay": answer(decay, 0, steps), "decay again": answer(decay, 0, steps), "uniform": answer(uniform, 0, steps)}
+    runs = {"decay": answer(decay, 0, steps), "decay again": answer(decay, 0, steps),
+            "uniform": answer(uniform, 0, steps)}
     states = {name: drafter.state_dict() for name, (drafter, _) in runs.items()}
     same = all(torch.equal(states["decay"][key], states["decay again"][key]) for key in states["decay"])
     assert same, ("two runs with the same weights and seed gave different drafters: seed the model's "
