@@ -146,7 +146,7 @@ assert my_steps == package.acceptance_lengths
 # Run on more prompts, the package's greedy output must equal the target's, token for token.
 
 # %%
-prompts = [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=1200)]
+prompts = corpus.prompts("held_out", "math", num_prompts)      # the named held-out split
 prompt_ids = [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in prompts]
 results, identical = [], 0
 for x in prompt_ids:

@@ -161,7 +161,7 @@ verdicts.append(("speedup = k*a/(k*a*0.15+1)", "ad hoc constants; its table does
 # %%
 cache = cache_dir()
 data = regenerate(target, tokenizer, training_prompts(32, 0, seed=0), 40, batch_size=16, cache_dir=cache)
-held = regenerate(target, tokenizer, [p.prompt for p in corpus.math_problems(16, split="held_out", start=5000)], 40,
+held = regenerate(target, tokenizer, [p.prompt for p in corpus.split_math_problems("held_out", 16)], 40,
                   batch_size=16, cache_dir=cache)
 B = 8
 weights = position_weights(B)

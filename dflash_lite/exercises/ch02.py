@@ -14,7 +14,7 @@ from ..target import stop_token_ids
 
 def first_prompt_ids(tokenizer) -> torch.Tensor:
     """The first held-out prompt of notebook 02."""
-    prompt = corpus.math_problems(1, split="held_out", start=1200)[0].prompt
+    prompt = corpus.prompts("held_out", "math", 1)[0]
     return tokenizer(prompt, return_tensors="pt").input_ids
 
 
