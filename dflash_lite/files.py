@@ -25,8 +25,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes it private; give it the usual mode
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
