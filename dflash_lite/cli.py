@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         elif getattr(e, "saved", False):
             said = f"{e}; to resume, run the same command again: {command_line}"
         else:
-            said = (f"{e or 'nothing new was saved'}; run the same command again to resume from the last "
+            said = (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the last "
                     f"checkpoint, if there is one (the regeneration cache is written only when complete)")
         print(f"interrupted: {said}", file=sys.stderr)
         return 130

@@ -32,10 +32,13 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
+PROGRESS_BAR = re.compile(r"\d+/\d+ \[|it/s\]|s/it\]")
+
+
 def the_line(err: str) -> str:
-    """The one line of a message: no traceback, nothing else on stderr."""
+    """The one line of a message: no traceback, nothing else on stderr but progress bars."""
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in re.split(r"[\r\n]", err) if line.strip() and not PROGRESS_BAR.search(line)]
     assert len(lines) == 1, err
     return lines[0]
 
