@@ -125,8 +125,8 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _check_creatable(path: Path, name: str | None) -> None:
-    """``path`` can be created: its nearest existing ancestor is a writable directory."""
-    base = _nearest_existing(path.parent if not path.exists() else path)
+    """``path`` can be created or replaced: its nearest existing ancestor is a writable directory."""
+    base = _nearest_existing(path.parent)
     if not base.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, not a directory")
     if not os.access(base, os.W_OK | os.X_OK):

@@ -109,6 +109,15 @@ def test_usage_error_is_one_line_exit_2_before_any_work(capsys, tmp_path, no_wor
     assert snapshot(tmp_path) == before
 
 
+def test_output_paths_that_can_be_written_are_accepted(tmp_path):
+    from dflash_lite.validate import check_output_dir, check_output_file
+    (tmp_path / "old.json").write_text("{}")
+    assert check_output_file(tmp_path / "old.json") == tmp_path / "old.json"        # replacing a report is fine
+    assert check_output_file(tmp_path / "new" / "deeper" / "r.json").name == "r.json"
+    assert check_output_dir(tmp_path) == tmp_path and check_output_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]              # checking creates nothing
+
+
 def test_a_non_utf8_prompts_file_is_named(capsys, tmp_path, no_work):
     bad = tmp_path / "prompts.jsonl"
     bad.write_bytes(b'{"prompt": "caf\xe9"}\n')
