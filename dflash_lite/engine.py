@@ -27,7 +27,8 @@ class Engine:
             drafter.to(target.device)
         if block_size is None:
             block_size = drafter.config.block_size if drafter is not None else 1
-        self.block_size = check_int("block_size", block_size, 1, drafter.config.max_block_size if drafter is not None else None)
+        largest = drafter.config.max_block_size if drafter is not None else None
+        self.block_size = check_int("block_size", block_size, 1, largest)
         if drafter is None and self.block_size > 1:
             raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass drafter=DIR)")
         self.stops = stop_token_ids(target, tokenizer)
