@@ -295,7 +295,8 @@ def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
     for key in sorted(set(saved) | set(wanted)):
         if saved.get(key) != wanted.get(key):
             raise ValueError(f"{where} holds a run with {key}={saved.get(key)!r}, but this run has "
-                             f"{key}={wanted.get(key)!r}; resume with the same settings, or start again with --overwrite")
+                             f"{key}={wanted.get(key)!r}; resume with the same settings, "
+                             f"or start again with --overwrite")
 
 
 @dataclass

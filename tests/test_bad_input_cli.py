@@ -200,7 +200,7 @@ def test_a_trainer_without_batches_fails_instead_of_hanging():
         trainer.run()
 
 
-# ----------------------------------------------------------------------------- train --out: never overwrite what it did not write
+# ----------------------------------------------------------------------------- train --out: only what it wrote
 def test_train_refuses_a_drafter_directory_it_did_not_write(capsys, tmp_path, no_work):
     copy = tmp_path / "tiny-dflash"
     shutil.copytree(SHIPPED_DRAFTERS["tiny"], copy)
