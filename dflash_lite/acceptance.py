@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .validate import check_temperature, check_top_k, check_top_p
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -19,13 +21,10 @@ class SamplingParams:
     top_k: int | None = None
     top_p: float | None = None
 
-    def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    def __post_init__(self):                  # one-line ValueErrors, the same as the CLI's
+        check_temperature(self.temperature)
+        check_top_k(self.top_k)
+        check_top_p(self.top_p)
 
     @property
     def greedy(self) -> bool:

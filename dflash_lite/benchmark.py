@@ -23,9 +23,10 @@ from typing import Callable, Hashable
 
 import torch
 
-from . import corpus
+from . import corpus, validate
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, generate_autoregressive, generate_speculative
+from .files import atomic_write_text
 
 
 @dataclass
@@ -176,6 +177,15 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def all_dflash_failed(report: dict) -> str | None:
+    """The first error when the report has DFlash rows and every one of them failed, else None
+    (the CLI then exits non-zero: a run that measured no DFlash at all is not a result)."""
+    rows = [r for r in report["methods"] if r["name"].startswith("DFlash")]
+    if rows and all(r["error"] for r in rows):
+        return f"every DFlash method failed ({rows[0]['name']}: {rows[0]['error']})"
+    return None
+
+
 # ----------------------------------------------------------------------------- standard methods
 def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
                      hf_dflash: bool = True, eagle=None, draft_model=None, draft_block_size: int = 5,
@@ -259,8 +269,12 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: no such prompts file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     prompts = []
-    for number, line in enumerate(p.read_text().splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -399,10 +413,40 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
           cost_repeats: int = 10) -> dict:
-    """Load, run the standard methods, print the table, optionally write the JSON."""
+    """Load, run the standard methods, print the table, optionally write the JSON.
+
+    Arguments are checked (and the JSON path for writability) before anything is loaded; a
+    prompt that does not fit the target's context is refused before any method runs."""
     from .target import load_pretrained
 
+    num_prompts = validate.check_int("num_prompts", num_prompts)
+    max_new_tokens = validate.check_int("max_new_tokens", max_new_tokens)
+    repeats = validate.check_int("repeats", repeats)
+    cost_repeats = validate.check_int("cost_repeats", cost_repeats)
+    block_sizes = validate.check_block_sizes(block_sizes)
+    temperature = validate.check_temperature(temperature)
+    device = validate.check_device(device)
+    if random_drafter_layers is not None:
+        validate.check_int("random_drafter_layers", random_drafter_layers)
+    if json_out is not None:
+        validate.check_output_file(json_out, "json_out")
+    prompt_template = prompt_template.replace("\\n", "\n")    # a literal \n typed on a command line
+    if "{prompt}" not in prompt_template:
+        raise ValueError("--prompt-template must contain {prompt}")
+    if prompts and dataset:
+        raise ValueError("pass --prompts or --dataset, not both")
+    if dataset:
+        texts = dataset_prompts(dataset, num_prompts)
+    else:
+        texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
+    texts = [prompt_template.replace("{prompt}", t) for t in texts]
     model, tokenizer = load_pretrained(target, device=device)
+    ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
+    context = getattr(model.config, "max_position_embeddings", None)
+    for i, x in enumerate(ids):                  # model.generate would run past the context; no method may
+        if context is not None and x.shape[1] + max_new_tokens > context:
+            raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) does not "
+                             f"fit the target's context of {context} tokens; shorten it or lower --max-new-tokens")
     draft = None
     if random_drafter_layers:
         from .drafter import DFlashDrafter, DrafterConfig
@@ -417,17 +461,8 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     if drafter is not None:
         from .checkpoints import load_drafter
         draft = load_drafter(drafter).to(device)
-    prompt_template = prompt_template.replace("\\n", "\n")    # a literal \n typed on a command line
-    if "{prompt}" not in prompt_template:
-        raise ValueError("--prompt-template must contain {prompt}")
-    if prompts and dataset:
-        raise ValueError("pass --prompts or --dataset, not both")
-    if dataset:
-        texts = dataset_prompts(dataset, num_prompts)
-    else:
-        texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
-    texts = [prompt_template.replace("{prompt}", t) for t in texts]
-    ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
+    if draft is not None:
+        validate.check_block_sizes(block_sizes, high=draft.config.max_block_size)
     eagle_drafter = small_lm = None
     if baselines:
         from .checkpoints import load_drafter
@@ -459,8 +494,5 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
             print("\ncost model (t: median seconds of one forward at the first prompt's context):")
             print(format_cost_model(report["cost_model"]["rows"]))
     if json_out:
-        out = Path(json_out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".tmp").write_text(json.dumps(report, indent=1))
-        out.with_suffix(".tmp").replace(out)                 # never a half-written report
+        atomic_write_text(json_out, json.dumps(report, indent=1))    # never a half-written report
     return report

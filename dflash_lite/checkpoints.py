@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .drafter import DFlashDrafter, DrafterConfig
+from .files import atomic_path
 from .target import LoadError, _check_safetensors
 
 FORMAT = "dflash-lite-drafter"
@@ -31,12 +32,11 @@ HF_RENAMES = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.o
 def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str, config_name: str) -> Path:
     """Write to temporary names, then rename, so an interrupted save never looks complete."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp_w, tmp_c = directory / (weights_name + ".tmp"), directory / (config_name + ".tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp_w))
-    tmp_c.write_text(json.dumps(config, indent=1))
-    tmp_w.replace(directory / weights_name)
-    tmp_c.replace(directory / config_name)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory}: is an existing file; a drafter is saved into a directory")
+    with atomic_path(directory / weights_name) as tmp_w, atomic_path(directory / config_name) as tmp_c:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp_w))
+        tmp_c.write_text(json.dumps(config, indent=1))
     return directory
 
 

@@ -6,11 +6,12 @@ notebooks can call directly.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 import torch
 
-from . import corpus
+from . import corpus, validate
 from .acceptance import SamplingParams
 from .benchmark import interleaved
 from .decode import generate_autoregressive
@@ -26,10 +27,17 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     """Complete ``prompt`` with the target, then with DFlash when a drafter is there (the shipped
     one by default), and print both with tokens/s, time to first token, speedup and tau.
     Timings are medians of ``repeats`` interleaved runs after a warm-up."""
+    validate.check_prompt(prompt)
+    validate.check_int("max_new_tokens", max_new_tokens)
+    validate.check_int("repeats", repeats)
+    validate.check_int("seed", seed, low=None)
+    if block_size is not None:
+        validate.check_int("block_size", block_size)
+    device = validate.check_device(device)
+    sampling = SamplingParams(temperature, top_k, top_p)
     model, tokenizer = load_pretrained(target, device=device)
     drafter = drafter or default_drafter_path(target)
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    sampling = SamplingParams(temperature, top_k, top_p)
     stops = stop_token_ids(model, tokenizer)
     runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
     if drafter is not None:
@@ -64,41 +72,61 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     return summary
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2): the message names the flag and its range."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# argparse types from the one validation layer (dflash_lite.validate), shared with the Python API
+POS = validate.arg_type(validate.check_int)                       # an integer >= 1
+COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
+ANY_INT = validate.arg_type(validate.check_int, low=None)
+POS_FLOAT = validate.arg_type(validate.check_float, float, low_open=True)
+TEMP = validate.arg_type(validate.check_float, float)
+TOP_P = validate.arg_type(validate.check_float, float, high=1.0, low_open=True)
+OUT_FILE = validate.arg_type(validate.check_output_file, str)
+OUT_DIR = validate.arg_type(validate.check_output_dir, str)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dflash_lite",
-                                     description="DFlash block-diffusion speculative decoding on a laptop.")
+    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash,
+    2 for bad input (one line, before any work), 130 on Ctrl-C (training saves first)."""
+    parser = Parser(prog="python -m dflash_lite",
+                    description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="complete a prompt with the shipped target and time it")
     d.add_argument("--target", default="tiny", help="'tiny', a local HF directory or a hub id")
     d.add_argument("--prompt", default=DEFAULT_PROMPT)
-    d.add_argument("--max-new-tokens", type=int, default=96)
-    d.add_argument("--temperature", type=float, default=0.0)
-    d.add_argument("--top-k", type=int, default=None)
-    d.add_argument("--top-p", type=float, default=None)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--device", default="cpu")
+    d.add_argument("--max-new-tokens", type=POS, default=96)
+    d.add_argument("--temperature", type=TEMP, default=0.0)
+    d.add_argument("--top-k", type=POS, default=None)
+    d.add_argument("--top-p", type=TOP_P, default=None)
+    d.add_argument("--seed", type=ANY_INT, default=0)
+    d.add_argument("--device", type=validate.device_arg, default="cpu")
     d.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one, if any)")
-    d.add_argument("--block-size", type=int, default=None)
-    d.add_argument("--repeats", type=int, default=3)
+    d.add_argument("--block-size", type=POS, default=None)
+    d.add_argument("--repeats", type=POS, default=3)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target", default="tiny")
     b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout)")
-    b.add_argument("--random-drafter-layers", type=int, default=None,
+    b.add_argument("--random-drafter-layers", type=POS, default=None,
                    help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
     b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
     b.add_argument("--dataset", default=None, choices=["gsm8k", "humaneval", "mbpp", "math500", "mt-bench"],
                    help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
-    b.add_argument("--temperature", type=float, default=0.0, help="0: greedy, with the identity check")
+    b.add_argument("--temperature", type=TEMP, default=0.0, help="0: greedy, with the identity check")
     b.add_argument("--adaptive", action="store_true",
                    help="also run DFlash with the block size chosen per step from recent acceptance")
-    b.add_argument("--cost-repeats", type=int, default=10, help="repeats of each timed forward in the cost model")
+    b.add_argument("--cost-repeats", type=POS, default=10, help="repeats of each timed forward in the cost model")
     b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
-    b.add_argument("--num-prompts", type=int, default=8)
-    b.add_argument("--max-new-tokens", type=int, default=64)
-    b.add_argument("--block-sizes", type=lambda s: tuple(int(x) for x in s.split(",")), default=(16,))
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--device", default="cpu")
-    b.add_argument("--json", dest="json_out", default=None)
+    b.add_argument("--num-prompts", type=POS, default=8)
+    b.add_argument("--max-new-tokens", type=POS, default=64)
+    b.add_argument("--block-sizes", type=validate.block_sizes_arg, default=(16,), help="e.g. 4,8,16")
+    b.add_argument("--repeats", type=POS, default=3)
+    b.add_argument("--device", type=validate.device_arg, default="cpu")
+    b.add_argument("--json", dest="json_out", type=OUT_FILE, default=None)
     b.add_argument("--prompt-template", default="{prompt}",
                    help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
@@ -109,22 +137,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the EAGLE-style and draft-model peers")
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
     t.add_argument("--target", default="tiny")
-    t.add_argument("--out", required=True)
-    t.add_argument("--block-size", type=int, default=16)
-    t.add_argument("--layers", type=int, default=2)
-    t.add_argument("--steps", type=int, default=1000)
-    t.add_argument("--batch-size", type=int, default=8)
-    t.add_argument("--num-anchors", type=int, default=16, help="blocks per sequence per step")
-    t.add_argument("--lr", type=float, default=6e-4)
-    t.add_argument("--num-math", type=int, default=2000, help="train-split math prompts to regenerate")
-    t.add_argument("--num-code", type=int, default=400, help="train-split stdlib function headers to regenerate")
-    t.add_argument("--max-new-tokens", type=int, default=160)
-    t.add_argument("--num-taps", type=int, default=5)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--device", default="cpu")
-    t.add_argument("--cache-dir", default=".cache/dflash_lite")
-    t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
-    t.add_argument("--eval-every", type=int, default=None,
+    t.add_argument("--out", type=OUT_DIR, required=True,
+                   help="a new or empty directory, or a run of the same settings to resume")
+    t.add_argument("--overwrite", action="store_true", help="replace a non-empty --out as a whole")
+    t.add_argument("--block-size", type=validate.arg_type(validate.check_int, low=2, high=64), default=16)
+    t.add_argument("--layers", type=POS, default=2)
+    t.add_argument("--steps", type=POS, default=1000)
+    t.add_argument("--batch-size", type=POS, default=8)
+    t.add_argument("--num-anchors", type=POS, default=16, help="blocks per sequence per step")
+    t.add_argument("--lr", type=POS_FLOAT, default=6e-4)
+    t.add_argument("--num-math", type=COUNT, default=2000, help="train-split math prompts to regenerate")
+    t.add_argument("--num-code", type=COUNT, default=400, help="train-split stdlib function headers to regenerate")
+    t.add_argument("--max-new-tokens", type=POS, default=160)
+    t.add_argument("--num-taps", type=POS, default=5)
+    t.add_argument("--seed", type=ANY_INT, default=0)
+    t.add_argument("--device", type=validate.device_arg, default="cpu")
+    t.add_argument("--cache-dir", type=OUT_DIR, default=".cache/dflash_lite")
+    t.add_argument("--time-budget-s", type=POS_FLOAT, default=None, help="finish the schedule within this training time")
+    t.add_argument("--eval-every", type=COUNT, default=None,
                    help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
     t.add_argument("--drafting", default="block", choices=["block", "autoregressive", "draft-model"],
                    help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
@@ -135,12 +165,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
+    command_line = "python -m dflash_lite " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
     try:
         if command == "demo":
             demo(**args)
         elif command == "train":
             from .train import train_draft_model, train_drafter
-            command_line = "python -m dflash_lite " + " ".join(sys.argv[1:])
             if args["drafting"] == "draft-model":
                 for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every", "conditioning",
                                "fixed_anchors"):
@@ -149,9 +179,22 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(train_drafter(**args, command=command_line))
         elif command == "bench":
-            from .benchmark import bench
-            bench(**args)
+            from .benchmark import all_dflash_failed, bench
+            failed = all_dflash_failed(bench(**args))
+            if failed:
+                print(f"error: {failed}", file=sys.stderr)
+                return 1
     except (LoadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        if command != "train":
+            said = "nothing was written"
+        elif getattr(e, "saved", False):
+            said = f"{e}; to resume, run the same command again: {command_line}"
+        else:
+            said = (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the last "
+                    f"checkpoint, if there is one (the regeneration cache is written only when complete)")
+        print(f"interrupted: {said}", file=sys.stderr)
+        return 130
     return 0

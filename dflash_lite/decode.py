@@ -15,6 +15,7 @@ from .acceptance import (SamplingParams, accept_greedy, accept_point_mass, accep
                          target_probs)
 from .drafter import DrafterCache, check_compatible
 from .target import context_features
+from .validate import check_int
 
 
 @dataclass
@@ -56,8 +57,7 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
         raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: give at least one token")
-    if max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_int("max_new_tokens", max_new_tokens)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
         raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) "
@@ -134,11 +134,8 @@ class DFlashProposer:
                              f"{'EagleProposer' if expected == 'block' else 'DFlashProposer'}")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
-        if not 1 <= self.block_size <= drafter.config.max_block_size:
-            raise ValueError(f"block_size must be in 1..{drafter.config.max_block_size} for this drafter, "
-                             f"got {self.block_size}")
-        if passes < 1:
-            raise ValueError(f"passes must be >= 1, got {passes}")
+        check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
+        check_int("passes", passes)
         self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
 
     def start(self, prompt_ids, target_hidden) -> None:
@@ -218,8 +215,7 @@ class DraftModelProposer:
         if draft_model.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
                              f"target vocabulary {target.config.vocab_size}")
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        check_int("block_size", block_size)
         self.model, self.block_size, self.sampling = draft_model, block_size, sampling
         self.sample, self.generator = sample and not sampling.greedy, generator
         self.processors = sampling.processors()
@@ -290,8 +286,7 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     :class:`GenerationResult`. ``block_size``: tokens per target forward (k drafts + 1)."""
     check_request(target, input_ids, max_new_tokens)
     fixed = block_size                                  # None: ask the proposer every step (it may adapt)
-    if (initial := proposer.block_size if fixed is None else fixed) < 1:
-        raise ValueError(f"block_size must be >= 1, got {initial}")
+    check_int("block_size", proposer.block_size if fixed is None else fixed)
     device = target.device
     input_ids = input_ids.to(device)
     stops, processors = set(stop_token_ids), sampling.processors()

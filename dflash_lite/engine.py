@@ -1,6 +1,6 @@
 """Text in, text out: the engine-level call on top of the decode loops.
 
->>> engine = Engine.from_pretrained("tiny")                 # shipped target (+ its drafter, once shipped)
+>>> engine = Engine.from_pretrained("tiny")                 # shipped target + its shipped drafter
 >>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
 >>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
 
@@ -12,7 +12,8 @@ import torch
 
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
-from .target import load_pretrained, stop_token_ids
+from .target import default_drafter_path, load_pretrained, stop_token_ids
+from .validate import check_device, check_int, check_prompt
 
 
 class Engine:
@@ -26,13 +27,18 @@ class Engine:
             drafter.to(target.device)
         if block_size is None:
             block_size = drafter.config.block_size if drafter is not None else 1
-        self.block_size = block_size
+        largest = drafter.config.max_block_size if drafter is not None else None
+        self.block_size = check_int("block_size", block_size, 1, largest)
+        if drafter is None and self.block_size > 1:
+            raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass drafter=DIR)")
         self.stops = stop_token_ids(target, tokenizer)
         self.last_result: GenerationResult | None = None
 
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu", **kwargs):
-        model, tokenizer = load_pretrained(target, device=device)
+        """The target and a drafter (by default the shipped one of a shipped target, if any)."""
+        model, tokenizer = load_pretrained(target, device=check_device(device))
+        drafter = drafter or default_drafter_path(target)
         draft = None
         if drafter is not None:
             from .checkpoints import load_drafter
@@ -58,7 +64,10 @@ class Engine:
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text pieces
         that yields as blocks are accepted. ``self.last_result`` holds the timings and tau."""
         sampling = SamplingParams(temperature, top_k, top_p)
-        input_ids = self.encode(prompt)
+        check_int("max_new_tokens", max_new_tokens)
+        if seed is not None:
+            check_int("seed", seed, low=None)
+        input_ids = self.encode(check_prompt(prompt))
         check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
         generator = torch.Generator(device=self.target.device)
         if seed is None:

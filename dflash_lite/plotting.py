@@ -7,8 +7,9 @@ decomposition. Every figure is titled with the hardware it was measured on.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from .files import atomic_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,14 +72,8 @@ def save_figure(fig, name: str, out_dir: str | Path | None = None, dpi: int = 12
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".png", dir=out)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
     if in_notebook():
         from IPython.display import display
         display(fig)

@@ -19,6 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,8 +29,11 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
-from . import corpus
+from . import corpus, validate
+from .files import atomic_path, atomic_write_text
 from .target import context_features
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}   # the paper's decay for its block sizes
@@ -72,9 +78,13 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
                                      sum(float(p.float().sum()) for p in target.parameters())]).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"regenerated-{key}.json" if cache_dir else None
     if path is not None and path.is_file():
-        raw = json.loads(path.read_text())
-        if raw.get("complete") and raw.get("key") == key:
-            return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("complete") and raw.get("key") == key:
+                return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
+            raise ValueError("incomplete")
+        except (ValueError, AttributeError, KeyError):      # truncated, edited, or not ours: rebuilt
+            print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
     from .target import stop_token_ids
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
@@ -95,12 +105,9 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             sequences.append(b + response)
             prompt_lengths.append(len(b))
     data = RegeneratedData(sequences, prompt_lengths)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "complete": True, "sequences": sequences,
-                                   "prompt_lengths": prompt_lengths}))
-        tmp.replace(path)                            # only a finished file ever has the final name
+    if path is not None:                             # only a finished file ever has the final name
+        atomic_write_text(path, json.dumps({"key": key, "complete": True, "sequences": sequences,
+                                            "prompt_lengths": prompt_lengths}))
     return data
 
 
@@ -264,9 +271,40 @@ def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
     return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, rest)))
 
 
+CHECKPOINT = "trainer_state.safetensors"   # tensors; everything else as JSON in its header metadata
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
+    """(metadata, tensors) of a trainer checkpoint. Only safetensors and JSON are read, so a
+    checkpoint can hold data but never code; a damaged file is one ValueError line."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["trainer"])
+        return meta, load_file(str(path))
+    except Exception as e:                          # safetensors and json raise their own types
+        raise ValueError(f"{path}: not a readable trainer checkpoint ({type(e).__name__}); "
+                         f"start again with --overwrite") from None
+
+
+def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
+    """Refuse, in one line naming the first difference, to resume a run with other settings."""
+    wanted = json.loads(json.dumps(wanted))         # compare as stored: tuples are lists in JSON
+    for key in sorted(set(saved) | set(wanted)):
+        if saved.get(key) != wanted.get(key):
+            raise ValueError(f"{where} holds a run with {key}={saved.get(key)!r}, but this run has "
+                             f"{key}={wanted.get(key)!r}; resume with the same settings, "
+                             f"or start again with --overwrite")
+
+
 @dataclass
 class Trainer:
-    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``."""
+    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``.
+
+    With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
+    (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
+    Ctrl-C finishes the current step, saves, and raises :class:`TrainingInterrupted`.
+    """
     model: torch.nn.Module
     loss_fn: Callable
     batches: Callable[[], Iterator]
@@ -275,20 +313,46 @@ class Trainer:
     checkpoint_dir: Path | None = None
     step: int = 0
     history: list[dict] = field(default_factory=list)
+    run_config: dict = field(default_factory=dict)               # what a resume must match
 
     def __post_init__(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
-        if self.checkpoint_dir is not None and (Path(self.checkpoint_dir) / "trainer.pt").is_file():
+        if self.checkpoint_dir is not None and (Path(self.checkpoint_dir) / CHECKPOINT).is_file():
             self.resume()
 
     def run(self):
         from tqdm import tqdm
 
+        interrupted = []
+        previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler
+
+        def on_interrupt(signum, frame):          # finish the step, then save; a second Ctrl-C stops at once
+            interrupted.append(signum)
+            signal.signal(signal.SIGINT, previous)
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread:
+            signal.signal(signal.SIGINT, on_interrupt)
+        try:
+            self._loop(tqdm, interrupted)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, previous)
+        if self.checkpoint_dir and self.step > 0:
+            self.save()
+        if interrupted:
+            saved = bool(self.checkpoint_dir and self.step > 0)
+            said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
+                    if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
+            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved)
+        return self.history
+
+    def _loop(self, tqdm, interrupted: list):
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5, disable=None)
         start = time.time()
-        data = self.batches()
-        while self.step < self.config.steps:
+        data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
+        while self.step < self.config.steps and not interrupted:
             # progress on steps, or on wall time when there is a budget (whichever is further)
             progress = self.step / self.config.steps
             if self.config.time_budget_s:
@@ -298,8 +362,12 @@ class Trainer:
             try:
                 batch = next(data)
             except StopIteration:                              # a new epoch: anchors are resampled
-                data = self.batches()
+                if fresh:
+                    raise ValueError("the training data gives no batch (no response is long enough "
+                                     "for a block); regenerate with more prompts or --max-new-tokens") from None
+                data, fresh = self.batches(), True
                 continue
+            fresh = False
             for group in self.optimizer.param_groups:
                 group["lr"] = cosine_lr(progress, self.step, self.config)
             loss, metrics = self.loss_fn(self.model, batch)
@@ -319,24 +387,79 @@ class Trainer:
             if self.checkpoint_dir and self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
                 self.save()
         bar.close()
-        if self.checkpoint_dir:
-            self.save()
-        return self.history
 
     def save(self):
-        path = Path(self.checkpoint_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                 "history": self.history, "rng": torch.get_rng_state()}
-        torch.save(state, path / "trainer.pt.tmp")
-        (path / "trainer.pt.tmp").replace(path / "trainer.pt")
+        """One safetensors file, written atomically: ``model.*``, ``optimizer.<param>.<key>`` and
+        ``rng.torch`` tensors; step, history, run config and the optimizer's other state as JSON."""
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optimizer = self.optimizer.state_dict()
+        scalars = {}
+        for index, values in optimizer["state"].items():
+            for key, value in values.items():
+                if torch.is_tensor(value):
+                    tensors[f"optimizer.{index}.{key}"] = value
+                else:
+                    scalars.setdefault(str(index), {})[key] = value
+        tensors["rng.torch"] = torch.get_rng_state()
+        meta = {"step": self.step, "history": self.history, "run_config": self.run_config,
+                "param_groups": optimizer["param_groups"], "optimizer_scalars": scalars}
+        with atomic_path(Path(self.checkpoint_dir) / CHECKPOINT) as tmp:
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp),
+                      metadata={"trainer": json.dumps(meta)})
 
     def resume(self):
-        state = torch.load(Path(self.checkpoint_dir) / "trainer.pt", weights_only=False)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step, self.history = state["step"], state["history"]
-        torch.set_rng_state(state["rng"])
+        path = Path(self.checkpoint_dir) / CHECKPOINT
+        meta, tensors = read_checkpoint(path)
+        check_same_run(meta.get("run_config", {}), self.run_config, path.parent)
+        model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+        try:
+            self.model.load_state_dict(model)
+        except RuntimeError:
+            raise ValueError(f"{path}: its weights do not fit this model; start again with --overwrite") from None
+        state = {}
+        for name, value in tensors.items():
+            if name.startswith("optimizer."):
+                _, index, key = name.split(".", 2)
+                state.setdefault(int(index), {})[key] = value
+        for index, values in meta["optimizer_scalars"].items():
+            state.setdefault(int(index), {}).update(values)
+        groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
+        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+        self.step, self.history = meta["step"], meta["history"]
+        torch.set_rng_state(tensors["rng.torch"])
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
+    was saved (``saved``), so the CLI can say how to resume."""
+
+    def __init__(self, message: str, saved: bool):
+        super().__init__(message)
+        self.saved = saved
+
+
+def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
+    """What ``out`` may be used for, decided before any work: a new or empty directory; a
+    resumable run (``checkpoint/``) with the same ``run_config``; anything else only with
+    ``overwrite``, which removes the directory as a whole, so nothing stale survives."""
+    out = validate.check_output_dir(out, "out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return out
+    checkpoint = out / "checkpoint" / CHECKPOINT
+    if overwrite:
+        here, resolved = Path.cwd().resolve(), out.resolve()
+        if resolved in (Path.home().resolve(), Path(resolved.anchor)) or resolved in (here, *here.parents):
+            raise ValueError(f"out {str(out)!r} is the home, root or working directory (or holds it); "
+                             f"--overwrite removes only a directory of its own")
+        shutil.rmtree(out)
+        return out
+    if run_config is not None and checkpoint.is_file():
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, out)
+        return out
+    old = (" (its checkpoint/trainer.pt is an old-format checkpoint, which is never loaded)"
+           if (out / "checkpoint" / "trainer.pt").exists() else "")
+    raise ValueError(f"out {str(out)!r} is not empty and not a resumable run of this config{old}; "
+                     f"pass --overwrite to replace it as a whole, or choose another directory")
 
 
 # ----------------------------------------------------------------------------- 4. putting it together
@@ -384,12 +507,31 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                   num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
                   callbacks: list[Callable] = (), command: str | None = None,
                   time_budget_s: float | None = None, drafting: str = "block", eval_every: int | None = None,
-                  conditioning: str = "kv_injection", fixed_anchors: bool = False) -> Path:
-    """Regenerate data with the target, train a drafter, save it (own format) with its curve."""
+                  conditioning: str = "kv_injection", fixed_anchors: bool = False, overwrite: bool = False) -> Path:
+    """Regenerate data with the target, train a drafter, save it (own format) with its curve.
+
+    Every argument and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a
+    run into ``out`` that holds a checkpoint of the same settings resumes from it."""
     from .checkpoints import save_drafter
-    from .drafter import DFlashDrafter, DrafterConfig
+    from .drafter import CONDITIONING, DFlashDrafter, DrafterConfig
     from .target import load_pretrained
 
+    check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
+                     time_budget_s)
+    validate.check_int("block_size", block_size, 2, 64)
+    validate.check_int("num_anchors", num_anchors)
+    validate.check_int("num_taps", num_taps)
+    if eval_every is not None:
+        validate.check_int("eval_every", eval_every, 0)
+    if drafting not in ("block", "autoregressive"):
+        raise ValueError(f"drafting must be 'block' or 'autoregressive', got {drafting!r}")
+    if conditioning not in CONDITIONING:
+        raise ValueError(f"conditioning must be one of {', '.join(CONDITIONING)}, got {conditioning!r}")
+    run_config = dict(target=str(target), drafting=drafting, conditioning=conditioning, layers=layers,
+                      block_size=block_size, num_taps=num_taps, fixed_anchors=fixed_anchors, batch_size=batch_size,
+                      num_anchors=num_anchors, lr=lr, seed=seed, num_math=num_math, num_code=num_code,
+                      max_new_tokens=max_new_tokens)
+    out = prepare_out(out, overwrite, run_config)
     torch.manual_seed(seed)
     model, tokenizer = load_pretrained(target, device=device)
     for p in model.parameters():
@@ -427,7 +569,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
                                             fixed_anchors),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
                                   time_budget_s=time_budget_s),
-                      callbacks, checkpoint_dir=Path(out) / "checkpoint")
+                      callbacks, checkpoint_dir=Path(out) / "checkpoint", run_config=run_config)
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - eval_seconds[0]
@@ -452,9 +594,28 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
 
     meta["training"].update(final_tau_probe=final, minutes_to_tau_5={d: minutes_to(d) for d in ("math", "code")})
     save_drafter(drafter.eval(), out, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
-    (Path(out) / "training_curve.json").write_text(json.dumps({**meta, "curve": history, "tau_curve": tau_curve},
-                                                              indent=1))
+    atomic_write_text(Path(out) / "training_curve.json",
+                      json.dumps({**meta, "curve": history, "tau_curve": tau_curve}, indent=1))
     return Path(out)
+
+
+def check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
+                     time_budget_s) -> None:
+    """The checks both trainers share: one ValueError line naming the argument and its range."""
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens),
+                        ("layers", layers)):
+        validate.check_int(name, value)
+    validate.check_int("num_math", num_math, 0)
+    validate.check_int("num_code", num_code, 0)
+    if num_math + num_code == 0:
+        raise ValueError("num_math and num_code are both 0: there is nothing to train on")
+    validate.check_int("seed", seed, low=None)
+    validate.check_float("lr", lr, 0.0, low_open=True)
+    validate.check_device(device)
+    if time_budget_s is not None:
+        validate.check_float("time_budget_s", time_budget_s, 0.0, low_open=True)
+    if cache_dir is not None:
+        validate.check_output_dir(cache_dir, "cache_dir")
 
 
 # ----------------------------------------------------------------------------- classic draft model
@@ -496,13 +657,17 @@ def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: in
                       batch_size: int = 8, lr: float = 6e-4, num_math: int = 2000, num_code: int = 400,
                       max_new_tokens: int = 160, seed: int = 0, device: str = "cpu",
                       cache_dir: str = ".cache/dflash_lite", time_budget_s: float | None = None,
-                      command: str | None = None) -> Path:
+                      command: str | None = None, overwrite: bool = False) -> Path:
     """Classic speculative decoding's drafter: a small causal LM trained on the same regenerated data,
-    saved as a Hugging Face directory (usable by ``generate(assistant_model=...)`` too)."""
+    saved as a Hugging Face directory (usable by ``generate(assistant_model=...)`` too). It keeps
+    no checkpoint, so ``out`` must be new or empty, or is replaced with ``overwrite``."""
     from transformers import Qwen3ForCausalLM
 
     from .target import load_pretrained
 
+    check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
+                     time_budget_s)
+    out = prepare_out(out, overwrite)
     torch.manual_seed(seed)
     model, tokenizer = load_pretrained(target, device=device)
     t0 = time.time()
@@ -520,8 +685,7 @@ def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: in
             "batch_size": batch_size, "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
             "train_seconds": round(time.time() - t1, 1), "device": device, "threads": torch.get_num_threads(),
             "time_budget_s": time_budget_s}
-    out = Path(out)
     small.eval().to(torch.bfloat16).save_pretrained(out)                 # loaded back in fp32, exactly
     tokenizer.save_pretrained(out)
-    (out / "training_curve.json").write_text(json.dumps({"training": meta, "curve": history}, indent=1))
+    atomic_write_text(out / "training_curve.json", json.dumps({"training": meta, "curve": history}, indent=1))
     return out

@@ -62,6 +62,7 @@ def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
 def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = None) -> dict:
     """tau of a trained variant on held-out prompts, at its own block size and the cross sizes."""
     from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.files import atomic_write_text
     from dflash_lite.target import load_pretrained
     from dflash_lite.train import tau_probe
 
@@ -78,7 +79,7 @@ def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = Non
     result.update(tau_by_inference_block_size=tau,
                   eval={"prompts_per_domain": eval_prompts, "max_new_tokens": 64, "split": "held_out",
                         "stops_at_eos": True})
-    (out / "result.json").write_text(json.dumps(result, indent=1))
+    atomic_write_text(out / "result.json", json.dumps(result, indent=1))
     print(f"[ablations] {name}: tau {tau}", flush=True)
     return result
 
@@ -100,11 +101,9 @@ def main() -> int:
         if missing:
             print(f"error: no result yet for {', '.join(missing)}; train them first", file=sys.stderr)
             return 2
+        from dflash_lite.files import atomic_write_text
         results = {n: json.loads((work / n / "result.json").read_text()) for n in VARIANTS}
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".tmp").write_text(json.dumps({"common": COMMON, "variants": results}, indent=1))
-        out.with_suffix(".tmp").replace(out)
+        out = atomic_write_text(args.out, json.dumps({"common": COMMON, "variants": results}, indent=1))
         print(out)
         return 0
     names = args.only or list(VARIANTS)

@@ -1,0 +1,45 @@
+"""Writing files whole or not at all: the one atomic-write helper every writer in the package uses.
+
+A file is written under a unique temporary name (``tempfile.mkstemp``) in its own directory and
+renamed onto its final name only when complete, so an interrupted run never leaves a file that
+looks finished, and the temporary name can never be a file the user already had.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)                 # read the process umask once, so new files get the usual mode
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path next to ``path``; it replaces ``path`` when the block ends without an
+    error and is removed otherwise. The parent directory is created if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes it private; give it the usual mode
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)

@@ -1,0 +1,186 @@
+"""One validation layer for every entry point: the CLI's argparse types and the Python API share it.
+
+Each check returns the value when it is acceptable and otherwise raises ``ValueError`` with one
+line that names the argument and the accepted range, before any work is done::
+
+    >>> check_int("repeats", 0)
+    ValueError: repeats must be an integer >= 1, got 0
+
+:func:`arg_type` turns a check into an argparse ``type=`` (the flag is named by argparse itself).
+Output paths are checked here too, so that a run that could not write its result never starts.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import numbers
+import os
+from pathlib import Path
+
+import torch
+
+
+def _fail(name: str | None, expected: str, value) -> ValueError:
+    return ValueError(f"{_named(name)}must be {expected}, got {value!r}")
+
+
+def _named(name: str | None) -> str:
+    return f"{name} " if name else ""
+
+
+def _bounds(low, high) -> str:
+    if high is None:
+        return f">= {low}"
+    return f"in {low}..{high}"
+
+
+def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
+    """An integer (not a bool or float) in ``[low, high]``; ``low=None``: any integer."""
+    expected = "an integer" + (f" {_bounds(low, high)}" if low is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _fail(name, expected, value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise _fail(name, expected, value)
+    return int(value)
+
+
+def check_float(name: str | None, value, low: float = 0.0, high: float | None = None,
+                low_open: bool = False) -> float:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
+    left = f"> {low}" if low_open else f">= {low}"
+    expected = "a finite number " + (left if high is None else f"in {'(' if low_open else '['}{low}, {high}]")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _fail(name, expected, value)
+    value = float(value)
+    if not math.isfinite(value) or value < low or (low_open and value == low) or (high is not None and value > high):
+        raise _fail(name, expected, value)
+    return value
+
+
+def check_temperature(value, name: str | None = "temperature") -> float:
+    """0 means greedy; otherwise the softmax temperature."""
+    return check_float(name, value, 0.0)
+
+
+def check_top_p(value, name: str | None = "top_p") -> float | None:
+    return None if value is None else check_float(name, value, 0.0, 1.0, low_open=True)
+
+
+def check_top_k(value, name: str | None = "top_k") -> int | None:
+    return None if value is None else check_int(name, value, 1)
+
+
+def check_block_sizes(value, name: str | None = "block_sizes", high: int | None = None) -> tuple[int, ...]:
+    """A non-empty sequence of block sizes, each >= 1 (and <= ``high`` when given)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise _fail(name, "a list of integers >= 1 (e.g. 4,8,16)", value)
+    sizes = tuple(value)
+    if not sizes:
+        raise _fail(name, "a non-empty list of integers >= 1 (e.g. 4,8,16)", value)
+    for size in sizes:
+        check_int(name, size, 1, high)
+    return sizes
+
+
+def check_device(value, name: str | None = "device") -> str:
+    """A device torch knows (cpu, cuda, cuda:N, mps) that this machine has."""
+    expected = "cpu, cuda, cuda:N or mps, available on this machine"
+    if not isinstance(value, (str, torch.device)):
+        raise _fail(name, expected, value)
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError):
+        raise _fail(name, expected, value) from None
+    if device.type == "cpu":
+        return str(value)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name or 'device'} {value!r} is not available: this torch build or machine has "
+                             f"no CUDA device (use cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{name or 'device'} {value!r} is not available: "
+                             f"{torch.cuda.device_count()} CUDA device(s) here")
+        return str(value)
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine (use cpu)")
+        return str(value)
+    raise _fail(name, expected, value)
+
+
+def check_prompt(value, name: str = "prompt") -> str:
+    if not isinstance(value, str):
+        raise _fail(name, "a string", value)
+    if not value:
+        raise ValueError(f"{name} is empty")
+    return value
+
+
+# ----------------------------------------------------------------------------- output paths
+def _nearest_existing(path: Path) -> Path:
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return folder
+    return Path(".")
+
+
+def _check_creatable(path: Path, name: str | None) -> None:
+    """``path`` can be created or replaced: its nearest existing ancestor is a writable directory."""
+    base = _nearest_existing(path.parent)
+    if not base.is_dir():
+        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission in {str(base)!r}")
+
+
+def check_output_file(value, name: str | None = "output file") -> Path:
+    """A file path that can be written (it is not a directory, and its folder can be made or written)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise _fail(name, "a non-empty file path", value)
+    path = Path(value)
+    if path.is_dir():
+        raise ValueError(f"{_named(name)}{str(path)!r} is a directory; give a file path")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission")
+    _check_creatable(path, name)
+    return path
+
+
+def check_output_dir(value, name: str | None = "output directory") -> Path:
+    """A directory path that can be written (it is not an existing file)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise _fail(name, "a non-empty directory path", value)
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{_named(name)}{str(path)!r} is an existing file, not a directory")
+    _check_creatable(path / "x", name)
+    return path
+
+
+# ----------------------------------------------------------------------------- argparse
+def arg_type(check, convert=int, **limits):
+    """An argparse ``type=``: ``convert`` the text, then ``check(name=None, value=..., **limits)``;
+    argparse prefixes the flag, so the message reads ``argument --repeats: must be ...``."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = text                  # the check names the expected type and shows the text
+        try:
+            return check(name=None, value=value, **limits)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``"4,8,16"`` -> (4, 8, 16)."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        return text                       # not integers: check_block_sizes says what is expected
+
+
+block_sizes_arg = arg_type(check_block_sizes, int_list)
+device_arg = arg_type(check_device, str)
