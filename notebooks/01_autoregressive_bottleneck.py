@@ -190,7 +190,7 @@ ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)
 ax.set_xlabel("tokens processed in one forward (n)"); ax.set_ylabel("cost in decode steps")
 ax.set_title(f"Verifying a block: {target_name} target on {device}")
 ax.legend(fontsize=8); fig.tight_layout()
-save_figure(fig, "01_forward_time_vs_tokens")
+_ = save_figure(fig, "01_forward_time_vs_tokens")
 
 # %% [markdown]
 # What to look for: how far the curve stays below the dashed line, and from which `n` it bends
@@ -239,9 +239,9 @@ print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} to
 # ## Summary
 #
 # * A decode step is a full forward pass. Section 1 splits it into the multiplications by the
-#   weights and a cost paid once per forward (attention, norms, dispatch, Python); on a model this
-#   small the second share is large, which is why a GPU at this size is launch-bound rather than
-#   bandwidth-bound.
+#   weights and a cost paid once per forward (attention, norms, dispatch, Python); the printed
+#   shares say which dominates on your machine. The once-per-forward share is what makes putting
+#   several tokens in one forward cheap.
 # * Processing `n` tokens in one forward costs much less than `n` forwards. That gap is the budget
 #   speculative decoding spends on verification. Small wiggles in `t(n)/t(1)` are noise; compare
 #   them with the printed spread.

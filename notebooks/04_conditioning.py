@@ -137,7 +137,7 @@ ax.bar(xs - 0.2, initial, 0.4, label="untrained", color="lightgrey")
 ax.bar(xs + 0.2, norms, 0.4, label="trained")
 ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids]); ax.legend(fontsize=8)
 ax.set_xlabel("tapped target layer"); ax.set_ylabel("||fc block||"); ax.set_title("What the trained projection reads")
-save_figure(fig, "04_projection_norms")
+_ = save_figure(fig, "04_projection_norms")
 
 
 # %% [markdown]
