@@ -285,9 +285,9 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
 #   3, and about a third of tau lost without target features). The likely reason is the target:
 #   its text is templated math and stdlib-flavoured prose, predictable from the tokens alone by a
 #   2-layer model, whereas an 8B model's next tokens depend on computation a small drafter cannot
-#   redo, which is what its hidden states carry. Per draft, section 5 timed the three variants;
-#   input fusion does the most work, but at this size the differences are small next to a
-#   target forward.
+#   redo, which is what its hidden states carry. Per draft, input fusion does the most work;
+#   section 5's timings show what that costs on your machine, to be set against a target forward
+#   of a block (notebook 01).
 #
 # ## Summary
 #

@@ -34,8 +34,9 @@ assert check_cache_numbers((cached, drafter.config.num_context_features))
 
 # 3. `train_drafter` (and `--num-taps`) only spread taps evenly, so build the two drafters with
 #    DrafterConfig(target_layer_ids=...) and train them with the package's own pieces, alike.
-#    A short budget (the shipped drafter trained for over an hour) keeps this under a minute; raise
-#    `steps` and the number of prompts for a clearer answer.
+#    A budget this short (the shipped drafter trained for over an hour) keeps the solution quick, but
+#    leaves both drafters near tau 1, a tie that the check accepts either way. For a real answer,
+#    raise `steps` into the thousands and the prompts into the hundreds (tens of minutes on a CPU).
 for p in target.parameters():
     p.requires_grad_(False)
 data = regenerate(target, tokenizer, training_prompts(48, 16), max_new_tokens=96, cache_dir=cache_dir())
