@@ -68,7 +68,8 @@ print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e
 # new token on top of a cached context, and, separately, every `nn.Linear`: the multiplications by
 # the weight matrices, which is the arithmetic a bigger model scales up. Everything else in the
 # step (attention over the cache, norms, RoPE, and the Python and dispatch work of launching dozens
-# of small operations) is paid once per forward. Hooks add a little overhead of their own; the
+# of small operations) does little arithmetic, and much of it costs about the same whether the
+# forward holds one token or many. Hooks add a little overhead of their own; the
 # proportions are what matter.
 
 # %%
@@ -131,9 +132,9 @@ assert layers < step_total and 0 < linear_total < step_total
 
 # %% [markdown]
 # Read the last two lines. The first share is the arithmetic on the weights; on a GPU, for a large
-# model, it is where a step's time goes (reading the weights from memory). The second share is paid
-# once per forward, however many tokens the forward holds. The larger it is, the cheaper it is to
-# put more tokens in one forward, which is what section 2 measures.
+# model, it is where a step's time goes (reading the weights from memory). Much of the second share
+# is paid once per forward, however many tokens the forward holds. The larger it is, the cheaper
+# it is to put more tokens in one forward, which is what section 2 measures.
 #
 # ## 2. Forward time against the number of tokens processed at once
 #
@@ -239,7 +240,7 @@ print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} to
 # ## Summary
 #
 # * A decode step is a full forward pass. Section 1 splits it into the multiplications by the
-#   weights and a cost paid once per forward (attention, norms, dispatch, Python); the printed
+#   weights and a cost mostly paid once per forward (attention, norms, dispatch, Python); the printed
 #   shares say which dominates on your machine. The once-per-forward share is what makes putting
 #   several tokens in one forward cheap.
 # * Processing `n` tokens in one forward costs much less than `n` forwards. That gap is the budget
