@@ -39,7 +39,7 @@ assert check_cache_numbers((cached, drafter.config.num_context_features))
 #    raise `steps` into the thousands and the prompts into the hundreds (tens of minutes on a CPU).
 for p in target.parameters():
     p.requires_grad_(False)
-data = regenerate(target, tokenizer, training_prompts(48, 16), max_new_tokens=96, cache_dir=cache_dir())
+data = regenerate(target, tokenizer, training_prompts(32, 8), max_new_tokens=64, cache_dir=cache_dir())
 drafters = {}
 for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     trainer = Trainer(d, lambda m, b: drafter_loss(m, target, b, weights),
                       lambda: epoch_batches(data, 8, config.block_size, 8, tokenizer.mask_token_id,
                                             tokenizer.pad_token_id, generator),
-                      TrainConfig(steps=60, lr=1e-3, log_every=20))
+                      TrainConfig(steps=40, lr=1e-3, log_every=20))
     history = trainer.run()
     print(f"{name} taps {layer_ids}: loss {history[0]['loss']:.2f} -> {history[-1]['loss']:.2f}")
     drafters[name] = d.eval()
