@@ -28,14 +28,14 @@
 # 3. the tokens/s of the project's autoregressive loop next to `model.generate`.
 
 # %%
-import statistics, time
+import random, statistics, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.decode import new_cache, prefill
+from dflash_lite.decode import crop_cache, new_cache, prefill
 from dflash_lite.plotting import save_figure
 
 _ = torch.manual_seed(0)
@@ -64,105 +64,155 @@ print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e
 # %% [markdown]
 # ## 1. Anatomy of one decode step
 #
-# Forward hooks time the embedding, each decoder layer and the LM head for a single new token on top
-# of a cached context. (Hooks add a little overhead of their own; the proportions are what matter.)
+# Forward hooks time the embedding, each decoder layer, the final norm and the LM head for a single
+# new token on top of a cached context, and, separately, every `nn.Linear`: the multiplications by
+# the weight matrices, which is the arithmetic a bigger model scales up. Everything else in the
+# step (attention over the cache, norms, RoPE, and the Python and dispatch work of launching dozens
+# of small operations) does little arithmetic, and much of it costs about the same whether the
+# forward holds one token or many. Hooks add a little overhead of their own; the
+# proportions are what matter.
 
 # %%
 @torch.inference_mode()
 def step_anatomy(repeats):
     parts = {"embedding": model.model.embed_tokens, **{f"layer {i}": l for i, l in enumerate(model.model.layers)},
              "final norm": model.model.norm, "LM head": model.lm_head}
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     times = {name: [] for name in parts}
+    linear_time = [0.0]
     starts = {}
-    def before(module, args, name):          # hooks must return None, or they replace the inputs/outputs
+    def before(name):                        # hooks must return None, or they replace the inputs/outputs
         sync()
         starts[name] = time.perf_counter()
 
-    def after(module, args, output, name):
+    def after(name):
         sync()
-        times[name].append(time.perf_counter() - starts[name])
+        return time.perf_counter() - starts[name]
 
     hooks = []
     for name, module in parts.items():
-        hooks.append(module.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name)))
-        hooks.append(module.register_forward_hook(lambda m, a, o, name=name: after(m, a, o, name)))
-    totals = []
+        hooks.append(module.register_forward_pre_hook(lambda m, a, name=name: before(name)))
+        hooks.append(module.register_forward_hook(lambda m, a, o, name=name: times[name].append(after(name))))
+    for name, module in linears.items():
+        key = "linear " + name
+        hooks.append(module.register_forward_pre_hook(lambda m, a, key=key: before(key)))
+        hooks.append(module.register_forward_hook(
+            lambda m, a, o, key=key: linear_time.__setitem__(0, linear_time[0] + after(key))))
+    cache = new_cache(model)
+    prefill(model, context_ids, cache)
+    for name in times:
+        times[name].clear()                  # keep the decode steps only
+    totals, in_linear = [], []
     for _ in range(repeats):
-        cache = new_cache(model)
-        prefill(model, context_ids, cache)
+        linear_time[0] = 0.0
         t0 = time.perf_counter()
         model(context_ids[:, -1:], past_key_values=cache, use_cache=True)
         sync()
         totals.append(time.perf_counter() - t0)
+        in_linear.append(linear_time[0])
+        crop_cache(cache, context_ids.shape[1])          # back to the same cached context
     for h in hooks:
         h.remove()
-    # the hooks also fired during prefill; keep the decode-step calls (every second one)
-    return {name: statistics.median(v[1::2]) for name, v in times.items()}, statistics.median(totals)
+    return ({name: statistics.median(v) for name, v in times.items()}, statistics.median(totals),
+            statistics.median(in_linear))
 
-anatomy, step_total = step_anatomy(repeats)
+anatomy, step_total, linear_total = step_anatomy(repeats)
 layers = sum(v for k, v in anatomy.items() if k.startswith("layer"))
-print(f"one decode step: {step_total * 1e3:.2f} ms")
+outside = step_total - layers - anatomy["LM head"] - anatomy["embedding"] - anatomy["final norm"]
+print(f"one decode step: {step_total * 1e3:.2f} ms (median of {repeats})")
 for name in ["embedding", "final norm", "LM head"]:
     print(f"  {name:<11} {anatomy[name] * 1e3:6.3f} ms")
 print(f"  {model.config.num_hidden_layers} layers    {layers * 1e3:6.3f} ms ({layers / model.config.num_hidden_layers * 1e3:.3f} ms each)")
-print(f"  outside the modules (Python, masks, cache bookkeeping): {(step_total - layers - anatomy['LM head'] - anatomy['embedding'] - anatomy['final norm']) * 1e3:.2f} ms")
-assert layers < step_total
-
+print(f"  outside the modules (Python, masks, cache bookkeeping): {outside * 1e3:.2f} ms")
+print(f"in the weight matrices (every nn.Linear, LM head included): {linear_total * 1e3:.2f} ms "
+      f"= {linear_total / step_total:.0%} of the step")
+print(f"everything else (attention, norms, RoPE, dispatch, Python): {(step_total - linear_total) * 1e3:.2f} ms "
+      f"= {1 - linear_total / step_total:.0%} of the step")
+assert layers < step_total and 0 < linear_total < step_total
 
 # %% [markdown]
+# Read the last two lines. The first share is the arithmetic on the weights; on a GPU, for a large
+# model, it is where a step's time goes (reading the weights from memory). Much of the second share
+# is paid once per forward, however many tokens the forward holds. The larger it is, the cheaper
+# it is to put more tokens in one forward, which is what section 2 measures.
+#
 # ## 2. Forward time against the number of tokens processed at once
 #
 # We time one target forward over `n` new tokens on top of the same cached context, for
 # `n = 1, 2, 4, ...`. The ratio `t(n) / t(1)` is the cost of verifying a block of `n` tokens in units
 # of one decode step. Speculative decoding wins when this ratio is well below the number of tokens a
 # block commits on average (tau).
+#
+# Timings of a few milliseconds on a shared machine are noisy, so each size is timed many times,
+# in a fresh random order every round (so a burst of machine load hits all sizes alike), and we keep
+# the median and the interquartile range (the middle half of the samples).
 
 # %%
 @torch.inference_mode()
-def forward_time(n, repeats):
-    times = []
-    block = torch.randint(10, len(tokenizer), (1, n), generator=torch.Generator().manual_seed(n)).to(device)
-    for _ in range(repeats):
-        cache = new_cache(model)
-        prefill(model, context_ids, cache)
-        sync()
-        t0 = time.perf_counter()
-        model(block, past_key_values=cache, use_cache=True)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def forward_times(token_counts, rounds):
+    cache = new_cache(model)
+    prefill(model, context_ids, cache)
+    blocks = {n: torch.randint(10, len(tokenizer), (1, n), generator=torch.Generator().manual_seed(n)).to(device)
+              for n in token_counts}
+    samples = {n: [] for n in token_counts}
+    order = list(token_counts)
+    for r in range(rounds + 1):
+        random.Random(r).shuffle(order)
+        for n in order:
+            sync()
+            t0 = time.perf_counter()
+            model(blocks[n], past_key_values=cache, use_cache=True)
+            sync()
+            if r > 0:                                        # round 0 is the warm-up
+                samples[n].append(time.perf_counter() - t0)
+            crop_cache(cache, context_ids.shape[1])
+    return samples
 
-forward_time(1, 2)                                   # warm-up
-# interleave the sizes, so machine noise hits all of them alike
-samples = {n: [] for n in token_counts}
-for _ in range(3):
-    for n in token_counts:
-        samples[n].append(forward_time(n, max(1, repeats // 3)))
+samples = forward_times(token_counts, 3 * repeats)
 t = {n: statistics.median(v) for n, v in samples.items()}
+quartiles = {n: statistics.quantiles(v, n=4)[::2] for n, v in samples.items()}     # [q1, q3]
 for n in token_counts:
-    print(f"n = {n:3d}: {t[n] * 1e3:7.2f} ms   t(n)/t(1) = {t[n] / t[1]:5.2f}   per token {t[n] / n * 1e3:6.3f} ms")
-assert all(t[n] / t[1] < n for n in token_counts if n >= 4), "verifying n tokens at once must beat n single steps"
+    q1, q3 = quartiles[n]
+    print(f"n = {n:3d}: {t[n] * 1e3:7.2f} ms (middle half {q1 * 1e3:.2f}..{q3 * 1e3:.2f})   "
+          f"t(n)/t(1) = {t[n] / t[1]:5.2f}   per token {t[n] / n * 1e3:6.3f} ms")
+spread = (quartiles[1][1] - quartiles[1][0]) / t[1]
+print(f"spread of t(1): the middle half of its {len(samples[1])} samples spans {spread:.0%} of its median")
+largest = max(token_counts)
+assert t[largest] / t[1] < largest, "verifying n tokens at once must beat n single steps"
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.plot(token_counts, [t[n] / t[1] for n in token_counts], marker="o", label="measured t(n) / t(1)")
+ratio = [t[n] / t[1] for n in token_counts]
+ax.fill_between(token_counts, [quartiles[n][0] / t[1] for n in token_counts],
+                [quartiles[n][1] / t[1] for n in token_counts], alpha=0.25, label="middle half of the samples")
+ax.plot(token_counts, ratio, marker="o", label="measured t(n) / t(1), median")
 ax.plot(token_counts, token_counts, ls="--", color="grey", label="n separate decode steps")
 ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)
 ax.set_xlabel("tokens processed in one forward (n)"); ax.set_ylabel("cost in decode steps")
 ax.set_title(f"Verifying a block: {target_name} target on {device}")
-ax.legend(); fig.tight_layout()
-save_figure(fig, "01_forward_time_vs_tokens")
+ax.legend(fontsize=8); fig.tight_layout()
+_ = save_figure(fig, "01_forward_time_vs_tokens")
 
 # %% [markdown]
-# On a GPU the measured curve stays almost flat up to dozens of tokens: the step is bound by reading
-# the weights. On a laptop CPU a model this small is closer to compute-bound, so the curve rises
-# sooner; the ratio `t(16)/t(1)` printed above is exactly the denominator term that limits the CPU
-# speedup in the cost model `speedup = tau * t(1) / (t(B) + t_draft(B))` (notebook 06).
+# What to look for: how far the curve stays below the dashed line, and from which `n` it bends
+# upward. At small `n` the fixed cost per forward from section 1 dominates, so the curve starts
+# nearly flat; it bends up once the arithmetic on `n` rows outweighs that fixed cost. On a GPU, for
+# a large model, the curve stays flat up to dozens of tokens, because the step is bound by reading
+# the weights. The ratio `t(16)/t(1)` is exactly the denominator term that limits the CPU speedup
+# in the cost model `speedup = tau * t(1) / (t(B) + t_draft(B))` (notebook 06).
+#
+# The curve need not rise monotonically at small `n`: you may see `t(2)/t(1)` above `t(8)/t(1)`.
+# Compare such a gap with the spread printed above; a gap inside it is noise. Beyond noise, the CPU
+# library picks different kernels by shape (a matrix-vector product for one row, blocked
+# matrix-matrix products for several), so a 2-row forward is not simply "a bit more than a 1-row
+# one". Only the trend over powers of two carries information at this scale.
 #
 # ## 3. The baseline: the project's loop against `model.generate`
 #
 # Same prompts, same `max_new_tokens`, warm-up first, the two methods interleaved, medians over
-# repeats. The outputs must be identical token for token.
+# repeats. The outputs must be identical token for token (asserted). What to look for in the ratio:
+# a value near 1 or above, meaning the project's loop is not a slow strawman; one measurement on a
+# shared machine moves by several percent either way.
 
 # %%
 prompts = [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=700)]
@@ -189,19 +239,72 @@ print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} to
 # %% [markdown]
 # ## Summary
 #
-# * A decode step is a full forward pass; on this tiny model a good part of it is framework
-#   overhead outside the matrix multiplications, which is why small models gain little from batching
-#   work on a CPU, and why a GPU at this size is launch-bound rather than bandwidth-bound.
+# * A decode step is a full forward pass. Section 1 splits it into the multiplications by the
+#   weights and a cost mostly paid once per forward (attention, norms, dispatch, Python); the printed
+#   shares say which dominates on your machine. The once-per-forward share is what makes putting
+#   several tokens in one forward cheap.
 # * Processing `n` tokens in one forward costs much less than `n` forwards. That gap is the budget
-#   speculative decoding spends on verification.
-# * The project's loop is exact (`model.generate`'s tokens) and at least as fast, so every later
+#   speculative decoding spends on verification. Small wiggles in `t(n)/t(1)` are noise; compare
+#   them with the printed spread.
+# * The project's loop is exact (`model.generate`'s tokens) and about as fast, so every later
 #   speedup is measured against an honest baseline.
+#
+# ## Review questions
+#
+# 1. Why does every decode step read every weight of the model, whatever the prompt?
+# 2. Which part of a decode step grows with the context length, and which does not?
+# 3. Why does the first token take longer than the ones after it?
+# 4. What does `t(n)/t(1)` measure, and why is it the cost of verifying a block of `n` tokens?
+# 5. Why are the forward times taken in a shuffled order and summarised by a median and a spread?
+# 6. When `t(2)/t(1)` comes out above `t(8)/t(1)`, what two explanations should you weigh, and how
+#    do you tell them apart?
+# 7. In `speedup = tau * t(1) / (t(B) + t_draft(B))`, which terms does the drafter control, and
+#    which does the hardware?
+# 8. On a GPU, for an 8B model, would you expect `t(16)/t(1)` to be closer to 1 or to 16? Why?
+# 9. Why must the baseline produce exactly `model.generate`'s tokens before any speedup is reported?
 #
 # ## Exercises
 #
-# 1. Re-run with `-p context_length 512`. Which part of the step grows, and why? *(Hint: attention
-#    reads the whole cache; the MLP does not.)*
-# 2. Re-run with `-p device cuda` on a GPU. How flat is `t(n)/t(1)` there, up to which `n`?
-# 3. Use the measured `t(16)/t(1)` to compute the smallest tau that breaks even for a block of 16,
-#    ignoring the drafter's cost. Then include a drafter that costs a quarter of `t(16)`.
-# 4. Threads: set `torch.set_num_threads(1)` and repeat section 2. What changes, and why?
+# Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
+# put your answer in place of `None` and run the cell. Worked solutions:
+# `notebooks/solutions/01_autoregressive_bottleneck.py`.
+#
+# **1. ★ What the cache holds.** Run `generate_autoregressive(model, x, 16)` (no stop tokens) on
+# the prompt of `corpus.math_problems(1, split="held_out", start=700)[0]`. How many positions does
+# the target's KV cache hold at the end? *(Hint: is the last new token ever fed to the model?)*
+
+# %%
+from dflash_lite.exercises.ch01 import check_cache_positions
+answer_1 = None   # your answer: an integer
+check_cache_positions(answer_1)
+
+# %% [markdown]
+# **2. ★ Bytes per step.** How many bytes of weights does one decode step of this target read, in
+# float32? The embedding lookup reads one row of its table; check `model.config.tie_word_embeddings`
+# before you count the LM head.
+
+# %%
+from dflash_lite.exercises.ch01 import check_weight_bytes
+answer_2 = None   # your answer: a number of bytes
+check_weight_bytes(answer_2)
+
+# %% [markdown]
+# **3. ★★ When the cache outweighs the model.** Each cached position adds a key and a value per
+# layer. At what context length does the float32 KV cache hold as many bytes as the weights of
+# exercise 2? Re-run section 1 with `-p context_length 512` under papermill: which part of the step
+# grew, and does it match the bytes you computed? *(The check tests the context length.)*
+
+# %%
+from dflash_lite.exercises.ch01 import check_kv_crossover
+answer_3 = None   # your answer: a context length in tokens
+check_kv_crossover(answer_3)
+
+# %% [markdown]
+# **4. ★ Break-even tau.** From the measured `t` of section 2 (run with 16 in `token_counts`),
+# what is the smallest tau for which a block of 16 breaks even, ignoring the drafter's cost? And
+# with a drafter that costs a quarter of `t(16)`? Answer a pair; the check uses your `t`.
+
+# %%
+from dflash_lite.exercises.ch01 import check_break_even
+answer_4 = None   # your answer: (tau without drafter cost, tau with the drafter)
+check_break_even(answer_4, t)

@@ -1,0 +1,142 @@
+"""Self-checks for notebook 00 (a tour of the box). Worked solutions: ``notebooks/solutions/00_tour.py``.
+
+Every expected answer is computed here, from the shipped models and the package, never typed in.
+"""
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+
+import torch
+
+from . import correct, not_attempted
+
+TOUR_SEED_OFFSET = 42          # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
+TOUR_MAX_NEW_TOKENS = 64
+
+
+@lru_cache(maxsize=1)
+def _tiny():
+    from ..target import load_pretrained
+    return load_pretrained("tiny")
+
+
+def _tour_prompt_ids():
+    from .. import corpus
+    _, tokenizer = _tiny()
+    problem = corpus.math_problem(corpus.HELD_OUT_SEED + TOUR_SEED_OFFSET)
+    return tokenizer(problem.prompt, return_tensors="pt").input_ids
+
+
+def count_target_forwards(model, run) -> int:
+    """How many times ``run()`` calls ``model``'s forward (a hook on the model counts the calls)."""
+    calls = [0]
+    hook = model.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
+    try:
+        run()
+    finally:
+        hook.remove()
+    return calls[0]
+
+
+def check_target_forwards(answer) -> bool:
+    """Exercise 1: ``(autoregressive, dflash)``, the target forwards (prefill included) each method
+    makes on the notebook's held-out problem with ``max_new_tokens=64`` and the stop tokens."""
+    name = "Exercise 1"
+    if answer is None:
+        return not_attempted(name, "Give a pair (autoregressive forwards, DFlash forwards).")
+    from ..checkpoints import load_drafter
+    from ..decode import DFlashProposer, generate_autoregressive, generate_speculative
+    from ..target import default_drafter_path, stop_token_ids
+
+    model, tokenizer = _tiny()
+    ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
+    drafter = load_drafter(default_drafter_path("tiny"))
+    ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids, TOUR_MAX_NEW_TOKENS,
+                                                                      stop_token_ids=stops))
+    sd = count_target_forwards(model, lambda: generate_speculative(model, DFlashProposer(drafter, model), ids,
+                                                                   TOUR_MAX_NEW_TOKENS, stop_token_ids=stops))
+    assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give two numbers: (autoregressive, DFlash)"
+    answer = tuple(int(a) for a in answer)
+    assert answer[0] == ar, (f"autoregressive: {answer[0]} is not what a hook on the target counts. "
+                             "Hint: the prefill writes the first token; each later token costs one forward.")
+    assert answer[1] == sd, (f"DFlash: {answer[1]} is not what a hook on the target counts. "
+                             "Hint: one prefill, then one verification per step (len(acceptance_lengths)).")
+    return correct(name, f"{ar} target forwards autoregressively, {sd} with DFlash, for the same tokens.")
+
+
+def check_distinct_samples(answer) -> bool:
+    """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem with
+    ``SamplingParams(temperature=0.8, top_p=0.9)``, 32 new tokens, one ``torch.Generator`` per seed."""
+    name = "Exercise 2"
+    if answer is None:
+        return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
+    from ..acceptance import SamplingParams
+    from ..decode import generate_autoregressive
+    from ..target import stop_token_ids
+
+    model, tokenizer = _tiny()
+    ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
+    params = SamplingParams(temperature=0.8, top_p=0.9)
+
+    def sample(seed):
+        return tuple(generate_autoregressive(model, ids, 32, params, stop_token_ids=stops,
+                                             generator=torch.Generator().manual_seed(seed)).tokens)
+
+    runs = [sample(seed) for seed in range(10)]
+    assert sample(0) == runs[0], "the same seed gave different tokens: sampling is not reproducible here"
+    expected = len(set(runs))
+    assert int(answer) == expected, (f"{answer} distinct completions is not what seeds 0..9 give. Hint: pass a fresh "
+                                     "torch.Generator().manual_seed(seed) per run and compare the token lists.")
+    return correct(name, f"{expected} distinct completions out of 10; the same seed always repeats itself.")
+
+
+_ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
+
+
+def check_math_template(template) -> bool:
+    """Exercise 3: a new template ``template(r: random.Random) -> corpus.MathProblem``, like those in
+    ``dflash_lite/corpus.py``: deterministic per seed, varied, correct arithmetic, parseable answer."""
+    name = "Exercise 3"
+    if template is None:
+        return not_attempted(name, "Write template(r) -> corpus.MathProblem and pass the function.")
+    from .. import corpus
+
+    problems = [template(random.Random(seed)) for seed in range(20)]
+    assert all(isinstance(p, corpus.MathProblem) for p in problems), "return a corpus.MathProblem"
+    assert problems[3] == template(random.Random(3)), "the same seed must give the same problem: draw only from r"
+    assert len({p.question for p in problems}) >= 10, "20 seeds gave fewer than 10 different questions: use r more"
+    for p in problems:
+        assert p.solution.rstrip().endswith(f"The answer is {p.answer}."), \
+            f"the solution must end with 'The answer is {p.answer}.': {p.solution!r}"
+        assert corpus.final_answer(p.text) == p.answer, f"corpus.final_answer does not read {p.answer} from {p.text!r}"
+        for a, op, b, result in _ARITHMETIC.findall(p.solution):
+            value = {"+": float(a) + float(b), "-": float(a) - float(b), "*": float(a) * float(b),
+                     "/": float(a) / float(b) if float(b) else float("nan")}[op]
+            assert abs(value - float(result)) < 1e-9, f"wrong arithmetic in the solution: {a} {op} {b} = {result}"
+    return correct(name, f"20 problems, {len({p.question for p in problems})} different, all parse and add up.")
+
+
+def check_llama_parity(path) -> bool:
+    """Exercise 4: a local Llama directory (config, safetensors, tokenizer) that ``load_pretrained``
+    opens, on which the project's loop gives exactly ``model.generate``'s greedy tokens."""
+    name = "Exercise 4"
+    if path is None:
+        return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
+    from .. import corpus
+    from ..decode import generate_autoregressive
+    from ..target import load_pretrained, stop_token_ids
+
+    model, tokenizer = load_pretrained(path)
+    assert type(model).__name__ == "LlamaForCausalLM", f"{path} holds a {type(model).__name__}, not a Llama"
+    stops = stop_token_ids(model, tokenizer)
+    prompts = [p.prompt for p in corpus.math_problems(2, split="held_out", start=300)]
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        ours = generate_autoregressive(model, ids, 16, stop_token_ids=stops).tokens
+        ref = model.generate(ids, do_sample=False, max_new_tokens=16, eos_token_id=stops,
+                             pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
+        assert ours == ref, "the project's loop and model.generate disagree on this model"
+    layers = model.config.num_hidden_layers
+    return correct(name, f"a {layers}-layer Llama loads offline and matches model.generate on {len(prompts)} prompts.")

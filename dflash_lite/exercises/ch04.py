@@ -1,0 +1,105 @@
+"""Self-checks for notebook 04 (conditioning). Worked solutions: ``notebooks/solutions/04_conditioning.py``.
+
+Expected answers are computed here from the shipped target and drafter, never typed in.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from . import correct, not_attempted
+
+DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
+
+
+@lru_cache(maxsize=1)
+def _tiny():
+    from ..target import load_pretrained
+    return load_pretrained("tiny")
+
+
+def check_tap_indices(answer) -> bool:
+    """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: which entries of the target's
+    ``output_hidden_states`` tuple ``context_features`` reads, and how many inputs ``fc`` then has."""
+    name = "Exercise 1"
+    if answer is None:
+        return not_attempted(name, "Give a pair (list of hidden_states indices, fc input width).")
+    from ..drafter import DrafterConfig
+    from ..target import context_features
+
+    target, tokenizer = _tiny()
+    n = target.config.num_hidden_layers
+    labelled = tuple(torch.full((1, 1, 1), float(i)) for i in range(n + 1))   # entry i holds the number i
+    indices = [int(v) for v in context_features(labelled, DEEP_TAPS)[0, 0].tolist()]
+    width = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, target_layer_ids=DEEP_TAPS,
+                                      num_layers=1).num_context_features
+    assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give a pair: (indices, width)"
+    got_indices, got_width = answer
+    assert [int(i) for i in got_indices] == indices, \
+        f"{list(got_indices)} are not the indices read. Hint: what is at index 0 of output_hidden_states?"
+    assert int(got_width) == width, f"{got_width} is not fc's input width. Hint: the taps are concatenated per position."
+    return correct(name, f"hidden_states{indices}, concatenated to {width} numbers per position.")
+
+
+def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
+    """Numbers the drafter's cache holds per context position, over all its layers (keys and values),
+    measured by drafting once with ``context`` positions and counting what the cache kept."""
+    from ..drafter import DrafterCache
+
+    cache = DrafterCache(drafter.config.num_layers)
+    features = torch.randn(1, context, drafter.config.num_context_features)
+    block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
+    drafter.draft_logits(target, block, features, 0, cache)
+    stored = sum(t.numel() for t in cache.keys + cache.values if t is not None)
+    assert len(cache) == context
+    return stored // context
+
+
+def check_cache_numbers(answer) -> bool:
+    """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position that its
+    ``DrafterCache`` holds (all layers, keys and values), and the width of the raw tapped features."""
+    name = "Exercise 2"
+    if answer is None:
+        return not_attempted(name, "Give a pair (numbers cached per position, raw tapped numbers per position).")
+    from ..checkpoints import load_drafter
+    from ..target import default_drafter_path
+
+    target, _ = _tiny()
+    drafter = load_drafter(default_drafter_path("tiny"))
+    cached, raw = cache_numbers_per_position(drafter, target), drafter.config.num_context_features
+    assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give a pair: (cached, raw)"
+    assert int(answer[0]) == cached, (f"{answer[0]} is not what the cache holds per position. Hint: per layer, one "
+                                      "key and one value of num_key_value_heads * head_dim numbers.")
+    assert int(answer[1]) == raw, f"{answer[1]} is not the raw width. Hint: K taps of hidden_size each."
+    return correct(name, f"{cached} cached against {raw} raw: the cache keeps what each layer's attention reads, "
+                         "so no step recomputes fc, the norm or the K/V projections of old positions.")
+
+
+def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
+    """Mean acceptance length of ``drafter`` on held-out math and code prompts (``train.tau_probe``)."""
+    from ..train import tau_probe
+
+    target, tokenizer = _tiny()
+    return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
+
+
+def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
+    """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and ``answer``,
+    which of them drafts worse ("deep" or "shallow"). tau is measured here; within ``tie`` either
+    answer passes, since the two are then indistinguishable on these prompts."""
+    name = "Exercise 3"
+    if answer is None or deep is None or shallow is None:
+        return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')
+    assert deep.config.target_layer_ids == DEEP_TAPS, f"the deep drafter taps {deep.config.target_layer_ids}"
+    assert shallow.config.target_layer_ids == SHALLOW_TAPS, f"the shallow drafter taps {shallow.config.target_layer_ids}"
+    assert deep.config.num_layers == shallow.config.num_layers and deep.config.block_size == shallow.config.block_size, \
+        "train both with the same shape (layers, block size), or the comparison says nothing about taps"
+    assert answer in ("deep", "shallow"), 'answer "deep" or "shallow"'
+    taus = {"deep": tau_of(deep), "shallow": tau_of(shallow)}
+    worse = min(taus, key=taus.get)
+    summary = f"tau deep {taus['deep']:.2f}, shallow {taus['shallow']:.2f}"
+    if abs(taus["deep"] - taus["shallow"]) < tie:
+        return correct(name, f"{summary}: a tie at this budget, so either answer stands.")
+    assert answer == worse, f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
+    return correct(name, f"{summary}.")
