@@ -262,7 +262,7 @@ ax.axvline(11.5, color="red", lw=1)
 ax.set_xlabel("keys: context positions 0-11 | block tokens of 3 blocks")
 ax.set_ylabel("queries: 3 blocks x 4")
 ax.set_title("Training attention mask (black = may attend)")
-save_figure(fig, "03_block_attention_mask")
+_ = save_figure(fig, "03_block_attention_mask")
 
 # %% [markdown]
 # The claim "each block behaves as if it ran alone" is testable. Take three anchors inside our prompt,
