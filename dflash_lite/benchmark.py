@@ -284,12 +284,14 @@ DATASETS = {
 }
 
 
-def dataset_prompts(name: str, limit: int) -> list[str]:
-    """The first ``limit`` prompts of a public benchmark, fetched with ``datasets`` (needs the network
-    or a warm ``datasets`` cache). Any failure is one ValueError line that points to ``--prompts``."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
-    hub_id, config, split, column = DATASETS[name]
+def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[str]:
+    """The first ``limit`` prompts of a public benchmark (or of a set in ``table``, same shape as
+    ``DATASETS``), fetched with ``datasets`` (needs the network or a warm ``datasets`` cache).
+    Any failure is one ValueError line that points to ``--prompts``."""
+    table = DATASETS if table is None else table
+    if name not in table:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(table)}")
+    hub_id, config, split, column = table[name]
     try:
         from datasets import load_dataset
         rows = load_dataset(hub_id, config, split=f"{split}[:{limit}]")
@@ -403,28 +405,32 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
           eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
-          cost_repeats: int = 10) -> dict:
-    """Load, run the standard methods, print the table, optionally write the JSON."""
+          cost_repeats: int = 10, dtype: str = "float32") -> dict:
+    """Load, run the standard methods, print the table, optionally write the JSON.
+
+    ``dtype`` (``float32``, ``bfloat16``, ``float16``) applies to the target and every drafter alike.
+    ``drafter`` may be a local directory or a hub id of a published drafter (public layout)."""
     import json
     from pathlib import Path
 
-    from .target import load_pretrained
+    from .checkpoints import load_drafter
+    from .target import load_pretrained, parse_dtype
 
-    model, tokenizer = load_pretrained(target, device=device)
-    draft = None
-    if random_drafter_layers:
-        from .drafter import DFlashDrafter, DrafterConfig
-        torch.manual_seed(seed)
-        config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=random_drafter_layers,
-                                           block_size=max(block_sizes))
-        draft = DFlashDrafter(config).to(device).eval()
+    torch_dtype = parse_dtype(dtype)
     if drafter is None and not random_drafter_layers:
         from .target import default_drafter_path
         drafter = default_drafter_path(target)
         drafter = str(drafter) if drafter else None
-    if drafter is not None:
-        from .checkpoints import load_drafter
-        draft = load_drafter(drafter).to(device)
+    draft = load_drafter(drafter, dtype=torch_dtype) if drafter is not None else None   # a bad name fails first
+    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
+    if draft is not None:
+        draft = draft.to(device)
+    if random_drafter_layers and draft is None:
+        from .drafter import DFlashDrafter, DrafterConfig
+        torch.manual_seed(seed)
+        config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=random_drafter_layers,
+                                           block_size=max(block_sizes))
+        draft = DFlashDrafter(config).to(device=device, dtype=torch_dtype).eval()
     prompt_template = prompt_template.replace("\\n", "\n")    # a literal \n typed on a command line
     if "{prompt}" not in prompt_template:
         raise ValueError("--prompt-template must contain {prompt}")
@@ -438,14 +444,13 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
     eagle_drafter = small_lm = None
     if baselines:
-        from .checkpoints import load_drafter
         from .target import SHIPPED_BASELINES
         shipped = SHIPPED_BASELINES.get(target, {})
         eagle = eagle or (str(shipped["eagle"]) if "eagle" in shipped and shipped["eagle"].is_dir() else None)
         draft_model = draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
                                       and shipped["draft_model"].is_dir() else None)
-        eagle_drafter = load_drafter(eagle).to(device) if eagle else None
-        small_lm = load_pretrained(draft_model, device=device)[0] if draft_model else None
+        eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(device) if eagle else None
+        small_lm = load_pretrained(draft_model, device=device, dtype=torch_dtype)[0] if draft_model else None
     sampling = SamplingParams(temperature=temperature)
     if not sampling.greedy:
         torch.manual_seed(seed)
@@ -459,7 +464,7 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     report["env"].update({"target": target, "eagle": eagle, "draft_model": draft_model, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),
                           "prompts_source": prompts or (f"dataset {dataset}" if dataset else f"built-in held-out {domain}"),
-                          "temperature": temperature,
+                          "temperature": temperature, "dtype": str(torch_dtype).removeprefix("torch."),
                           "prompt_template": prompt_template})
     if not quiet:
         print(format_table(report))

@@ -13,7 +13,7 @@ import torch
 from . import corpus
 from .acceptance import SamplingParams
 from .decode import generate_autoregressive
-from .target import LoadError, default_drafter_path, load_pretrained, stop_token_ids
+from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -21,20 +21,25 @@ DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
          seed: int = 0, device: str = "cpu", drafter: str | None = None, block_size: int | None = None,
-         repeats: int = 3) -> dict:
+         repeats: int = 3, dtype: str = "float32") -> dict:
     """Complete ``prompt`` with the target, then with DFlash when a drafter is there (the shipped
-    one by default), and print both with tokens/s, time to first token, speedup and tau.
-    Timings are medians of ``repeats`` interleaved runs after a warm-up."""
-    model, tokenizer = load_pretrained(target, device=device)
+    one by default, or a local directory, or a hub id), and print both with tokens/s, time to first
+    token, speedup and tau. Timings are medians of ``repeats`` interleaved runs after a warm-up.
+    ``dtype`` applies to the target and the drafter alike."""
+    torch_dtype = parse_dtype(dtype)
     drafter = drafter or default_drafter_path(target)
+    draft = None
+    if drafter is not None:
+        from .checkpoints import load_drafter
+        draft = load_drafter(drafter, dtype=torch_dtype)               # a bad name fails before any work
+    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     sampling = SamplingParams(temperature, top_k, top_p)
     stops = stop_token_ids(model, tokenizer)
     runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
-    if drafter is not None:
-        from .checkpoints import load_drafter
+    if draft is not None:
         from .decode import DFlashProposer, generate_speculative
-        draft = load_drafter(drafter).to(device)
+        draft = draft.to(device)
         runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
                                                         max_new_tokens, sampling, stops, g)
     results = {name: [] for name in runs}
@@ -44,7 +49,7 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
             if repeat:
                 results[name].append(result)
     print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{device}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
+          f"{device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
     summary = {}
     for name, rs in results.items():
         r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
@@ -79,12 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--top-p", type=float, default=None)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="cpu")
-    d.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one, if any)")
+    d.add_argument("--drafter", default=None,
+                   help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
     d.add_argument("--block-size", type=int, default=None)
     d.add_argument("--repeats", type=int, default=3)
+    d.add_argument("--dtype", default="float32", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target", default="tiny")
-    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout)")
+    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout) or hub id")
+    b.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                   help="target and drafters (bfloat16 is how real models are served on a GPU)")
     b.add_argument("--random-drafter-layers", type=int, default=None,
                    help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
     b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
@@ -120,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=float, default=6e-4)
     t.add_argument("--num-math", type=int, default=2000, help="train-split math prompts to regenerate")
     t.add_argument("--num-code", type=int, default=400, help="train-split stdlib function headers to regenerate")
+    t.add_argument("--prompts", default=None,
+                   help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
+    t.add_argument("--dataset", default=None, choices=["gsm8k", "mbpp", "codealpaca", "ultrachat"],
+                   help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
+    t.add_argument("--num-prompts", type=int, default=None, help="use the first N of --prompts / --dataset")
     t.add_argument("--max-new-tokens", type=int, default=160)
     t.add_argument("--num-taps", type=int, default=5)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--device", default="cpu")
+    t.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                   help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
     t.add_argument("--cache-dir", default=".cache/dflash_lite")
     t.add_argument("--time-budget-s", type=float, default=None, help="finish the schedule within this training time")
     t.add_argument("--eval-every", type=int, default=None,
@@ -144,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             from .train import train_draft_model, train_drafter
             command_line = "python -m dflash_lite " + " ".join(sys.argv[1:])
             if args["drafting"] == "draft-model":
+                if args["prompts"] or args["dataset"]:
+                    raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
                 for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every", "conditioning",
-                               "fixed_anchors"):
+                               "fixed_anchors", "prompts", "dataset", "num_prompts"):
                     args.pop(unused)
                 print(train_draft_model(**args, command=command_line))
             else:

@@ -371,9 +371,11 @@ class DFlashDrafter(nn.Module):
         device = block_ids.device
         context_positions = torch.arange(start, start + c, device=device)[None]                    # (1, C)
         block_positions = torch.arange(start + c, start + c + block_ids.shape[1], device=device)[None]  # (1, B)
-        embeds = target.get_input_embeddings()(block_ids)                                          # (1, B, H)
-        hidden = self(embeds, target_hidden.to(embeds.dtype), block_positions, context_positions, cache)
-        return target.get_output_embeddings()(hidden[:, 1:])                                       # (1, B-1, V)
+        dtype = self.fc.weight.dtype                               # the drafter's; the target's may differ
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)                                # (1, B, H)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache)
+        head = target.get_output_embeddings()
+        return head(hidden[:, 1:].to(head.weight.dtype))                                           # (1, B-1, V)
 
     @torch.inference_mode()
     def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor, context_start: int,
@@ -382,7 +384,9 @@ class DFlashDrafter(nn.Module):
         device = token.device
         c = target_hidden.shape[1]
         context_positions = torch.arange(context_start, context_start + c, device=device)[None]       # (1, C)
-        embeds = target.get_input_embeddings()(token)                                               # (1, 1, H)
-        hidden = self(embeds, target_hidden.to(embeds.dtype), torch.tensor([[position]], device=device),
+        dtype = self.fc.weight.dtype
+        embeds = target.get_input_embeddings()(token).to(dtype)                                     # (1, 1, H)
+        hidden = self(embeds, target_hidden.to(dtype), torch.tensor([[position]], device=device),
                       context_positions, cache)
-        return target.get_output_embeddings()(hidden[:, -1])                                        # (1, V)
+        head = target.get_output_embeddings()
+        return head(hidden[:, -1].to(head.weight.dtype))                                            # (1, V)
