@@ -405,10 +405,12 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
           eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
-          cost_repeats: int = 10, dtype: str = "float32") -> dict:
+          cost_repeats: int = 10, dtype: str = "float32", chat_template: bool = True) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON.
 
     ``dtype`` (``float32``, ``bfloat16``, ``float16``) applies to the target and every drafter alike.
+    With ``chat_template`` each prompt becomes a user turn of the tokenizer's chat template when it
+    has one (how chat models are served and their drafters trained; the shipped target has none).
     ``drafter`` may be a local directory or a hub id of a published drafter (public layout)."""
     import json
     from pathlib import Path
@@ -441,6 +443,9 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     else:
         texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
     texts = [prompt_template.replace("{prompt}", t) for t in texts]
+    if chat_template:
+        from .train import apply_chat_template
+        texts = apply_chat_template(tokenizer, texts)
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
     eagle_drafter = small_lm = None
     if baselines:
@@ -465,6 +470,7 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
                                                                    if random_drafter_layers else None),
                           "prompts_source": prompts or (f"dataset {dataset}" if dataset else f"built-in held-out {domain}"),
                           "temperature": temperature, "dtype": str(torch_dtype).removeprefix("torch."),
+                          "chat_template": bool(chat_template and getattr(tokenizer, "chat_template", None)),
                           "prompt_template": prompt_template})
     if not quiet:
         print(format_table(report))

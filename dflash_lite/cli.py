@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", dest="json_out", default=None)
     b.add_argument("--prompt-template", default="{prompt}",
                    help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
+    b.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                   help="feed prompts as they are, even when the tokenizer has a chat template")
     b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
                    help="skip transformers' DFlash path")
     b.add_argument("--eagle", default=None, help="EAGLE-style drafter directory (default: the shipped one)")

@@ -80,11 +80,13 @@ def user_prompts(prompts: str | None = None, dataset: str | None = None, limit: 
 
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's answer
-    (the text the target sees when it is served as a chat model); unchanged without a template."""
+    (the text the target sees when it is served as a chat model); unchanged without a template.
+    Templates with a thinking switch (Qwen3) get thinking off, the mode the published Qwen3-4B/8B
+    DFlash drafters are released for; templates without the switch ignore it."""
     if not getattr(tokenizer, "chat_template", None):
         return list(prompts)
     return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                          add_generation_prompt=True) for p in prompts]
+                                          add_generation_prompt=True, enable_thinking=False) for p in prompts]
 
 
 def training_prompts(num_math: int, num_code: int, seed: int = 0) -> list[str]:
