@@ -229,3 +229,34 @@ def test_cli_drafter_hub_id_offline_is_one_line_on_stderr(offline_hub, capsys):
     assert main(["bench", "--drafter", "someone/Not-Cached-DFlash", "--num-prompts", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: someone/Not-Cached-DFlash") and "\n" not in err
+
+
+def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_inference_draft(tiny):
+    """The block-masked training forward and the cached inference draft agree for a drafter with
+    sliding-window layers and linear rope scaling (the window mask joins the block mask)."""
+    from dflash_lite import corpus
+    from dflash_lite.target import context_features
+    from dflash_lite.train import make_batch
+
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=4,
+                                       rope_scaling=LINEAR_2, layer_types=["sliding_attention", "full_attention"],
+                                       sliding_window=6)
+    drafter = DFlashDrafter(config).eval()
+    seq = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 3).text, add_special_tokens=False).input_ids
+    batch = make_batch([seq], [10], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id,
+                       torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = target.model(batch.sequence_ids, output_hidden_states=True)
+        features = context_features(out.hidden_states, config.target_layer_ids)
+        embeds = target.get_input_embeddings()(batch.block_ids)
+        hidden = drafter(embeds, features, batch.block_positions, torch.arange(len(seq))[None], None, batch.attn_mask)
+        trained = target.get_output_embeddings()(hidden)[0]
+        for j in range(3):
+            anchor = int(batch.block_positions[0, 4 * j])
+            cache, split = DrafterCache(2), anchor // 2
+            drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4], features[:, :split], 0, cache)
+            inference = drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4],
+                                             features[:, split:anchor], split, cache)[0]
+            torch.testing.assert_close(trained[4 * j + 1: 4 * j + 4], inference, atol=1e-4, rtol=1e-4)
