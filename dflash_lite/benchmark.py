@@ -310,12 +310,14 @@ DATASETS = {
 }
 
 
-def dataset_prompts(name: str, limit: int) -> list[str]:
-    """The first ``limit`` prompts of a public benchmark, fetched with ``datasets`` (needs the network
-    or a warm ``datasets`` cache). Any failure is one ValueError line that points to ``--prompts``."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
-    hub_id, config, split, column = DATASETS[name]
+def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[str]:
+    """The first ``limit`` prompts of a public benchmark (or of a set in ``table``, same shape as
+    ``DATASETS``), fetched with ``datasets`` (needs the network or a warm ``datasets`` cache).
+    Any failure is one ValueError line that points to ``--prompts``."""
+    table = DATASETS if table is None else table
+    if name not in table:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(table)}")
+    hub_id, config, split, column = table[name]
     try:
         from datasets import load_dataset
         rows = load_dataset(hub_id, config, split=f"{split}[:{limit}]")
@@ -412,12 +414,18 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
           eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
-          cost_repeats: int = 10) -> dict:
+          cost_repeats: int = 10, dtype: str = "float32", chat_template: bool = True) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON.
+
+    ``dtype`` (``float32``, ``bfloat16``, ``float16``) applies to the target and every drafter alike.
+    With ``chat_template`` each prompt becomes a user turn of the tokenizer's chat template when it
+    has one (how chat models are served and their drafters trained; the shipped target has none).
+    ``drafter`` may be a local directory or a hub id of a published drafter (public layout).
 
     Arguments are checked (and the JSON path for writability) before anything is loaded; a
     prompt that does not fit the target's context is refused before any method runs."""
-    from .target import load_pretrained
+    from .checkpoints import load_drafter
+    from .target import load_pretrained, parse_dtype
 
     num_prompts = validate.check_int("num_prompts", num_prompts)
     max_new_tokens = validate.check_int("max_new_tokens", max_new_tokens)
@@ -426,6 +434,7 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     block_sizes = validate.check_block_sizes(block_sizes)
     temperature = validate.check_temperature(temperature)
     device = validate.check_device(device)
+    torch_dtype = parse_dtype(dtype)
     if random_drafter_layers is not None:
         validate.check_int("random_drafter_layers", random_drafter_layers)
     if json_out is not None:
@@ -440,39 +449,40 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     else:
         texts = load_prompts(prompts, num_prompts) if prompts else builtin_prompts(domain, num_prompts)
     texts = [prompt_template.replace("{prompt}", t) for t in texts]
-    model, tokenizer = load_pretrained(target, device=device)
+    if drafter is None and not random_drafter_layers:
+        from .target import default_drafter_path
+        drafter = default_drafter_path(target)
+        drafter = str(drafter) if drafter else None
+    draft = load_drafter(drafter, dtype=torch_dtype) if drafter is not None else None   # a bad name fails first
+    if draft is not None:
+        validate.check_block_sizes(block_sizes, high=draft.config.max_block_size)
+    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
+    if draft is not None:
+        draft = draft.to(device)
+    if chat_template:
+        from .train import apply_chat_template
+        texts = apply_chat_template(tokenizer, texts)
     ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids.to(device) for t in texts]
     context = getattr(model.config, "max_position_embeddings", None)
     for i, x in enumerate(ids):                  # model.generate would run past the context; no method may
         if context is not None and x.shape[1] + max_new_tokens > context:
             raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) does not "
                              f"fit the target's context of {context} tokens; shorten it or lower --max-new-tokens")
-    draft = None
-    if random_drafter_layers:
+    if random_drafter_layers and draft is None:
         from .drafter import DFlashDrafter, DrafterConfig
         torch.manual_seed(seed)
         config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=random_drafter_layers,
                                            block_size=max(block_sizes))
-        draft = DFlashDrafter(config).to(device).eval()
-    if drafter is None and not random_drafter_layers:
-        from .target import default_drafter_path
-        drafter = default_drafter_path(target)
-        drafter = str(drafter) if drafter else None
-    if drafter is not None:
-        from .checkpoints import load_drafter
-        draft = load_drafter(drafter).to(device)
-    if draft is not None:
-        validate.check_block_sizes(block_sizes, high=draft.config.max_block_size)
+        draft = DFlashDrafter(config).to(device=device, dtype=torch_dtype).eval()
     eagle_drafter = small_lm = None
     if baselines:
-        from .checkpoints import load_drafter
         from .target import SHIPPED_BASELINES
         shipped = SHIPPED_BASELINES.get(target, {})
         eagle = eagle or (str(shipped["eagle"]) if "eagle" in shipped and shipped["eagle"].is_dir() else None)
         draft_model = draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
                                       and shipped["draft_model"].is_dir() else None)
-        eagle_drafter = load_drafter(eagle).to(device) if eagle else None
-        small_lm = load_pretrained(draft_model, device=device)[0] if draft_model else None
+        eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(device) if eagle else None
+        small_lm = load_pretrained(draft_model, device=device, dtype=torch_dtype)[0] if draft_model else None
     sampling = SamplingParams(temperature=temperature)
     if not sampling.greedy:
         torch.manual_seed(seed)
@@ -486,7 +496,8 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
     report["env"].update({"target": target, "eagle": eagle, "draft_model": draft_model, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),
                           "prompts_source": prompts or (f"dataset {dataset}" if dataset else f"built-in held-out {domain}"),
-                          "temperature": temperature,
+                          "temperature": temperature, "dtype": str(torch_dtype).removeprefix("torch."),
+                          "chat_template": bool(chat_template and getattr(tokenizer, "chat_template", None)),
                           "prompt_template": prompt_template})
     if not quiet:
         print(format_table(report))

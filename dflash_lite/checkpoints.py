@@ -5,12 +5,20 @@
   ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and ``num_target_layers``; weights
   ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding or LM head. This is what vLLM and
   SGLang serve (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
-  and what published drafters ship as.
+  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope
+  parameters (``rope_theta`` with ``rope_scaling``, or ``rope_parameters``) and its sliding-window
+  keys (``layer_types``, ``sliding_window``, ``use_sliding_window``, ``max_window_layers``) are
+  honoured as transformers' ``Qwen3Config`` reads them, and every key survives an import -> export
+  round trip. A config asking for something this drafter does not compute (a partial rotary
+  embedding, logit soft-capping, a different projector, ...) is refused with one line.
 * **transformers** (``to_transformers``): the same weights inside ``MuseGlimmerAssistantModel``
   (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
   speculation_type="dflash")``.
 
 A checkpoint with missing or extra tensors, or tensors of the wrong shape, is refused with one line.
+``load_drafter`` takes a local directory in either layout, or a hub id of a published drafter in the
+public layout (resolved like targets in :mod:`dflash_lite.target`: the local cache first, one line
+when there is neither a cached copy nor the network).
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_path
-from .target import LoadError, _check_safetensors
+from .target import LoadError, _check_safetensors, parse_dtype, resolve_checkpoint
 
 FORMAT = "dflash-lite-drafter"
 OWN_WEIGHTS, OWN_CONFIG = "drafter.safetensors", "drafter_config.json"
@@ -80,10 +88,13 @@ def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dty
     return _atomic_save(tensors, config, Path(directory), OWN_WEIGHTS, OWN_CONFIG)
 
 
-def load_drafter(directory: str | Path) -> DFlashDrafter:
-    directory = Path(directory)
+def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = None) -> DFlashDrafter:
+    """A drafter from a local directory (own or public layout) or a hub id (public layout), in ``dtype``
+    (``"float32"`` by default, ``"bfloat16"``, ``"float16"``)."""
+    directory = resolve_checkpoint(name_or_path, ["*.json", "*.safetensors"], what="drafter")
+    dtype = parse_dtype(dtype)
     if (directory / "config.json").is_file() and not (directory / OWN_CONFIG).is_file():
-        return import_dflash(directory)
+        return import_dflash(directory).to(dtype)
     raw, tensors = _read(directory, OWN_WEIGHTS, OWN_CONFIG)
     if raw.get("format") != FORMAT:
         raise LoadError(f"{directory / OWN_CONFIG}: not a {FORMAT} config")
@@ -91,30 +102,84 @@ def load_drafter(directory: str | Path) -> DFlashDrafter:
         config = DrafterConfig(**raw["config"])
     except (TypeError, ValueError) as e:
         raise LoadError(f"{directory / OWN_CONFIG}: bad drafter config ({e})") from None
-    return _load_strict(config, tensors, directory)
+    return _load_strict(config, tensors, directory).to(dtype)
 
 
 # ----------------------------------------------------------------------------- public DFlash layout
+# Keys of a public config that change what the drafter computes, with the value that means "off".
+# This drafter computes none of them, so any other value is refused rather than silently ignored.
+NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0), "output_multiplier": (1, 1.0),
+           "final_logit_softcapping": (0, 0.0), "is_causal": (False,), "projector_type": (),
+           "conv_kernel_size": (), "selector_rank": ()}
+
+
 def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``)."""
+    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``).
+
+    A drafter imported from that layout writes back every key it was read with (``auto_map``,
+    ``initializer_range``, ...); the keys this code owns are rewritten from the drafter's config.
+    """
     c = drafter.config
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters have a public DFlash layout")
     if c.conditioning != "kv_injection":
         raise ValueError(f"only KV-injection drafters have this layout; this one uses {c.conditioning}")
+    carried = dict(c.public_config)
+    sliding = [i for i, t in enumerate(c.layer_types) if t == "sliding_attention"]
     config = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "attention_dropout": 0.0,
+        "initializer_range": 0.02, "use_cache": True, "tie_word_embeddings": False,
+        "max_window_layers": sliding[0] if sliding else c.num_layers,
+        **carried,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
-        "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "hidden_act": c.hidden_act,
+        "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
         "attention_bias": c.attention_bias, "max_position_embeddings": c.max_position_embeddings,
-        "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
+        "layer_types": list(c.layer_types),
+        # with no sliding layer the window is unused: an imported value is written back as it was
+        "sliding_window": c.sliding_window if sliding else carried.get("sliding_window"),
+        "use_sliding_window": bool(sliding) or bool(carried.get("use_sliding_window", False)),
         "block_size": c.block_size, "num_target_layers": c.num_target_layers,
-        "dflash_config": {"target_layer_ids": c.target_layer_ids, "mask_token_id": c.mask_token_id},
+        "dflash_config": {**carried.get("dflash_config", {}), "target_layer_ids": list(c.target_layer_ids),
+                          "mask_token_id": c.mask_token_id},
     }
+    if "rope_parameters" in carried:                          # transformers 5 style, as it was read
+        config["rope_parameters"] = c.rope_parameters
+        if "rope_theta" in carried:
+            config["rope_theta"] = c.rope_theta
+    else:                                                     # rope_theta + rope_scaling (what vLLM/SGLang read)
+        config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
+    dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
+    config[dtype_key] = str(dtype).removeprefix("torch.")
     tensors = {k: v.to(dtype) for k, v in drafter.state_dict().items()}
     return _atomic_save(tensors, config, Path(directory), "model.safetensors", "config.json")
+
+
+def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
+    """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` + ``rope_scaling``
+    (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in transformers."""
+    parameters = dict(raw.get("rope_parameters") or {})
+    theta = raw.get("rope_theta") or parameters.pop("rope_theta", None) or 10000.0   # Qwen3Config's default
+    parameters.pop("rope_theta", None)
+    scaling = raw.get("rope_scaling") or parameters or None
+    if scaling is not None and set(scaling) <= {"rope_type", "type"} and \
+            scaling.get("rope_type", scaling.get("type")) in ("default", None):
+        scaling = None                                        # plain RoPE spelled out
+    return float(theta), scaling
+
+
+def _attention_from_config(raw: dict, num_layers: int) -> tuple[list[str], int | None]:
+    """(layer_types, sliding_window) as ``Qwen3Config`` reads them: the window counts only with
+    ``use_sliding_window``; without ``layer_types``, layers from ``max_window_layers`` on slide."""
+    window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
+    layer_types = raw.get("layer_types") or [
+        "sliding_attention" if window is not None and i >= raw.get("max_window_layers", 28) else "full_attention"
+        for i in range(num_layers)]
+    if "sliding_attention" in layer_types and window is None:
+        raise ValueError("layer_types has sliding_attention layers but no window applies "
+                         "(use_sliding_window is false or sliding_window is null)")
+    return list(layer_types), window
 
 
 def import_dflash(directory: str | Path) -> DFlashDrafter:
@@ -123,7 +188,12 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
     raw, tensors = _read(directory, "model.safetensors", "config.json")
     try:
         dflash = raw["dflash_config"]
-        rope = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta", 1_000_000.0)
+        for where in (raw, dflash, raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}):
+            for key, off in NEUTRAL.items():
+                if where.get(key) is not None and where[key] not in off:     # None is always "off"
+                    raise ValueError(f"{key}={where[key]!r} is not supported by this drafter")
+        rope_theta, rope_scaling = _rope_from_config(raw)
+        layer_types, sliding_window = _attention_from_config(raw, raw["num_hidden_layers"])
         config = DrafterConfig(
             hidden_size=raw["hidden_size"], intermediate_size=raw["intermediate_size"],
             num_attention_heads=raw["num_attention_heads"], num_key_value_heads=raw["num_key_value_heads"],
@@ -131,20 +201,23 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
             vocab_size=raw["vocab_size"], mask_token_id=dflash["mask_token_id"],
             num_target_layers=raw["num_target_layers"], target_layer_ids=dflash["target_layer_ids"],
             num_layers=raw["num_hidden_layers"], block_size=raw["block_size"],
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=rope,
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=rope_theta, rope_scaling=rope_scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 40960),
             max_block_size=max(64, raw["block_size"]), hidden_act=raw.get("hidden_act", "silu"),
-            attention_bias=raw.get("attention_bias", False),
+            attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
+            sliding_window=sliding_window, public_config=raw,
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config ({type(e).__name__}: {e})") from None
+        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code can honour "
+                        f"({type(e).__name__}: {e})") from None
     tensors = {k.removeprefix("model."): v for k, v in tensors.items()}
     return _load_strict(config, tensors, directory)
 
 
 # ----------------------------------------------------------------------------- transformers
 def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
-    """The same weights as transformers' ``MuseGlimmerAssistantModel`` (full attention, as in the paper)."""
+    """The same weights as transformers' ``MuseGlimmerAssistantModel``, with the same rope parameters
+    and the same full / sliding-window layers."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
     c = drafter.config
@@ -156,8 +229,9 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_layers,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
         head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-        layer_types=["full_attention"] * c.num_layers, block_size=c.block_size, mask_token_id=c.mask_token_id,
+        rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
+        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,   # unused without sliding layers
+        block_size=c.block_size, mask_token_id=c.mask_token_id,
         target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
     model = MuseGlimmerAssistantModel(config)
@@ -172,15 +246,16 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
 def from_transformers(model, target_config) -> DFlashDrafter:
     """The inverse of :func:`to_transformers`; the target's config supplies vocabulary and depth."""
     c = model.config
-    rope = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", 500000.0)
-    if any(t != "full_attention" for t in (c.layer_types or [])):
-        raise LoadError("only full-attention MuseGlimmerAssistant drafters map onto the DFlash drafter")
+    rope_theta, rope_scaling = _rope_from_config({"rope_parameters": c.rope_parameters})
+    layer_types = list(c.layer_types or ["full_attention"] * c.num_hidden_layers)
     config = DrafterConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                            num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
                            head_dim=c.head_dim, vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
                            num_target_layers=target_config.num_hidden_layers, target_layer_ids=list(c.target_layer_ids),
                            num_layers=c.num_hidden_layers, block_size=c.block_size, rms_norm_eps=c.rms_norm_eps,
-                           rope_theta=rope, max_position_embeddings=c.max_position_embeddings)
+                           rope_theta=rope_theta, rope_scaling=rope_scaling,
+                           max_position_embeddings=c.max_position_embeddings, layer_types=layer_types,
+                           sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}
     return _load_strict(config, state, Path("<transformers model>"))

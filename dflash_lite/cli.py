@@ -15,7 +15,7 @@ from . import corpus, validate
 from .acceptance import SamplingParams
 from .benchmark import interleaved
 from .decode import generate_autoregressive
-from .target import LoadError, default_drafter_path, load_pretrained, stop_token_ids
+from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -23,10 +23,11 @@ DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
          seed: int = 0, device: str = "cpu", drafter: str | None = None, block_size: int | None = None,
-         repeats: int = 3) -> dict:
+         repeats: int = 3, dtype: str = "float32") -> dict:
     """Complete ``prompt`` with the target, then with DFlash when a drafter is there (the shipped
-    one by default), and print both with tokens/s, time to first token, speedup and tau.
-    Timings are medians of ``repeats`` interleaved runs after a warm-up."""
+    one by default, or a local directory, or a hub id), and print both with tokens/s, time to first
+    token, speedup and tau. Timings are medians of ``repeats`` interleaved runs after a warm-up.
+    ``dtype`` applies to the target and the drafter alike."""
     validate.check_prompt(prompt)
     validate.check_int("max_new_tokens", max_new_tokens)
     validate.check_int("repeats", repeats)
@@ -35,22 +36,26 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
         validate.check_int("block_size", block_size)
     device = validate.check_device(device)
     sampling = SamplingParams(temperature, top_k, top_p)
-    model, tokenizer = load_pretrained(target, device=device)
+    torch_dtype = parse_dtype(dtype)
     drafter = drafter or default_drafter_path(target)
+    draft = None
+    if drafter is not None:
+        from .checkpoints import load_drafter
+        draft = load_drafter(drafter, dtype=torch_dtype)               # a bad name fails before any work
+    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     stops = stop_token_ids(model, tokenizer)
     runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
-    if drafter is not None:
-        from .checkpoints import load_drafter
+    if draft is not None:
         from .decode import DFlashProposer, generate_speculative
-        draft = load_drafter(drafter).to(device)
+        draft = draft.to(device)
         runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
                                                         max_new_tokens, sampling, stops, g)
     seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}
     timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
     print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{device}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
+          f"{device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
     summary = {}
     for name, rs in results.items():
         r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
@@ -105,12 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--top-p", type=TOP_P, default=None)
     d.add_argument("--seed", type=ANY_INT, default=0)
     d.add_argument("--device", type=validate.device_arg, default="cpu")
-    d.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one, if any)")
+    d.add_argument("--drafter", default=None,
+                   help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
     d.add_argument("--block-size", type=POS, default=None)
     d.add_argument("--repeats", type=POS, default=3)
+    d.add_argument("--dtype", default="float32", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target", default="tiny")
-    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout)")
+    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout) or hub id")
+    b.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                   help="target and drafters (bfloat16 is how real models are served on a GPU)")
     b.add_argument("--random-drafter-layers", type=POS, default=None,
                    help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
     b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
@@ -129,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", dest="json_out", type=OUT_FILE, default=None)
     b.add_argument("--prompt-template", default="{prompt}",
                    help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
+    b.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                   help="feed prompts as they are, even when the tokenizer has a chat template")
     b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
                    help="skip transformers' DFlash path")
     b.add_argument("--eagle", default=None, help="EAGLE-style drafter directory (default: the shipped one)")
@@ -148,10 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=POS_FLOAT, default=6e-4)
     t.add_argument("--num-math", type=COUNT, default=2000, help="train-split math prompts to regenerate")
     t.add_argument("--num-code", type=COUNT, default=400, help="train-split stdlib function headers to regenerate")
+    t.add_argument("--prompts", default=None,
+                   help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
+    t.add_argument("--dataset", default=None, choices=["gsm8k", "mbpp", "codealpaca", "ultrachat"],
+                   help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
+    t.add_argument("--num-prompts", type=POS, default=None, help="use the first N of --prompts / --dataset")
     t.add_argument("--max-new-tokens", type=POS, default=160)
     t.add_argument("--num-taps", type=POS, default=5)
     t.add_argument("--seed", type=ANY_INT, default=0)
     t.add_argument("--device", type=validate.device_arg, default="cpu")
+    t.add_argument("--dtype", default="float32", choices=list(DTYPES),
+                   help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
     t.add_argument("--cache-dir", type=OUT_DIR, default=".cache/dflash_lite")
     t.add_argument("--time-budget-s", type=POS_FLOAT, default=None, help="finish the schedule within this training time")
     t.add_argument("--eval-every", type=COUNT, default=None,
@@ -172,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         elif command == "train":
             from .train import train_draft_model, train_drafter
             if args["drafting"] == "draft-model":
+                if args["prompts"] or args["dataset"]:
+                    raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
                 for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every", "conditioning",
-                               "fixed_anchors"):
+                               "fixed_anchors", "prompts", "dataset", "num_prompts"):
                     args.pop(unused)
                 print(train_draft_model(**args, command=command_line))
             else:

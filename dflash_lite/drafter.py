@@ -16,6 +16,14 @@ tokens are accepted; the block's own K/V are never stored.
 
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ...), so :mod:`dflash_lite.checkpoints` maps them 1:1.
+
+Two options of that layout change the attention itself, and both are honoured here:
+
+* **RoPE scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``): the rotary
+  embedding is transformers' own, built from the same rope parameters the target uses.
+* **Sliding-window layers** (``layer_types[i] == "sliding_attention"``): block position ``q`` sees
+  a key at position ``k`` only when ``|q - k| <= sliding_window``, the bidirectional window of
+  transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
 """
 from __future__ import annotations
 
@@ -61,6 +69,15 @@ class DrafterConfig:
     #   "none":         no target computation at all: the context is the target's token
     #                   embeddings (tap -1, the embedding output), injected like DFlash's features
     conditioning: str = "kv_injection"
+    # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
+    # {"rope_type": "linear", "factor": 2.0}; the rotary embedding is transformers' for that type
+    rope_scaling: dict | None = None
+    # per layer "full_attention" or "sliding_attention" (None: all full, the paper's drafter)
+    layer_types: list[str] | None = None
+    sliding_window: int | None = None     # keys farther than this from a query are not seen (sliding layers)
+    # keys of a public DFlash config.json that this code does not use, carried so that an
+    # import -> export round trip writes them back unchanged (auto_map, initializer_range, ...)
+    public_config: dict = field(default_factory=dict)
     num_context_features: int = field(init=False)
 
     def __post_init__(self):
@@ -82,13 +99,36 @@ class DrafterConfig:
             raise ValueError(f"block_size must be in 1..{self.max_block_size}, got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size {self.vocab_size})")
+        self.layer_types = list(self.layer_types or ["full_attention"] * self.num_layers)
+        if len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+        unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise ValueError(f"layer_types {unknown} are not supported (full_attention, sliding_attention)")
+        if "sliding_attention" in self.layer_types:
+            if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
+                raise ValueError(f"sliding_attention layers need sliding_window >= 1, got {self.sliding_window!r}")
+            if self.drafting != "block" or self.conditioning != "kv_injection":
+                raise ValueError("sliding_attention layers are implemented for the DFlash drafter "
+                                 "(block drafting, kv_injection) only")
+        self.rotary_config()                      # an unsupported rope type fails here, in one line
+
+    @property
+    def rope_parameters(self) -> dict:
+        """``rope_theta`` and ``rope_scaling`` as one dict, the form transformers' rotary embedding reads."""
+        scaling = dict(self.rope_scaling or {})
+        rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
+        scaling.pop("type", None)
+        return {**scaling, "rope_type": rope_type, "rope_theta": self.rope_theta}
 
     @classmethod
     def from_target(cls, target_config, mask_token_id: int, num_layers: int = 5, block_size: int = 16,
                     num_taps: int = 5, **overrides) -> "DrafterConfig":
         """A drafter shaped like the target's layers (the paper's choice)."""
         layers = target_config.num_hidden_layers
-        rope = getattr(target_config, "rope_parameters", None) or {}
+        rope = dict(getattr(target_config, "rope_parameters", None) or {})
+        theta = rope.pop("rope_theta", 10000.0)
+        scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
         fields = dict(
             hidden_size=target_config.hidden_size, intermediate_size=target_config.intermediate_size,
             num_attention_heads=target_config.num_attention_heads,
@@ -96,7 +136,7 @@ class DrafterConfig:
             head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
             vocab_size=target_config.vocab_size, mask_token_id=mask_token_id, num_target_layers=layers,
             target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers, block_size=block_size,
-            rms_norm_eps=target_config.rms_norm_eps, rope_theta=rope.get("rope_theta", 10000.0),
+            rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=target_config.max_position_embeddings,
         )
         fields.update(overrides)
@@ -108,11 +148,22 @@ class DrafterConfig:
         return d
 
     def rotary_config(self):
-        """A Qwen3Config carrying only what transformers' rotary embedding reads."""
+        """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and scaling)."""
         from transformers import Qwen3Config
-        return Qwen3Config(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
-                           head_dim=self.head_dim, max_position_embeddings=self.max_position_embeddings,
-                           rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        rope = self.rope_parameters
+        if rope["rope_type"] != "default" and rope["rope_type"] not in ROPE_INIT_FUNCTIONS:
+            raise ValueError(f"rope type {rope['rope_type']!r} is not supported "
+                             f"(default, {', '.join(ROPE_INIT_FUNCTIONS)})")
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("partial rotary embeddings (partial_rotary_factor) are not supported by this drafter")
+        try:
+            return Qwen3Config(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                               head_dim=self.head_dim, max_position_embeddings=self.max_position_embeddings,
+                               rope_parameters=rope)
+        except Exception as e:            # transformers validates the parameters of each rope type
+            raise ValueError(f"rope parameters {rope} are not valid ({str(e).splitlines()[0]})") from None
 
     def mlp_config(self):
         return SimpleNamespace(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
@@ -199,7 +250,8 @@ class KVInjectionAttention(nn.Module):
     def forward(self, block, context, block_rope, context_rope, cache: DrafterCache | None, layer: int,
                 attn_mask: torch.Tensor | None = None, context_queries: bool = False):
         """Attention output of the block (N, B, H), and of the context when ``context_queries``
-        (input fusion: the context attends causally to itself, never to the block), else None."""
+        (input fusion: the context attends causally to itself, never to the block), else None.
+        ``attn_mask`` (boolean, True = may attend) spans all keys: [cached context ; new context ; block]."""
         n, b, _ = block.shape
         q = self.q_norm(self.q_proj(block).view(n, b, self.num_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, *block_rope)                                   # (N, heads, B, D)
@@ -236,7 +288,8 @@ class DrafterLayer(nn.Module):
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None, fuse=False, last=False):
         """KV injection: ``context`` (the projected features) feeds this layer's K/V as it is and is
         returned unchanged. Input fusion (``fuse``): ``context`` is a residual stream like the
-        block's, normed here and updated by this layer (except the last, whose output is unused)."""
+        block's, normed here and updated by this layer (except the last, whose output is unused).
+        ``attn_mask`` is the layer's own: a sliding-window layer gets the window's mask."""
         ctx_in = self.input_layernorm(context) if fuse else context
         a, a_ctx = self.self_attn(self.input_layernorm(x), ctx_in, block_rope, context_rope, cache, layer,
                                   attn_mask, context_queries=fuse and not last)
@@ -284,10 +337,28 @@ class DFlashDrafter(nn.Module):
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rotary_emb(block_embeds, block_positions)        # cos, sin: (N, B, D)
         context_rope = self.rotary_emb(context, context_positions)         # (N, C, D)
+        masks = {"full_attention": attn_mask}
+        if "sliding_attention" in self.config.layer_types:
+            window = self.window_mask(block_positions, context_positions, 0 if cache is None else len(cache))
+            masks["sliding_attention"] = window if attn_mask is None else window & attn_mask
         x, fuse, last = block_embeds, self.config.conditioning == "input_fusion", len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask, fuse, i == last)
+            mask = masks[self.config.layer_types[i]]
+            x, context = layer(x, context, block_rope, context_rope, cache, i, mask, fuse, i == last)
         return self.norm(x)                                                # (N, B, H)
+
+    def window_mask(self, block_positions: torch.Tensor, context_positions: torch.Tensor, cached: int) -> torch.Tensor:
+        """Sliding-window layers: block position q may see key position k iff |q - k| <= sliding_window.
+
+        Keys are ``[cached context ; new context ; block]``; the ``cached`` context positions are the
+        ones right before the new context (the cache grows one accepted position at a time).
+        Returns a boolean (N, 1, B, cached + C + B) mask, True where attention is allowed."""
+        n = block_positions.shape[0]
+        first = context_positions[:, :1].expand(n, 1)                                         # (N, 1)
+        cached_positions = first - torch.arange(cached, 0, -1, device=first.device)[None]    # (N, cached)
+        keys = torch.cat([cached_positions, context_positions.expand(n, -1), block_positions], dim=1)
+        distance = (block_positions[:, :, None] - keys[:, None, :]).abs()                    # (N, B, K)
+        return (distance <= self.config.sliding_window)[:, None]
 
     @torch.inference_mode()
     def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start: int,
@@ -301,9 +372,11 @@ class DFlashDrafter(nn.Module):
         device = block_ids.device
         context_positions = torch.arange(start, start + c, device=device)[None]                    # (1, C)
         block_positions = torch.arange(start + c, start + c + block_ids.shape[1], device=device)[None]  # (1, B)
-        embeds = target.get_input_embeddings()(block_ids)                                          # (1, B, H)
-        hidden = self(embeds, target_hidden.to(embeds.dtype), block_positions, context_positions, cache)
-        return target.get_output_embeddings()(hidden[:, 1:])                                       # (1, B-1, V)
+        dtype = self.fc.weight.dtype                               # the drafter's; the target's may differ
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)                                # (1, B, H)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache)
+        head = target.get_output_embeddings()
+        return head(hidden[:, 1:].to(head.weight.dtype))                                           # (1, B-1, V)
 
     @torch.inference_mode()
     def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor, context_start: int,
@@ -312,7 +385,9 @@ class DFlashDrafter(nn.Module):
         device = token.device
         c = target_hidden.shape[1]
         context_positions = torch.arange(context_start, context_start + c, device=device)[None]       # (1, C)
-        embeds = target.get_input_embeddings()(token)                                               # (1, 1, H)
-        hidden = self(embeds, target_hidden.to(embeds.dtype), torch.tensor([[position]], device=device),
+        dtype = self.fc.weight.dtype
+        embeds = target.get_input_embeddings()(token).to(dtype)                                     # (1, 1, H)
+        hidden = self(embeds, target_hidden.to(dtype), torch.tensor([[position]], device=device),
                       context_positions, cache)
-        return target.get_output_embeddings()(hidden[:, -1])                                        # (1, V)
+        head = target.get_output_embeddings()
+        return head(hidden[:, -1].to(head.weight.dtype))                                            # (1, V)

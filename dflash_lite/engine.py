@@ -4,7 +4,8 @@
 >>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
 >>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
 
-The prompt goes through the tokenizer's chat template when the target has one.
+The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be
+a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
 """
 from __future__ import annotations
 
@@ -12,19 +13,24 @@ import torch
 
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
-from .target import default_drafter_path, load_pretrained, stop_token_ids
+from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 from .validate import check_device, check_int, check_prompt
 
 
 class Engine:
-    def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None, device: str | None = None):
+    def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None, device: str | None = None,
+                 dtype: str | torch.dtype | None = None):
+        """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
+        drafter the target's dtype too)."""
         self.target, self.tokenizer, self.drafter = target, tokenizer, drafter
+        if dtype is not None:
+            target.to(parse_dtype(dtype))
         if drafter is not None:
             if tokenizer.mask_token_id is None:
                 raise ValueError("the tokenizer has no mask token; a DFlash drafter needs one")
             from .drafter import check_compatible
             check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
-            drafter.to(target.device)
+            drafter.to(device=target.device, dtype=target.dtype)
         if block_size is None:
             block_size = drafter.config.block_size if drafter is not None else 1
         largest = drafter.config.max_block_size if drafter is not None else None
@@ -35,14 +41,16 @@ class Engine:
         self.last_result: GenerationResult | None = None
 
     @classmethod
-    def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu", **kwargs):
+    def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
+                        dtype: str | torch.dtype | None = None, **kwargs):
         """The target and a drafter (by default the shipped one of a shipped target, if any)."""
-        model, tokenizer = load_pretrained(target, device=check_device(device))
+        device = check_device(device)
         drafter = drafter or default_drafter_path(target)
         draft = None
         if drafter is not None:
             from .checkpoints import load_drafter
-            draft = load_drafter(drafter)
+            draft = load_drafter(drafter, dtype=dtype).to(device)   # a bad name fails before the target loads
+        model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
         return cls(model, tokenizer, draft, **kwargs)
 
     def encode(self, prompt: str) -> torch.Tensor:

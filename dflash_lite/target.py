@@ -53,21 +53,44 @@ def _check_safetensors(directory: Path) -> None:
             raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says {8 + header_len + end})")
 
 
-def _resolve(name_or_path: str | os.PathLike) -> Path:
-    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded hub id."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the torch dtype itself) -> the torch dtype.
+    None means fp32, the CPU default: the shipped bf16 weights upcast exactly."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[name]
+
+
+def _is_hub_id(name: str) -> bool:
+    return not name.startswith((".", "/", "~")) and name.count("/") == 1
+
+
+def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str], what: str = "model") -> Path:
+    """A local directory for a local path or a hub id ``owner/name``.
+
+    A hub id is looked up in the local Hugging Face cache first (no network needed). Without a
+    cached copy it is downloaded once, with a short timeout; with ``HF_HUB_OFFLINE`` set, or when
+    the download fails, the call fails with one line (:class:`LoadError`) and no retries.
+    Only the files matching ``patterns`` are fetched.
+    """
     name = str(name_or_path)
-    if name in SHIPPED:
-        return SHIPPED[name]
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise LoadError(f"{path}: expected a model directory (config.json + safetensors), got a file")
+            raise LoadError(f"{path}: expected a {what} directory (config + safetensors), got a file")
         return path
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
-        raise LoadError(f"{name}: no such model directory, and not a shipped name ({', '.join(SHIPPED)}) or hub id")
+    if not _is_hub_id(name):
+        raise LoadError(f"{name}: no such {what} directory, and not a hub id (owner/name)")
     from huggingface_hub import snapshot_download
 
-    patterns = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
     try:  # a copy in the local Hugging Face cache needs no network
         return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
     except Exception:
@@ -82,16 +105,27 @@ def _resolve(name_or_path: str | os.PathLike) -> Path:
                         f"({type(e).__name__}); pass a local directory or check the network") from None
 
 
+def _resolve(name_or_path: str | os.PathLike) -> Path:
+    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded hub id."""
+    name = str(name_or_path)
+    if name in SHIPPED:
+        return SHIPPED[name]
+    if not Path(name).expanduser().exists() and not _is_hub_id(name):
+        raise LoadError(f"{name}: no such model directory, and not a shipped name ({', '.join(SHIPPED)}) or hub id")
+    return resolve_checkpoint(name, ["*.json", "*.safetensors", "*.jinja", "tokenizer*"])
+
+
 def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32):
+                    dtype: str | torch.dtype | None = torch.float32):
     """Load a target causal LM and its tokenizer.
 
     ``name_or_path``: ``"tiny"`` (shipped), a local Hugging Face directory, or a hub id
-    (Qwen3 and Llama families). Weights are loaded in ``dtype`` (fp32 by default: the shipped
-    bf16 weights upcast exactly).
+    (Qwen3 and Llama families). Weights are loaded in ``dtype`` (``"float32"``, ``"bfloat16"`` or
+    ``"float16"``, or the torch dtype; fp32 by default: the shipped bf16 weights upcast exactly).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
     if not (directory / "config.json").is_file():
         raise LoadError(f"{directory}: missing config.json")

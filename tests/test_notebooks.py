@@ -27,6 +27,7 @@ OVERRIDES = {
     "05_training": {"num_prompts": 24, "max_new_tokens": 24, "steps": 12, "probe_prompts": 1},
     "06_benchmarks": {"num_prompts": 1, "max_new_tokens": 16, "block_sizes": [4, 16], "repeats": 1},
     "07_checking_the_source_article": {"num_prompts": 1, "max_new_tokens": 24, "train_steps": 12},
+    "08_real_models": {"num_prompts": 1, "max_new_tokens": 8, "token_counts": [1, 4], "repeats": 1},
 }
 
 
@@ -118,3 +119,34 @@ def test_every_saved_figure_is_shown(notebook):
     for cell in saving:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, f"{notebook.name}: a cell saves a figure but shows none:\n{cell.source[:200]}"
+
+
+def test_real_models_notebook_takes_target_and_drafter_from_directories(tmp_path, monkeypatch):
+    """nb08's hub parameters, pointed at local directories standing in for hub checkouts: a target
+    directory and a drafter exported in the public DFlash layout (as published drafters ship)."""
+    import json
+    import shutil
+
+    import nbformat
+    import papermill as pm
+
+    from dflash_lite.checkpoints import export_dflash, load_drafter
+    from dflash_lite.target import SHIPPED, default_drafter_path
+
+    monkeypatch.setenv("DFLASH_LITE_FIGURES", str(tmp_path / "figures"))     # the kernel inherits these
+    monkeypatch.setenv("DFLASH_LITE_RESULTS", str(tmp_path / "results"))
+    target = tmp_path / "Qwen3-4B"
+    shutil.copytree(SHIPPED["tiny"], target)
+    drafter = export_dflash(load_drafter(default_drafter_path("tiny")), tmp_path / "Qwen3-4B-DFlash-b16")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"turns": ["Question: Ann has 3 apples and buys 4 more. How many now?\nAnswer:"]}))
+    notebook = next(nb for nb in NOTEBOOKS if nb.stem == "08_real_models")
+    out = tmp_path / "out.ipynb"
+    pm.execute_notebook(str(notebook), str(out), kernel_name="python3", cwd=str(notebook.parent), progress_bar=False,
+                        parameters={"target": str(target), "drafter": str(drafter), "prompts_file": str(prompts),
+                                    "num_prompts": 1, "max_new_tokens": 8, "token_counts": [1, 2], "repeats": 1})
+    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", []))
+    assert "DFlash (ours) B=16" in text and "no row" in text
+    assert "model.generate" in text and "EAGLE-style" not in text          # no shipped peers for this target
+    assert (tmp_path / "figures" / "08_forward_cost_cpu.png").is_file()
+    assert json.loads(next((tmp_path / "results").glob("08_Qwen3-4B_prompts_cpu_float32.json")).read_text())
