@@ -34,9 +34,12 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     if drafter is not None:
         from .checkpoints import load_drafter
         from .decode import DFlashProposer, generate_speculative
+        from .policy import CostAwareProposer
         draft = load_drafter(drafter).to(device)
-        runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
-                                                        max_new_tokens, sampling, stops, g)
+        # default: the cost-aware policy picks each step's block size; --block-size fixes it
+        make = (lambda: CostAwareProposer(draft, model)) if block_size is None else \
+            (lambda: DFlashProposer(draft, model, block_size))
+        runs["DFlash"] = lambda g: generate_speculative(model, make(), input_ids, max_new_tokens, sampling, stops, g)
     results = {name: [] for name in runs}
     for repeat in range(repeats + 1):                       # the first round is the warm-up
         for name, run in runs.items():
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="cpu")
     d.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one, if any)")
-    d.add_argument("--block-size", type=int, default=None)
+    d.add_argument("--block-size", type=int, default=None,
+                   help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
     d.add_argument("--repeats", type=int, default=3)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target", default="tiny")
@@ -93,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--temperature", type=float, default=0.0, help="0: greedy, with the identity check")
     b.add_argument("--adaptive", action="store_true",
                    help="also run DFlash with the block size chosen per step from recent acceptance")
+    b.add_argument("--tree-sizes", type=lambda s: tuple(int(x) for x in s.split(",") if x), default=(32, 64),
+                   help="draft-tree rows, nodes per tree (greedy only; '' for none)")
     b.add_argument("--cost-repeats", type=int, default=10, help="repeats of each timed forward in the cost model")
     b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
     b.add_argument("--num-prompts", type=int, default=8)

@@ -12,6 +12,7 @@ import torch
 
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
+from .policy import CostAwareProposer
 from .target import load_pretrained, stop_token_ids
 
 
@@ -24,9 +25,9 @@ class Engine:
             from .drafter import check_compatible
             check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
             drafter.to(target.device)
-        if block_size is None:
-            block_size = drafter.config.block_size if drafter is not None else 1
-        self.block_size = block_size
+        if block_size is not None and block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size if drafter is not None else 1   # None: the cost-aware policy chooses
         self.stops = stop_token_ids(target, tokenizer)
         self.last_result: GenerationResult | None = None
 
@@ -49,8 +50,12 @@ class Engine:
         return self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
 
     def proposer(self):
+        """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
+        cost-aware policy, which picks each step's block size from measured costs and acceptance."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer()
+        if self.block_size is None:
+            return CostAwareProposer(self.drafter, self.target)
         return DFlashProposer(self.drafter, self.target, self.block_size)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
@@ -66,7 +71,7 @@ class Engine:
         else:
             generator.manual_seed(seed)
         steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
-                                  self.stops, generator, self.block_size)
+                                  self.stops, generator)
         pieces = self._stream(steps)
         return pieces if stream else "".join(pieces)
 

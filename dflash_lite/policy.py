@@ -9,9 +9,9 @@ step, as real integrations' depth controllers do:
   (one drafter forward over a block of b), measured once per target, drafter, device and dtype
   at the first prompt and cached in memory (:func:`step_costs`); sizes between the measured ones
   are interpolated.
-* **acceptance**: per block position k, the probability that draft k is accepted given that
-  drafts 1..k-1 were, counted from the steps so far with exponential forgetting and a Beta prior.
-  A chain of b drafts-plus-one is then expected to commit ``1 + sum_j prod_{k<=j} a_k`` tokens.
+* **acceptance**: the probability ``a`` that a draft is accepted given that the drafts before it
+  were, pooled over positions, counted from the steps so far with exponential forgetting and a
+  Beta prior. A step of b - 1 drafts is then expected to commit ``1 + a + ... + a^(b-1)`` tokens.
 * **choice**: the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
   expected tokens per second; optionally a draft tree (:mod:`dflash_lite.tree`) of N nodes,
   whose expected length is learned the same way from the tree steps it takes.
@@ -35,39 +35,56 @@ _COSTS: dict = {}                         # (target, drafter, device, dtype) -> 
 
 
 class StepCosts:
-    """Measured seconds of one target forward over b tokens and one drafter forward over a block of b."""
+    """Measured seconds of one target forward over b tokens and one drafter forward over a block of b.
+
+    Between and beyond the measured sizes, a straight line fitted to them (least squares, slope
+    >= 0) gives the cost, so that timing noise at one size cannot make it look cheap. One target
+    token (b = 1) is its own point: a single-token forward takes a lighter path (no causal mask).
+    """
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float]):
-        self.t_target, self.t_draft = self._monotone(t_target), self._monotone(t_draft)
+        self.t_target, self.t_draft = dict(sorted(t_target.items())), dict(sorted(t_draft.items()))
+        self._target_line = self._fit({b: t for b, t in self.t_target.items() if b > 1} or self.t_target)
+        self._draft_line = self._fit(self.t_draft)
 
     @staticmethod
-    def _monotone(table: dict[int, float]) -> dict[int, float]:
-        """A forward over more tokens never costs less: timing noise must not make a size look cheap."""
-        out, most = {}, 0.0
-        for b, t in sorted(table.items()):
-            most = max(most, t)
-            out[b] = most
-        return out
-
-    @staticmethod
-    def _at(table: dict[int, float], b: int) -> float:
-        """Linear interpolation between measured sizes (clamped slope beyond the largest)."""
-        sizes = list(table)
-        if b in table:
-            return table[b]
-        lo = max((s for s in sizes if s < b), default=sizes[0])
-        hi = min((s for s in sizes if s > b), default=None)
-        if hi is None:                                         # extrapolate from the last two sizes
-            if len(sizes) < 2:
-                return table[lo]
-            lo, hi = sizes[-2], sizes[-1]
-        return table[lo] + (table[hi] - table[lo]) * (b - lo) / (hi - lo)
+    def _fit(table: dict[int, float]) -> tuple[float, float]:
+        """(intercept, slope) of the least-squares line through (b, t), slope clamped at >= 0."""
+        n = len(table)
+        mean_b, mean_t = sum(table) / n, sum(table.values()) / n
+        spread = sum((b - mean_b) ** 2 for b in table)
+        slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in table.items()) / spread) if spread else 0.0
+        return mean_t - slope * mean_b, slope
 
     def target(self, b: int) -> float:
-        return self._at(self.t_target, b)
+        if b == 1 and 1 in self.t_target:
+            return self.t_target[1]
+        intercept, slope = self._target_line
+        return intercept + slope * b
 
     def draft(self, b: int) -> float:
-        return 0.0 if b <= 1 else self._at(self.t_draft, b)
+        if b <= 1:
+            return 0.0
+        intercept, slope = self._draft_line
+        return intercept + slope * b
+
+
+def interleaved_medians(fns: dict, repeats: int, device: torch.device) -> dict:
+    """Median seconds of each callable: one warm-up call each, then ``repeats`` rounds that visit
+    them in turn, so that load drift hits all of them alike."""
+    times = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 @torch.inference_mode()
@@ -97,19 +114,7 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
 
     fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
     fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})
-    times = {key: [] for key in fns}
-    for fn in fns.values():                                               # warm-up
-        fn()
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times[key].append(time.perf_counter() - t0)
-    medians = {key: statistics.median(t) for key, t in times.items()}
+    medians = interleaved_medians(fns, repeats, device)
     return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
             "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}}
 
@@ -133,29 +138,30 @@ class CostAwareProposer(DFlashProposer):
     of ``tree_sizes`` nodes, chosen each step for the most expected tokens per second.
 
     ``costs``: a :class:`StepCosts` (measured at the first prompt when None). ``decay``: how much
-    of the acceptance counts each step keeps (lower forgets faster and retries drafting sooner
-    after falling to 1). ``prior`` and ``prior_weight``: the Beta prior every per-position
-    acceptance estimate starts from and decays back to. Trees are greedy only.
+    of the acceptance counts a drafting step keeps; ``idle_decay``: the same for a plain step (how
+    soon drafting is tried again after falling to 1: closer to 1 retries later). ``prior`` and
+    ``prior_weight``: the Beta prior the estimates start from and decay back to. Trees are greedy only.
     """
 
     def __init__(self, drafter, target, max_block_size: int | None = None, tree_sizes=(), costs: StepCosts | None = None,
-                 decay: float = 0.9, prior: float = 0.8, prior_weight: float = 1.0, tree_prior_gain: float = 1.1):
+                 decay: float = 0.9, idle_decay: float = 0.95, prior: float = 0.8, prior_weight: float = 1.0,
+                 tree_prior_gain: float = 1.1):
         super().__init__(drafter, target, max_block_size)
-        if not 0 < decay < 1 or not 0 < prior < 1 or prior_weight <= 0 or tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay < 1, 0 < prior < 1, prior_weight > 0 "
+        if not (0 < decay < 1 and 0 < idle_decay < 1 and 0 < prior < 1) or prior_weight <= 0 or tree_prior_gain <= 0:
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, prior_weight > 0 "
                              "and tree_prior_gain > 0")
         if any(n < 1 for n in tree_sizes):
             raise ValueError(f"tree sizes must be >= 1, got {tuple(tree_sizes)}")
         self.max_block_size, self.tree_sizes, self.costs = self.block_size, tuple(sorted(tree_sizes)), costs
-        self.decay, self.prior, self.prior_weight, self.tree_prior_gain = decay, prior, prior_weight, tree_prior_gain
+        self.decay, self.idle_decay, self.prior, self.prior_weight = decay, idle_decay, prior, prior_weight
+        self.tree_prior_gain = tree_prior_gain
         self.uses_trees = bool(self.tree_sizes)
 
     def start(self, prompt_ids, target_hidden) -> None:
         super().start(prompt_ids, target_hidden)
         if self.costs is None:
             self.costs = step_costs(self.target, self.drafter, prompt_ids, self.max_block_size, self.tree_sizes)
-        depth = self.max_block_size - 1
-        self.accepted_counts, self.tried_counts = [0.0] * depth, [0.0] * depth   # per draft position 1..depth
+        self.accepted_count = self.judged_count = 0.0             # decayed counts of chain drafts
         self.tree_tokens = dict.fromkeys(self.tree_sizes, 0.0)                   # decayed sums per tree size
         self.tree_steps = dict.fromkeys(self.tree_sizes, 0.0)
         self.pending = True                        # the prompt's features are not in the drafter's cache yet
@@ -163,18 +169,16 @@ class CostAwareProposer(DFlashProposer):
         self._choose()
 
     # -------------------------------------------------------------- the estimates
-    def acceptance(self) -> list[float]:
-        """Per draft position k: estimated P(draft k accepted | drafts 1..k-1 accepted)."""
-        w, p = self.prior_weight, self.prior
-        return [(a + w * p) / (t + w) for a, t in zip(self.accepted_counts, self.tried_counts)]
+    def acceptance(self) -> float:
+        """Estimated P(a draft is accepted | the drafts before it were), pooled over block positions:
+        accepted drafts over drafts the target judged, with the Beta prior."""
+        return (self.accepted_count + self.prior_weight * self.prior) / (self.judged_count + self.prior_weight)
 
     def expected_tokens(self, block_size: int) -> float:
-        """Tokens a chain step with ``block_size - 1`` drafts is expected to commit (bonus included)."""
-        expected, survive = 1.0, 1.0
-        for a in self.acceptance()[: block_size - 1]:
-            survive *= a
-            expected += survive
-        return expected
+        """Tokens a chain step with ``block_size - 1`` drafts is expected to commit, bonus included:
+        ``1 + a + a^2 + ... + a^(block_size-1)``."""
+        a = self.acceptance()
+        return sum(a ** j for j in range(block_size))
 
     def expected_tree_tokens(self, tree_size: int) -> float:
         """Observed mean of tree steps, pulled towards a prior of the full chain's estimate x a gain."""
@@ -207,18 +211,17 @@ class CostAwareProposer(DFlashProposer):
             self.new_context = torch.cat([self.new_context, target_hidden[:, : n + 1]], dim=1)
         else:
             super().accepted(block, n, position, target_hidden)
+        decay = self.idle_decay if self.pending else self.decay
         self.pending = True
-        self.accepted_counts = [a * self.decay for a in self.accepted_counts]
-        self.tried_counts = [t * self.decay for t in self.tried_counts]
+        self.accepted_count *= decay
+        self.judged_count *= decay
         for size in self.tree_sizes:
-            self.tree_tokens[size] *= self.decay
-            self.tree_steps[size] *= self.decay
+            self.tree_tokens[size] *= decay
+            self.tree_steps[size] *= decay
         if self.tree_size:
             self.tree_tokens[self.tree_size] += n + 1
             self.tree_steps[self.tree_size] += 1
         else:                        # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            drafted = block.shape[1] - 1
-            for k in range(min(n + 1, drafted)):
-                self.tried_counts[k] += 1
-                self.accepted_counts[k] += k < n
+            self.accepted_count += n
+            self.judged_count += min(n + 1, block.shape[1] - 1)
         self._choose()
