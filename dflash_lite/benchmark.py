@@ -9,7 +9,12 @@ greedy method's tokens are checked against the target's greedy output in the run
 ``python -m dflash_lite bench`` prints the table and can write the JSON::
 
     {"env": {...}, "methods": [{"name", "block_size", "tokens_per_s", "tokens_per_s_spread", "speedup",
-                                "tau", "tau_histogram", "identical_to_target", "error", "phase_times", ...}]}
+                                "tau", "tau_histogram", "identical_to_target", "error", "phase_times",
+                                "default", "tree_size", ...}]}
+
+``"default": true`` marks the headline DFlash row: the cost-aware block size that
+``Engine.generate`` runs by default (:mod:`dflash_lite.policy`). Fixed block sizes and draft
+trees (:mod:`dflash_lite.tree`, greedy only) have rows of their own.
 """
 from __future__ import annotations
 

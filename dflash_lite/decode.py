@@ -121,6 +121,8 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 # Proposers: DFlashProposer (one block-diffusion forward per block, this project), EagleProposer
 # (same conditioning, one drafter forward per draft token), DraftModelProposer (a small causal LM:
 # classic speculative decoding) and NoDraftProposer (block size 1: plain autoregressive decoding).
+# policy.CostAwareProposer chooses the block size each step (the default); a proposer with a
+# ``tree_size`` drafts a tree instead of a chain, verified by tree.tree_step (DDTree, greedy only).
 
 
 class DFlashProposer:

@@ -9,9 +9,10 @@ step, as real integrations' depth controllers do:
   (one drafter forward over a block of b), measured once per target, drafter, device and dtype
   at the first prompt and cached in memory (:func:`step_costs`); sizes between the measured ones
   are interpolated.
-* **acceptance**: the probability ``a`` that a draft is accepted given that the drafts before it
-  were, pooled over positions, counted from the steps so far with exponential forgetting and a
-  Beta prior. A step of b - 1 drafts is then expected to commit ``1 + a + ... + a^(b-1)`` tokens.
+* **acceptance**: the probability ``a_k`` that draft k is accepted given that the drafts before it
+  were, counted from the steps so far with exponential forgetting: pooled over positions with a
+  Beta prior, then per position with the pool as prior. A step of b - 1 drafts is then expected
+  to commit ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)`` tokens.
 * **choice**: the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
   expected tokens per second; optionally a draft tree (:mod:`dflash_lite.tree`) of N nodes,
   whose expected length is learned the same way from the tree steps it takes.
@@ -161,10 +162,16 @@ class CostAwareProposer(DFlashProposer):
         super().start(prompt_ids, target_hidden)
         if self.costs is None:
             self.costs = step_costs(self.target, self.drafter, prompt_ids, self.max_block_size, self.tree_sizes)
-        self.accepted_count = self.judged_count = 0.0             # decayed counts of chain drafts
+        c = self.costs                   # seconds of one step of each kind, looked up once
+        self.step_seconds = [0.0] + [c.target(b) + c.draft(b) for b in range(1, self.max_block_size + 1)]
+        self.tree_seconds = {n: c.target(n + 1) + c.draft(self.max_block_size) for n in self.tree_sizes}
+        self.accepted_count = self.judged_count = 0.0             # decayed counts of chain drafts, pooled
+        depth = self.max_block_size - 1                            # ... and per draft position 1..depth
+        self.accepted_at, self.judged_at = [0.0] * depth, [0.0] * depth
         self.tree_tokens = dict.fromkeys(self.tree_sizes, 0.0)                   # decayed sums per tree size
         self.tree_steps = dict.fromkeys(self.tree_sizes, 0.0)
         self.pending = True                        # the prompt's features are not in the drafter's cache yet
+        self.waiting = [target_hidden]             # features of positions no drafter forward has seen
         self.chosen: list[int | str] = []          # per step: a block size, or "tree N"
         self._choose()
 
@@ -174,11 +181,24 @@ class CostAwareProposer(DFlashProposer):
         accepted drafts over drafts the target judged, with the Beta prior."""
         return (self.accepted_count + self.prior_weight * self.prior) / (self.judged_count + self.prior_weight)
 
+    def acceptance_by_position(self) -> list[float]:
+        """The same per draft position k, with the pooled estimate as its prior: positions seen often
+        speak for themselves (acceptance comes in runs, so deep positions, once reached, are
+        accepted more often than early ones), positions seen rarely follow the pool."""
+        pooled, w = self.acceptance(), self.prior_weight
+        return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
+
     def expected_tokens(self, block_size: int) -> float:
         """Tokens a chain step with ``block_size - 1`` drafts is expected to commit, bonus included:
-        ``1 + a + a^2 + ... + a^(block_size-1)``."""
-        a = self.acceptance()
-        return sum(a ** j for j in range(block_size))
+        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(block_size-1)``."""
+        return self._expected_by_size()[block_size - 1]
+
+    def _expected_by_size(self) -> list[float]:
+        expected, survive = [1.0], 1.0
+        for a in self.acceptance_by_position():
+            survive *= a
+            expected.append(expected[-1] + survive)
+        return expected                                                     # [E(1), E(2), ..., E(max)]
 
     def expected_tree_tokens(self, tree_size: int) -> float:
         """Observed mean of tree steps, pulled towards a prior of the full chain's estimate x a gain."""
@@ -186,35 +206,43 @@ class CostAwareProposer(DFlashProposer):
         return (self.tree_tokens[tree_size] + self.prior_weight * prior) / (self.tree_steps[tree_size] + self.prior_weight)
 
     def _choose(self) -> None:
-        c = self.costs
-        rates = {b: self.expected_tokens(b) / (c.target(b) + c.draft(b)) for b in range(1, self.max_block_size + 1)}
-        self.block_size = max(rates, key=rates.get)
-        self.tree_size, best_rate = None, rates[self.block_size]
+        rates = [e / t for e, t in zip(self._expected_by_size(), self.step_seconds[1:])]
+        best_rate = max(rates)
+        self.block_size, self.tree_size = rates.index(best_rate) + 1, None
         for n in self.tree_sizes:        # a tree: one drafter forward at full depth, a verify of N+1
-            rate = self.expected_tree_tokens(n) / (c.target(n + 1) + c.draft(self.max_block_size))
+            rate = self.expected_tree_tokens(n) / self.tree_seconds[n]
             if rate > best_rate:
                 self.block_size, self.tree_size, best_rate = self.max_block_size, n, rate
         self.chosen.append(f"tree {self.tree_size}" if self.tree_size else self.block_size)
 
     # -------------------------------------------------------------- the proposer calls
+    def _catch_up(self) -> None:
+        """The drafter's next forward takes in every position decoded since its last one."""
+        if len(self.waiting) > 1:
+            self.new_context = torch.cat(self.waiting, dim=1)
+        self.pending, self.waiting = False, []
+
     def propose(self, last_token, k):
-        self.pending = False
+        self._catch_up()
         return super().propose(last_token, k)
 
     def propose_tree(self, last_token, depth, tree_size=None):
         from .tree import DFlashTreeProposer
-        self.pending = False
+        self._catch_up()
         return DFlashTreeProposer.propose_tree(self, last_token, depth, tree_size)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         if self.pending:             # no draft this step: the features wait for the next drafter forward
-            self.new_context = torch.cat([self.new_context, target_hidden[:, : n + 1]], dim=1)
+            self.waiting.append(target_hidden[:, : n + 1])
         else:
             super().accepted(block, n, position, target_hidden)
+            self.waiting = [self.new_context]
         decay = self.idle_decay if self.pending else self.decay
         self.pending = True
         self.accepted_count *= decay
         self.judged_count *= decay
+        self.accepted_at = [a * decay for a in self.accepted_at]
+        self.judged_at = [t * decay for t in self.judged_at]
         for size in self.tree_sizes:
             self.tree_tokens[size] *= decay
             self.tree_steps[size] *= decay
@@ -222,6 +250,10 @@ class CostAwareProposer(DFlashProposer):
             self.tree_tokens[self.tree_size] += n + 1
             self.tree_steps[self.tree_size] += 1
         else:                        # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            judged = min(n + 1, block.shape[1] - 1)
             self.accepted_count += n
-            self.judged_count += min(n + 1, block.shape[1] - 1)
+            self.judged_count += judged
+            for k in range(judged):
+                self.accepted_at[k] += k < n
+                self.judged_at[k] += 1
         self._choose()

@@ -32,12 +32,19 @@ def test_costs_are_fitted_and_one_token_is_its_own_point():
     assert costs.draft(1) == 0.0 and costs.draft(2) == costs.draft(16)                 # slope clamped at 0
 
 
-def test_expected_tokens_is_the_geometric_sum(tiny, random_drafter):
+def test_expected_tokens_from_pooled_then_per_position_acceptance(tiny, random_drafter):
     target, _ = tiny
     proposer = CostAwareProposer(random_drafter, target, costs=CHEAP, prior=0.5)
     proposer.start(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, 5 * target.config.hidden_size))
     assert proposer.acceptance() == 0.5
     assert proposer.expected_tokens(1) == 1.0 and proposer.expected_tokens(4) == pytest.approx(1.875)
+    proposer.pending = False                                 # as if a block of 4 was drafted: 2 of 3 accepted
+    proposer.accepted(torch.zeros(1, 4, dtype=torch.long), 2, 3, torch.zeros(1, 4, 5 * target.config.hidden_size))
+    a = (2 + 0.5) / (3 + 1)                                  # pooled, then per position: 1/1, 1/1, 0/1 with prior a
+    a1, a2, a3 = (1 + a) / 2, (1 + a) / 2, a / 2
+    assert proposer.acceptance() == pytest.approx(a)
+    assert proposer.acceptance_by_position()[:3] == pytest.approx([a1, a2, a3])
+    assert proposer.expected_tokens(4) == pytest.approx(1 + a1 + a1 * a2 + a1 * a2 * a3)
 
 
 @pytest.mark.parametrize("max_block_size,tree_sizes,costs", [(2, (), CHEAP), (6, (), MEASURED_SHAPE), (16, (), CHEAP),
@@ -117,7 +124,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
         reference.start(prefix[:, :-1], hidden)
         expected = reference.propose(prefix[:, -1], 8)[0]
         plain.block_size = 16
-        assert plain.new_context.shape[1] == prefix.shape[1] - 1 - len(plain.cache)  # nothing lost or doubled
+        assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - len(plain.cache)  # none lost or doubled
         assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
 
 
