@@ -4,7 +4,10 @@
 >>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
 >>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
 
-The prompt goes through the tokenizer's chat template when the target has one.
+The prompt goes through the tokenizer's chat template when the target has one. With a drafter,
+each step's block size is chosen by the cost-aware policy (:mod:`dflash_lite.policy`: measured
+forward costs and the acceptance so far, down to plain decoding) unless ``block_size`` fixes it;
+the forward costs are measured once per process, on the first call.
 """
 from __future__ import annotations
 
