@@ -145,7 +145,7 @@ class CostAwareProposer(DFlashProposer):
     """
 
     def __init__(self, drafter, target, max_block_size: int | None = None, tree_sizes=(), costs: StepCosts | None = None,
-                 decay: float = 0.9, idle_decay: float = 0.98, prior: float = 0.7, prior_weight: float = 1.0,
+                 decay: float = 0.9, idle_decay: float = 0.98, prior: float = 0.7, prior_weight: float = 3.0,
                  tree_prior_gain: float = 1.1):
         super().__init__(drafter, target, max_block_size)
         if not (0 < decay < 1 and 0 < idle_decay < 1 and 0 < prior < 1) or prior_weight <= 0 or tree_prior_gain <= 0:

@@ -34,7 +34,7 @@ def test_costs_are_fitted_and_one_token_is_its_own_point():
 
 def test_expected_tokens_from_pooled_then_per_position_acceptance(tiny, random_drafter):
     target, _ = tiny
-    proposer = CostAwareProposer(random_drafter, target, costs=CHEAP, prior=0.5)
+    proposer = CostAwareProposer(random_drafter, target, costs=CHEAP, prior=0.5, prior_weight=1.0)
     proposer.start(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, 5 * target.config.hidden_size))
     assert proposer.acceptance() == 0.5
     assert proposer.expected_tokens(1) == 1.0 and proposer.expected_tokens(4) == pytest.approx(1.875)

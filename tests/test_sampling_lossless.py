@@ -152,7 +152,7 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny):
     g = torch.Generator().manual_seed(11)
     runs, counts, second_choices = 600, dict.fromkeys(exact, 0), set()
     for _ in range(runs):
-        proposer = CostAwareProposer(drafter, target, costs=costs)
+        proposer = CostAwareProposer(drafter, target, costs=costs, prior_weight=1.0)
         tokens = tuple(generate_speculative(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1
