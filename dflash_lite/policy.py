@@ -1,14 +1,14 @@
 """A cost-aware block size: each step drafts whatever maximises expected tokens per second.
 
-The paper's cost model (section 4, "speedup = tau * t_target(1) / (t_target(B) + t_draft(B))")
-says when a block of B pays: the verify of B tokens and the drafter forward must cost less than
+The cost model the benchmark checks (:func:`dflash_lite.benchmark.predicted_speedup`,
+``speedup = tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a block of B pays: the verify of B tokens and the drafter forward must cost less than
 the tokens they bring. Both sides change from prompt to prompt, so the block size is chosen per
 step, as real integrations' depth controllers do:
 
 * **costs**: ``t_target(b)`` (one target forward over b tokens, with the cache) and ``t_draft(b)``
   (one drafter forward over a block of b), measured once per target, drafter, device and dtype
-  at the first prompt and cached in memory (:func:`step_costs`); sizes between the measured ones
-  are interpolated.
+  at the first prompt and cached in memory (:func:`step_costs`); a least-squares line through
+  the measured sizes gives every other size.
 * **acceptance**: the probability ``a_k`` that draft k is accepted given that the drafts before it
   were, counted from the steps so far with exponential forgetting: pooled over positions with a
   Beta prior, then per position with the pool as prior. A step of b - 1 drafts is then expected
