@@ -1,6 +1,6 @@
 """Draft trees: many continuations from one drafter forward, verified in one target forward.
 
-DDTree (arXiv 2604.12989, sections 3-4) keeps DFlash's single block-diffusion forward but reads
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads
 more out of it. The drafter gives a distribution over the vocabulary at each of the block's
 masked positions; instead of the chain of argmaxes, we build the **tree of the N most likely
 continuations**, scoring a path by the product of its tokens' per-position probabilities, and
@@ -19,7 +19,7 @@ verify all of them at once:
 * **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
   consecutive slots and the rest cropped; only the path's features go to the drafter's context.
 
-Greedy only: a tree at temperature > 0 needs a multi-draft acceptance rule (DDTree section 4.3),
+Greedy only: a tree at temperature > 0 needs a multi-draft acceptance rule (several candidates per position),
 which this project does not implement, so the loop refuses it with one line.
 """
 from __future__ import annotations
