@@ -9,7 +9,12 @@ greedy method's tokens are checked against the target's greedy output in the run
 ``python -m dflash_lite bench`` prints the table and can write the JSON::
 
     {"env": {...}, "methods": [{"name", "block_size", "tokens_per_s", "tokens_per_s_spread", "speedup",
-                                "tau", "tau_histogram", "identical_to_target", "error", "phase_times", ...}]}
+                                "tau", "tau_histogram", "identical_to_target", "error", "phase_times",
+                                "default", "tree_size", ...}]}
+
+``"default": true`` marks the headline DFlash row: the cost-aware block size that
+``Engine.generate`` runs by default (:mod:`dflash_lite.policy`). Fixed block sizes and draft
+trees (:mod:`dflash_lite.tree`, greedy only) have rows of their own.
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ class Method:
     run: Callable
     block_size: int | None = None
     baseline: bool = False          # an autoregressive baseline that speedups are measured against
+    default: bool = False           # the headline DFlash row: what Engine.generate runs by default
+    tree_size: int | None = None    # draft nodes per step, for a draft-tree row
 
 
 @dataclass
@@ -43,6 +50,8 @@ class MethodStats:
     name: str
     block_size: int | None
     baseline: bool
+    default: bool = False
+    tree_size: int | None = None
     times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
     tokens: list[int] = field(default_factory=list)          # per repeat: new tokens over all prompts
     acceptance_lengths: list[int] = field(default_factory=list)
@@ -93,7 +102,7 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
     ``reference`` maps prompt index -> the target's greedy tokens (computed with the first
     baseline method when not given) for the identity check.
     """
-    stats = {m.name: MethodStats(m.name, m.block_size, m.baseline) for m in methods}
+    stats = {m.name: MethodStats(m.name, m.block_size, m.baseline, m.default, m.tree_size) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
     for m in methods:                                             # warm-up, and the outputs to check
         for i, ids in enumerate(prompts):
@@ -139,7 +148,8 @@ def summarise(stats: dict[str, MethodStats], env: dict, max_new_tokens: int, num
         for a in s.acceptance_lengths:
             hist[a - 1] += 1
         rows.append({
-            "name": s.name, "block_size": s.block_size, "baseline": s.baseline,
+            "name": s.name, "block_size": s.block_size, "baseline": s.baseline, "default": s.default,
+            "tree_size": s.tree_size,
             "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None,
@@ -168,12 +178,14 @@ def format_table(report: dict) -> str:
             continue
         spread = "{:.1f}-{:.1f}".format(*r["tokens_per_s_spread"])
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
-        lines.append(f"{r['name']:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
+        name = r["name"] + (" *" if r.get("default") else "")
+        lines.append(f"{name:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
                      f"{r['speedup']:>7.2f}x {tau:>6} {str(r['identical_to_target']):>9}")
     env = report["env"]
     lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of {env['repeats']} "
                  f"interleaved repeats; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
-                 f"transformers {env['transformers']})")
+                 f"transformers {env['transformers']})"
+                 + ("; * the default (cost-aware block size)" if any(r.get("default") for r in report["methods"]) else ""))
     return "\n".join(lines)
 
 
@@ -189,10 +201,12 @@ def all_dflash_failed(report: dict) -> str | None:
 # ----------------------------------------------------------------------------- standard methods
 def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
                      hf_dflash: bool = True, eagle=None, draft_model=None, draft_block_size: int = 5,
-                     prompt_lookup: int | None = 10, adaptive: tuple[int, ...] | None = None) -> list[Method]:
+                     prompt_lookup: int | None = 10, adaptive: tuple[int, ...] | None = None,
+                     tree_sizes: tuple[int, ...] = (), policy: bool = True) -> list[Method]:
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
     a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
-    DFlash here at each block size and transformers' DFlash path with the same weights."""
+    DFlash here: the default cost-aware block size (the headline row), each fixed block size, draft
+    trees of ``tree_sizes`` nodes (greedy only), and transformers' DFlash path with the same weights."""
     from .decode import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer
     from .target import stop_token_ids
 
@@ -218,6 +232,10 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                               _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
                               eagle.config.block_size))
     if drafter is not None:
+        if policy:
+            from .policy import CostAwareProposer
+            methods.append(Method("DFlash (ours) cost-aware", _spec_run(target, lambda: CostAwareProposer(drafter, target),
+                                                                      sampling, stops), None, default=True))
         for b in block_sizes:
             methods.append(Method(f"DFlash (ours) B={b}", _dflash_run(target, drafter, b, sampling, stops), b))
         if adaptive:
@@ -225,6 +243,10 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
             methods.append(Method(f"DFlash (ours) adaptive B in {sizes}",
                                   _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
                                             sampling, stops), None))
+        for n in tree_sizes if sampling.greedy else ():
+            from .tree import DFlashTreeProposer
+            methods.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
+                                                                  sampling, stops), None, tree_size=n))
         if hf_dflash:
             from .checkpoints import to_transformers
             hf = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
@@ -333,39 +355,21 @@ def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[st
 
 # ----------------------------------------------------------------------------- the cost model
 @torch.inference_mode()
-def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10) -> dict:
+def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
+                  tree_sizes=()) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context length:
-    ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step), and
-    ``t_draft[b]``, one drafter forward over a block of b (one new context position, as in a step)."""
-    from .decode import crop_cache, new_cache, verify
-    from .drafter import DrafterCache
+    ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step; N+1 for a
+    tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new context
+    position, as in a step; a tree is drafted with the drafter's own block size)."""
+    from .policy import measure_step_costs
 
-    device = target.device
-    ids = prompt_ids.to(device)
-    length = ids.shape[1]
-    cache = new_cache(target)
-    _, features = verify(target, ids, cache, drafter.config.target_layer_ids, logits_to_keep=1)
-    dcache = DrafterCache(drafter.config.num_layers)
-    mask_id = drafter.config.mask_token_id
-    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1], 0, dcache)
-    saved = (list(dcache.keys), list(dcache.values))
-
-    def target_step(b):
-        verify(target, ids[:, -1:].expand(1, b), cache, drafter.config.target_layer_ids)
-        crop_cache(cache, length)
-
-    def draft_step(b):
-        drafter.draft_logits(target, torch.full((1, b), mask_id, device=device), features[:, -1:], length - 1, dcache)
-        dcache.keys, dcache.values = list(saved[0]), list(saved[1])        # forget the new context again
-
-    fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted({1, *block_sizes})}
-    fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in block_sizes})
-    timed = interleaved(fns, repeats, warmup=1, device=device)
-    medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
+    tree_block = drafter.config.block_size
+    measured = measure_step_costs(target, drafter, prompt_ids, {1, *block_sizes, *(n + 1 for n in tree_sizes)},
+                                  {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats)
     # keys are strings, as they will be in the JSON
-    t_target = {str(b): t for (kind, b), t in medians.items() if kind == "target"}
-    t_draft = {str(b): t for (kind, b), t in medians.items() if kind == "draft"}
-    return {"context_length": length, "repeats": repeats, "t_target": t_target, "t_draft": t_draft}
+    return {"context_length": prompt_ids.shape[1], "repeats": repeats, "tree_block_size": tree_block,
+            "t_target": {str(b): t for b, t in measured["t_target"].items()},
+            "t_draft": {str(b): t for b, t in measured["t_draft"].items()}}
 
 
 def predicted_speedup(tau: float, t_target_1: float, t_target_b: float, t_draft_b: float) -> float:
@@ -379,10 +383,13 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     rows = []
     ar = next((r for r in report["methods"] if r["name"] == "autoregressive (ours)" and r["tokens_per_s"]), None)
     for r in report["methods"]:
-        b = r["block_size"]
-        if not r["name"].startswith("DFlash (ours)") or r["tau"] is None or str(b) not in costs["t_draft"]:
+        b, draft_b = r["block_size"], r["block_size"]
+        if r.get("tree_size"):                     # a tree: verify N+1 tokens, draft one full block
+            b, draft_b = r["tree_size"] + 1, costs.get("tree_block_size")
+        if not r["name"].startswith("DFlash") or "transformers" in r["name"] or r["tau"] is None \
+                or str(draft_b) not in costs["t_draft"] or str(b) not in costs["t_target"]:
             continue
-        t1, tb, td = costs["t_target"]["1"], costs["t_target"][str(b)], costs["t_draft"][str(b)]
+        t1, tb, td = costs["t_target"]["1"], costs["t_target"][str(b)], costs["t_draft"][str(draft_b)]
         steps = r.get("steps_per_run") or sum(r["tau_histogram"])
         phases = {k: v / steps for k, v in r["phase_times"].items() if k != "prefill"} if steps else {}
         step_s = sum(phases.values())
@@ -414,7 +421,8 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
           seed: int = 0, prompt_template: str = "{prompt}", hf_dflash: bool = True, quiet: bool = False,
           eagle: str | None = None, draft_model: str | None = None, baselines: bool = True,
           temperature: float = 0.0, dataset: str | None = None, adaptive: bool = False,
-          cost_repeats: int = 10, dtype: str = "float32", chat_template: bool = True) -> dict:
+          cost_repeats: int = 10, dtype: str = "float32", chat_template: bool = True,
+          tree_sizes: tuple[int, ...] = (32, 64)) -> dict:
     """Load, run the standard methods, print the table, optionally write the JSON.
 
     ``dtype`` (``float32``, ``bfloat16``, ``float16``) applies to the target and every drafter alike.
@@ -488,10 +496,12 @@ def bench(target: str = "tiny", drafter: str | None = None, prompts: str | None 
         torch.manual_seed(seed)
     adaptive_sizes = tuple(sorted({4, 8, *block_sizes})) if adaptive else None
     report = run_benchmark(standard_methods(model, tokenizer, draft, block_sizes, sampling, hf_dflash=hf_dflash,
-                                            eagle=eagle_drafter, draft_model=small_lm, adaptive=adaptive_sizes),
+                                            eagle=eagle_drafter, draft_model=small_lm, adaptive=adaptive_sizes,
+                                            tree_sizes=tree_sizes),
                            ids, max_new_tokens, repeats, device=device, greedy=sampling.greedy)
     if draft is not None:
-        report["cost_model"] = {"costs": measure_costs(model, draft, ids[0], block_sizes, cost_repeats)}
+        trees = tree_sizes if sampling.greedy else ()
+        report["cost_model"] = {"costs": measure_costs(model, draft, ids[0], block_sizes, cost_repeats, trees)}
         report["cost_model"]["rows"] = cost_model(report, report["cost_model"]["costs"])
     report["env"].update({"target": target, "eagle": eagle, "draft_model": draft_model, "drafter": drafter or (f"random, {random_drafter_layers} layers"
                                                                    if random_drafter_layers else None),

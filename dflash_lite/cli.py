@@ -48,9 +48,12 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
     if draft is not None:
         from .decode import DFlashProposer, generate_speculative
+        from .policy import CostAwareProposer
         draft = draft.to(device)
-        runs["DFlash"] = lambda g: generate_speculative(model, DFlashProposer(draft, model, block_size), input_ids,
-                                                        max_new_tokens, sampling, stops, g)
+        # default: the cost-aware policy picks each step's block size; --block-size fixes it
+        make = (lambda: CostAwareProposer(draft, model)) if block_size is None else \
+            (lambda: DFlashProposer(draft, model, block_size))
+        runs["DFlash"] = lambda g: generate_speculative(model, make(), input_ids, max_new_tokens, sampling, stops, g)
     seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}
     timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
@@ -95,6 +98,11 @@ OUT_FILE = validate.arg_type(validate.check_output_file, str)
 OUT_DIR = validate.arg_type(validate.check_output_dir, str)
 
 
+def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802  (an argparse type)
+    """Draft-tree sizes such as ``32,64``; an empty string for none."""
+    return validate.block_sizes_arg(text) if text.strip() else ()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash,
     2 for bad input (one line, before any work), 130 on Ctrl-C (training saves first)."""
@@ -112,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--device", type=validate.device_arg, default="cpu")
     d.add_argument("--drafter", default=None,
                    help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
-    d.add_argument("--block-size", type=POS, default=None)
+    d.add_argument("--block-size", type=POS, default=None,
+                   help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
     d.add_argument("--repeats", type=POS, default=3)
     d.add_argument("--dtype", default="float32", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
@@ -128,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--temperature", type=TEMP, default=0.0, help="0: greedy, with the identity check")
     b.add_argument("--adaptive", action="store_true",
                    help="also run DFlash with the block size chosen per step from recent acceptance")
+    b.add_argument("--tree-sizes", type=TREE_SIZES, default=(32, 64),
+                   help="draft-tree rows, nodes per tree (greedy only; '' for none)")
     b.add_argument("--cost-repeats", type=POS, default=10, help="repeats of each timed forward in the cost model")
     b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
     b.add_argument("--num-prompts", type=POS, default=8)

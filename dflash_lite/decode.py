@@ -121,6 +121,8 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 # Proposers: DFlashProposer (one block-diffusion forward per block, this project), EagleProposer
 # (same conditioning, one drafter forward per draft token), DraftModelProposer (a small causal LM:
 # classic speculative decoding) and NoDraftProposer (block size 1: plain autoregressive decoding).
+# policy.CostAwareProposer chooses the block size each step (the default); a proposer with a
+# ``tree_size`` drafts a tree instead of a chain, verified by tree.tree_step (DDTree, greedy only).
 
 
 class DFlashProposer:
@@ -287,6 +289,8 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     check_request(target, input_ids, max_new_tokens)
     fixed = block_size                                  # None: ask the proposer every step (it may adapt)
     check_int("block_size", proposer.block_size if fixed is None else fixed)
+    if getattr(proposer, "uses_trees", False) and not sampling.greedy:
+        raise ValueError("draft trees are greedy only (temperature 0): no lossless tree rule for sampling here")
     device = target.device
     input_ids = input_ids.to(device)
     stops, processors = set(stop_token_ids), sampling.processors()
@@ -310,12 +314,17 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
         block_size = proposer.block_size if fixed is None else fixed
         k = min(block_size - 1, max_new_tokens - len(tokens) - 1)           # never verify past the limit
         t0 = time.perf_counter()
-        draft_tokens, draft_q = proposer.propose(last, k) if k > 0 else (last[:0], None)   # (k,)
-        _sync(device)
-        t1 = time.perf_counter()
-        block = torch.cat([last, draft_tokens]).view(1, k + 1)             # (1, k+1)
-        logits, hidden = verify(target, block, cache, proposer.layer_ids)  # (k+1, V)
-        n, next_token = accept(draft_tokens, draft_q, logits, sampling, processors, generator)
+        if k > 0 and getattr(proposer, "tree_size", None):               # a draft tree (DDTree): tree.py
+            from .tree import tree_step
+            block, n, next_token, hidden, draft_s = tree_step(target, proposer, last, k, cache, position)
+            t1 = t0 + draft_s
+        else:
+            draft_tokens, draft_q = proposer.propose(last, k) if k > 0 else (last[:0], None)   # (k,)
+            _sync(device)
+            t1 = time.perf_counter()
+            block = torch.cat([last, draft_tokens]).view(1, k + 1)             # (1, k+1)
+            logits, hidden = verify(target, block, cache, proposer.layer_ids)  # (k+1, V)
+            n, next_token = accept(draft_tokens, draft_q, logits, sampling, processors, generator)
         _sync(device)
         t2 = time.perf_counter()
         crop_cache(cache, position + n + 1)           # keep last + n accepted drafts; next_token is new
@@ -323,7 +332,7 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
         position += n + 1
         last = torch.tensor([next_token], device=device)
         before = len(tokens)
-        for token in draft_tokens[:n].tolist() + [next_token]:
+        for token in block[0, 1: n + 1].tolist() + [next_token]:
             tokens.append(token)
             if token in stops:                        # a stop token inside the block ends the output there
                 stop_reason = "stop_token"

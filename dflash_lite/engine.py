@@ -6,6 +6,9 @@
 
 The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be
 a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
+With a drafter, each step's block size is chosen by the cost-aware policy (:mod:`dflash_lite.policy`:
+measured forward costs and the acceptance so far, down to plain decoding) unless ``block_size``
+fixes it; the forward costs are measured once per process, on the first call.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import torch
 
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
+from .policy import CostAwareProposer
 from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 from .validate import check_device, check_int, check_prompt
 
@@ -31,12 +35,12 @@ class Engine:
             from .drafter import check_compatible
             check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
             drafter.to(device=target.device, dtype=target.dtype)
-        if block_size is None:
-            block_size = drafter.config.block_size if drafter is not None else 1
         largest = drafter.config.max_block_size if drafter is not None else None
-        self.block_size = check_int("block_size", block_size, 1, largest)
-        if drafter is None and self.block_size > 1:
+        if block_size is not None:
+            block_size = check_int("block_size", block_size, 1, largest)
+        if drafter is None and block_size is not None and block_size > 1:
             raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass drafter=DIR)")
+        self.block_size = block_size if drafter is not None else 1   # None: the cost-aware policy chooses
         self.stops = stop_token_ids(target, tokenizer)
         self.last_result: GenerationResult | None = None
 
@@ -63,8 +67,12 @@ class Engine:
         return self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
 
     def proposer(self):
+        """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
+        cost-aware policy, which picks each step's block size from measured costs and acceptance."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer()
+        if self.block_size is None:
+            return CostAwareProposer(self.drafter, self.target)
         return DFlashProposer(self.drafter, self.target, self.block_size)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
@@ -83,7 +91,7 @@ class Engine:
         else:
             generator.manual_seed(seed)
         steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
-                                  self.stops, generator, self.block_size)
+                                  self.stops, generator)
         pieces = self._stream(steps)
         return pieces if stream else "".join(pieces)
 

@@ -154,7 +154,7 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     cost = (report.get("cost_model") or {}).get("rows") or []
     if cost:
         fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.4))
-        labels = [f"B={r['block_size']}" for r in cost]
+        labels = [f"N={r['block_size'] - 1}" if "tree" in r["name"] else f"B={r['block_size']}" for r in cost]
         x = range(len(cost))
         ms = lambda v: 1000 * v                                               # noqa: E731
         ax.bar([i - 0.2 for i in x], [ms(r["t_target_b"]) for r in cost], 0.4, label="t_target(B)", color="#4C72B0")

@@ -24,7 +24,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 

@@ -2,9 +2,8 @@
 import copy
 
 import pytest
-import torch
 
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.engine import Engine
 

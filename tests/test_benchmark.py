@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from dflash_lite.benchmark import Method, format_table, load_prompts, run_benchmark, standard_methods
 
@@ -89,6 +88,31 @@ def test_cost_model_arithmetic():
     assert row["step_s"] == pytest.approx(0.018)              # (0.05 + 0.12 + 0.01) / 10 steps, prefill left out
     assert row["overhead_per_step_s"] == pytest.approx(0.018 - 0.016)
     assert row["measured_speedup_vs_ours_ar"] == pytest.approx(2.5)
+    # a tree of N drafts: one verify of N+1 tokens and one drafter forward over the drafter's own block
+    report["methods"].append({"name": "DFlash tree N=32", "block_size": None, "tree_size": 32, "tokens_per_s": 200.0,
+                              "speedup": 2.0, "tau": 4.0, "tau_histogram": [1], "phase_times": {}})
+    costs.update(t_target={"1": 0.010, "8": 0.012, "33": 0.02}, tree_block_size=8)
+    tree_row = cost_model(report, costs)[1]
+    assert tree_row["predicted_speedup"] == pytest.approx(4.0 * 0.010 / (0.02 + 0.004))
+
+
+def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
+    from dflash_lite.acceptance import SamplingParams
+
+    target, tokenizer = tiny
+    ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
+    methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4,), hf_dflash=False,
+                               prompt_lookup=None, tree_sizes=(8,))
+    report = run_benchmark(methods, ids, 8, repeats=1)
+    rows = {m["name"]: m for m in report["methods"]}
+    assert [name for name, m in rows.items() if m["default"]] == ["DFlash (ours) cost-aware"]
+    tree = rows["DFlash tree N=8"]
+    assert tree["tree_size"] == 8 and tree["identical_to_target"] is True and tree["tau"] >= 1
+    assert rows["DFlash (ours) cost-aware"]["identical_to_target"] is True
+    assert "* the default" in format_table(report)
+    sampled = standard_methods(target, tokenizer, random_drafter, sampling=SamplingParams(temperature=1.0),
+                               hf_dflash=False, prompt_lookup=None, tree_sizes=(8,))
+    assert not any("tree" in m.name for m in sampled)           # trees are greedy only
 
 
 def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):

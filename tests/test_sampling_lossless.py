@@ -150,3 +150,48 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     expected = np.append(expected[~rare], expected[rare].sum())
     observed = np.append(observed[~rare], observed[rare].sum())
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01
+
+
+def test_the_cost_aware_policy_samples_from_the_target(tiny):
+    """The policy chooses each step's block size from the acceptance so far, so its choices depend
+    on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is often but not
+    always right) through it with the shipped drafter, against the target's exact four-token
+    distribution; the choice after the first step must vary from run to run."""
+    from dflash_lite import corpus
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.decode import generate_speculative
+    from dflash_lite.policy import CostAwareProposer, StepCosts
+    from dflash_lite.target import default_drafter_path
+
+    target, tokenizer = tiny
+    drafter = load_drafter(default_drafter_path("tiny"))
+    sampling = SamplingParams(temperature=3.0, top_k=2)
+    ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt, return_tensors="pt").input_ids
+    exact = {(): 1.0}
+    with torch.no_grad():
+        for _ in range(4):                                    # P(t1..t4) by the chain rule, prefix by prefix
+            grown = {}
+            for prefix, p in exact.items():
+                logits = target(torch.cat([ids, torch.tensor([list(prefix)], dtype=torch.long)], 1)).logits[0, -1:]
+                probs = target_probs(logits, sampling)[0]
+                for t in probs.nonzero().flatten().tolist():
+                    grown[prefix + (t,)] = p * float(probs[t])
+            exact = grown
+    # drafting pays at the optimistic prior, not after a first-position miss (a drops to 0.4)
+    costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4}, {2: 0.45, 16: 0.5})
+    g = torch.Generator().manual_seed(11)
+    runs, counts, second_choices = 600, dict.fromkeys(exact, 0), set()
+    for _ in range(runs):
+        proposer = CostAwareProposer(drafter, target, costs=costs, prior_weight=1.0)
+        tokens = tuple(generate_speculative(target, proposer, ids, 4, sampling, generator=g).tokens)
+        assert tokens in counts
+        counts[tokens] += 1
+        second_choices.update(proposer.chosen[1:2])
+    assert 1 in second_choices and any(c > 1 for c in second_choices)
+    keys = sorted(exact, key=exact.get)
+    expected = np.array([exact[k] for k in keys]) * runs
+    observed = np.array([counts[k] for k in keys], dtype=float)
+    small = expected < 5                                      # pool rare outcomes into one cell
+    expected = np.append(expected[~small], expected[small].sum())
+    observed = np.append(observed[~small], observed[small].sum())
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01

@@ -7,7 +7,7 @@ import torch
 from dflash_lite.checkpoints import load_drafter, save_drafter
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.target import context_features
-from dflash_lite.train import (IGNORE, RegeneratedData, Trainer, TrainConfig, block_attention_mask, drafter_loss,
+from dflash_lite.train import (IGNORE, Trainer, TrainConfig, block_attention_mask, drafter_loss,
                                epoch_batches, make_batch, position_weights, sample_anchors)
 
 

@@ -13,7 +13,7 @@ from dflash_lite import load_pretrained
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.exercises import ch05
 from dflash_lite.plotting import cache_dir
-from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, position_weights, regenerate,
+from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, regenerate,
                                training_prompts)
 
 block_size = 8

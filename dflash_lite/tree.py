@@ -1,0 +1,148 @@
+"""Draft trees: many continuations from one drafter forward, verified in one target forward.
+
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads
+more out of it. The drafter gives a distribution over the vocabulary at each of the block's
+masked positions; instead of the chain of argmaxes, we build the **tree of the N most likely
+continuations**, scoring a path by the product of its tokens' per-position probabilities, and
+verify all of them at once:
+
+* **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
+  is the top token of the next position; its next sibling is the next-ranked token at its own
+  position. Since each row is sorted, this pops the N best paths exactly, and the set is closed
+  under prefixes (a path's parent scores at least as well as the path).
+* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes go
+  through the target in one forward, with a 4D attention mask in which every node sees the
+  context and its own ancestors only, and position ids = context length + depth. transformers
+  passes a 4D mask to SDPA as it is.
+* **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
+  argmax, as far as it goes; the target's argmax at the last node reached is the bonus token.
+* **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
+  consecutive slots and the rest cropped; only the path's features go to the drafter's context.
+
+Greedy only: a tree at temperature > 0 needs a multi-draft acceptance rule (several candidates per position),
+which this project does not implement, so the loop refuses it with one line.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from .decode import DFlashProposer
+from .target import context_features
+
+
+@dataclass
+class DraftTree:
+    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before children."""
+    tokens: torch.Tensor          # (N+1,) token ids
+    parents: list[int]            # parent index per node; -1 for the root
+    depths: list[int]             # 0 for the root
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i."""
+        n = len(self.parents)
+        mask = torch.eye(n, dtype=torch.bool)
+        for i in range(1, n):                        # parents come first, so their rows are complete
+            mask[i] |= mask[self.parents[i]]
+        return mask
+
+    def children(self) -> list[dict[int, int]]:
+        """Per node: {token: child index}. Siblings never share a token."""
+        kids: list[dict[int, int]] = [{} for _ in self.parents]
+        for i, token in enumerate(self.tokens.tolist()[1:], 1):
+            kids[self.parents[i]][token] = i
+        return kids
+
+
+def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
+    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D, V),
+    best-first by their sum (the log of the product of probabilities)."""
+    depth_limit, vocab = draft_logprobs.shape
+    width = min(budget, vocab)
+    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)        # (D, width), sorted per row
+    top_logp, top_ids = top_logp.tolist(), top_ids.tolist()
+    tokens, parents, depths = [int(root_token)], [-1], [0]
+    # a candidate: (-score, depth (0-based position), rank at that position, parent node)
+    heap = [(-top_logp[0][0], 0, 0, 0)] if depth_limit > 0 and budget > 0 else []
+    while heap and len(tokens) <= budget:
+        neg, d, r, parent = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(top_ids[d][r])
+        parents.append(parent)
+        depths.append(d + 1)
+        if r + 1 < width:                             # next sibling: the next-ranked token here
+            heapq.heappush(heap, (neg + top_logp[d][r] - top_logp[d][r + 1], d, r + 1, parent))
+        if d + 1 < depth_limit:                       # first child: the top token one position on
+            heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
+    return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths)
+
+
+def verify_tree(target, tree: DraftTree, cache, position: int, layer_ids):
+    """One target forward over the whole tree: logits (N+1, V) and tapped features (1, N+1, K*H).
+    ``position``: where the root sits (the cache holds positions 0..position-1)."""
+    device = tree.tokens.device
+    n = len(tree)
+    mask = torch.ones(1, 1, n, position + n, dtype=torch.bool, device=device)  # the context: all visible
+    mask[0, 0, :, position:] = tree.ancestor_mask().to(device)                  # the tree: ancestors only
+    position_ids = (position + torch.tensor(tree.depths, device=device)).view(1, n)
+    out = target(tree.tokens.view(1, n), attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                 use_cache=True, output_hidden_states=[i + 1 for i in layer_ids])
+    return out.logits[0], context_features(out.hidden_states, layer_ids)
+
+
+def accept_tree(tree: DraftTree, target_logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy: the longest root-to-node path whose every draft is the target's argmax at its parent.
+    Returns the path's node indices (root first) and the target's token after it."""
+    choice = target_logits.argmax(dim=-1).tolist()                   # (N+1,): the target's token after each node
+    kids, path = tree.children(), [0]
+    while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
+        path.append(child)
+    return path, choice[path[-1]]
+
+
+def keep_path(cache, position: int, path: list[int]) -> None:
+    """Move the KV entries of the accepted ``path`` to slots position..position+len(path)-1 in every
+    layer, then crop the rest of the tree away."""
+    index = torch.tensor(path, device=cache.layers[0].keys.device) + position
+    for layer in cache.layers:
+        layer.keys[:, :, position: position + len(path)] = layer.keys[:, :, index]
+        layer.values[:, :, position: position + len(path)] = layer.values[:, :, index]
+    remove = cache.get_seq_length() - (position + len(path))
+    if remove > 0:
+        cache.crop(-remove)
+
+
+class DFlashTreeProposer(DFlashProposer):
+    """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
+    block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
+    uses_trees = True
+
+    def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None):
+        super().__init__(drafter, target, block_size)
+        if tree_size < 1:
+            raise ValueError(f"tree_size must be >= 1, got {tree_size}")
+        self.tree_size = tree_size
+
+    def propose_tree(self, last_token: torch.Tensor, depth: int, tree_size: int | None = None) -> DraftTree:
+        block = torch.full((1, depth + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
+        block[0, 0] = last_token                                         # [last, MASK x depth]
+        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
+
+
+def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, tree_size: int | None = None):
+    """Draft a tree, verify it, keep the accepted path. Returns (path tokens (1, n+1), n, the target's
+    next token, the path's features (1, n+1, K*H), seconds spent drafting)."""
+    import time
+    t0 = time.perf_counter()
+    tree = proposer.propose_tree(last, depth, tree_size)
+    t1 = time.perf_counter()
+    logits, hidden = verify_tree(target, tree, cache, position, proposer.layer_ids)
+    path, next_token = accept_tree(tree, logits)
+    keep_path(cache, position, path)
+    return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path], t1 - t0

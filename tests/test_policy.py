@@ -1,0 +1,142 @@
+"""The cost-aware block size: lossless whatever it chooses, falls to plain decoding when drafts miss,
+comes back when they would be accepted, and is the default of Engine.generate."""
+import pytest
+import torch
+
+from dflash_lite import corpus, generate_autoregressive, stop_token_ids
+from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.policy import CostAwareProposer, StepCosts
+
+MAX_NEW = 16
+# cheap drafting: blocks pay even at modest acceptance, so the policy keeps switching sizes
+CHEAP = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 1.6, 65: 2.2}, {2: 0.1, 16: 0.2})
+# the shape measured on CPU for the shipped pair: a block must commit about 2 tokens to pay
+MEASURED_SHAPE = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 33: 1.7, 65: 2.4}, {2: 0.45, 16: 0.5})
+
+
+@pytest.fixture(scope="module")
+def cases(tiny):
+    """50 prompts (math and code) with the target's own greedy continuation."""
+    target, tokenizer = tiny
+    prompts = [p.prompt for p in corpus.math_problems(25, split="held_out", start=1300)]
+    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 25, seed=7)
+    stops = stop_token_ids(target, tokenizer)
+    return [(ids := tokenizer(p, return_tensors="pt").input_ids,
+             generate_autoregressive(target, ids, MAX_NEW, stop_token_ids=stops).tokens) for p in prompts]
+
+
+def test_costs_are_fitted_and_one_token_is_its_own_point():
+    costs = StepCosts({1: 1.0, 2: 2.0, 4: 1.5, 8: 2.5, 16: 3.0}, {2: 0.5, 16: 0.4})
+    assert costs.target(1) == 1.0
+    assert costs.target(2) <= costs.target(3) <= costs.target(16) <= costs.target(33)   # noise cannot invert them
+    assert costs.draft(1) == 0.0 and costs.draft(2) == costs.draft(16)                 # slope clamped at 0
+
+
+def test_expected_tokens_from_pooled_then_per_position_acceptance(tiny, random_drafter):
+    target, _ = tiny
+    proposer = CostAwareProposer(random_drafter, target, costs=CHEAP, prior=0.5, prior_weight=1.0)
+    proposer.start(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, 5 * target.config.hidden_size))
+    assert proposer.acceptance() == 0.5
+    assert proposer.expected_tokens(1) == 1.0 and proposer.expected_tokens(4) == pytest.approx(1.875)
+    proposer.pending = False                                 # as if a block of 4 was drafted: 2 of 3 accepted
+    proposer.accepted(torch.zeros(1, 4, dtype=torch.long), 2, 3, torch.zeros(1, 4, 5 * target.config.hidden_size))
+    a = (2 + 0.5) / (3 + 1)                                  # pooled, then per position: 1/1, 1/1, 0/1 with prior a
+    a1, a2, a3 = (1 + a) / 2, (1 + a) / 2, a / 2
+    assert proposer.acceptance() == pytest.approx(a)
+    assert proposer.acceptance_by_position()[:3] == pytest.approx([a1, a2, a3])
+    assert proposer.expected_tokens(4) == pytest.approx(1 + a1 + a1 * a2 + a1 * a2 * a3)
+
+
+@pytest.mark.parametrize("max_block_size,tree_sizes,costs", [(2, (), CHEAP), (6, (), MEASURED_SHAPE), (16, (), CHEAP),
+                                                             (16, (8, 32), CHEAP), (8, (64,), MEASURED_SHAPE)])
+def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, max_block_size, tree_sizes,
+                                                           costs):
+    target, tokenizer = tiny
+    stops = stop_token_ids(target, tokenizer)
+    wrong, chosen = 0, set()
+    for ids, expected in cases:
+        proposer = CostAwareProposer(random_drafter, target, max_block_size, tree_sizes, costs=costs)
+        result = generate_speculative(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
+        wrong += result.tokens != expected
+        chosen.update(proposer.chosen)
+    assert wrong == 0
+    assert 1 in chosen and len(chosen) >= 2                  # it drafted, fell back to plain steps, or both
+
+
+def _start(proposer, target):
+    proposer.start(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, 5 * target.config.hidden_size))
+
+
+def _step(proposer, target, n):
+    """Feed the proposer one verified step of its chosen size with n drafts accepted."""
+    b = proposer.block_size
+    proposer.pending = b == 1                                # as if propose() ran for a block
+    proposer.accepted(torch.zeros(1, b, dtype=torch.long), min(n, b - 1), 0,
+                      torch.zeros(1, b, 5 * target.config.hidden_size))
+
+
+def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
+    target, _ = tiny
+    proposer = CostAwareProposer(random_drafter, target, costs=MEASURED_SHAPE)
+    _start(proposer, target)
+    assert proposer.block_size > 8                           # the prior is optimistic: draft at first
+    for _ in range(200):                                     # every draft is rejected
+        _step(proposer, target, 0)
+    sizes = proposer.chosen[-100:]
+    assert sizes.count(1) >= 90                              # mostly plain decoding, with rare probes
+    assert any(b > 1 for b in sizes)                         # ... which do come: it can come back
+    for _ in range(150):                                     # drafts are accepted again: long blocks
+        _step(proposer, target, 15)
+    assert proposer.block_size >= 14 and proposer.chosen[-20:].count(1) == 0
+
+
+def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
+    target, _ = tiny
+    expensive_tree = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 5.0}, {2: 0.1, 16: 0.2})
+    proposer = CostAwareProposer(random_drafter, target, tree_sizes=(32,), costs=expensive_tree)
+    _start(proposer, target)
+    assert proposer.tree_size is None
+    free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})    # a wide verify costs nothing
+    proposer = CostAwareProposer(random_drafter, target, tree_sizes=(32,), costs=free_tree)
+    _start(proposer, target)
+    assert proposer.tree_size == 32 and proposer.chosen == ["tree 32"]
+
+
+def test_the_policy_context_survives_plain_steps(tiny):
+    """Plain steps leave their features pending; the next drafter forward must see all of them:
+    the policy's draft equals a fixed-size proposer's draft at the same point."""
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.target import default_drafter_path
+
+    target, tokenizer = tiny
+    drafter = load_drafter(default_drafter_path("tiny"))
+    ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 5).prompt, return_tensors="pt").input_ids
+    never = StepCosts({1: 1.0, 16: 100.0}, {16: 100.0})                  # drafting never pays
+    plain = CostAwareProposer(drafter, target, costs=never)
+    assert generate_speculative(target, plain, ids, 12).acceptance_lengths == [1] * 11
+    # the same 12 tokens, then one draft from the pending context vs. from a proposer that drafted all along
+    free = generate_autoregressive(target, ids, 13).tokens
+    prefix = torch.cat([ids, torch.tensor([free[:12]])], dim=1)
+    with torch.inference_mode():
+        from dflash_lite.decode import new_cache, verify
+        _, hidden = verify(target, prefix[:, :-1], new_cache(target), drafter.config.target_layer_ids)
+        reference = DFlashProposer(drafter, target)
+        reference.start(prefix[:, :-1], hidden)
+        expected = reference.propose(prefix[:, -1], 8)[0]
+        plain.block_size = 16
+        assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - len(plain.cache)  # none lost or doubled
+        assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
+
+
+def test_engine_generate_uses_the_policy_by_default(tiny, random_drafter):
+    from dflash_lite.engine import Engine
+
+    target, tokenizer = tiny
+    engine = Engine(target, tokenizer, random_drafter)
+    assert isinstance(engine.proposer(), CostAwareProposer)
+    assert type(Engine(target, tokenizer, random_drafter, block_size=8).proposer()) is DFlashProposer
+    text = engine.generate("def f(x):", max_new_tokens=12)
+    plain = Engine(target, tokenizer, random_drafter, block_size=1).generate("def f(x):", max_new_tokens=12)
+    assert text == plain and engine.last_result.acceptance_lengths
+    with pytest.raises(ValueError, match="block_size"):
+        Engine(target, tokenizer, random_drafter, block_size=0)
