@@ -48,6 +48,7 @@ prompts_file = None          # or any JSONL with a "prompt" (or "turns") field
 num_prompts = 3
 max_new_tokens = 48
 block_sizes = [4, 8, 16]
+tree_sizes = [32]            # draft-tree rows (greedy only); [] for none
 repeats = 2
 sampled_temperature = 1.0
 
@@ -55,7 +56,8 @@ sampled_temperature = 1.0
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
 report = bench(target=target_name, prompts=prompts_file, domain=domain, num_prompts=num_prompts,
                max_new_tokens=max_new_tokens, block_sizes=tuple(block_sizes), repeats=repeats, device=device,
-               adaptive=True, quiet=True, json_out=str(RESULTS / f"06_benchmark_{device}.json"))
+               tree_sizes=tuple(tree_sizes), adaptive=True, quiet=True,
+               json_out=str(RESULTS / f"06_benchmark_{device}.json"))
 print(format_table(report))
 rows = {r["name"]: r for r in report["methods"]}
 assert all(r["identical_to_target"] for r in report["methods"] if r["error"] is None), "a greedy method diverged"
@@ -84,6 +86,12 @@ print("hardware:", hardware_label(report["env"]))
 # overhead: the per-step phases measured inside the loop (verify includes the acceptance rule,
 # "bookkeeping" is the cache crop, feature slicing and token appends), plus prefill, which both
 # decoders pay once per prompt.
+#
+# How to read the overhead column: it is the measured step minus the two forwards timed in
+# isolation. Those are timed at the first prompt's context length; the loop's steps run at every
+# length its prompts and answers reach. So the column can come out negative (the loop's average
+# step was cheaper than the isolated forwards at that one length). A negative value is not free
+# work: it says the per-step overhead is smaller than the model's error at this scale.
 
 # %%
 cost = report["cost_model"]
@@ -98,21 +106,36 @@ for r in cost["rows"]:
     assert abs(r["predicted_speedup"] - r["tau"] * t["1"] / (r["t_target_b"] + r["t_draft_b"])) < 1e-9
 
 # %% [markdown]
-# ## Adaptive block size
+# ## Choosing the block size: fixed, adaptive, cost-aware, trees
 #
-# The source article (section 5.3) suggests choosing the block size per step from recent acceptance.
-# `AdaptiveDFlashProposer` picks the smallest of {4, 8, 16} that is at least twice the recent mean
-# acceptance length. It is an option, not the default: on a machine where a 16-token verify costs
-# little more than a 1-token one (the t_target ratios above), a shorter block saves little and can
-# only lose accepted tokens.
+# A longer block can commit more tokens, but its verify costs more (the `t_target(B)/t_target(1)`
+# ratios printed above, far from 1 on this CPU) and the drafts late in a block are rarely accepted.
+# Four ways to choose, all lossless and all in the table above:
+#
+# * **fixed B**: the paper's setting;
+# * **adaptive** (the source article's section 5.3): the smallest of {4, 8, 16} that is at least
+#   twice the recent mean acceptance length;
+# * **cost-aware** (the default of `Engine.generate`, `demo` and the row marked `*`): each step,
+#   the block size from 1 (plain decoding) to 16 with the most expected tokens per second, from the
+#   measured forward costs and the acceptance observed so far; it falls back to plain decoding where
+#   drafts are rarely accepted and probes again now and then;
+# * **draft trees**: one drafter forward, then the best-first tree of `N` likely continuations,
+#   verified in one target forward with a tree attention mask (greedy only here).
+#
+# What to look for: whether the cost-aware row gets close to the best fixed size on these prompts
+# (where acceptance is high, the best fixed size is the long block, and the policy can only lose
+# a little by being cautious), and whether a tree's higher tau pays for its wider verify.
 
 # %%
-adaptive = next(r for r in report["methods"] if "adaptive" in r["name"])
-fixed = {r["block_size"]: r for r in report["methods"] if r["name"].startswith("DFlash (ours) B=")}
+dflash = [r for r in report["methods"] if r["name"].startswith("DFlash") and r["error"] is None]
+fixed = {r["block_size"]: r for r in dflash if r["name"].startswith("DFlash (ours) B=")}
 best_fixed = max(fixed.values(), key=lambda r: r["speedup"])
-print(f"adaptive: {adaptive['speedup']:.2f}x (tau {adaptive['tau']:.2f}); best fixed: B={best_fixed['block_size']} "
-      f"{best_fixed['speedup']:.2f}x (tau {best_fixed['tau']:.2f})")
-print("adaptive wins" if adaptive["speedup"] > best_fixed["speedup"] else "a fixed block size wins here")
+for r in dflash:
+    print(f"{r['name']:<28} {r['speedup']:5.2f}x  tau {r['tau']:5.2f}" + ("   <- default" if r.get("default") else ""))
+default = next(r for r in dflash if r.get("default"))
+print(f"\ncost-aware default / best fixed (B={best_fixed['block_size']}): {default['speedup'] / best_fixed['speedup']:.2f}")
+for n in tree_sizes:
+    print(f"t_target({n + 1})/t_target(1) = {t[str(n + 1)] / t['1']:.2f}: the verify a tree of {n} drafts pays")
 
 # %% [markdown]
 # ## Temperature 1
@@ -127,7 +150,7 @@ sampled = bench(target=target_name, prompts=prompts_file, domain=domain, num_pro
                 json_out=str(RESULTS / f"06_benchmark_{device}_t{sampled_temperature:g}.json"))
 print(format_table(sampled))
 greedy_tau = fixed[max(block_sizes)]["tau"]
-sampled_tau = next(r for r in sampled["methods"] if r["name"].startswith("DFlash"))["tau"]
+sampled_tau = next(r for r in sampled["methods"] if r["name"] == f"DFlash (ours) B={max(block_sizes)}")["tau"]
 print(f"tau at B={max(block_sizes)}: greedy {greedy_tau:.2f}, temperature {sampled_temperature:g}: {sampled_tau:.2f}")
 assert all(r["identical_to_target"] is None for r in sampled["methods"])
 
@@ -138,13 +161,61 @@ assert all(r["identical_to_target"] is None for r in sampled["methods"])
 #   result, the absolute tokens/s are only for this machine.
 # * The cost model predicts the speedup from three measured forwards and tau; the measured speedup
 #   is lower by the loop's overhead and prefill.
-# * On a GPU the target's t(B)/t(1) stays near 1 for much larger B, so tau translates into speedup
-#   more directly; the same notebook runs there with `-p device cuda`.
+# * On this CPU a wide verify is expensive, so long blocks pay only where acceptance is high; the
+#   cost-aware default uses the measured costs to decide, down to plain decoding. On a GPU a wide
+#   verify costs much less relative to one token; notebook 08 and `tools/gpu_bench.sh` measure it.
 #
 # ## Exercises
 #
-# 1. Run with `-p domain code`. Which method wins, and why does prompt lookup do well on code?
-# 2. Add `-p max_new_tokens 256`. How does the speedup change as prefill matters less?
-# 3. Use the cost model to find the block size at which a larger block stops paying on this machine.
-# 4. Run on the held-out judges: `-p prompts_file ../../shared/benchmarks/<file>.jsonl`
-#    (evaluation only). How far is this from the in-domain numbers, and why?
+# Difficulty: ★ a few minutes, ★★ up to an hour, ★★★ a small project. Each has a self-check that
+# reads the `report` of the run above (or your own); worked solutions:
+# `notebooks/solutions/06_benchmarks.py`.
+#
+# **1. ★ The prediction by hand.** From `report["cost_model"]["costs"]` and the tau of the
+# `B=16` row, compute the cost model's predicted speedup for B = 16.
+
+# %%
+from dflash_lite.exercises import ch06
+
+answer_1 = None   # tau * t_target(1) / (t_target(16) + t_draft(16))
+ch06.check_predicted_speedup(answer_1, report)
+
+# %% [markdown]
+# **2. ★ Break-even tau.** For each block size of the run, the tau at which DFlash would only
+# match plain decoding on this machine: give a dict `{B: tau_break_even}`. Which blocks were above
+# it here, and what does that say about where a longer block stops paying?
+
+# %%
+answer_2 = None   # {4: ..., 8: ..., 16: ...}
+ch06.check_break_even(answer_2, report)
+
+# %% [markdown]
+# **3. ★★ Code prompts.** Re-run the benchmark cell with `domain = "code"` (or
+# `papermill ... -p domain code`) into a report of your own, and name its fastest method. Why does
+# prompt lookup do well on code, and what does the cost-aware row do when drafts are rarely accepted?
+
+# %%
+code_report, answer_3 = None, None   # code_report = bench(..., domain="code", ...); answer_3 = the row's name
+ch06.check_fastest_method(answer_3, code_report)
+
+# %% [markdown]
+# **4. ★★ Your own prompts.** Write a JSONL file with at least three prompts of your own (one
+# `{"prompt": ...}` object per line; for example questions in this corpus's `Question: ...\nAnswer:`
+# format, or any text you like), run `bench(..., prompts="your.jsonl")`, and give the default row's
+# speedup. How far is it from the built-in held-out prompts, and why?
+
+# %%
+own_file, own_report, answer_4 = None, None, None
+ch06.check_own_prompts(answer_4, own_file, own_report)
+
+# %% [markdown]
+# ## Review questions
+#
+# 1. Why are speedups reported as ratios within one run, and why interleaved?
+# 2. Which three forwards does the cost model need, and at which context length are they measured here?
+# 3. Why is the measured speedup usually below the cost model's prediction?
+# 4. What does a negative overhead in the cost-model table mean?
+# 5. Why does a longer block not always pay, even when tau grows?
+# 6. What does the cost-aware policy do on prompts where drafts are rarely accepted, and how does it come back?
+# 7. What does a draft tree buy, and what does it cost in the verify?
+# 8. Why is there no identity check at temperature 1, and how is losslessness tested instead?
