@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -30,8 +35,6 @@
 # %%
 import json
 
-import matplotlib
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
@@ -40,7 +43,7 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure
 from dflash_lite.target import default_drafter_path, load_pretrained
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% tags=["parameters"]
 # Parameters
