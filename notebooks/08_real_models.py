@@ -167,7 +167,7 @@ ax.set_xlabel("tokens in one target forward (n)")
 ax.set_ylabel("t(n) / t(1)")
 ax.set_title("What verifying a block costs, relative to one token")
 ax.legend(fontsize=7)
-save_figure(fig, f"08_forward_cost_{device}")
+_ = save_figure(fig, f"08_forward_cost_{device}")
 
 # %% [markdown]
 # ## Summary
@@ -181,12 +181,40 @@ save_figure(fig, f"08_forward_cost_{device}")
 #
 # ## Exercises
 #
-# 1. On a GPU, run the papermill command at the top with `-p dataset math500`. How close are speedup
-#    and tau to the paper's row, and which conditions differ? (Self-check: tau depends on the
-#    drafter and the prompts, not on the device; the speedup depends on both.)
-# 2. Run the same target with `-p dtype float32` and `-p dtype bfloat16`. Is the output identical
-#    to the target's in both? (Worked answer: fp32 always is; in bf16 a near tie can round
-#    differently in a 16-token verify than in a 1-token forward, so the check can report a
-#    difference that is not an error of the method.)
-# 3. Read off the t(n)/t(1) curve: with tau = 6.5 and a drafter costing 0.1 t(1), what speedup does
-#    the cost model predict at B = 16 on this device? (Worked answer: `6.5 / (t(16)/t(1) + 0.1)`.)
+# Difficulty: ★ a few minutes, ★★ up to an hour. Each has a self-check; worked solutions:
+# `notebooks/solutions/08_real_models.py`.
+#
+# **1. ★ Reading the curve.** With tau = 6.5 (the paper's average for Qwen3-8B) and a drafter
+# costing 0.1 t(1), what speedup does the cost model predict at B = 16 on the device of this run?
+# Use `ratio_here`, the measured t(n)/t(1).
+
+# %%
+from dflash_lite.exercises import ch08
+
+answer_1 = None   # 6.5 / (t(16)/t(1) + 0.1)
+ch08.check_predicted_from_curve(answer_1, ratio_here)
+
+# %% [markdown]
+# **2. ★★ A stand-in for a hub checkout.** Published drafters ship in the public DFlash layout.
+# Export the shipped drafter to it (`dflash_lite.checkpoints.export_dflash(load_drafter(...), DIR)`),
+# run `bench` with `drafter=DIR` and the same prompts and length as above, and give the tau of its
+# `DFlash (ours) B=16` row. Why must it equal the shipped directory's?
+
+# %%
+export_dir, exported_report, answer_2 = None, None, None
+ch08.check_exported_drafter(answer_2, export_dir, exported_report, report)
+
+# %% [markdown]
+# **Going further (needs a GPU and the network).** Run the papermill command at the top with
+# `-p dataset math500` and `-p dtype bfloat16`. How close are speedup and tau to the paper's row,
+# and which conditions differ? tau depends on the drafter and the prompts, not on the device; the
+# speedup depends on both. In bf16 a near tie can round differently in a 16-token verify than in a
+# 1-token forward, so the identity check can report a difference that is not an error of the method.
+#
+# ## Review questions
+#
+# 1. What must a drafter checkpoint contain to be loaded here, by vLLM and by SGLang?
+# 2. Why can tau be compared across devices, but speedup cannot?
+# 3. What does the t(n)/t(1) curve of a device decide?
+# 4. Why is bf16 output not always token-identical to the target's bf16 greedy output?
+# 5. Which of this notebook's parameters reach the network, and what happens offline?
