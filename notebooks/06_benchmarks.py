@@ -127,7 +127,7 @@ for r in cost["rows"]:
 # a little by being cautious), and whether a tree's higher tau pays for its wider verify.
 
 # %%
-dflash = [r for r in report["methods"] if r["name"].startswith("DFlash") and r["error"] is None]
+dflash = [r for r in report["methods"] if r["name"].startswith("DFlash") and r["error"] is None and r["tau"] is not None]
 fixed = {r["block_size"]: r for r in dflash if r["name"].startswith("DFlash (ours) B=")}
 best_fixed = max(fixed.values(), key=lambda r: r["speedup"])
 for r in dflash:

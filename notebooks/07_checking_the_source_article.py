@@ -273,17 +273,21 @@ verdicts.append(("'parallel' engine drafting token by token", "1 drafter forward
 # `accept if p_target(x) >= p_draft(x)` and `accept if p_target(x) >= 0.5` change the output
 # distribution (notebook 02 shows it in full). The exact output distribution of one step, for the
 # target and the shipped draft model at temperature 1, and its total-variation distance from the
-# target. The context is a held-out problem up to `Answer:`, where the target is fairly sure of its
-# next token, but not certain (the cell prints its likeliest tokens):
+# target. The context is the one notebook 02 uses: inside the target's own answer to a held-out
+# problem, at the first position where it is fairly sure of the next token but not certain (top
+# probability between 0.5 and 0.95; the cell prints the likeliest tokens):
 
 # %%
 from dflash_lite.target import load_pretrained as _load
 draft_lm = _load(str(SHIPPED_BASELINES["tiny"]["draft_model"]), device=device)[0]
-x = prompt_ids[0]
 s = SamplingParams(temperature=1.0)
+x = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 77).prompt, return_tensors="pt").input_ids.to(device)
+full = torch.cat([x, torch.tensor([generate_autoregressive(target, x, 64, stop_token_ids=stops).tokens], device=device)], 1)
 with torch.inference_mode():
-    p = target_probs(target(x).logits[0, -1:], s)[0].double().cpu()
-    q = target_probs(draft_lm(x).logits[0, -1:], s)[0].double().cpu()
+    P = target_probs(target(full).logits[0], s).double().cpu()
+    Q = target_probs(draft_lm(full).logits[0], s).double().cpu()
+pos = next(i for i in range(x.shape[1] - 1, full.shape[1] - 1) if 0.5 <= P[i].max() < 0.95)
+p, q = P[pos], Q[pos]
 top = p.topk(3)
 print("likeliest next tokens:", ", ".join(f"{tokenizer.decode([int(t)])!r} {float(v):.3f}" for v, t in zip(top.values, top.indices)))
 residual = (p - q).clamp(min=0)
