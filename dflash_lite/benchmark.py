@@ -19,6 +19,7 @@ trees (:mod:`dflash_lite.tree`, greedy only) have rows of their own.
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import statistics
 import time
@@ -280,8 +281,16 @@ def _hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sa
     else:                       # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
-    out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
-                          pad_token_id=tokenizer.pad_token_id, **kwargs)
+    # transformers' assisted generation calls the assistant's generate with a generation config and
+    # keyword arguments together, and warns about its own call; nothing here can change that
+    internal = logging.getLogger("transformers.generation.utils")
+    level = internal.level
+    internal.setLevel(logging.ERROR)
+    try:
+        out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
+                              pad_token_id=tokenizer.pad_token_id, **kwargs)
+    finally:
+        internal.setLevel(level)
     return out[0, ids.shape[1]:].tolist(), None
 
 
