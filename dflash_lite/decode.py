@@ -128,12 +128,13 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 class DFlashProposer:
     """Drafts ``block_size - 1`` tokens with one forward of a :class:`~dflash_lite.drafter.DFlashDrafter`."""
 
+    drafting = "block"                                  # the drafter kind this proposer runs
+
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1):
         check_compatible(drafter.config, target.config)
-        expected = "autoregressive" if isinstance(self, EagleProposer) else "block"
-        if drafter.config.drafting != expected:
-            raise ValueError(f"a {drafter.config.drafting} drafter needs "
-                             f"{'EagleProposer' if expected == 'block' else 'DFlashProposer'}")
+        if drafter.config.drafting != self.drafting:
+            raise ValueError(f"{type(self).__name__} needs a {self.drafting} drafter; this one drafts "
+                             f"{drafter.config.drafting}")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
         check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
@@ -187,6 +188,8 @@ class AdaptiveDFlashProposer(DFlashProposer):
 class EagleProposer(DFlashProposer):
     """The EAGLE-style baseline (the paper's "DFlash-AR"): the same feature taps and KV injection,
     but one drafter forward per draft token, each token predicting the next, with a causal cache."""
+
+    drafting = "autoregressive"
 
     def propose(self, last_token: torch.Tensor, k: int):
         cache, token = self.cache, last_token.view(1, 1)

@@ -220,5 +220,5 @@ def test_eagle_style_decoding_is_lossless(tiny):
     ids = tokenizer("Question: Ben has 4 cards and buys 3 more.\nAnswer:", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, 30).tokens
     assert generate_speculative(target, EagleProposer(drafter, target), ids, 30).tokens == expected
-    with pytest.raises(ValueError, match="EagleProposer"):
+    with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)
