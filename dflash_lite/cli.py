@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 import torch
 
@@ -18,6 +19,14 @@ from .decode import generate_autoregressive
 from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
+
+
+def shown_path(path) -> str:
+    """A local path as the user would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
@@ -58,7 +67,7 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
     print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
+          f"{device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)" + (f"; drafter: {shown_path(drafter)}" if drafter else ""))
     summary = {}
     for name, rs in results.items():
         r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
