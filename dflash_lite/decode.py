@@ -312,13 +312,15 @@ def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens:
     yield tokens[:]
     stop_reason = "stop_token" if tokens[-1] in stops else "max_new_tokens"
     position = input_ids.shape[1]                                          # where `last` sits
+    tree_step = None
+    if hasattr(proposer, "tree_size"):                                     # a proposer that may draft trees
+        from .tree import tree_step
 
     while stop_reason != "stop_token" and len(tokens) < max_new_tokens:
         block_size = proposer.block_size if fixed is None else fixed
         k = min(block_size - 1, max_new_tokens - len(tokens) - 1)           # never verify past the limit
         t0 = time.perf_counter()
-        if k > 0 and getattr(proposer, "tree_size", None):               # a draft tree (DDTree): tree.py
-            from .tree import tree_step
+        if k > 0 and tree_step is not None and proposer.tree_size:        # a draft tree (DDTree): tree.py
             block, n, next_token, hidden, draft_s = tree_step(target, proposer, last, k, cache, position)
             t1 = t0 + draft_s
         else:

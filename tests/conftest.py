@@ -56,3 +56,21 @@ def noisy_draft_model(tiny):
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=generator) * 0.3 * p.std())
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def greedy_cases(tiny):
+    """``make(max_new_tokens, math_start, code_seed)``: 25 held-out math problems (from generator
+    offset ``math_start``) and 25 held-out stdlib headers (sampled with ``code_seed``), each with the
+    target's own greedy continuation, as ``(input_ids, tokens)`` pairs."""
+    from dflash_lite import corpus, generate_autoregressive, stop_token_ids
+
+    target, tokenizer = tiny
+    stops = stop_token_ids(target, tokenizer)
+
+    def make(max_new_tokens: int, math_start: int, code_seed: int) -> list:
+        prompts = [p.prompt for p in corpus.math_problems(25, split="held_out", start=math_start)]
+        prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 25, seed=code_seed)
+        ids = [tokenizer(prompt, return_tensors="pt").input_ids for prompt in prompts]
+        return [(x, generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens) for x in ids]
+    return make

@@ -15,14 +15,10 @@ MEASURED_SHAPE = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 33: 1.7, 65: 2.4}, {2: 0.45
 
 
 @pytest.fixture(scope="module")
-def cases(tiny):
+def cases(greedy_cases):
     """50 prompts (math and code) with the target's own greedy continuation."""
-    target, tokenizer = tiny
-    prompts = [p.prompt for p in corpus.math_problems(25, split="held_out", start=1300)]
-    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 25, seed=7)
-    stops = stop_token_ids(target, tokenizer)
-    return [(ids := tokenizer(p, return_tensors="pt").input_ids,
-             generate_autoregressive(target, ids, MAX_NEW, stop_token_ids=stops).tokens) for p in prompts]
+    out = greedy_cases(MAX_NEW, math_start=1300, code_seed=7)
+    return out
 
 
 def test_costs_are_fitted_and_one_token_is_its_own_point():

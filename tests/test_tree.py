@@ -14,16 +14,9 @@ MAX_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def cases(tiny):
+def cases(greedy_cases):
     """50 prompts (math and code) with the target's own greedy continuation."""
-    target, tokenizer = tiny
-    prompts = [p.prompt for p in corpus.math_problems(25, split="held_out", start=700)]
-    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 25, seed=5)
-    stops = stop_token_ids(target, tokenizer)
-    out = []
-    for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids
-        out.append((ids, generate_autoregressive(target, ids, MAX_NEW, stop_token_ids=stops).tokens))
+    out = greedy_cases(MAX_NEW, math_start=700, code_seed=5)
     return out
 
 

@@ -6,25 +6,18 @@ from __future__ import annotations
 
 import random
 import re
-from functools import lru_cache
 
 import torch
 
-from . import correct, not_attempted
+from . import correct, not_attempted, shipped_target
 
 TOUR_SEED_OFFSET = 42          # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
 TOUR_MAX_NEW_TOKENS = 64
 
 
-@lru_cache(maxsize=1)
-def _tiny():
-    from ..target import load_pretrained
-    return load_pretrained("tiny")
-
-
 def _tour_prompt_ids():
     from .. import corpus
-    _, tokenizer = _tiny()
+    _, tokenizer = shipped_target()
     problem = corpus.math_problem(corpus.HELD_OUT_SEED + TOUR_SEED_OFFSET)
     return tokenizer(problem.prompt, return_tensors="pt").input_ids
 
@@ -50,7 +43,7 @@ def check_target_forwards(answer) -> bool:
     from ..decode import DFlashProposer, generate_autoregressive, generate_speculative
     from ..target import default_drafter_path, stop_token_ids
 
-    model, tokenizer = _tiny()
+    model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
     ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids, TOUR_MAX_NEW_TOKENS,
@@ -76,7 +69,7 @@ def check_distinct_samples(answer) -> bool:
     from ..decode import generate_autoregressive
     from ..target import stop_token_ids
 
-    model, tokenizer = _tiny()
+    model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     params = SamplingParams(temperature=0.8, top_p=0.9)
 

@@ -6,17 +6,10 @@ against the measurements the learner passes in, so machine noise cannot fail a r
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
-from . import correct, not_attempted
+from . import correct, not_attempted, shipped_target
 
 CACHE_EXERCISE_NEW_TOKENS = 16
-
-
-@lru_cache(maxsize=1)
-def _tiny():
-    from ..target import load_pretrained
-    return load_pretrained("tiny")
 
 
 def positions_fed(model, run) -> int:
@@ -44,7 +37,7 @@ def check_cache_positions(answer) -> bool:
     from .. import corpus
     from ..decode import generate_autoregressive
 
-    model, tokenizer = _tiny()
+    model, tokenizer = shipped_target()
     prompt = corpus.math_problems(1, split="held_out", start=700)[0].prompt
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     expected = positions_fed(model, lambda: generate_autoregressive(model, ids, CACHE_EXERCISE_NEW_TOKENS))
@@ -68,7 +61,7 @@ def check_weight_bytes(answer) -> bool:
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give the bytes of weights one decode step reads.")
-    model, _ = _tiny()
+    model, _ = shipped_target()
     expected = weight_bytes_per_step(model)
     tied = model.config.tie_word_embeddings
     assert abs(float(answer) - expected) <= 0.01 * expected, (
@@ -90,7 +83,7 @@ def check_kv_crossover(answer) -> bool:
     name = "Exercise 3"
     if answer is None:
         return not_attempted(name, "Give the context length (in tokens) where cache bytes = weight bytes.")
-    model, _ = _tiny()
+    model, _ = shipped_target()
     per_position = kv_bytes_per_position(model)
     expected = weight_bytes_per_step(model) / per_position
     assert abs(float(answer) - expected) <= 0.02 * expected, (

@@ -4,19 +4,12 @@ Expected answers are computed here from the shipped target and drafter, never ty
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import torch
 
-from . import correct, not_attempted
+from . import correct, not_attempted, shipped_target
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
-
-
-@lru_cache(maxsize=1)
-def _tiny():
-    from ..target import load_pretrained
-    return load_pretrained("tiny")
 
 
 def check_tap_indices(answer) -> bool:
@@ -28,7 +21,7 @@ def check_tap_indices(answer) -> bool:
     from ..drafter import DrafterConfig
     from ..target import context_features
 
-    target, tokenizer = _tiny()
+    target, tokenizer = shipped_target()
     n = target.config.num_hidden_layers
     labelled = tuple(torch.full((1, 1, 1), float(i)) for i in range(n + 1))   # entry i holds the number i
     indices = [int(v) for v in context_features(labelled, DEEP_TAPS)[0, 0].tolist()]
@@ -65,7 +58,7 @@ def check_cache_numbers(answer) -> bool:
     from ..checkpoints import load_drafter
     from ..target import default_drafter_path
 
-    target, _ = _tiny()
+    target, _ = shipped_target()
     drafter = load_drafter(default_drafter_path("tiny"))
     cached, raw = cache_numbers_per_position(drafter, target), drafter.config.num_context_features
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give a pair: (cached, raw)"
@@ -80,7 +73,7 @@ def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
     """Mean acceptance length of ``drafter`` on held-out math and code prompts (``train.tau_probe``)."""
     from ..train import tau_probe
 
-    target, tokenizer = _tiny()
+    target, tokenizer = shipped_target()
     return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 
 

@@ -51,7 +51,7 @@ def check_fastest_method(answer, report) -> bool:
         return not_attempted("Exercise 3", "Run bench on code prompts, then name its fastest method.")
     rows = [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
     best = max(rows, key=lambda r: r["speedup"])
-    assert answer == best["name"], f"not the fastest row of this report (compare the speedup column; names as printed)"
+    assert answer == best["name"], "not the fastest row of this report (compare the speedup column; names as printed)"
     return correct("Exercise 3", f"{best['name']} at {best['speedup']:.2f}x.")
 
 
