@@ -22,9 +22,10 @@ import warnings
 # draws no widget progress bars (its own bars go to a terminal only), so the warning is noise.
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from .acceptance import SamplingParams  # noqa: E402
-from .decode import GenerationResult, generate_autoregressive  # noqa: E402
-from .target import LoadError, load_pretrained, stop_token_ids  # noqa: E402
+from .acceptance import SamplingParams
+from .baselines import generate_autoregressive
+from .decode import GenerationResult
+from .target import LoadError, load_pretrained, stop_token_ids
 
 __version__ = "0.1.0"
 __all__ = ["GenerationResult", "LoadError", "SamplingParams", "generate_autoregressive", "load_pretrained",

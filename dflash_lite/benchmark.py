@@ -31,7 +31,8 @@ import torch
 
 from . import corpus, validate
 from .acceptance import SamplingParams
-from .decode import DFlashProposer, generate_autoregressive, generate_speculative
+from .baselines import generate_autoregressive
+from .decode import DFlashProposer, generate
 from .files import atomic_write_text
 
 
@@ -208,7 +209,8 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
     DFlash here: the default cost-aware block size (the headline row), each fixed block size, draft
     trees of ``tree_sizes`` nodes (greedy only), and transformers' DFlash path with the same weights."""
-    from .decode import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer
+    from .baselines import DraftModelProposer, EagleProposer
+    from .policy import AdaptiveDFlashProposer
     from .target import stop_token_ids
 
     stops = stop_token_ids(target, tokenizer)
@@ -269,7 +271,7 @@ def _dflash_run(target, drafter, block_size, sampling, stops):
 
 def _spec_run(target, make_proposer, sampling, stops):
     def run(ids, n):
-        result = generate_speculative(target, make_proposer(), ids, n, sampling, stops)
+        result = generate(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result
     return run
 
@@ -417,7 +419,7 @@ def format_cost_model(rows: list[dict]) -> str:
     lines = [f"{'method':<20} {'tau':>5} {'t_tgt(1)':>9} {'t_tgt(B)':>9} {'t_draft':>8} {'predicted':>9} "
              f"{'measured':>8} {'step':>8} {'overhead':>9}"]
     for r in rows:
-        ms = lambda x: f"{1000 * x:.2f}ms"                                     # noqa: E731
+        ms = lambda x: f"{1000 * x:.2f}ms"
         lines.append(f"{r['name']:<20} {r['tau']:>5.2f} {ms(r['t_target_1']):>9} {ms(r['t_target_b']):>9} "
                      f"{ms(r['t_draft_b']):>8} {r['predicted_speedup']:>8.2f}x {r['measured_speedup']:>7.2f}x "
                      f"{ms(r['step_s']):>8} {ms(r['overhead_per_step_s'] or 0):>9}")

@@ -49,7 +49,8 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
-    drafter = DFlashDrafter(config)
+    from .variants import make_drafter
+    drafter = make_drafter(config)
     expected = drafter.state_dict()
     missing = sorted(set(expected) - set(tensors))
     extra = sorted(set(tensors) - set(expected))

@@ -15,7 +15,7 @@ import torch
 from . import corpus, validate
 from .acceptance import SamplingParams
 from .benchmark import interleaved
-from .decode import generate_autoregressive
+from .baselines import generate_autoregressive
 from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
@@ -56,13 +56,13 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     stops = stop_token_ids(model, tokenizer)
     runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
     if draft is not None:
-        from .decode import DFlashProposer, generate_speculative
+        from .decode import DFlashProposer, generate
         from .policy import CostAwareProposer
         draft = draft.to(device)
         # default: the cost-aware policy picks each step's block size; --block-size fixes it
         make = (lambda: CostAwareProposer(draft, model)) if block_size is None else \
             (lambda: DFlashProposer(draft, model, block_size))
-        runs["DFlash"] = lambda g: generate_speculative(model, make(), input_ids, max_new_tokens, sampling, stops, g)
+        runs["DFlash"] = lambda g: generate(model, make(), input_ids, max_new_tokens, sampling, stops, g)
     seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}
     timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
     results = {name: [result for _, result in calls] for name, calls in timed.items()}

@@ -1,18 +1,30 @@
-"""Decode loops as plain functions named by phase: ``prefill``, then one step at a time.
+"""Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
+per step ``draft`` (a :class:`Proposer`), ``verify`` (one target forward), ``accept`` (the
+lossless rule, then both caches keep the accepted tokens); ``generate`` runs it to the end.
 
-This file holds the autoregressive baseline (one target forward per token, with the KV cache).
-Its result type, :class:`GenerationResult`, is the one every loop in the project returns, so
-tokens/s, time to first token and tau are summarised the same way everywhere.
+:func:`steps` is the whole loop on one screen. :class:`DFlashProposer` is the paper's drafter;
+the baselines (EAGLE-style drafter, a small draft model, and block size 1, which *is* plain
+autoregressive decoding) are proposers too, in :mod:`dflash_lite.baselines`, so every method
+runs the same loop. :class:`GenerationResult` is what every run returns, so tokens/s, time to
+first token and tau are summarised the same way everywhere.
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from .acceptance import (SamplingParams, accept_greedy, accept_point_mass, accept_speculative, choose_tokens,
-                         target_probs)
+from .acceptance import (
+    SamplingParams,
+    accept_greedy,
+    accept_point_mass,
+    accept_speculative,
+    choose_tokens,
+    target_probs,
+)
 from .drafter import DrafterCache, check_compatible
 from .target import context_features
 from .validate import check_int
@@ -26,7 +38,7 @@ class GenerationResult:
     time_to_first_token: float             # prefill + choosing the first token
     token_times: list[float]               # seconds since the start at which each new token was ready
     acceptance_lengths: list[int] = field(default_factory=list)  # tokens committed per target forward
-    phase_times: dict[str, float] = field(default_factory=dict)  # e.g. prefill, draft, verify, bookkeeping
+    phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
 
     @property
@@ -77,64 +89,62 @@ def crop_cache(cache, keep: int) -> None:
 
 
 @torch.inference_mode()
-def prefill(model, input_ids: torch.Tensor, cache) -> torch.Tensor:
-    """Run the prompt through the target, filling ``cache``; returns the last position's logits (1, V)."""
-    return model(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+def prefill(target, input_ids: torch.Tensor, cache, layer_ids: list[int] | None = None):
+    """The prompt through the target, filling ``cache``: the last position's logits (1, V), and
+    the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks for them."""
+    return verify(target, input_ids, cache, layer_ids, logits_to_keep=1)
 
 
-@torch.inference_mode()
-def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
-                            sampling: SamplingParams = SamplingParams(),
-                            stop_token_ids: list[int] | tuple[int, ...] = (),
-                            generator: torch.Generator | None = None) -> GenerationResult:
-    """The baseline: prefill, then one target forward per new token, with the KV cache."""
-    check_request(model, input_ids, max_new_tokens)
-    input_ids = input_ids.to(model.device)
-    stops = set(stop_token_ids)
-    processors = sampling.processors()
-    cache = new_cache(model)
-    tokens, token_times = [], []
-    start = time.perf_counter()
-    logits = prefill(model, input_ids, cache)                               # (1, V)
-    stop_reason = "max_new_tokens"
-    for _ in range(max_new_tokens):
-        next_token = choose_tokens(logits, sampling, processors, generator)  # (1,)
-        token = next_token.item()
-        tokens.append(token)
-        token_times.append(time.perf_counter() - start)
-        if token in stops:
-            stop_reason = "stop_token"
-            break
-        if len(tokens) == max_new_tokens:
-            break
-        logits = model(next_token.view(1, 1), past_key_values=cache, use_cache=True).logits[:, -1]
-    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
-                            token_times=token_times, phase_times={"prefill": token_times[0]},
-                            stop_reason=stop_reason)
+def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logits_to_keep: int = 0):
+    """One target forward over ``block`` (1, k+1) with the cache: logits (k+1, V) (the last
+    ``logits_to_keep`` when given), and the tapped features of every position (1, k+1, K*H) or None."""
+    out = target(block, past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
+                 output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
+    return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
 
 
-# ============================================================================= speculative decoding
-# A proposer drafts tokens; the target verifies them in one forward. Each proposer has three calls:
-#   start(prompt_ids, target_hidden)             after prefill
-#   propose(last_token, k) -> (tokens, q|None)   k draft tokens (q: their distributions, if sampled)
-#   accepted(block, n, position, target_hidden)  the verified block, of which last + n drafts stay
-# Proposers: DFlashProposer (one block-diffusion forward per block, this project), EagleProposer
-# (same conditioning, one drafter forward per draft token), DraftModelProposer (a small causal LM:
-# classic speculative decoding) and NoDraftProposer (block size 1: plain autoregressive decoding).
-# policy.CostAwareProposer chooses the block size each step (the default); a proposer with a
-# ``tree_size`` drafts a tree instead of a chain, verified by tree.tree_step (DDTree, greedy only).
+def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors, generator) -> tuple[int, int]:
+    """How many of the k drafts stay (n), and the target's own token after them: greedy, point-mass
+    sampling, or the general rule with the draft's distributions q. All three are lossless
+    (paper section 2; docs/method.md#verification-and-acceptance)."""
+    if sampling.greedy:
+        return accept_greedy(draft_tokens, target_logits)
+    p = target_probs(target_logits, sampling, processors)                          # (k+1, V)
+    if draft_q is None:
+        return accept_point_mass(draft_tokens, p, generator)
+    return accept_speculative(draft_tokens, draft_q, p, generator)
+
+
+# ============================================================================= proposers
+@runtime_checkable
+class Proposer(Protocol):
+    """What the decode loop asks of a drafter. ``layer_ids``: the target layers whose features it
+    reads (None: none); ``block_size``: tokens per target forward it wants next (1: no draft)."""
+    layer_ids: list[int] | None
+    block_size: int
+
+    def start(self, prompt_ids: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
+        """After prefill: the prompt and its features (1, T, K*H)."""
+
+    def propose(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """k draft tokens (k,) after ``last_token`` (1,), and their distributions (k, V) if sampled."""
+
+    def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden: torch.Tensor | None) -> None:
+        """The verified ``block`` (1, k+1) sat at ``position``; its first n + 1 tokens stay."""
 
 
 class DFlashProposer:
-    """Drafts ``block_size - 1`` tokens with one forward of a :class:`~dflash_lite.drafter.DFlashDrafter`."""
+    """The paper's drafter as a :class:`Proposer`: ``block_size - 1`` drafts from one forward of a
+    :class:`~dflash_lite.drafter.DFlashDrafter` over ``[last, MASK x (block_size - 1)]``."""
 
-    drafting = "block"                                  # the drafter kind this proposer runs
+    autoregressive = False                  # the kind of drafter this proposer runs (see baselines.EagleProposer)
 
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1):
         check_compatible(drafter.config, target.config)
-        if drafter.config.drafting != self.drafting:
-            raise ValueError(f"{type(self).__name__} needs a {self.drafting} drafter; this one drafts "
-                             f"{drafter.config.drafting}")
+        if drafter.autoregressive != self.autoregressive:
+            kind = {True: "an autoregressive", False: "a block"}
+            raise ValueError(f"{type(self).__name__} needs {kind[self.autoregressive]} drafter; this one is "
+                             f"{kind[drafter.autoregressive]} drafter")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
         check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
@@ -160,104 +170,66 @@ class DFlashProposer:
         self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
 
 
-class AdaptiveDFlashProposer(DFlashProposer):
-    """DFlash with the block size chosen per step from recent acceptance (the source article's
-    section 5.3): the smallest of ``sizes`` that is at least ``headroom`` x the mean acceptance
-    length of the last ``window`` steps. Low acceptance -> short, cheap blocks; high -> long ones.
-    An option only: notebook 06 measures it against fixed sizes."""
-
-    def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
-        sizes = sorted(set(sizes))
-        super().__init__(drafter, target, sizes[-1])
-        if sizes[0] < 2 or window < 1 or headroom <= 0:
-            raise ValueError("adaptive block sizes must be >= 2, with window >= 1 and headroom > 0")
-        self.sizes, self.window, self.headroom = sizes, window, headroom
-
-    def start(self, prompt_ids, target_hidden) -> None:
-        super().start(prompt_ids, target_hidden)
-        self.recent, self.block_size, self.chosen = [], self.sizes[-1], []
-
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        super().accepted(block, n, position, target_hidden)
-        self.chosen.append(block.shape[1])
-        self.recent = (self.recent + [n + 1])[-self.window:]
-        want = self.headroom * sum(self.recent) / len(self.recent)
-        self.block_size = next((b for b in self.sizes if b >= want), self.sizes[-1])
-
-
-class EagleProposer(DFlashProposer):
-    """The EAGLE-style baseline (the paper's "DFlash-AR"): the same feature taps and KV injection,
-    but one drafter forward per draft token, each token predicting the next, with a causal cache."""
-
-    drafting = "autoregressive"
-
-    def propose(self, last_token: torch.Tensor, k: int):
-        cache, token = self.cache, last_token.view(1, 1)
-        position = self.new_context_start + self.new_context.shape[1]             # where `last` sits
-        context, context_start = self.new_context, self.new_context_start
-        cache.keep_drafts = True
-        drafts = []
-        for i in range(k):
-            logits = self.drafter.next_token_logits(self.target, token, context, context_start, position + i, cache)
-            token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
-            drafts.append(token[0])
-            context, context_start = context[:, :0], position                      # the context is cached now
-        cache.clear_drafts()
-        cache.keep_drafts = False
-        return torch.cat(drafts), None
+# ============================================================================= the loop
+@torch.inference_mode()
+def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
+          sampling: SamplingParams = SamplingParams(), stop_token_ids=(), generator: torch.Generator | None = None,
+          block_size: int | None = None, phase=None):
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one step per target
+    forward. Yields the tokens each step commits; returns (tokens per step, stop reason).
+    ``block_size`` fixes the tokens per forward (None: ask the proposer each step); ``phase(name)``
+    is an optional observer wrapped around each phase (see :class:`PhaseTimer`)."""
+    phase = phase or _no_phase
+    stops, processors, cache = set(stop_token_ids), sampling.processors(), new_cache(target)
+    with phase("prefill"):          # the prompt through the target; every prompt position's features to the drafter
+        logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
+        last = choose_tokens(logits, sampling, processors, generator)      # (1,) the first new token
+        proposer.start(input_ids, hidden)
+    yield [int(last)]
+    position, emitted, per_step = input_ids.shape[1], 1, []   # the target's cache holds 0..position-1
+    stopped = int(last) in stops
+    while not stopped and emitted < max_new_tokens:
+        k = min(block_size or proposer.block_size, max_new_tokens - emitted) - 1   # never past the limit
+        if k > 0 and getattr(proposer, "tree_size", None):                     # a draft tree: tree.py
+            block, n, next_token, hidden = tree_step(target, proposer, last, k, cache, position, phase)
+        else:
+            with phase("draft"):    # k guesses after `last` (k = 0: plain decoding, nothing drafted)
+                drafts, q = proposer.propose(last, k) if k else (last[:0], None)
+            with phase("verify"):   # ONE target forward scores [last, d1..dk]: logits row i is the
+                block = torch.cat([last, drafts])[None]                # target's choice after token i
+                logits, hidden = verify(target, block, cache, proposer.layer_ids)   # (k+1, V)
+            with phase("accept"):   # keep d1..dn while the target agrees, then add its own token
+                n, next_token = accept(drafts, q, logits, sampling, processors, generator)
+        with phase("accept"):       # both caches keep last + n drafts; next_token is not in either yet
+            crop_cache(cache, position + n + 1)
+            proposer.accepted(block, n, position, hidden)
+        new = block[0, 1: n + 1].tolist() + [next_token]
+        if stops & set(new):        # a stop token inside the block ends the output there
+            new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
+        position, emitted, last = position + n + 1, emitted + len(new), torch.tensor([next_token], device=last.device)
+        per_step.append(n + 1)
+        yield new
+    return per_step, "stop_token" if stopped else "max_new_tokens"
 
 
-class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own cache.
-
-    ``sample=False`` drafts the argmax (a point-mass q); ``sample=True`` samples from the draft
-    model's processed distribution and returns it, for the general acceptance rule.
-    """
-    layer_ids = None
-
-    def __init__(self, draft_model, target, block_size: int = 5, sampling: SamplingParams = SamplingParams(),
-                 sample: bool = False, generator: torch.Generator | None = None):
-        if draft_model.config.vocab_size != target.config.vocab_size:
-            raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
-                             f"target vocabulary {target.config.vocab_size}")
-        check_int("block_size", block_size)
-        self.model, self.block_size, self.sampling = draft_model, block_size, sampling
-        self.sample, self.generator = sample and not sampling.greedy, generator
-        self.processors = sampling.processors()
-
-    def start(self, prompt_ids, target_hidden) -> None:
-        self.cache = new_cache(self.model)
-        self.unseen = prompt_ids                                        # tokens not yet in the draft cache
-
-    def propose(self, last_token: torch.Tensor, k: int):
-        ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
-        tokens, probs = [], []
-        for _ in range(k):
-            logits = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-            if self.sample:
-                p = target_probs(logits, self.sampling, self.processors)   # (1, V)
-                token = torch.multinomial(p, 1, generator=self.generator)[0]
-                probs.append(p[0])
-            else:
-                token = logits.argmax(dim=-1)
-            tokens.append(token)
-            ids = token.view(1, 1)
-        return torch.cat(tokens), (torch.stack(probs) if self.sample else None)
-
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        crop_cache(self.cache, position + n + 1)                        # drop rejected drafts
-        have = self.cache.get_seq_length()                              # the last draft was never fed
-        self.unseen = block[:, have - position: n + 1]
+@contextmanager
+def _no_phase(name):
+    yield
 
 
-class NoDraftProposer:
-    """Block size 1: nothing is drafted; the speculative loop is plain autoregressive decoding."""
-    layer_ids = None
-    block_size = 1
+class PhaseTimer:
+    """An observer for :func:`steps`: wall seconds per phase (the device synchronised at each edge)."""
 
-    def start(self, prompt_ids, target_hidden): pass
-    def propose(self, last_token, k): raise AssertionError("block size 1 drafts nothing")
-    def accepted(self, block, n, position, target_hidden): pass
+    def __init__(self, device: torch.device):
+        self.device, self.seconds = device, {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        _sync(self.device)
+        t0 = time.perf_counter()
+        yield
+        _sync(self.device)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
 
 def _sync(device: torch.device) -> None:
@@ -265,104 +237,45 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logits_to_keep: int = 0):
-    """One target forward over ``block`` (1, k+1): logits (k+1, V) (the last ``logits_to_keep`` when
-    given), and the tapped features of every position (1, k+1, K*H), or None."""
-    out = target(block, past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
-                 output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
-    return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
+def tree_step(*args):
+    from .tree import tree_step as step  # imported on first use: trees are optional
+    return step(*args)
 
 
-def accept(draft_tokens, draft_q, target_logits, sampling, processors, generator) -> tuple[int, int]:
-    """Greedy, point-mass sampling, or the general rule with the draft's q (all lossless)."""
-    if sampling.greedy:
-        return accept_greedy(draft_tokens, target_logits)
-    p = target_probs(target_logits, sampling, processors)               # (k+1, V)
-    if draft_q is None:
-        return accept_point_mass(draft_tokens, p, generator)
-    return accept_speculative(draft_tokens, draft_q, p, generator)
-
-
-@torch.inference_mode()
-def speculative_steps(target, proposer, input_ids: torch.Tensor, max_new_tokens: int,
+def speculative_steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
                       sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
                       generator: torch.Generator | None = None, block_size: int | None = None):
-    """The speculative loop as a generator: yields the tokens committed by each step, returns a
-    :class:`GenerationResult`. ``block_size``: tokens per target forward (k drafts + 1)."""
+    """:func:`steps`, checked and timed: yields the tokens of each step, returns a :class:`GenerationResult`."""
     check_request(target, input_ids, max_new_tokens)
-    fixed = block_size                                  # None: ask the proposer every step (it may adapt)
-    check_int("block_size", proposer.block_size if fixed is None else fixed)
+    check_int("block_size", proposer.block_size if block_size is None else block_size)
     if getattr(proposer, "uses_trees", False) and not sampling.greedy:
         raise ValueError("draft trees are greedy only (temperature 0): no lossless tree rule for sampling here")
-    device = target.device
-    input_ids = input_ids.to(device)
-    stops, processors = set(stop_token_ids), sampling.processors()
-    timer = dict.fromkeys(("prefill", "draft", "verify", "bookkeeping"), 0.0)
-    tokens, token_times, acceptance_lengths = [], [], []
-    cache = new_cache(target)
-    start = time.perf_counter()
-
-    # prefill: the prompt through the target; every prompt position's features to the drafter
-    logits, hidden = verify(target, input_ids, cache, proposer.layer_ids, logits_to_keep=1)
-    last = choose_tokens(logits, sampling, processors, generator)          # (1,)
-    proposer.start(input_ids, hidden)
-    tokens.append(int(last))
-    token_times.append(time.perf_counter() - start)
-    timer["prefill"] = token_times[0]
-    yield tokens[:]
-    stop_reason = "stop_token" if tokens[-1] in stops else "max_new_tokens"
-    position = input_ids.shape[1]                                          # where `last` sits
-    tree_step = None
-    if hasattr(proposer, "tree_size"):                                     # a proposer that may draft trees
-        from .tree import tree_step
-
-    while stop_reason != "stop_token" and len(tokens) < max_new_tokens:
-        block_size = proposer.block_size if fixed is None else fixed
-        k = min(block_size - 1, max_new_tokens - len(tokens) - 1)           # never verify past the limit
-        t0 = time.perf_counter()
-        if k > 0 and tree_step is not None and proposer.tree_size:        # a draft tree (DDTree): tree.py
-            block, n, next_token, hidden, draft_s = tree_step(target, proposer, last, k, cache, position)
-            t1 = t0 + draft_s
-        else:
-            draft_tokens, draft_q = proposer.propose(last, k) if k > 0 else (last[:0], None)   # (k,)
-            _sync(device)
-            t1 = time.perf_counter()
-            block = torch.cat([last, draft_tokens]).view(1, k + 1)             # (1, k+1)
-            logits, hidden = verify(target, block, cache, proposer.layer_ids)  # (k+1, V)
-            n, next_token = accept(draft_tokens, draft_q, logits, sampling, processors, generator)
-        _sync(device)
-        t2 = time.perf_counter()
-        crop_cache(cache, position + n + 1)           # keep last + n accepted drafts; next_token is new
-        proposer.accepted(block, n, position, hidden)
-        position += n + 1
-        last = torch.tensor([next_token], device=device)
-        before = len(tokens)
-        for token in block[0, 1: n + 1].tolist() + [next_token]:
-            tokens.append(token)
-            if token in stops:                        # a stop token inside the block ends the output there
-                stop_reason = "stop_token"
-                break
-        acceptance_lengths.append(n + 1)
-        now = time.perf_counter()
-        token_times.extend([now - start] * (len(tokens) - before))
-        timer["draft"] += t1 - t0
-        timer["verify"] += t2 - t1
-        timer["bookkeeping"] += now - t2
-        yield tokens[before:]
-
-    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
-                            token_times=token_times, acceptance_lengths=acceptance_lengths,
-                            phase_times=timer, stop_reason=stop_reason)
-
-
-def generate_speculative(target, proposer, input_ids: torch.Tensor, max_new_tokens: int,
-                         sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-                         generator: torch.Generator | None = None, block_size: int | None = None) -> GenerationResult:
-    """Run :func:`speculative_steps` to the end and return its result."""
-    steps = speculative_steps(target, proposer, input_ids, max_new_tokens, sampling, stop_token_ids,
-                              generator, block_size)
+    timer = PhaseTimer(target.device)
+    loop = steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
+                 generator, block_size, timer)
+    tokens, token_times, start = [], [], time.perf_counter()
     while True:
         try:
-            next(steps)
+            new = next(loop)
+        except StopIteration as done:
+            per_step, stop_reason = done.value
+            break
+        tokens += new
+        token_times += [time.perf_counter() - start] * len(new)
+        yield new
+    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
+                            token_times=token_times, acceptance_lengths=per_step, phase_times=timer.seconds,
+                            stop_reason=stop_reason)
+
+
+def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
+             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+             generator: torch.Generator | None = None, block_size: int | None = None) -> GenerationResult:
+    """Speculative decoding to the end: :func:`speculative_steps`' result."""
+    loop = speculative_steps(target, proposer, input_ids, max_new_tokens, sampling, stop_token_ids,
+                             generator, block_size)
+    while True:
+        try:
+            next(loop)
         except StopIteration as done:
             return done.value

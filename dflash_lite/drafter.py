@@ -191,37 +191,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class DrafterCache:
     """Per-layer K/V of the context (accepted positions), after k-norm and RoPE.
 
-    A block drafter never stores its block. The autoregressive (EAGLE-style) drafter sets
-    ``keep_drafts`` while it drafts, so each drafted token's K/V are kept for the next one, and
-    calls ``clear_drafts`` when the round is over.
+    A block drafter never stores its block: the next block is a new guess. (The autoregressive
+    baseline in :mod:`dflash_lite.variants` stores each draft for the next one and cuts the cache
+    back with :meth:`truncate` after the round.)
     """
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
-        self.draft_keys: list[torch.Tensor | None] = [None] * num_layers
-        self.draft_values: list[torch.Tensor | None] = [None] * num_layers
-        self.keep_drafts = False
-
-    @staticmethod
-    def _grow(keys: list, values: list, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Append (N, kv, T, D) to one layer's store along T; return the whole store."""
-        if keys[layer] is not None:
-            k, v = torch.cat([keys[layer], k], dim=2), torch.cat([values[layer], v], dim=2)
-        keys[layer], values[layer] = k, v
-        return k, v
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Accepted context: kept for good."""
-        return self._grow(self.keys, self.values, layer, k, v)
+        """Add (N, kv, T, D) to one layer's store along T; return the whole store."""
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
 
-    def extend_drafts(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens drafted this round (autoregressive drafting only): dropped by ``clear_drafts``."""
-        return self._grow(self.draft_keys, self.draft_values, layer, k, v)
-
-    def clear_drafts(self) -> None:
-        n = len(self.keys)
-        self.draft_keys, self.draft_values = [None] * n, [None] * n
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions of every layer."""
+        self.keys = [None if k is None else k[:, :, :length] for k in self.keys]
+        self.values = [None if v is None else v[:, :, :length] for v in self.values]
 
     def __len__(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
@@ -248,67 +237,63 @@ class KVInjectionAttention(nn.Module):
         return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
 
     def forward(self, block, context, block_rope, context_rope, cache: DrafterCache | None, layer: int,
-                attn_mask: torch.Tensor | None = None, context_queries: bool = False):
-        """Attention output of the block (N, B, H), and of the context when ``context_queries``
-        (input fusion: the context attends causally to itself, never to the block), else None.
-        ``attn_mask`` (boolean, True = may attend) spans all keys: [cached context ; new context ; block]."""
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
+        all keys, [cached context ; new context ; block]; None: every block position sees every
+        key (bidirectional inside the block)."""
         n, b, _ = block.shape
         q = self.q_norm(self.q_proj(block).view(n, b, self.num_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, *block_rope)                                   # (N, heads, B, D)
-        k_block, v_block = self._kv(block, *block_rope)                  # (N, kv, B, D)
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)   # (N, kv, C+B, D)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))        # (N, B, H)
+
+    def keys_values(self, block, context, block_rope, context_rope, cache, layer):
+        """KV injection: keys and values of [context ; block]; the new context joins the cache for good."""
         k_ctx, v_ctx = self._kv(context, *context_rope)                  # (N, kv, C, D)
-        if cache is not None:                                            # the context joins the cache for good
+        if cache is not None:
             k_ctx, v_ctx = cache.append(layer, k_ctx, v_ctx)
-            if cache.keep_drafts:                                        # autoregressive drafting only
-                k_block, v_block = cache.extend_drafts(layer, k_block, v_block)
-        k = torch.cat([k_ctx, k_block], dim=2)                           # (N, kv, C+B, D)
-        v = torch.cat([v_ctx, v_block], dim=2)
-        gqa = self.num_heads != self.num_kv_heads
-        # block drafting: no causal mask, every block position sees every other (bidirectional)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
-        out = self.o_proj(out.transpose(1, 2).reshape(n, b, -1))         # (N, B, H)
-        if not context_queries:
-            return out, None
-        c, total = context.shape[1], k_ctx.shape[2]                      # new context, all context
-        qc = self.q_norm(self.q_proj(context).view(n, c, self.num_heads, self.head_dim)).transpose(1, 2)
-        qc = apply_rope(qc, *context_rope)                               # (N, heads, C, D)
-        causal = torch.arange(total, device=qc.device)[None] <= torch.arange(total - c, total, device=qc.device)[:, None]
-        out_ctx = F.scaled_dot_product_attention(qc, k_ctx, v_ctx, attn_mask=causal, enable_gqa=gqa)
-        return out, self.o_proj(out_ctx.transpose(1, 2).reshape(n, c, -1))   # (N, C, H)
+        k_block, v_block = self._kv(block, *block_rope)                  # (N, kv, B, D)
+        return torch.cat([k_ctx, k_block], dim=2), torch.cat([v_ctx, v_block], dim=2)
 
 
 class DrafterLayer(nn.Module):
+    attention = KVInjectionAttention
+
     def __init__(self, config: DrafterConfig):
         super().__init__()
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.self_attn = KVInjectionAttention(config)
+        self.self_attn = self.attention(config)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = Qwen3MLP(config.mlp_config())
 
-    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None, fuse=False, last=False):
-        """KV injection: ``context`` (the projected features) feeds this layer's K/V as it is and is
-        returned unchanged. Input fusion (``fuse``): ``context`` is a residual stream like the
-        block's, normed here and updated by this layer (except the last, whose output is unused).
+    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
+        """``context`` (the projected features) feeds this layer's K/V as it is (KV injection).
         ``attn_mask`` is the layer's own: a sliding-window layer gets the window's mask."""
-        ctx_in = self.input_layernorm(context) if fuse else context
-        a, a_ctx = self.self_attn(self.input_layernorm(x), ctx_in, block_rope, context_rope, cache, layer,
-                                  attn_mask, context_queries=fuse and not last)
-        x = x + a
-        if a_ctx is not None:
-            context = context + a_ctx
-            context = context + self.mlp(self.post_attention_layernorm(context))
-        return x + self.mlp(self.post_attention_layernorm(x)), context
+        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache, layer, attn_mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class DFlashDrafter(nn.Module):
-    """The drafter body. Embedding and LM head are the target's, passed in, never stored here."""
+    """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
+
+    This is the paper's drafter only: KV injection and block drafting. The ablations (input
+    fusion, no target features, autoregressive drafting) are subclasses in
+    :mod:`dflash_lite.variants`, whose ``make_drafter`` builds whichever a config names."""
+
+    variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) this class runs
+    autoregressive = False                      # True: drafts one token per forward (variants only)
+    layer = DrafterLayer
 
     def __init__(self, config: DrafterConfig):
         super().__init__()
+        if (config.drafting, config.conditioning) not in self.variants:
+            raise ValueError(f"{type(self).__name__} does not run drafting={config.drafting!r}, conditioning="
+                             f"{config.conditioning!r}; build it with dflash_lite.variants.make_drafter")
         self.config = config
         self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.layers = nn.ModuleList(DrafterLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(self.layer(config) for _ in range(config.num_layers))
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config.rotary_config())
         self.apply(self._init_weights)
@@ -341,10 +326,9 @@ class DFlashDrafter(nn.Module):
         if "sliding_attention" in self.config.layer_types:
             window = self.window_mask(block_positions, context_positions, 0 if cache is None else len(cache))
             masks["sliding_attention"] = window if attn_mask is None else window & attn_mask
-        x, fuse, last = block_embeds, self.config.conditioning == "input_fusion", len(self.layers) - 1
+        x = block_embeds
         for i, layer in enumerate(self.layers):
-            mask = masks[self.config.layer_types[i]]
-            x, context = layer(x, context, block_rope, context_rope, cache, i, mask, fuse, i == last)
+            x = layer(x, context, block_rope, context_rope, cache, i, masks[self.config.layer_types[i]])
         return self.norm(x)                                                # (N, B, H)
 
     def window_mask(self, block_positions: torch.Tensor, context_positions: torch.Tensor, cached: int) -> torch.Tensor:
@@ -377,17 +361,3 @@ class DFlashDrafter(nn.Module):
         hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache)
         head = target.get_output_embeddings()
         return head(hidden[:, 1:].to(head.weight.dtype))                                           # (1, B-1, V)
-
-    @torch.inference_mode()
-    def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor, context_start: int,
-                          position: int, cache: DrafterCache) -> torch.Tensor:
-        """Autoregressive drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V)."""
-        device = token.device
-        c = target_hidden.shape[1]
-        context_positions = torch.arange(context_start, context_start + c, device=device)[None]       # (1, C)
-        dtype = self.fc.weight.dtype
-        embeds = target.get_input_embeddings()(token).to(dtype)                                     # (1, 1, H)
-        hidden = self(embeds, target_hidden.to(dtype), torch.tensor([[position]], device=device),
-                      context_positions, cache)
-        head = target.get_output_embeddings()
-        return head(hidden[:, -1].to(head.weight.dtype))                                            # (1, V)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from .acceptance import SamplingParams
-from .decode import DFlashProposer, GenerationResult, NoDraftProposer, check_request, speculative_steps
+from .decode import DFlashProposer, GenerationResult, check_request, speculative_steps
+from .baselines import NoDraftProposer
 from .policy import CostAwareProposer
 from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 from .validate import check_device, check_int, check_prompt

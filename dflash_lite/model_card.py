@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from . import corpus
-from .decode import generate_autoregressive
+from .baselines import generate_autoregressive
 from .target import load_pretrained, stop_token_ids
 
 

@@ -161,7 +161,7 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
         ax.bar([i - 0.2 for i in x], [ms(r["t_draft_b"]) for r in cost], 0.4,
                bottom=[ms(r["t_target_b"]) for r in cost], label="t_draft(B)", color="#55A868")
         bottom = [0.0] * len(cost)
-        for phase, color in (("verify", "#8DA0CB"), ("draft", "#A6D854"), ("bookkeeping", "#FC8D62")):
+        for phase, color in (("verify", "#8DA0CB"), ("draft", "#A6D854"), ("accept", "#FC8D62")):
             vals = [ms(r["measured_per_step_s"].get(phase, 0.0)) for r in cost]
             ax.bar([i + 0.2 for i in x], vals, 0.4, bottom=bottom, color=color, label=f"measured {phase}")
             bottom = [b + v for b, v in zip(bottom, vals)]

@@ -266,7 +266,7 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
     block_size = weights.shape[0] + 1
     logits, label, position = labelled_logits(drafter, target, batch, block_size)         # (M, V), (M,), (M,)
     device = logits.device
-    causal = drafter.config.drafting == "autoregressive"
+    causal = drafter.autoregressive
     zero = torch.zeros(1, device=device)
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
     # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
@@ -503,7 +503,8 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
     """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
     ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run uses,
     or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given."""
-    from .decode import DFlashProposer, EagleProposer, generate_speculative
+    from .baselines import EagleProposer
+    from .decode import DFlashProposer, generate
     from .target import stop_token_ids
 
     stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
@@ -514,8 +515,8 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
     def measure(drafter, block_size: int | None = None) -> dict:
         was_training = drafter.training
         drafter.eval()
-        proposer = EagleProposer if drafter.config.drafting == "autoregressive" else DFlashProposer
-        lengths = {domain: [a for x in xs for a in generate_speculative(
+        proposer = EagleProposer if drafter.autoregressive else DFlashProposer
+        lengths = {domain: [a for x in xs for a in generate(
             target, proposer(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
             for domain, xs in ids.items()}
         drafter.train(was_training)
@@ -558,8 +559,9 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     Every argument and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a
     run into ``out`` that holds a checkpoint of the same settings resumes from it."""
     from .checkpoints import save_drafter
-    from .drafter import CONDITIONING, DFlashDrafter, DrafterConfig
+    from .drafter import CONDITIONING, DrafterConfig
     from .target import load_pretrained, parse_dtype
+    from .variants import make_drafter
 
     check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
                      time_budget_s)
@@ -596,7 +598,7 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
                                        block_size=block_size, num_taps=num_taps, drafting=drafting,
                                        conditioning=conditioning)
-    drafter = DFlashDrafter(config).to(device).train()
+    drafter = make_drafter(config).to(device).train()
     weights = position_weights(block_size)
     generator = torch.Generator().manual_seed(seed)
     measure_tau = tau_probe(model, tokenizer, prompts=probe)

@@ -135,14 +135,15 @@ class DFlashTreeProposer(DFlashProposer):
         return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
 
 
-def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, tree_size: int | None = None):
-    """Draft a tree, verify it, keep the accepted path. Returns (path tokens (1, n+1), n, the target's
-    next token, the path's features (1, n+1, K*H), seconds spent drafting)."""
-    import time
-    t0 = time.perf_counter()
-    tree = proposer.propose_tree(last, depth, tree_size)
-    t1 = time.perf_counter()
-    logits, hidden = verify_tree(target, tree, cache, position, proposer.layer_ids)
-    path, next_token = accept_tree(tree, logits)
-    keep_path(cache, position, path)
-    return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path], t1 - t0
+def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase):
+    """One decode step with a tree (the chain step's phases, see :func:`dflash_lite.decode.steps`):
+    draft a tree, verify it, pick the accepted path and keep its KV entries. Returns (path tokens
+    (1, n+1), n, the target's next token, the path's features (1, n+1, K*H))."""
+    with phase("draft"):
+        tree = proposer.propose_tree(last, depth)
+    with phase("verify"):
+        logits, hidden = verify_tree(target, tree, cache, position, proposer.layer_ids)
+    with phase("accept"):
+        path, next_token = accept_tree(tree, logits)
+        keep_path(cache, position, path)
+    return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path]

@@ -163,14 +163,14 @@ assert same == len(prompts)
 
 # %%
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
 
 drafter = load_drafter(default_drafter_path("tiny")).to(device)
 runs = {"autoregressive": [], "DFlash": []}
 for _ in range(3):
     runs["autoregressive"].append(generate_autoregressive(model, prompt_ids, max_new_tokens, stop_token_ids=stops))
-    runs["DFlash"].append(generate_speculative(model, DFlashProposer(drafter, model), prompt_ids, max_new_tokens,
+    runs["DFlash"].append(generate(model, DFlashProposer(drafter, model), prompt_ids, max_new_tokens,
                                                stop_token_ids=stops))
 ar, sd = (sorted(r, key=lambda x: x.total_time)[1] for r in runs.values())
 print(f"autoregressive {ar.tokens_per_s:.1f} tokens/s; DFlash {sd.tokens_per_s:.1f} tokens/s "

@@ -35,7 +35,8 @@ from scipy.stats import chisquare
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
                                     accept_point_mass, accept_speculative, target_probs)
-from dflash_lite.decode import DraftModelProposer, generate_speculative
+from dflash_lite.decode import generate
+from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.target import SHIPPED_BASELINES
 from dflash_lite.plotting import save_figure
 
@@ -128,7 +129,7 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
 
 
 mine, my_steps = speculative_greedy(target, draft, ids, draft_tokens, max_new_tokens, set(stops))
-package = generate_speculative(target, DraftModelProposer(draft, target, draft_tokens + 1), ids, max_new_tokens,
+package = generate(target, DraftModelProposer(draft, target, draft_tokens + 1), ids, max_new_tokens,
                                stop_token_ids=stops)
 alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops)
 print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(package.tokens)} tokens in "
@@ -138,7 +139,7 @@ assert my_steps == package.acceptance_lengths
 
 # %% [markdown]
 # Same tokens as the target alone, and the same accepted length at every step as the package's
-# loop. From here on we use the package: `generate_speculative` (`dflash_lite/decode.py`) is this
+# loop. From here on we use the package: `generate` (`dflash_lite/decode.py`) is this
 # loop with the draft model's own KV cache, timing, and sampling.
 #
 # ## The whole loop is exact
@@ -151,7 +152,7 @@ prompt_ids = [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in pr
 results, identical = [], 0
 for x in prompt_ids:
     expected = generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
-    r = generate_speculative(target, DraftModelProposer(draft, target, draft_tokens + 1), x, max_new_tokens,
+    r = generate(target, DraftModelProposer(draft, target, draft_tokens + 1), x, max_new_tokens,
                              stop_token_ids=stops)
     identical += r.tokens == expected
     results.append(r)
@@ -338,7 +339,7 @@ for x in prompt_ids[:2]:
                                                      pad_token_id=tokenizer.pad_token_id)[0, x.shape[1]:].tolist())
         pl, t_pl = timed(lambda: target.generate(x, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops,
                                                  pad_token_id=tokenizer.pad_token_id, prompt_lookup_num_tokens=draft_tokens)[0, x.shape[1]:].tolist())
-        sd, t_sd = timed(lambda: generate_speculative(target, DraftModelProposer(draft, target, draft_tokens + 1), x,
+        sd, t_sd = timed(lambda: generate(target, DraftModelProposer(draft, target, draft_tokens + 1), x,
                                                       max_new_tokens, stop_token_ids=stops).tokens)
         assert pl == base and sd == base
         rows["target alone (generate)"].append(len(base) / t_base)

@@ -42,7 +42,8 @@ import torch.nn.functional as F
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, EagleProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.baselines import EagleProposer
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
 from dflash_lite.train import block_attention_mask
 from dflash_lite.plotting import save_figure
@@ -364,7 +365,7 @@ for domain, xs in prompt_ids.items():
     for x in xs:
         expected = generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
         for name, make in makers.items():
-            r = generate_speculative(target, make(), x, max_new_tokens, stop_token_ids=stops)
+            r = generate(target, make(), x, max_new_tokens, stop_token_ids=stops)
             assert r.tokens == expected                                   # lossless, token for token
             lengths[name, domain] += r.acceptance_lengths
             tokens_and_seconds[name, domain][0] += len(r.tokens)
@@ -429,8 +430,8 @@ for n_passes in passes:
     taus, rates = {d: [] for d in prompt_ids}, []
     for domain, xs in prompt_ids.items():
         for x in xs:
-            generate_speculative(target, DFlashProposer(drafter, target, block_size, passes=n_passes), x, 8)  # warm-up
-            r = generate_speculative(target, DFlashProposer(drafter, target, block_size, passes=n_passes), x,
+            generate(target, DFlashProposer(drafter, target, block_size, passes=n_passes), x, 8)  # warm-up
+            r = generate(target, DFlashProposer(drafter, target, block_size, passes=n_passes), x,
                                      max_new_tokens, stop_token_ids=stops)
             taus[domain] += r.acceptance_lengths
             rates.append(len(r.tokens) / r.total_time)

@@ -40,9 +40,11 @@ import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_autoregressive, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.baselines import generate_autoregressive
 from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
 from dflash_lite.plotting import repo_dir, save_figure
+from dflash_lite.variants import make_drafter
 from dflash_lite.target import SHIPPED_DRAFTERS, context_features, tapped_layer_ids
 
 _ = torch.manual_seed(0)
@@ -161,7 +163,7 @@ taus = {}
 for name, cls in (("with features", DFlashProposer), ("features zeroed", NoFeatures)):
     lengths = []
     for x in ids:
-        r = generate_speculative(target, cls(drafter, target), x, max_new_tokens, stop_token_ids=stops)
+        r = generate(target, cls(drafter, target), x, max_new_tokens, stop_token_ids=stops)
         assert r.tokens == generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
         lengths += r.acceptance_lengths
     taus[name] = float(np.mean(lengths))
@@ -258,8 +260,8 @@ with torch.inference_mode():
 cost = {}
 for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input_fusion"}),
                   ("no target features", {"conditioning": "none"})):
-    d = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
-                                                block_size=16, **kw)).to(device).eval()
+    d = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+                                               block_size=16, **kw)).to(device).eval()
     f = context_features(out.hidden_states, d.config.target_layer_ids)
     block = torch.full((1, 16), tokenizer.mask_token_id, device=device)
     def once():

@@ -83,8 +83,8 @@ print("hardware:", hardware_label(report["env"]))
 #
 # Each *t* below is measured (median of interleaved repeats at the first prompt's context length),
 # and the prediction sits next to the speedup measured in the run above. The gap is the loop's
-# overhead: the per-step phases measured inside the loop (verify includes the acceptance rule,
-# "bookkeeping" is the cache crop, feature slicing and token appends), plus prefill, which both
+# overhead: the per-step phases measured inside the loop ("accept" is the acceptance rule, the
+# cache crop and the drafter's context update), plus prefill, which both
 # decoders pay once per prompt.
 #
 # How to read the overhead column: it is the measured step minus the two forwards timed in

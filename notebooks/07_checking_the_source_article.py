@@ -33,7 +33,8 @@ from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import SamplingParams, target_probs
 from dflash_lite.benchmark import builtin_prompts, measure_costs, predicted_speedup
 from dflash_lite.checkpoints import export_dflash, load_drafter
-from dflash_lite.decode import DFlashProposer, EagleProposer, generate_autoregressive, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.baselines import EagleProposer, generate_autoregressive
 from dflash_lite.plotting import cache_dir, save_figure
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
 from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, labelled_logits,
@@ -62,8 +63,8 @@ def run(make, n=max_new_tokens):
     out = []
     for x in prompt_ids:
         make_ = make()
-        generate_speculative(target, make(), x, 8, stop_token_ids=stops)                # warm-up
-        out.append(generate_speculative(target, make_, x, n, stop_token_ids=stops))
+        generate(target, make(), x, 8, stop_token_ids=stops)                # warm-up
+        out.append(generate(target, make_, x, n, stop_token_ids=stops))
     return out
 
 def tokens_per_s(results):
@@ -349,7 +350,7 @@ assert len(verdicts) == 9
 # worked solutions: `notebooks/solutions/07_checking_the_source_article.py`.
 #
 # **1. ★ Rate against length.** Run the shipped drafter at B = 16 on the first held-out prompt
-# (`generate_speculative(target, DFlashProposer(drafter, target, 16), prompt_ids[0], max_new_tokens,
+# (`generate(target, DFlashProposer(drafter, target, 16), prompt_ids[0], max_new_tokens,
 # stop_token_ids=stops)`) and compute, from its `acceptance_lengths`, both tau and the article's
 # "acceptance rate" (accepted drafts / drafted tokens). Give `(tau, rate)`. Which one predicts the
 # speedup, and why does the rate fall as B grows even for the same drafter?

@@ -2,8 +2,13 @@
 import pytest
 import torch
 
-from dflash_lite import SamplingParams, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite import corpus
+from dflash_lite import (
+    SamplingParams,
+    corpus,
+    generate_autoregressive,
+    load_pretrained,
+    stop_token_ids,
+)
 
 
 def parity_prompts(n_math: int, n_code: int) -> list[str]:

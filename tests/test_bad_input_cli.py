@@ -173,8 +173,8 @@ def test_trainer_checkpoint_round_trips_optimizer_and_rng(tmp_path):
     def make():
         torch.manual_seed(0)
         model = torch.nn.Linear(3, 2)
-        batches = lambda: iter([torch.randn(4, 3) for _ in range(100)])            # noqa: E731
-        loss = lambda m, x: (m(x).pow(2).mean(), {"loss": 0.0, "accuracy_per_position": [0.0]})   # noqa: E731
+        batches = lambda: iter([torch.randn(4, 3) for _ in range(100)])
+        loss = lambda m, x: (m(x).pow(2).mean(), {"loss": 0.0, "accuracy_per_position": [0.0]})
         return train_module.Trainer(model, loss, batches, train_module.TrainConfig(steps=3, log_every=1),
                                     checkpoint_dir=tmp_path, run_config={"layers": 1, "block_size": 4})
     first = make()

@@ -3,7 +3,13 @@ import json
 
 import pytest
 
-from dflash_lite.benchmark import Method, format_table, load_prompts, run_benchmark, standard_methods
+from dflash_lite.benchmark import (
+    Method,
+    format_table,
+    load_prompts,
+    run_benchmark,
+    standard_methods,
+)
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
+from dflash_lite.baselines import generate_autoregressive
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_autoregressive, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import SHIPPED, default_drafter_path, parse_dtype
 
 
@@ -39,7 +40,7 @@ def test_bf16_greedy_speculative_output_is_the_targets_greedy_output(tiny_bf16):
     identical = 0
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-        ours = generate_speculative(target, DFlashProposer(drafter, target), ids, 48, stop_token_ids=stops)
+        ours = generate(target, DFlashProposer(drafter, target), ids, 48, stop_token_ids=stops)
         reference = generate_autoregressive(target, ids, 48, stop_token_ids=stops).tokens
         if ours.tokens == reference:
             identical += 1

@@ -12,9 +12,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dflash_lite import LoadError, corpus, stop_token_ids
-from dflash_lite.checkpoints import (export_dflash, from_transformers, import_dflash, load_drafter, save_drafter,
-                                     to_transformers)
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.checkpoints import (
+    export_dflash,
+    from_transformers,
+    import_dflash,
+    load_drafter,
+    save_drafter,
+    to_transformers,
+)
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.drafter import DrafterCache
 from dflash_lite.target import context_features
 
@@ -104,7 +110,7 @@ def test_transformers_dflash_generate_gives_our_tokens(tiny, random_drafter, blo
     prompts = [p.prompt for p in corpus.math_problems(3, split="held_out", start=40)] + ["def walk(tree):\n"]
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
-        ours = generate_speculative(target, DFlashProposer(drafter, target), ids, 24, stop_token_ids=stops).tokens
+        ours = generate(target, DFlashProposer(drafter, target), ids, 24, stop_token_ids=stops).tokens
         theirs = target.generate(ids, assistant_model=hf, speculation_type="dflash", do_sample=False,
                                  max_new_tokens=24, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
         assert ours == theirs[0, ids.shape[1]:].tolist()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.policy import CostAwareProposer, StepCosts
 
 MAX_NEW = 16
@@ -52,7 +52,7 @@ def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, 
     wrong, chosen = 0, set()
     for ids, expected in cases:
         proposer = CostAwareProposer(random_drafter, target, max_block_size, tree_sizes, costs=costs)
-        result = generate_speculative(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
+        result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         chosen.update(proposer.chosen)
     assert wrong == 0
@@ -109,7 +109,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
     ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 5).prompt, return_tensors="pt").input_ids
     never = StepCosts({1: 1.0, 16: 100.0}, {16: 100.0})                  # drafting never pays
     plain = CostAwareProposer(drafter, target, costs=never)
-    assert generate_speculative(target, plain, ids, 12).acceptance_lengths == [1] * 11
+    assert generate(target, plain, ids, 12).acceptance_lengths == [1] * 11
     # the same 12 tokens, then one draft from the pending context vs. from a proposer that drafted all along
     free = generate_autoregressive(target, ids, 13).tokens
     prefix = torch.cat([ids, torch.tensor([free[:12]])], dim=1)

@@ -11,7 +11,12 @@ import torch
 from safetensors.torch import save_file
 
 from dflash_lite import LoadError
-from dflash_lite.checkpoints import export_dflash, import_dflash, load_drafter, to_transformers
+from dflash_lite.checkpoints import (
+    export_dflash,
+    import_dflash,
+    load_drafter,
+    to_transformers,
+)
 from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
 
 HIDDEN, CONTEXT, BLOCK, VOCAB = 64, 20, 8, 50

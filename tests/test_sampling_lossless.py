@@ -14,10 +14,17 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from dflash_lite.acceptance import (SamplingParams, accept_article_ratio, accept_article_threshold,
-                                    accept_point_mass, accept_speculative, target_probs)
+from dflash_lite.acceptance import (
+    SamplingParams,
+    accept_article_ratio,
+    accept_article_threshold,
+    accept_point_mass,
+    accept_speculative,
+    target_probs,
+)
+from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, DraftModelProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
 
 V, K, RUNS = 6, 3, 20_000
@@ -131,14 +138,14 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     sampling = SamplingParams(temperature=1.0, top_k=3)
     if draft == "dflash":
         drafter = load_drafter(default_drafter_path("tiny"))
-        make = lambda g: DFlashProposer(drafter, target, 2)                                   # noqa: E731
+        make = lambda g: DFlashProposer(drafter, target, 2)
     else:
-        make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),  # noqa: E731
+        make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
                                             sample=True, generator=g)
     g = torch.Generator().manual_seed(7)
     counts, first_step = dict.fromkeys(exact, 0), []
     for _ in range(RUNS_END_TO_END):
-        result = generate_speculative(target, make(g), ids, 3, sampling, generator=g)
+        result = generate(target, make(g), ids, 3, sampling, generator=g)
         assert tuple(result.tokens) in counts, "a token sequence the target cannot produce"
         counts[tuple(result.tokens)] += 1
         first_step.append(result.acceptance_lengths[0])         # 1: the draft was rejected, 2: accepted
@@ -159,7 +166,7 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny):
     distribution; the choice after the first step must vary from run to run."""
     from dflash_lite import corpus
     from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.decode import generate_speculative
+    from dflash_lite.decode import generate
     from dflash_lite.policy import CostAwareProposer, StepCosts
     from dflash_lite.target import default_drafter_path
 
@@ -183,7 +190,7 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny):
     runs, counts, second_choices = 600, dict.fromkeys(exact, 0), set()
     for _ in range(runs):
         proposer = CostAwareProposer(drafter, target, costs=costs, prior_weight=1.0)
-        tokens = tuple(generate_speculative(target, proposer, ids, 4, sampling, generator=g).tokens)
+        tokens = tuple(generate(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1
         second_choices.update(proposer.chosen[1:2])

@@ -12,7 +12,7 @@ with drafters of every quality.)
 """
 from dflash_lite import corpus, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
 
 TAU_FLOOR = 5.0
@@ -25,7 +25,7 @@ def test_shipped_drafter_reaches_the_tau_floor_on_held_out_math(tiny):
     lengths = []
     for prompt in corpus.prompts("held_out", "math", 8):
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-        result = generate_speculative(target, DFlashProposer(drafter, target), ids, 96, stop_token_ids=stops)
+        result = generate(target, DFlashProposer(drafter, target), ids, 96, stop_token_ids=stops)
         lengths += result.acceptance_lengths
     tau = sum(lengths) / len(lengths)                 # tokens per target forward over all steps
     assert tau > TAU_FLOOR, f"tau {tau:.2f} on held-out math, expected > {TAU_FLOOR} (measured 7.25)"

@@ -5,10 +5,20 @@ import pytest
 import torch
 
 from dflash_lite.checkpoints import load_drafter, save_drafter
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.drafter import DrafterConfig
 from dflash_lite.target import context_features
-from dflash_lite.train import (IGNORE, Trainer, TrainConfig, block_attention_mask, drafter_loss,
-                               epoch_batches, make_batch, position_weights, sample_anchors)
+from dflash_lite.train import (
+    IGNORE,
+    TrainConfig,
+    Trainer,
+    block_attention_mask,
+    drafter_loss,
+    epoch_batches,
+    make_batch,
+    position_weights,
+    sample_anchors,
+)
+from dflash_lite.variants import make_drafter
 
 
 def test_anchors_stay_inside_the_response_and_leave_a_label():
@@ -74,7 +84,7 @@ def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditionin
 
     target, tokenizer = tiny
     torch.manual_seed(0)
-    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
                                                       block_size=4, conditioning=conditioning)).eval()
     seq, plen = toy_data.sequences[0], toy_data.prompt_lengths[0]
     g = torch.Generator().manual_seed(3)
@@ -120,7 +130,7 @@ def test_fixed_anchors_sit_on_block_boundaries():
 def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data):
     target, tokenizer = tiny
     torch.manual_seed(0)
-    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                       block_size=4)).train()
     before_target = {k: v.clone() for k, v in target.state_dict().items()}
     weights = position_weights(4)
@@ -140,7 +150,7 @@ def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data)
 def test_trained_drafter_saved_and_loaded_gives_identical_logits(tiny, toy_data, tmp_path):
     target, tokenizer = tiny
     torch.manual_seed(0)
-    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                       block_size=4)).train()
     g = torch.Generator().manual_seed(0)
     weights = position_weights(4)
@@ -164,7 +174,7 @@ def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
 
     def make(steps):
         torch.manual_seed(0)
-        d = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+        d = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                     block_size=4)).train()
         g = torch.Generator().manual_seed(0)
         fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 4, tokenizer.mask_token_id,
@@ -186,7 +196,7 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
 
     target, tokenizer = tiny
     torch.manual_seed(0)
-    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
                                                       block_size=4, drafting="autoregressive")).eval()
     seq, plen = toy_data.sequences[2], toy_data.prompt_lengths[2]
     batch = make_batch([seq], [plen], 4, 2, tokenizer.mask_token_id, tokenizer.pad_token_id,
@@ -200,7 +210,6 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
         trained = target.get_output_embeddings()(hidden)[0, :3]
     anchor = int(batch.block_positions[0, 0])
     cache = DrafterCache(2)
-    cache.keep_drafts = True
     steps, context = [], features[:, :anchor]
     for j in range(3):
         steps.append(drafter.next_token_logits(target, batch.block_ids[:, j:j + 1], context, 0, anchor + j, cache)[0])
@@ -211,14 +220,15 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
 
 def test_eagle_style_decoding_is_lossless(tiny):
     from dflash_lite import generate_autoregressive
-    from dflash_lite.decode import DFlashProposer, EagleProposer, generate_speculative
+    from dflash_lite.baselines import EagleProposer
+    from dflash_lite.decode import DFlashProposer, generate
 
     target, tokenizer = tiny
     torch.manual_seed(0)
-    drafter = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                       block_size=6, drafting="autoregressive")).eval()
     ids = tokenizer("Question: Ben has 4 cards and buys 3 more.\nAnswer:", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, 30).tokens
-    assert generate_speculative(target, EagleProposer(drafter, target), ids, 30).tokens == expected
+    assert generate(target, EagleProposer(drafter, target), ids, 30).tokens == expected
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)

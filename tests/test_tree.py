@@ -7,8 +7,15 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.acceptance import SamplingParams
-from dflash_lite.decode import DFlashProposer, generate_speculative, new_cache, prefill
-from dflash_lite.tree import DFlashTreeProposer, DraftTree, accept_tree, build_tree, keep_path, verify_tree
+from dflash_lite.decode import DFlashProposer, generate, new_cache, prefill
+from dflash_lite.tree import (
+    DFlashTreeProposer,
+    DraftTree,
+    accept_tree,
+    build_tree,
+    keep_path,
+    verify_tree,
+)
 
 MAX_NEW = 16
 
@@ -52,7 +59,7 @@ def test_tree_verify_equals_one_target_forward_per_path(tiny):
     ids = tokenizer("def parse(line):\n", return_tensors="pt").input_ids
     cache = new_cache(target)
     with torch.inference_mode():
-        last = prefill(target, ids, cache).argmax(dim=-1)
+        last = prefill(target, ids, cache)[0].argmax(dim=-1)
         logp = torch.log_softmax(torch.randn(5, target.config.vocab_size, generator=torch.Generator().manual_seed(1)), -1)
         tree = build_tree(last[0], logp, 20)
         logits, hidden = verify_tree(target, tree, cache, ids.shape[1], [1, 3])
@@ -106,7 +113,7 @@ def test_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, ca
     stops = stop_token_ids(target, tokenizer)
     wrong = 0
     for ids, expected in cases:
-        result = generate_speculative(target, DFlashTreeProposer(random_drafter, target, tree_size, block_size=8),
+        result = generate(target, DFlashTreeProposer(random_drafter, target, tree_size, block_size=8),
                                       ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         assert all(1 <= a <= 8 for a in result.acceptance_lengths)
@@ -136,7 +143,7 @@ def test_tree_with_the_shipped_drafter_is_lossless_and_beats_the_chain(tiny, shi
         for name in lengths:
             proposer = DFlashProposer(shipped_drafter, target) if name == "chain" else \
                 DFlashTreeProposer(shipped_drafter, target, name)
-            result = generate_speculative(target, proposer, ids, 64, stop_token_ids=stops)
+            result = generate(target, proposer, ids, 64, stop_token_ids=stops)
             assert result.tokens == expected
             lengths[name] += result.acceptance_lengths
     tau = {name: sum(v) / len(v) for name, v in lengths.items()}
@@ -148,7 +155,7 @@ def test_tree_refuses_sampling_in_one_line(tiny, random_drafter):
     target, tokenizer = tiny
     ids = tokenizer("x", return_tensors="pt").input_ids
     with pytest.raises(ValueError, match="greedy only"):
-        generate_speculative(target, DFlashTreeProposer(random_drafter, target, 8), ids, 8,
+        generate(target, DFlashTreeProposer(random_drafter, target, 8), ids, 8,
                              SamplingParams(temperature=1.0))
     with pytest.raises(ValueError, match="tree_size"):
         DFlashTreeProposer(random_drafter, target, 0)
@@ -159,5 +166,5 @@ def test_tree_stops_at_exactly_max_new_tokens(tiny, shipped_drafter, max_new):
     target, tokenizer = tiny
     ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 3).prompt, return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, max_new).tokens
-    result = generate_speculative(target, DFlashTreeProposer(shipped_drafter, target, 32), ids, max_new)
+    result = generate(target, DFlashTreeProposer(shipped_drafter, target, 32), ids, max_new)
     assert result.tokens == expected and len(result.tokens) == max_new

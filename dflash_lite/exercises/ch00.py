@@ -40,15 +40,16 @@ def check_target_forwards(answer) -> bool:
     if answer is None:
         return not_attempted(name, "Give a pair (autoregressive forwards, DFlash forwards).")
     from ..checkpoints import load_drafter
-    from ..decode import DFlashProposer, generate_autoregressive, generate_speculative
     from ..target import default_drafter_path, stop_token_ids
+    from .baselines import generate_autoregressive
+    from .decode import DFlashProposer, generate
 
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
     ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids, TOUR_MAX_NEW_TOKENS,
                                                                       stop_token_ids=stops))
-    sd = count_target_forwards(model, lambda: generate_speculative(model, DFlashProposer(drafter, model), ids,
+    sd = count_target_forwards(model, lambda: generate(model, DFlashProposer(drafter, model), ids,
                                                                    TOUR_MAX_NEW_TOKENS, stop_token_ids=stops))
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give two numbers: (autoregressive, DFlash)"
     answer = tuple(int(a) for a in answer)
@@ -66,8 +67,8 @@ def check_distinct_samples(answer) -> bool:
     if answer is None:
         return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
     from ..acceptance import SamplingParams
-    from ..decode import generate_autoregressive
     from ..target import stop_token_ids
+    from .baselines import generate_autoregressive
 
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
@@ -118,8 +119,8 @@ def check_llama_parity(path) -> bool:
     if path is None:
         return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
     from .. import corpus
-    from ..decode import generate_autoregressive
     from ..target import load_pretrained, stop_token_ids
+    from .baselines import generate_autoregressive
 
     model, tokenizer = load_pretrained(path)
     assert type(model).__name__ == "LlamaForCausalLM", f"{path} holds a {type(model).__name__}, not a Llama"

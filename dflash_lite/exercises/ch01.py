@@ -35,7 +35,7 @@ def check_cache_positions(answer) -> bool:
     if answer is None:
         return not_attempted(name, "Give the number of positions the KV cache holds at the end.")
     from .. import corpus
-    from ..decode import generate_autoregressive
+    from .baselines import generate_autoregressive
 
     model, tokenizer = shipped_target()
     prompt = corpus.math_problems(1, split="held_out", start=700)[0].prompt

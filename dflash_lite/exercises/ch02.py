@@ -8,7 +8,8 @@ import torch
 from . import correct, not_attempted
 from .. import corpus
 from ..acceptance import SamplingParams, target_probs
-from ..decode import DraftModelProposer, generate_speculative
+from .decode import generate
+from .baselines import DraftModelProposer
 from ..target import stop_token_ids
 
 
@@ -26,7 +27,7 @@ def check_tau_by_draft_length(answer, target, draft, tokenizer, max_new_tokens: 
     ids = first_prompt_ids(tokenizer).to(target.device)
     stops = stop_token_ids(target, tokenizer)
     for k in (2, 8):
-        r = generate_speculative(target, DraftModelProposer(draft, target, k + 1), ids, max_new_tokens,
+        r = generate(target, DraftModelProposer(draft, target, k + 1), ids, max_new_tokens,
                                  stop_token_ids=stops)
         expected = statistics.mean(r.acceptance_lengths)
         assert abs(answer[k] - expected) <= 0.1 * expected, \

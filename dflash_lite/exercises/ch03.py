@@ -60,7 +60,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
     if answer is None:
         return not_attempted("Exercise 3", "put the first-pass argmax into slots 1..B-1 and run the drafter again.")
-    from ..decode import DFlashProposer
+    from .decode import DFlashProposer
 
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
@@ -84,9 +84,9 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
 
 def measured_tau(proposer_factory, target, prompt_ids, max_new_tokens: int, stops) -> float:
     """Mean acceptance length over all steps of all prompts (greedy)."""
-    from ..decode import generate_speculative
+    from .decode import generate
 
-    lengths = [a for x in prompt_ids for a in generate_speculative(
+    lengths = [a for x in prompt_ids for a in generate(
         target, proposer_factory(), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
     return sum(lengths) / len(lengths)
 
@@ -95,9 +95,9 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
                             stops) -> bool:
     """Exercise 4: tau of the drafter run at a block size it was not trained with."""
     if answer is None:
-        return not_attempted("Exercise 4", "DFlashProposer(drafter, target, 8) in generate_speculative, "
+        return not_attempted("Exercise 4", "DFlashProposer(drafter, target, 8) in generate, "
                                            "then the mean of all acceptance lengths.")
-    from ..decode import DFlashProposer
+    from .decode import DFlashProposer
 
     expected = measured_tau(lambda: DFlashProposer(drafter, target, block_size), target, prompt_ids,
                             max_new_tokens, stops)
@@ -114,7 +114,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def unmasking_proposer():
     """The reference for exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    from ..decode import DFlashProposer
+    from .decode import DFlashProposer
 
     class ConfidenceUnmaskingProposer(DFlashProposer):
         def propose(self, last_token: torch.Tensor, k: int):
@@ -139,7 +139,8 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
     """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted("Exercise 5", "subclass DFlashProposer and override propose(last_token, k).")
-    from ..decode import DFlashProposer, generate_autoregressive, generate_speculative
+    from .baselines import generate_autoregressive
+    from .decode import DFlashProposer, generate
 
     assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
         "answer with the class itself, a subclass of DFlashProposer"
@@ -159,9 +160,9 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
     for name, cls in (("one pass", DFlashProposer), ("unmasking", answer)):
         lengths, tokens, seconds = [], 0, 0.0
         for x in prompt_ids:
-            r = generate_speculative(target, cls(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops)
+            r = generate(target, cls(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops)
             if cls is answer:
-                ref = generate_speculative(target, reference(drafter, target, block_size), x, max_new_tokens,
+                ref = generate(target, reference(drafter, target, block_size), x, max_new_tokens,
                                            stop_token_ids=stops)
                 assert r.acceptance_lengths == ref.acceptance_lengths, \
                     "your proposer drafts differently from the reference on a later step"

@@ -67,13 +67,14 @@ def check_unigram_loss(answer, data) -> bool:
 
 def _ar_setup(target, data, tokenizer, block_size: int = 8):
     """A small autoregressive drafter and one causal batch: (drafter, batch, weights)."""
-    from ..drafter import DFlashDrafter, DrafterConfig
+    from ..drafter import DrafterConfig
     from ..train import make_batch, position_weights
+    from ..variants import make_drafter
 
     torch.manual_seed(0)
     config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                        block_size=block_size, drafting="autoregressive")
-    drafter = DFlashDrafter(config).to(target.device)
+    drafter = make_drafter(config).to(target.device)
     batch = make_batch(data.sequences[:2], data.prompt_lengths[:2], block_size, 4, tokenizer.mask_token_id,
                        tokenizer.pad_token_id, torch.Generator().manual_seed(0), causal=True)
     return drafter, batch, position_weights(block_size)

@@ -8,7 +8,7 @@ import torch
 from . import correct, not_attempted
 from ..acceptance import SamplingParams, target_probs
 from ..benchmark import builtin_prompts
-from ..decode import DFlashProposer, generate_speculative
+from .decode import DFlashProposer, generate
 from ..target import stop_token_ids
 
 
@@ -17,7 +17,7 @@ def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int, 
     if answer is None:
         return not_attempted("Exercise 1", "Give (tau, rate).")
     ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids.to(target.device)
-    result = generate_speculative(target, DFlashProposer(drafter, target, block_size), ids, max_new_tokens,
+    result = generate(target, DFlashProposer(drafter, target, block_size), ids, max_new_tokens,
                                   stop_token_ids=stop_token_ids(target, tokenizer))
     lengths = result.acceptance_lengths
     tau = statistics.mean(lengths)

@@ -9,7 +9,7 @@ import torch
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.exercises.ch00 import (check_distinct_samples, check_llama_parity, check_math_template,
                                         check_target_forwards)
 from dflash_lite.target import default_drafter_path
@@ -22,7 +22,7 @@ prompt_ids = tokenizer(problem.prompt, return_tensors="pt").input_ids
 # 1. The prefill chooses the first token, and every later token costs one forward: n tokens, n forwards.
 #    DFlash: the prefill, then one verification per step.
 ar = generate_autoregressive(model, prompt_ids, 64, stop_token_ids=stops)
-sd = generate_speculative(model, DFlashProposer(load_drafter(default_drafter_path("tiny")), model), prompt_ids, 64,
+sd = generate(model, DFlashProposer(load_drafter(default_drafter_path("tiny")), model), prompt_ids, 64,
                           stop_token_ids=stops)
 assert check_target_forwards((len(ar.tokens), 1 + len(sd.acceptance_lengths)))
 

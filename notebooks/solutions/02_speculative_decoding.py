@@ -5,7 +5,8 @@ import torch
 
 from dflash_lite import SamplingParams, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import target_probs
-from dflash_lite.decode import DraftModelProposer, generate_speculative
+from dflash_lite.baselines import DraftModelProposer
+from dflash_lite.decode import generate
 from dflash_lite.exercises import ch02
 from dflash_lite.target import SHIPPED_BASELINES
 
@@ -16,7 +17,7 @@ max_new_tokens = 64
 # 1. tau for k = 2 and k = 8 (the package's loop is the notebook's loop; their steps agree)
 ids = ch02.first_prompt_ids(tokenizer)
 stops = stop_token_ids(target, tokenizer)
-taus = {k: statistics.mean(generate_speculative(target, DraftModelProposer(draft, target, k + 1), ids,
+taus = {k: statistics.mean(generate(target, DraftModelProposer(draft, target, k + 1), ids,
                                                 max_new_tokens, stop_token_ids=stops).acceptance_lengths)
         for k in (2, 8)}
 print("tau by k:", taus)

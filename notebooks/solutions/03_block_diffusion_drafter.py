@@ -7,7 +7,7 @@ import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.exercises import ch03
 from dflash_lite.target import SHIPPED_DRAFTERS, context_features
 from dflash_lite.train import block_attention_mask
@@ -51,7 +51,7 @@ answer_3 = drafter.draft_logits(target, second, features, 0)[0].argmax(-1)
 assert ch03.check_second_pass(answer_3, drafter, target, ids, block_size)
 
 # 4. The B=16 drafter at B=8: pool every step's acceptance length, one mean.
-lengths = [a for x in math_ids for a in generate_speculative(
+lengths = [a for x in math_ids for a in generate(
     target, DFlashProposer(drafter, target, 8), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
 answer_4 = sum(lengths) / len(lengths)
 assert ch03.check_tau_at_block_size(answer_4, drafter, target, math_ids, 8, max_new_tokens, stops)

@@ -6,7 +6,7 @@ import torch
 from dflash_lite import load_pretrained, stop_token_ids
 from dflash_lite.benchmark import builtin_prompts
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate_speculative
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.exercises import ch07
 from dflash_lite.target import SHIPPED_DRAFTERS
 
@@ -16,7 +16,7 @@ max_new_tokens = 48
 
 # 1. tau and the per-token rate from the same acceptance lengths
 ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids
-lengths = generate_speculative(target, DFlashProposer(drafter, target, 16), ids, max_new_tokens,
+lengths = generate(target, DFlashProposer(drafter, target, 16), ids, max_new_tokens,
                                stop_token_ids=stop_token_ids(target, tokenizer)).acceptance_lengths
 tau = statistics.mean(lengths)
 rate = sum(a - 1 for a in lengths) / (len(lengths) * 15)

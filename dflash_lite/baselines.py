@@ -1,0 +1,101 @@
+"""The methods DFlash is measured against, each a :class:`~dflash_lite.decode.Proposer` for the
+same decode loop (:func:`dflash_lite.decode.steps`), so every speedup compares like with like:
+
+* :class:`NoDraftProposer`: block size 1, nothing drafted. The loop is then plain autoregressive
+  decoding, one target forward per token with the KV cache: :func:`generate_autoregressive`.
+* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5): the same
+  feature taps and KV injection, but one drafter forward per draft token.
+* :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
+"""
+from __future__ import annotations
+
+import torch
+
+from .acceptance import SamplingParams, target_probs
+from .decode import DFlashProposer, GenerationResult, crop_cache, generate, new_cache
+from .validate import check_int
+
+
+class NoDraftProposer:
+    """Block size 1: nothing is drafted; each step is one target forward that commits one token."""
+    layer_ids = None
+    block_size = 1
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        pass
+
+    def propose(self, last_token, k):
+        raise AssertionError("block size 1 drafts nothing")
+
+    def accepted(self, block, n, position, target_hidden) -> None:
+        pass
+
+
+def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
+                            sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+                            generator: torch.Generator | None = None) -> GenerationResult:
+    """The baseline: the decode loop at block size 1 (prefill, then one target forward per token)."""
+    return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids, generator)
+
+
+class EagleProposer(DFlashProposer):
+    """The EAGLE-style baseline: the same context and KV injection as DFlash, but k drafter forwards
+    for k drafts, each token predicting the next. Needs an autoregressive drafter
+    (:class:`dflash_lite.variants.AutoregressiveDrafter`), whose cache keeps each draft's K/V for the
+    next one; after the round the cache is cut back to the accepted context."""
+
+    autoregressive = True
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
+        context, context_start, drafts = self.new_context, self.new_context_start, []
+        for i in range(k):
+            logits = self.drafter.next_token_logits(self.target, token, context, context_start, position + i, self.cache)
+            token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
+            drafts.append(token[0])
+            context, context_start = context[:, :0], position                      # the context is cached now
+        self.cache.truncate(position)                  # keep the accepted context 0..position-1, not the drafts
+        return torch.cat(drafts), None
+
+
+class DraftModelProposer:
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own cache.
+
+    ``sample=False`` drafts the argmax (a point-mass q); ``sample=True`` samples from the draft
+    model's processed distribution and returns it, for the general acceptance rule.
+    """
+    layer_ids = None
+
+    def __init__(self, draft_model, target, block_size: int = 5, sampling: SamplingParams = SamplingParams(),
+                 sample: bool = False, generator: torch.Generator | None = None):
+        if draft_model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
+                             f"target vocabulary {target.config.vocab_size}")
+        check_int("block_size", block_size)
+        self.model, self.block_size, self.sampling = draft_model, block_size, sampling
+        self.sample, self.generator = sample and not sampling.greedy, generator
+        self.processors = sampling.processors()
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.cache = new_cache(self.model)
+        self.unseen = prompt_ids                                        # tokens not yet in the draft cache
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
+        tokens, probs = [], []
+        for _ in range(k):
+            logits = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+            if self.sample:
+                p = target_probs(logits, self.sampling, self.processors)   # (1, V)
+                token = torch.multinomial(p, 1, generator=self.generator)[0]
+                probs.append(p[0])
+            else:
+                token = logits.argmax(dim=-1)
+            tokens.append(token)
+            ids = token.view(1, 1)
+        return torch.cat(tokens), (torch.stack(probs) if self.sample else None)
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        crop_cache(self.cache, position + n + 1)                        # drop rejected drafts
+        have = self.cache.get_seq_length()                              # the last draft was never fed
+        self.unseen = block[:, have - position: n + 1]
