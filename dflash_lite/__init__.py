@@ -8,7 +8,8 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 * :mod:`dflash_lite.decode`      decode loops (autoregressive and speculative), proposers, result type
 * :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming
 * :mod:`dflash_lite.checkpoints` drafter save/load, the public DFlash layout, transformers' drafter
-* :mod:`dflash_lite.train`       target-regenerated data, anchors, the block mask, the loss, the trainer
+* :mod:`dflash_lite.train`       target-regenerated data, anchors, the block mask, the loss, tau probes
+* :mod:`dflash_lite.trainer`     the one training loop and learning-rate schedule (drafters and the target)
 * :mod:`dflash_lite.benchmark`   interleaved benchmarks with the identity check, and the cost model
 * :mod:`dflash_lite.plotting`    the benchmark figures, and where figures and results are written
 * :mod:`dflash_lite.corpus`      the offline corpus (stdlib code + generated math) and the prompt splits

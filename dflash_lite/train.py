@@ -12,30 +12,35 @@
 4. **Loss**: cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``, normalised by the
    weight sum. Only the drafter's layers, projection and norms train; the target is frozen.
 
-The :class:`Trainer` knows nothing about drafters: it takes a model, a batch iterator and a loss
-function, and runs AdamW with warm-up + cosine, gradient clipping, callbacks, checkpoints, resume.
+The loop itself is :class:`dflash_lite.trainer.Trainer` (AdamW, warm-up + cosine, gradient
+clipping, callbacks, checkpoints, resume), the one the shipped target is pre-trained with too; its
+names stay importable from here.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
-import signal
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
 
 from . import corpus, validate
-from .files import atomic_path, atomic_write_text
+from .files import atomic_write_text
 from .target import context_features
+from .trainer import (  # noqa: F401  (importable from here too)
+    CHECKPOINT,
+    TrainConfig,
+    Trainer,
+    TrainingInterrupted,
+    check_same_run,
+    cosine_lr,
+    read_checkpoint,
+)
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}   # the paper's decay for its block sizes
 IGNORE = -100
@@ -282,197 +287,6 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
 
 
 # ----------------------------------------------------------------------------- 3. the trainer
-@dataclass
-class TrainConfig:
-    steps: int = 1000
-    lr: float = 6e-4
-    warmup_fraction: float = 0.04
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    log_every: int = 10
-    checkpoint_every: int = 0            # 0: only at the end
-    seed: int = 0
-    time_budget_s: float | None = None   # stop (with the schedule finished) after this much training time
-
-
-def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
-    """Linear warm-up over the first ``warmup_fraction`` of training, then cosine to zero.
-
-    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one."""
-    progress = max(progress, (step + 1) / config.steps)
-    if progress < config.warmup_fraction:
-        return config.lr * progress / config.warmup_fraction
-    rest = (progress - config.warmup_fraction) / (1 - config.warmup_fraction)
-    return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, rest)))
-
-
-CHECKPOINT = "trainer_state.safetensors"   # tensors; everything else as JSON in its header metadata
-
-
-def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
-    """(metadata, tensors) of a trainer checkpoint. Only safetensors and JSON are read, so a
-    checkpoint can hold data but never code; a damaged file is one ValueError line."""
-    path = Path(path)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = json.loads(f.metadata()["trainer"])
-        return meta, load_file(str(path))
-    except Exception as e:                          # safetensors and json raise their own types
-        raise ValueError(f"{path}: not a readable trainer checkpoint ({type(e).__name__}); "
-                         f"start again with --overwrite") from None
-
-
-def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
-    """Refuse, in one line naming the first difference, to resume a run with other settings."""
-    wanted = json.loads(json.dumps(wanted))         # compare as stored: tuples are lists in JSON
-    for key in sorted(set(saved) | set(wanted)):
-        if saved.get(key) != wanted.get(key):
-            raise ValueError(f"{where} holds a run with {key}={saved.get(key)!r}, but this run has "
-                             f"{key}={wanted.get(key)!r}; resume with the same settings, "
-                             f"or start again with --overwrite")
-
-
-@dataclass
-class Trainer:
-    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``.
-
-    With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
-    (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
-    Ctrl-C finishes the current step, saves, and raises :class:`TrainingInterrupted`.
-    """
-    model: torch.nn.Module
-    loss_fn: Callable
-    batches: Callable[[], Iterator]
-    config: TrainConfig
-    callbacks: list[Callable] = field(default_factory=list)      # on_batch_end(trainer, step, metrics)
-    checkpoint_dir: Path | None = None
-    step: int = 0
-    history: list[dict] = field(default_factory=list)
-    run_config: dict = field(default_factory=dict)               # what a resume must match
-
-    def __post_init__(self):
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
-        if self.checkpoint_dir is not None and (Path(self.checkpoint_dir) / CHECKPOINT).is_file():
-            self.resume()
-
-    def run(self):
-        from tqdm import tqdm
-
-        interrupted = []
-        previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler
-
-        def on_interrupt(signum, frame):          # finish the step, then save; a second Ctrl-C stops at once
-            interrupted.append(signum)
-            signal.signal(signal.SIGINT, previous)
-
-        main_thread = threading.current_thread() is threading.main_thread()
-        if main_thread:
-            signal.signal(signal.SIGINT, on_interrupt)
-        try:
-            self._loop(tqdm, interrupted)
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGINT, previous)
-        if self.checkpoint_dir and self.step > 0:
-            self.save()
-        if interrupted:
-            saved = bool(self.checkpoint_dir and self.step > 0)
-            said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
-                    if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
-            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved)
-        return self.history
-
-    def _loop(self, tqdm, interrupted: list):
-        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5, disable=None)
-        start = time.time()
-        data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
-        while self.step < self.config.steps and not interrupted:
-            # progress on steps, or on wall time when there is a budget (whichever is further)
-            progress = self.step / self.config.steps
-            if self.config.time_budget_s:
-                progress = max(progress, (time.time() - start) / self.config.time_budget_s)
-                if progress >= 1.0:
-                    break
-            try:
-                batch = next(data)
-            except StopIteration:                              # a new epoch: anchors are resampled
-                if fresh:
-                    raise ValueError("the training data gives no batch (no response is long enough "
-                                     "for a block); regenerate with more prompts or --max-new-tokens") from None
-                data, fresh = self.batches(), True
-                continue
-            fresh = False
-            for group in self.optimizer.param_groups:
-                group["lr"] = cosine_lr(progress, self.step, self.config)
-            loss, metrics = self.loss_fn(self.model, batch)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-            self.optimizer.step()
-            self.step += 1
-            metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"], elapsed_s=time.time() - start)
-            if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
-                    self.config.time_budget_s and metrics["elapsed_s"] >= self.config.time_budget_s):
-                self.history.append(metrics)
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc1=f"{metrics['accuracy_per_position'][0]:.2f}")
-            for callback in self.callbacks:
-                callback(self, self.step, metrics)
-            bar.update(1)
-            if self.checkpoint_dir and self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
-                self.save()
-        bar.close()
-
-    def save(self):
-        """One safetensors file, written atomically: ``model.*``, ``optimizer.<param>.<key>`` and
-        ``rng.torch`` tensors; step, history, run config and the optimizer's other state as JSON."""
-        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
-        optimizer = self.optimizer.state_dict()
-        scalars = {}
-        for index, values in optimizer["state"].items():
-            for key, value in values.items():
-                if torch.is_tensor(value):
-                    tensors[f"optimizer.{index}.{key}"] = value
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        tensors["rng.torch"] = torch.get_rng_state()
-        meta = {"step": self.step, "history": self.history, "run_config": self.run_config,
-                "param_groups": optimizer["param_groups"], "optimizer_scalars": scalars}
-        with atomic_path(Path(self.checkpoint_dir) / CHECKPOINT) as tmp:
-            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp),
-                      metadata={"trainer": json.dumps(meta)})
-
-    def resume(self):
-        path = Path(self.checkpoint_dir) / CHECKPOINT
-        meta, tensors = read_checkpoint(path)
-        check_same_run(meta.get("run_config", {}), self.run_config, path.parent)
-        model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
-        try:
-            self.model.load_state_dict(model)
-        except RuntimeError:
-            raise ValueError(f"{path}: its weights do not fit this model; start again with --overwrite") from None
-        state = {}
-        for name, value in tensors.items():
-            if name.startswith("optimizer."):
-                _, index, key = name.split(".", 2)
-                state.setdefault(int(index), {})[key] = value
-        for index, values in meta["optimizer_scalars"].items():
-            state.setdefault(int(index), {}).update(values)
-        groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-        self.step, self.history = meta["step"], meta["history"]
-        torch.set_rng_state(tensors["rng.torch"])
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
-    was saved (``saved``), so the CLI can say how to resume."""
-
-    def __init__(self, message: str, saved: bool):
-        super().__init__(message)
-        self.saved = saved
-
-
 def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
     """What ``out`` may be used for, decided before any work: a new or empty directory; a
     resumable run (``checkpoint/``) with the same ``run_config``; anything else only with
