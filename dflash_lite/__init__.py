@@ -4,8 +4,12 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 
 * :mod:`dflash_lite.target`      loading the target LM (shipped, local or hub) and its feature taps
 * :mod:`dflash_lite.drafter`     the DFlash drafter: projection, KV-injection layers, drafter KV cache
+* :mod:`dflash_lite.variants`    the drafter's ablations (input fusion, no features, autoregressive)
 * :mod:`dflash_lite.acceptance`  the target's sampling distribution and the acceptance rules
-* :mod:`dflash_lite.decode`      decode loops (autoregressive and speculative), proposers, result type
+* :mod:`dflash_lite.decode`      the decode loop as phases, the ``Proposer`` protocol, the result type
+* :mod:`dflash_lite.baselines`   block size 1 (plain decoding), the EAGLE-style drafter, a draft model
+* :mod:`dflash_lite.policy`      the cost-aware block size (the default) and the adaptive rule
+* :mod:`dflash_lite.tree`        draft trees verified in one target forward (greedy)
 * :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming
 * :mod:`dflash_lite.checkpoints` drafter save/load, the public DFlash layout, transformers' drafter
 * :mod:`dflash_lite.train`       target-regenerated data, anchors, the block mask, the loss, tau probes
@@ -16,6 +20,8 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 * :mod:`dflash_lite.zoo`         the shipped models and how to retrain them
 * :mod:`dflash_lite.model_card`  measuring a target or a drafter and writing its card
 * :mod:`dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``
+* :mod:`dflash_lite.validate`    the one validation layer; :mod:`dflash_lite.files` the one atomic write
+* :mod:`dflash_lite.exercises`   the notebooks' exercise self-checks
 """
 import warnings
 
