@@ -61,13 +61,12 @@ class DrafterConfig:
     max_block_size: int = 64          # largest block the drafter may be asked for at inference
     hidden_act: str = "silu"
     attention_bias: bool = False
-    drafting: str = "block"           # "block": DFlash; "autoregressive": the EAGLE-style baseline (DFlash-AR)
-    # how the target's features reach the drafter (notebook 04 compares them):
-    #   "kv_injection": DFlash; every layer's context K/V come from the projected features
-    #   "input_fusion": the projected features enter once, as the context's input; the context
-    #                   then runs through the drafter's layers (causal) like a small LM's prompt
-    #   "none":         no target computation at all: the context is the target's token
-    #                   embeddings (tap -1, the embedding output), injected like DFlash's features
+    # which drafter this config describes (dflash_lite.variants.make_drafter builds it); the paper's
+    # is ("block", "kv_injection"), the rest are ablations:
+    #   drafting "autoregressive": the EAGLE-style baseline (DFlash-AR), one token per forward
+    #   conditioning "input_fusion": the projected features enter once, as the context's input
+    #   conditioning "none": no target features; the context is the target's token embeddings (tap -1)
+    drafting: str = "block"
     conditioning: str = "kv_injection"
     # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
     # {"rope_type": "linear", "factor": 2.0}; the rotary embedding is transformers' for that type
