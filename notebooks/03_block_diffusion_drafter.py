@@ -196,7 +196,7 @@ with torch.inference_mode():
     mine = kv_injection_attention(layer0.self_attn, x, context, block_pos, ctx_pos)
     rope_b = drafter.rotary_emb(x, block_pos[None].to(device))
     rope_c = drafter.rotary_emb(context, ctx_pos[None].to(device))
-    ref, _ = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)   # dflash_lite/drafter.py
+    ref = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)      # dflash_lite/drafter.py
 torch.testing.assert_close(mine, ref)
 print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = {(mine - ref).abs().max():.2e}")
 
