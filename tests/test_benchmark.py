@@ -1,5 +1,5 @@
 """The benchmark: JSON shape, the identity check, failing methods reported, speedup arithmetic,
-rows told apart by kind (never by name)."""
+rows told apart by kind (never by name), and the CLI's defaults taken from the signatures."""
 import inspect
 import json
 
@@ -332,3 +332,53 @@ def test_resolve_run_report_in_steps(tmp_path, capsys):
     assert row_of(out, Kind.AUTOREGRESSIVE)["speedup"] == 1.0 and row_of(out, Kind.DFLASH, block_size=4)["tau"]
     assert [r["kind"] for r in out["cost_model"]["rows"]] == ["dflash"]
     assert "vs generate" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the CLI's defaults are the signatures'
+def test_every_cli_default_is_the_function_signatures():
+    from dflash_lite.benchmark import bench
+    from dflash_lite.cli import build_parser, demo
+    from dflash_lite.train import train_draft_model, train_drafter
+
+    commands = build_parser().commands
+    for command, func in (("demo", demo), ("bench", bench), ("train", train_drafter)):
+        parser, params = commands[command], inspect.signature(func).parameters
+        options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+        assert options
+        for action in options:
+            if action.required:
+                continue
+            assert parser.get_default(action.dest) == params[action.dest].default, (command, action.dest)
+    # --drafting draft-model hands the same options to train_draft_model: its defaults must agree
+    shared = set(inspect.signature(train_draft_model).parameters) & {a.dest for a in commands["train"]._actions}
+    for name in shared - {"out"}:
+        assert inspect.signature(train_draft_model).parameters[name].default == \
+            inspect.signature(train_drafter).parameters[name].default, name
+
+
+def test_cli_help_shows_the_signature_defaults():
+    from dflash_lite.cli import build_parser
+
+    text = " ".join(build_parser().commands["bench"].format_help().split())
+    assert "--num-prompts NUM_PROMPTS default: 8" in text and "(default: 32,64)" in text
+    assert "e.g. 4,8,16 (default: 16)" in text
+
+
+def test_an_option_the_function_lacks_is_refused_when_the_parser_is_built():
+    from dflash_lite.cli import Parser, defaults_from
+
+    def command(size: int = 3, flag: bool = True, where: str | None = None):
+        pass
+
+    ok = Parser(prog="x")
+    ok.add_argument("--size", type=int)
+    ok.add_argument("--no-flag", dest="flag", action="store_false")
+    ok.add_argument("--colour")
+    assert vars(defaults_from(ok, command, colour="red").parse_args([])) == {"size": 3, "flag": True, "colour": "red"}
+    for flags, kwargs, extra in ((("--colour",), {}, {}),                          # no default anywhere
+                                 (("--size",), {"type": int}, {"size": 4}),       # a default stated twice
+                                 (("--flag",), {"action": "store_true"}, {})):    # a switch that changes nothing
+        bad = Parser(prog="x")
+        bad.add_argument(*flags, **kwargs)
+        with pytest.raises(TypeError):
+            defaults_from(bad, command, **extra)
