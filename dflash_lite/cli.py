@@ -1,11 +1,13 @@
 """The command line: ``python -m dflash_lite demo``, ``bench`` and ``train``.
 
 Parsing lives only here and under ``__main__``; every command is a typed function that
-notebooks can call directly.
+notebooks can call directly, and its signature is where each default is written: no option
+states one (:func:`defaults_from` fills them in and shows them in ``--help``).
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import shlex
 import sys
 from pathlib import Path
@@ -14,9 +16,11 @@ import torch
 
 from . import corpus, validate
 from .acceptance import SamplingParams
-from .benchmark import interleaved
 from .baselines import generate_autoregressive
+from .benchmark import DATASETS, all_dflash_failed, bench, interleaved
+from .drafter import CONDITIONING
 from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
+from .train import TRAIN_DATASETS, train_draft_model, train_drafter
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -89,11 +93,50 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     return summary
 
 
+def shown_default(value) -> str | None:
+    """A default as a user would type it on the command line; None for "not given" and for switches."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) or "''"
+    return str(value) or "''"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit 2): the message names the flag and its range."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def defaults_from(parser: argparse.ArgumentParser, func, **extra) -> argparse.ArgumentParser:
+    """Give each option of ``parser`` the default of ``func``'s parameter of the same name, and show
+    it in the help: the signature is the one place a default is written, so the command line and
+    the Python API cannot differ. ``extra`` gives the default of an option that ``func`` has no
+    default for. Any other option without one is an error here, as is a switch whose default is
+    what it sets."""
+    params = inspect.signature(func).parameters
+    defaults = {}
+    for action in parser._actions:
+        if not action.option_strings or action.default is argparse.SUPPRESS or action.required:
+            continue                                      # positionals, --help, required options
+        param = params.get(action.dest)
+        has_default = param is not None and param.default is not param.empty
+        if has_default == (action.dest in extra):
+            raise TypeError(f"{parser.prog} {action.option_strings[0]}: {func.__name__}() "
+                            + ("and extra both give a default" if has_default else "has no default")
+                            + f" for {action.dest!r}")
+        default = param.default if has_default else extra[action.dest]
+        if action.nargs == 0 and default is action.const:    # store_true / store_false
+            raise TypeError(f"{parser.prog} {action.option_strings[0]} sets {action.dest}={action.const}, "
+                            f"already the default")
+        defaults[action.dest] = default
+        shown = shown_default(default)
+        if shown is not None and "default" not in (action.help or ""):
+            shown = shown.replace("%", "%%")               # argparse %-formats help
+            action.help = f"{action.help} (default: {shown})" if action.help else f"default: {shown}"
+    parser.set_defaults(**defaults)
+    return parser
 
 
 # argparse types from the one validation layer (dflash_lite.validate), shared with the Python API
@@ -112,95 +155,105 @@ def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802 
     return validate.block_sizes_arg(text) if text.strip() else ()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash,
-    2 for bad input (one line, before any work), 130 on Ctrl-C (training saves first)."""
+def build_parser() -> Parser:
+    """The command line. No option states a default: each comes from its command's signature
+    (:func:`defaults_from`); ``parser.commands`` maps each command to its parser."""
     parser = Parser(prog="python -m dflash_lite",
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="complete a prompt with the shipped target and time it")
-    d.add_argument("--target", default="tiny", help="'tiny', a local HF directory or a hub id")
-    d.add_argument("--prompt", default=DEFAULT_PROMPT)
-    d.add_argument("--max-new-tokens", type=POS, default=96)
-    d.add_argument("--temperature", type=TEMP, default=0.0)
-    d.add_argument("--top-k", type=POS, default=None)
-    d.add_argument("--top-p", type=TOP_P, default=None)
-    d.add_argument("--seed", type=ANY_INT, default=0)
-    d.add_argument("--device", type=validate.device_arg, default="cpu")
-    d.add_argument("--drafter", default=None,
+    d.add_argument("--target", help="'tiny', a local HF directory or a hub id")
+    d.add_argument("--prompt")
+    d.add_argument("--max-new-tokens", type=POS)
+    d.add_argument("--temperature", type=TEMP)
+    d.add_argument("--top-k", type=POS)
+    d.add_argument("--top-p", type=TOP_P)
+    d.add_argument("--seed", type=ANY_INT)
+    d.add_argument("--device", type=validate.device_arg)
+    d.add_argument("--drafter",
                    help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
-    d.add_argument("--block-size", type=POS, default=None,
+    d.add_argument("--block-size", type=POS,
                    help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
-    d.add_argument("--repeats", type=POS, default=3)
-    d.add_argument("--dtype", default="float32", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
+    d.add_argument("--repeats", type=POS)
+    d.add_argument("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
+    defaults_from(d, demo)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
-    b.add_argument("--target", default="tiny")
-    b.add_argument("--drafter", default=None, help="drafter directory (own or public DFlash layout) or hub id")
-    b.add_argument("--dtype", default="float32", choices=list(DTYPES),
+    b.add_argument("--target")
+    b.add_argument("--drafter", help="drafter directory (own or public DFlash layout) or hub id")
+    b.add_argument("--dtype", choices=list(DTYPES),
                    help="target and drafters (bfloat16 is how real models are served on a GPU)")
-    b.add_argument("--random-drafter-layers", type=POS, default=None,
+    b.add_argument("--random-drafter-layers", type=POS,
                    help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
-    b.add_argument("--prompts", default=None, help="JSONL file with a 'prompt' (or 'turns') field")
-    b.add_argument("--dataset", default=None, choices=["gsm8k", "humaneval", "mbpp", "math500", "mt-bench"],
+    b.add_argument("--prompts", help="JSONL file with a 'prompt' (or 'turns') field")
+    b.add_argument("--dataset", choices=list(DATASETS),
                    help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
-    b.add_argument("--temperature", type=TEMP, default=0.0, help="0: greedy, with the identity check")
+    b.add_argument("--temperature", type=TEMP, help="0: greedy, with the identity check")
     b.add_argument("--adaptive", action="store_true",
                    help="also run DFlash with the block size chosen per step from recent acceptance")
-    b.add_argument("--tree-sizes", type=TREE_SIZES, default=(32, 64),
-                   help="draft-tree rows, nodes per tree (greedy only; '' for none)")
-    b.add_argument("--cost-repeats", type=POS, default=10, help="repeats of each timed forward in the cost model")
-    b.add_argument("--domain", default="mixed", choices=["math", "code", "mixed"], help="built-in held-out prompts")
-    b.add_argument("--num-prompts", type=POS, default=8)
-    b.add_argument("--max-new-tokens", type=POS, default=64)
-    b.add_argument("--block-sizes", type=validate.block_sizes_arg, default=(16,), help="e.g. 4,8,16")
-    b.add_argument("--repeats", type=POS, default=3)
-    b.add_argument("--device", type=validate.device_arg, default="cpu")
-    b.add_argument("--json", dest="json_out", type=OUT_FILE, default=None)
-    b.add_argument("--prompt-template", default="{prompt}",
+    b.add_argument("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree (greedy only; '' for none)")
+    b.add_argument("--cost-repeats", type=POS, help="repeats of each timed forward in the cost model")
+    b.add_argument("--domain", choices=["math", "code", "mixed"], help="built-in held-out prompts")
+    b.add_argument("--num-prompts", type=POS)
+    b.add_argument("--max-new-tokens", type=POS)
+    b.add_argument("--block-sizes", type=validate.block_sizes_arg, help="e.g. 4,8,16")
+    b.add_argument("--repeats", type=POS)
+    b.add_argument("--device", type=validate.device_arg)
+    b.add_argument("--json", dest="json_out", type=OUT_FILE)
+    b.add_argument("--prompt-template",
                    help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                    help="feed prompts as they are, even when the tokenizer has a chat template")
     b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
                    help="skip transformers' DFlash path")
-    b.add_argument("--eagle", default=None, help="EAGLE-style drafter directory (default: the shipped one)")
-    b.add_argument("--draft-model", default=None, help="small draft LM directory (default: the shipped one)")
+    b.add_argument("--eagle", help="EAGLE-style drafter directory (default: the shipped one)")
+    b.add_argument("--draft-model", help="small draft LM directory (default: the shipped one)")
     b.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="skip the EAGLE-style and draft-model peers")
+    defaults_from(b, bench)
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
-    t.add_argument("--target", default="tiny")
+    t.add_argument("--target")
     t.add_argument("--out", type=OUT_DIR, required=True,
                    help="a new or empty directory, or a run of the same settings to resume")
     t.add_argument("--overwrite", action="store_true", help="replace a non-empty --out as a whole")
-    t.add_argument("--block-size", type=validate.arg_type(validate.check_int, low=2, high=64), default=16)
-    t.add_argument("--layers", type=POS, default=2)
-    t.add_argument("--steps", type=POS, default=1000)
-    t.add_argument("--batch-size", type=POS, default=8)
-    t.add_argument("--num-anchors", type=POS, default=16, help="blocks per sequence per step")
-    t.add_argument("--lr", type=POS_FLOAT, default=6e-4)
-    t.add_argument("--num-math", type=COUNT, default=2000, help="train-split math prompts to regenerate")
-    t.add_argument("--num-code", type=COUNT, default=400, help="train-split stdlib function headers to regenerate")
-    t.add_argument("--prompts", default=None,
+    t.add_argument("--block-size", type=validate.arg_type(validate.check_int, low=2, high=64))
+    t.add_argument("--layers", type=POS)
+    t.add_argument("--steps", type=POS)
+    t.add_argument("--batch-size", type=POS)
+    t.add_argument("--num-anchors", type=POS, help="blocks per sequence per step")
+    t.add_argument("--lr", type=POS_FLOAT)
+    t.add_argument("--num-math", type=COUNT, help="train-split math prompts to regenerate")
+    t.add_argument("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
+    t.add_argument("--prompts",
                    help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
-    t.add_argument("--dataset", default=None, choices=["gsm8k", "mbpp", "codealpaca", "ultrachat"],
+    t.add_argument("--dataset", choices=list(TRAIN_DATASETS),
                    help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
-    t.add_argument("--num-prompts", type=POS, default=None, help="use the first N of --prompts / --dataset")
-    t.add_argument("--max-new-tokens", type=POS, default=160)
-    t.add_argument("--num-taps", type=POS, default=5)
-    t.add_argument("--seed", type=ANY_INT, default=0)
-    t.add_argument("--device", type=validate.device_arg, default="cpu")
-    t.add_argument("--dtype", default="float32", choices=list(DTYPES),
+    t.add_argument("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
+    t.add_argument("--max-new-tokens", type=POS)
+    t.add_argument("--num-taps", type=POS)
+    t.add_argument("--seed", type=ANY_INT)
+    t.add_argument("--device", type=validate.device_arg)
+    t.add_argument("--dtype", choices=list(DTYPES),
                    help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
-    t.add_argument("--cache-dir", type=OUT_DIR, default=".cache/dflash_lite")
-    t.add_argument("--time-budget-s", type=POS_FLOAT, default=None, help="finish the schedule within this training time")
-    t.add_argument("--eval-every", type=COUNT, default=None,
+    t.add_argument("--cache-dir", type=OUT_DIR)
+    t.add_argument("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
+    t.add_argument("--eval-every", type=COUNT,
                    help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
-    t.add_argument("--drafting", default="block", choices=["block", "autoregressive", "draft-model"],
+    t.add_argument("--drafting", choices=["block", "autoregressive", "draft-model"],
                    help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
                         "draft-model: a small independent causal LM (classic speculative decoding)")
-    t.add_argument("--conditioning", default="kv_injection", choices=["kv_injection", "input_fusion", "none"],
+    t.add_argument("--conditioning", choices=list(CONDITIONING),
                    help="how target features reach the drafter (notebook 04); 'none' uses token embeddings only")
     t.add_argument("--fixed-anchors", action="store_true",
                    help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
+    defaults_from(t, train_drafter)        # --drafting draft-model runs train_draft_model, whose defaults are the same
+    parser.commands = {"demo": d, "bench": b, "train": t}
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash,
+    2 for bad input (one line, before any work), 130 on Ctrl-C (training saves first)."""
+    parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     command_line = "python -m dflash_lite " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
@@ -208,18 +261,14 @@ def main(argv: list[str] | None = None) -> int:
         if command == "demo":
             demo(**args)
         elif command == "train":
-            from .train import train_draft_model, train_drafter
             if args["drafting"] == "draft-model":
                 if args["prompts"] or args["dataset"]:
                     raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
-                for unused in ("drafting", "block_size", "num_anchors", "num_taps", "eval_every", "conditioning",
-                               "fixed_anchors", "prompts", "dataset", "num_prompts"):
-                    args.pop(unused)
-                print(train_draft_model(**args, command=command_line))
+                takes = inspect.signature(train_draft_model).parameters      # the DFlash-only options stay unused
+                print(train_draft_model(**{k: v for k, v in args.items() if k in takes}, command=command_line))
             else:
                 print(train_drafter(**args, command=command_line))
         elif command == "bench":
-            from .benchmark import all_dflash_failed, bench
             failed = all_dflash_failed(bench(**args))
             if failed:
                 print(f"error: {failed}", file=sys.stderr)

@@ -206,7 +206,7 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
 
 
 def render_drafter_card(card: dict) -> str:
-    from .benchmark import format_cost_model, format_table
+    from .benchmark import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 
     tr = card["training"]
     lines = [
@@ -236,17 +236,17 @@ def render_drafter_card(card: dict) -> str:
         lines.append("- Final training accuracy per block position: " + ", ".join(f"{a:.2f}" for a in acc[:8])
                      + (" ..." if len(acc) > 8 else ""))
     lines += ["", "## Measured (greedy, CPU; ratios measured in one run per prompt set)", "",
-              f"Produced by `{card['command_card']}`. Speedup is against the faster of the project's "
-              "autoregressive loop and `model.generate`; every DFlash output was checked token for token "
-              "against the target's greedy output in the same run.", ""]
+              f"Produced by `{card['command_card']}`. Speedup is against the project's autoregressive loop "
+              "(the decode loop at block size 1), `vs generate` against `model.generate`; every DFlash output "
+              "was checked token for token against the target's greedy output in the same run.", ""]
     for name, report in card["benchmarks"].items():
         lines += [f"### {name}", "", "```text", format_table(report), "```", ""]
         if report.get("cost_model"):
             lines += ["Cost model (median seconds of one forward at the first prompt's context; "
                       "predicted = tau * t_target(1) / (t_target(B) + t_draft(B))):", "", "```text",
                       format_cost_model(report["cost_model"]["rows"]), "```", ""]
-        for m in report["methods"]:
-            if m["name"].startswith("DFlash (ours)") and m["tau_histogram"]:
+        for m in rows_of(report, *OUR_DFLASH_KINDS):
+            if m["tau_histogram"]:
                 total = sum(m["tau_histogram"])
                 hist = " ".join(f"{i + 1}:{c / total:.2f}" for i, c in enumerate(m["tau_histogram"]) if c)
                 lines.append(f"- {m['name']}: acceptance-length histogram (length:share) {hist}; "

@@ -94,6 +94,8 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from .benchmark import DFLASH_KINDS, Kind, kind_of
+
     out = Path(out_dir) if out_dir is not None else figures_dir()
     out.mkdir(parents=True, exist_ok=True)
     env = report["env"]
@@ -107,14 +109,14 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     # 1. speedup by method
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(rows) + 1.4))
     names = [r["name"] for r in rows]
-    colors = ["#4C72B0" if r["name"].startswith("DFlash") else "#999999" for r in rows]
+    colors = ["#4C72B0" if kind_of(r) in DFLASH_KINDS else "#999999" for r in rows]
     ax.barh(names, [r["speedup"] for r in rows], color=colors)
     ax.axvline(1.0, color="black", lw=0.8)
     for i, r in enumerate(rows):
         tau = f"  tau {r['tau']:.2f}" if r["tau"] is not None else ""
         ax.text(r["speedup"], i, f" {r['speedup']:.2f}x{tau}", va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("speedup over the best autoregressive baseline (same run)")
+    ax.set_xlabel("speedup over the autoregressive loop (same run)")
     ax.set_title(f"Speedup by method ({where})", fontsize=9)
     ax.set_xlim(0, max(r["speedup"] for r in rows) * 1.35)
     save(fig, "speedup_by_method")
@@ -136,8 +138,8 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
         ax.set_title(f"Acceptance length ({where})", fontsize=9)
         save(fig, "tau_histogram")
 
-    # 3. speedup against block size (DFlash here)
-    sweep = sorted((r for r in rows if r["name"].startswith("DFlash (ours) B=")), key=lambda r: r["block_size"])
+    # 3. speedup against block size (DFlash here, fixed sizes)
+    sweep = sorted((r for r in rows if kind_of(r) is Kind.DFLASH), key=lambda r: r["block_size"])
     if sweep:
         fig, ax = plt.subplots(figsize=(5.5, 3.4))
         ax.plot([r["block_size"] for r in sweep], [r["speedup"] for r in sweep], "o-", label="speedup")
@@ -154,7 +156,7 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     cost = (report.get("cost_model") or {}).get("rows") or []
     if cost:
         fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.4))
-        labels = [f"N={r['block_size'] - 1}" if "tree" in r["name"] else f"B={r['block_size']}" for r in cost]
+        labels = [f"N={r['block_size'] - 1}" if kind_of(r) is Kind.DFLASH_TREE else f"B={r['block_size']}" for r in cost]
         x = range(len(cost))
         ms = lambda v: 1000 * v                                               # noqa: E731
         ax.bar([i - 0.2 for i in x], [ms(r["t_target_b"]) for r in cost], 0.4, label="t_target(B)", color="#4C72B0")

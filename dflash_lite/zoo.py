@@ -223,34 +223,38 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
 
 
 def main(argv=None):
+    from .cli import defaults_from  # no flag states a default: each is its function's
+    from .model_card import write_card, write_drafter_card
+
     parser = argparse.ArgumentParser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train-target", help="train the shipped target from scratch")
-    t.add_argument("--out", default=str(MODELS_DIR / "tiny"))
-    t.add_argument("--preset", default="tiny", choices=sorted(TARGET_PRESETS))
-    t.add_argument("--steps", type=int, default=6000)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--device", default="cpu")
-    t.add_argument("--time-budget-s", type=float, default=None)
+    t.add_argument("--out")
+    t.add_argument("--preset", dest="preset_name", choices=sorted(TARGET_PRESETS))
+    t.add_argument("--steps", type=int)
+    t.add_argument("--seed", type=int)
+    t.add_argument("--device")
+    t.add_argument("--time-budget-s", type=float)
     t.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
+    defaults_from(t, train_target, out=str(MODELS_DIR / "tiny"))     # the CLI rewrites the shipped target
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
     dc = sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md")
     dc.add_argument("path")
-    dc.add_argument("--target", default="tiny")
-    dc.add_argument("--judges", default=None, help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
-    dc.add_argument("--num-prompts", type=int, default=8)
-    dc.add_argument("--max-new-tokens", type=int, default=128)
-    dc.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
-    if args.command == "train-target":
-        train_target(args.out, args.preset, args.steps, args.seed, args.device, args.time_budget_s, bf16=args.bf16)
-    elif args.command == "card":
-        from .model_card import write_card
-        write_card(args.path)
-    elif args.command == "drafter-card":
-        from .model_card import write_drafter_card
-        write_drafter_card(args.path, args.target, args.num_prompts, args.max_new_tokens, args.repeats, args.judges)
+    dc.add_argument("--target")
+    dc.add_argument("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
+    dc.add_argument("--num-prompts", type=int)
+    dc.add_argument("--max-new-tokens", type=int)
+    dc.add_argument("--repeats", type=int)
+    defaults_from(dc, write_drafter_card)
+    args = vars(parser.parse_args(argv))
+    command = args.pop("command")
+    if command == "train-target":
+        train_target(**args)
+    elif command == "card":
+        write_card(args["path"])
+    elif command == "drafter-card":
+        write_drafter_card(args.pop("path"), **args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,14 @@ import json
 import matplotlib.pyplot as plt
 import torch
 
-from dflash_lite.benchmark import bench, format_cost_model, format_table, measure_costs
+from dflash_lite.benchmark import (
+    Kind,
+    bench,
+    format_cost_model,
+    format_table,
+    measure_costs,
+    row_of,
+)
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure
 from dflash_lite.target import default_drafter_path, load_pretrained
@@ -82,8 +89,7 @@ report = bench(target=target, drafter=drafter_source, prompts=prompts_file, data
 print(format_table(report))
 print()
 print(format_cost_model(report["cost_model"]["rows"]))
-rows = {r["name"]: r for r in report["methods"]}
-ours = rows[f"DFlash (ours) B={block_size}"]
+ours = row_of(report, Kind.DFLASH, block_size=block_size)
 assert ours["error"] is None, ours["error"]
 if dtype == "float32":       # in bf16 a near tie may round differently in a B-token verify (README, Benchmarks)
     assert ours["identical_to_target"], "DFlash diverged from the target's greedy output"

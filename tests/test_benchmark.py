@@ -1,12 +1,17 @@
-"""The benchmark: JSON shape, the identity check, failing methods reported, speedup arithmetic."""
+"""The benchmark: JSON shape, the identity check, failing methods reported, speedup arithmetic,
+rows told apart by kind (never by name), and the CLI's defaults taken from the signatures."""
+import inspect
 import json
 
 import pytest
 
 from dflash_lite.benchmark import (
+    Kind,
     Method,
     format_table,
     load_prompts,
+    row_of,
+    rows_of,
     run_benchmark,
     standard_methods,
 )
@@ -32,8 +37,8 @@ def test_report_has_the_documented_shape(report):
     json.dumps(report)                                        # serialisable
     assert {"device", "torch", "transformers", "threads"} <= set(report["env"])
     for m in report["methods"]:
-        assert {"name", "block_size", "tokens_per_s", "speedup", "tau", "tau_histogram", "identical_to_target",
-                "error"} <= set(m)
+        assert {"name", "kind", "block_size", "tree_size", "default", "tokens_per_s", "speedup",
+                "speedup_vs_hf_generate", "tau", "tau_histogram", "identical_to_target", "error"} <= set(m)
 
 
 def test_every_greedy_method_is_checked_against_the_target(report):
@@ -50,16 +55,30 @@ def test_a_failing_method_is_reported_not_dropped(report):
     assert "failed: RuntimeError" in format_table(report)
 
 
-def test_speedup_is_relative_to_the_fastest_baseline(report):
-    rows = [m for m in report["methods"] if m["tokens_per_s"]]
-    best = max(m["tokens_per_s"] for m in rows if m["baseline"])
-    for m in rows:
-        assert m["speedup"] == pytest.approx(m["tokens_per_s"] / best)
-    assert max(m["speedup"] for m in rows if m["baseline"]) == pytest.approx(1.0)
+def test_speedups_are_against_the_autoregressive_loop_and_model_generate(report):
+    ours = row_of(report, Kind.AUTOREGRESSIVE)
+    hf = row_of(report, Kind.HF_GENERATE)
+    assert ours["block_size"] == 1 and ours["speedup"] == 1.0 and hf["speedup_vs_hf_generate"] == 1.0
+    for m in report["methods"]:
+        if m["tokens_per_s"]:
+            assert m["speedup"] == pytest.approx(m["tokens_per_s"] / ours["tokens_per_s"])
+            assert m["speedup_vs_hf_generate"] == pytest.approx(m["tokens_per_s"] / hf["tokens_per_s"])
+    assert "vs generate" in format_table(report)
+
+
+def test_without_an_autoregressive_row_there_is_no_speedup(tiny):
+    """The speedup's denominator is the autoregressive row, never whichever row happens to be slowest."""
+    target, tokenizer = tiny
+    ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
+    hf = next(m for m in standard_methods(target, tokenizer, prompt_lookup=None) if m.kind is Kind.HF_GENERATE)
+    report = run_benchmark([hf, Method("echo", lambda ids, n: ([1] * n, None))], ids, 4, repeats=1)
+    assert all(m["speedup"] is None for m in report["methods"])
+    assert all(m["speedup_vs_hf_generate"] is not None for m in report["methods"])
+    assert "-" in format_table(report).splitlines()[1]
 
 
 def test_tau_histogram_counts_every_step(report):
-    dflash = next(m for m in report["methods"] if m["name"] == "DFlash (ours) B=4")
+    dflash = row_of(report, Kind.DFLASH, block_size=4)
     hist = dflash["tau_histogram"]
     assert 1 <= len(hist) <= 4
     assert dflash["tau"] == pytest.approx(sum((i + 1) * c for i, c in enumerate(hist)) / sum(hist))
@@ -81,25 +100,135 @@ def test_cost_model_arithmetic():
     from dflash_lite.benchmark import cost_model
 
     report = {"methods": [
-        {"name": "autoregressive (ours)", "block_size": 1, "tokens_per_s": 100.0, "speedup": 1.0, "tau": None,
-         "tau_histogram": [], "phase_times": {}},
-        {"name": "DFlash (ours) B=8", "block_size": 8, "tokens_per_s": 250.0, "speedup": 2.5, "tau": 3.0,
-         "tau_histogram": [2, 0, 8], "phase_times": {"prefill": 1.0, "draft": 0.05, "verify": 0.12,
-                                                     "bookkeeping": 0.01}},
-        {"name": "EAGLE-style (ours) B=16", "block_size": 16, "tokens_per_s": 90.0, "speedup": 0.9, "tau": 5.0,
-         "tau_histogram": [1], "phase_times": {}}]}
+        {"name": "autoregressive (ours)", "kind": "autoregressive", "block_size": 1, "tokens_per_s": 100.0,
+         "speedup": 1.0, "tau": None, "tau_histogram": [], "phase_times": {}},
+        {"name": "DFlash (ours) B=8", "kind": "dflash", "block_size": 8, "tokens_per_s": 250.0, "speedup": 2.5,
+         "speedup_vs_hf_generate": 2.0, "tau": 3.0, "tau_histogram": [2, 0, 8],
+         "phase_times": {"prefill": 1.0, "draft": 0.05, "verify": 0.12, "bookkeeping": 0.01}},
+        {"name": "EAGLE-style (ours) B=16", "kind": "eagle", "block_size": 16, "tokens_per_s": 90.0, "speedup": 0.9,
+         "tau": 5.0, "tau_histogram": [1], "phase_times": {}}]}
     costs = {"t_target": {"1": 0.010, "8": 0.012}, "t_draft": {"8": 0.004}}
     [row] = cost_model(report, costs)                        # only DFlash rows with measured costs
     assert row["predicted_speedup"] == pytest.approx(3.0 * 0.010 / 0.016)
     assert row["step_s"] == pytest.approx(0.018)              # (0.05 + 0.12 + 0.01) / 10 steps, prefill left out
     assert row["overhead_per_step_s"] == pytest.approx(0.018 - 0.016)
-    assert row["measured_speedup_vs_ours_ar"] == pytest.approx(2.5)
+    assert (row["kind"], row["measured_speedup"], row["measured_speedup_vs_hf_generate"]) == ("dflash", 2.5, 2.0)
     # a tree of N drafts: one verify of N+1 tokens and one drafter forward over the drafter's own block
-    report["methods"].append({"name": "DFlash tree N=32", "block_size": None, "tree_size": 32, "tokens_per_s": 200.0,
-                              "speedup": 2.0, "tau": 4.0, "tau_histogram": [1], "phase_times": {}})
+    report["methods"].append({"name": "DFlash tree N=32", "kind": "dflash_tree", "block_size": None, "tree_size": 32,
+                              "tokens_per_s": 200.0, "speedup": 2.0, "tau": 4.0, "tau_histogram": [1],
+                              "phase_times": {}})
     costs.update(t_target={"1": 0.010, "8": 0.012, "33": 0.02}, tree_block_size=8)
     tree_row = cost_model(report, costs)[1]
     assert tree_row["predicted_speedup"] == pytest.approx(4.0 * 0.010 / (0.02 + 0.004))
+    assert (tree_row["kind"], tree_row["block_size"], tree_row["tree_size"]) == ("dflash_tree", 33, 32)
+
+
+# ----------------------------------------------------------------------------- rows are selected by kind
+def _row(name, kind, block_size=None, speedup=1.0, error=None, **fields):
+    return {"name": name, "kind": kind, "block_size": block_size, "tree_size": None, "default": False,
+            "tokens_per_s": None if error else 100.0 * speedup, "tokens_per_s_spread": None if error else [1.0, 2.0],
+            "speedup": None if error else speedup, "speedup_vs_hf_generate": None, "tau": None if error else 2.0,
+            "tau_histogram": [] if error else [1, 1], "phase_times": {"draft": 0.01, "verify": 0.02},
+            "steps_per_run": 2, "identical_to_target": True, "error": error, **fields}
+
+
+MISLEADING = [                                # names that used to be parsed, on rows of other kinds
+    _row("autoregressive (ours)", "autoregressive", 1),
+    _row("DFlash (ours) B=4", "custom", 4, 3.0),                     # not DFlash, whatever its name says
+    _row("DFlash (transformers) B=8", "draft_model", 8, 1.5),
+    _row("mine, fixed", "dflash", 8, 2.0),                          # DFlash, whatever its name says
+    _row("a tree", "dflash_tree", None, 2.5, tree_size=4),
+]
+
+
+def test_rows_of_and_row_of_select_by_kind_and_fields():
+    report = {"methods": MISLEADING}
+    assert [r["name"] for r in rows_of(report, Kind.DFLASH)] == ["mine, fixed"]
+    assert row_of(report, Kind.DFLASH, block_size=8)["name"] == "mine, fixed"
+    assert [r["name"] for r in rows_of(report, Kind.CUSTOM, Kind.DRAFT_MODEL)] == \
+        ["DFlash (ours) B=4", "DFlash (transformers) B=8"]
+    with pytest.raises(LookupError, match="dflash, block_size=4"):
+        row_of(report, Kind.DFLASH, block_size=4)
+
+
+def test_consumers_select_rows_by_kind_not_by_name(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from dflash_lite import plotting
+    from dflash_lite.benchmark import all_dflash_failed, cost_model
+    from dflash_lite.model_card import render_drafter_card
+
+    report = {"env": {"prompts": 1, "max_new_tokens": 8, "repeats": 1, "device": "cpu", "threads": 1,
+                      "torch": "-", "transformers": "-"}, "methods": [dict(r) for r in MISLEADING]}
+    costs = {"t_target": {"1": 0.01, "4": 0.01, "5": 0.01, "8": 0.01}, "t_draft": {"4": 0.002, "8": 0.002},
+             "tree_block_size": 4}
+    assert [(r["name"], r["kind"]) for r in cost_model(report, costs)] == [("mine, fixed", "dflash"),
+                                                                           ("a tree", "dflash_tree")]
+    # every DFlash row failed: the rows named "DFlash ..." that are not DFlash do not hide it
+    failed = {"methods": [dict(r) if r["kind"] not in ("dflash", "dflash_tree") else _row(r["name"], r["kind"], error="E")
+                          for r in MISLEADING]}
+    assert all_dflash_failed(failed) == "every DFlash method failed (mine, fixed: E)"
+    assert all_dflash_failed(report) is None
+    assert all_dflash_failed({"methods": [_row("DFlash (ours) B=4", "custom", error="E")]}) is None
+
+    report["cost_model"] = {"costs": costs, "rows": cost_model(report, costs)}
+    figures = {}
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, name, **kw: figures.setdefault(name, fig) and tmp_path)
+    plotting.plot_benchmark(report, tmp_path, "t")
+    [sweep] = figures["t_speedup_vs_block_size"].axes[0].lines
+    assert list(sweep.get_xdata()) == [8]                            # the fixed-size DFlash rows only
+    bars = figures["t_speedup_by_method"].axes[0].patches
+    blue = [r["name"] for r, bar in zip(report["methods"], bars) if bar.get_facecolor()[2] > 0.6]
+    assert blue == ["mine, fixed", "a tree"]
+    cost_axis = figures["t_cost_model"].axes[0]
+    assert [label.get_text() for label in cost_axis.get_xticklabels()] == ["B=8", "N=4"]
+    for fig in figures.values():
+        plt.close(fig)
+
+    training = {k: 1 for k in ("steps", "batch_size", "num_anchors", "lr", "gamma", "sequences",
+                               "regenerate_seconds", "train_seconds", "device", "threads")}
+    card = render_drafter_card({"training": training, "final_metrics": None, "command_card": "c",
+                                "benchmarks": {"set": report}})
+    histograms = [line for line in card.splitlines() if "acceptance-length histogram" in line]
+    assert [line.split(":")[0] for line in histograms] == ["- mine, fixed", "- a tree"]
+
+
+def test_reports_written_before_rows_had_a_kind_still_read():
+    """Committed results/*.json and models/*/card.json have no "kind": it is read from the old names."""
+    from dflash_lite.benchmark import all_dflash_failed, cost_model, kind_of
+
+    old = [{k: v for k, v in r.items() if k != "kind"} for r in (
+        _row("autoregressive (ours)", None, 1), _row("DFlash (ours) B=8", None, 8, 2.0),
+        _row("DFlash tree N=4", None, None, 2.5, tree_size=4), _row("DFlash (transformers) B=16", None, 16))]
+    assert [kind_of(r) for r in old] == [Kind.AUTOREGRESSIVE, Kind.DFLASH, Kind.DFLASH_TREE, Kind.HF_DFLASH]
+    costs = {"t_target": {"1": 0.01, "5": 0.01, "8": 0.01}, "t_draft": {"4": 0.002, "8": 0.002}, "tree_block_size": 4}
+    assert [r["name"] for r in cost_model({"methods": old}, costs)] == ["DFlash (ours) B=8", "DFlash tree N=4"]
+    assert all_dflash_failed({"methods": old}) is None
+    assert "DFlash (ours) B=8" in format_table({"env": {"prompts": 1, "max_new_tokens": 8, "repeats": 1, "device": "cpu",
+                                                        "threads": 1, "torch": "-", "transformers": "-"},
+                                                "methods": [{k: v for k, v in r.items() if k != "speedup_vs_hf_generate"}
+                                                            for r in old]})
+
+
+def test_standard_methods_carry_their_kinds(tiny, random_drafter):
+    target, tokenizer = tiny
+    methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4, 8), prompt_lookup=5, eagle=random_drafter,
+                               draft_model=target, adaptive=(4, 8), tree_sizes=(8,))   # built, never run here
+    assert [(m.kind, m.block_size, m.tree_size, m.default) for m in methods] == [
+        (Kind.AUTOREGRESSIVE, 1, None, False), (Kind.HF_GENERATE, 1, None, False),
+        (Kind.DRAFT_MODEL, 5, None, False), (Kind.HF_DRAFT_MODEL, None, None, False),
+        (Kind.PROMPT_LOOKUP, None, None, False), (Kind.EAGLE, 16, None, False),
+        (Kind.DFLASH_POLICY, None, None, True), (Kind.DFLASH, 4, None, False), (Kind.DFLASH, 8, None, False),
+        (Kind.DFLASH_ADAPTIVE, None, None, False), (Kind.DFLASH_TREE, None, 8, False), (Kind.HF_DFLASH, 16, None, False)]
+
+
+def test_report_rows_carry_the_kind_of_their_method(report):
+    kinds = {m["name"]: m["kind"] for m in report["methods"]}
+    assert kinds["autoregressive (ours)"] == "autoregressive" and kinds["model.generate"] == "hf_generate"
+    assert kinds["DFlash (ours) B=4"] == "dflash" and kinds["DFlash (ours) cost-aware"] == "dflash_policy"
+    assert kinds["DFlash (transformers) B=16"] == "hf_dflash" and kinds["broken"] == "custom"
+    assert [m["name"] for m in report["methods"] if m["default"]] == ["DFlash (ours) cost-aware"]
+    assert json.loads(json.dumps(report))["methods"] == report["methods"]     # plain JSON values
 
 
 def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
@@ -110,15 +239,14 @@ def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
     methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4,), hf_dflash=False,
                                prompt_lookup=None, tree_sizes=(8,))
     report = run_benchmark(methods, ids, 8, repeats=1)
-    rows = {m["name"]: m for m in report["methods"]}
-    assert [name for name, m in rows.items() if m["default"]] == ["DFlash (ours) cost-aware"]
-    tree = rows["DFlash tree N=8"]
-    assert tree["tree_size"] == 8 and tree["identical_to_target"] is True and tree["tau"] >= 1
-    assert rows["DFlash (ours) cost-aware"]["identical_to_target"] is True
+    [default] = [m for m in report["methods"] if m["default"]]
+    assert default["kind"] == "dflash_policy" and default["identical_to_target"] is True
+    tree = row_of(report, Kind.DFLASH_TREE, tree_size=8)
+    assert tree["identical_to_target"] is True and tree["tau"] >= 1
     assert "* the default" in format_table(report)
     sampled = standard_methods(target, tokenizer, random_drafter, sampling=SamplingParams(temperature=1.0),
                                hf_dflash=False, prompt_lookup=None, tree_sizes=(8,))
-    assert not any("tree" in m.name for m in sampled)           # trees are greedy only
+    assert not any(m.kind is Kind.DFLASH_TREE for m in sampled)           # trees are greedy only
 
 
 def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):
@@ -176,3 +304,81 @@ def test_interleaved_warms_up_untimed_then_rotates_the_order():
     assert {name: [result for _, result in rounds] for name, rounds in timed.items()} == \
         {name: [name.upper()] * 3 for name in "abc"}
     assert all(seconds >= 0 for rounds in timed.values() for seconds, _ in rounds)
+
+
+# ----------------------------------------------------------------------------- bench = resolve -> run -> report
+def test_bench_is_resolve_run_report_with_their_options():
+    from dflash_lite.benchmark import bench, report, resolve, run
+
+    options = inspect.signature(bench).parameters
+    for step in (resolve, run, report):
+        for name, p in inspect.signature(step).parameters.items():
+            if p.default is not p.empty:
+                assert options[name].default == p.default, name
+    assert {"target", "drafter", "prompts", "dataset", "domain", "random_drafter_layers", "repeats", "cost_repeats",
+            "json_out", "quiet"} <= set(options)
+
+
+def test_resolve_run_report_in_steps(tmp_path, capsys):
+    from dflash_lite.benchmark import report, resolve, run
+
+    setup = resolve(domain="math", num_prompts=1, max_new_tokens=6, block_sizes=(4,), tree_sizes=(), hf_dflash=False,
+                    baselines=False)
+    assert [m.kind for m in setup.methods][:2] == [Kind.AUTOREGRESSIVE, Kind.HF_GENERATE]
+    assert setup.settings["prompts_source"] == "built-in held-out math"
+    measured = run(setup, repeats=1, cost_repeats=1)
+    out = report(setup, measured, json_out=str(tmp_path / "r.json"))
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(out))
+    assert row_of(out, Kind.AUTOREGRESSIVE)["speedup"] == 1.0 and row_of(out, Kind.DFLASH, block_size=4)["tau"]
+    assert [r["kind"] for r in out["cost_model"]["rows"]] == ["dflash"]
+    assert "vs generate" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- the CLI's defaults are the signatures'
+def test_every_cli_default_is_the_function_signatures():
+    from dflash_lite.benchmark import bench
+    from dflash_lite.cli import build_parser, demo
+    from dflash_lite.train import train_draft_model, train_drafter
+
+    commands = build_parser().commands
+    for command, func in (("demo", demo), ("bench", bench), ("train", train_drafter)):
+        parser, params = commands[command], inspect.signature(func).parameters
+        options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+        assert options
+        for action in options:
+            if action.required:
+                continue
+            assert parser.get_default(action.dest) == params[action.dest].default, (command, action.dest)
+    # --drafting draft-model hands the same options to train_draft_model: its defaults must agree
+    shared = set(inspect.signature(train_draft_model).parameters) & {a.dest for a in commands["train"]._actions}
+    for name in shared - {"out"}:
+        assert inspect.signature(train_draft_model).parameters[name].default == \
+            inspect.signature(train_drafter).parameters[name].default, name
+
+
+def test_cli_help_shows_the_signature_defaults():
+    from dflash_lite.cli import build_parser
+
+    text = " ".join(build_parser().commands["bench"].format_help().split())
+    assert "--num-prompts NUM_PROMPTS default: 8" in text and "(default: 32,64)" in text
+    assert "e.g. 4,8,16 (default: 16)" in text
+
+
+def test_an_option_the_function_lacks_is_refused_when_the_parser_is_built():
+    from dflash_lite.cli import Parser, defaults_from
+
+    def command(size: int = 3, flag: bool = True, where: str | None = None):
+        pass
+
+    ok = Parser(prog="x")
+    ok.add_argument("--size", type=int)
+    ok.add_argument("--no-flag", dest="flag", action="store_false")
+    ok.add_argument("--colour")
+    assert vars(defaults_from(ok, command, colour="red").parse_args([])) == {"size": 3, "flag": True, "colour": "red"}
+    for flags, kwargs, extra in ((("--colour",), {}, {}),                          # no default anywhere
+                                 (("--size",), {"type": int}, {"size": 4}),       # a default stated twice
+                                 (("--flag",), {"action": "store_true"}, {})):    # a switch that changes nothing
+        bad = Parser(prog="x")
+        bad.add_argument(*flags, **kwargs)
+        with pytest.raises(TypeError):
+            defaults_from(bad, command, **extra)

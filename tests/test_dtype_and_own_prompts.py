@@ -70,7 +70,7 @@ def test_cli_refuses_an_unknown_dtype(capsys):
 
 
 def test_demo_and_bench_run_in_bf16(capsys):
-    from dflash_lite.benchmark import bench
+    from dflash_lite.benchmark import Kind, bench, row_of
     from dflash_lite.cli import demo
 
     summary = demo(max_new_tokens=8, repeats=1, dtype="bfloat16")
@@ -79,9 +79,9 @@ def test_demo_and_bench_run_in_bf16(capsys):
     report = bench(num_prompts=1, domain="math", max_new_tokens=8, repeats=1, dtype="bfloat16", quiet=True,
                    baselines=False, cost_repeats=1)
     assert report["env"]["dtype"] == "bfloat16"
-    rows = {r["name"]: r for r in report["methods"]}
-    assert rows["DFlash (ours) B=16"]["identical_to_target"] and rows["DFlash (ours) B=16"]["error"] is None
-    assert rows["DFlash (transformers) B=16"]["error"] is None
+    ours = row_of(report, Kind.DFLASH, block_size=16)
+    assert ours["identical_to_target"] and ours["error"] is None
+    assert row_of(report, Kind.HF_DFLASH, block_size=16)["error"] is None
 
 
 def test_engine_takes_a_dtype():

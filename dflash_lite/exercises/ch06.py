@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from . import correct, not_attempted
-from ..benchmark import load_prompts
+from ..benchmark import Kind, load_prompts, row_of, rows_of
 
 
 def _costs(report: dict) -> dict:
@@ -18,7 +18,7 @@ def check_predicted_speedup(answer, report: dict, block_size: int = 16) -> bool:
     if answer is None:
         return not_attempted("Exercise 1", "Compute the predicted speedup for B = 16 from the report.")
     costs = _costs(report)
-    row = next(r for r in report["methods"] if r["name"] == f"DFlash (ours) B={block_size}")
+    row = row_of(report, Kind.DFLASH, block_size=block_size)
     t, d = costs["t_target"], costs["t_draft"]
     expected = row["tau"] * t["1"] / (t[str(block_size)] + d[str(block_size)])
     assert abs(float(answer) - expected) < 1e-6 * max(1.0, expected), \
@@ -33,15 +33,14 @@ def check_break_even(answer, report: dict) -> bool:
     costs = _costs(report)
     t, d = costs["t_target"], costs["t_draft"]
     sizes = sorted(int(b) for b in d if str(b) in t)
-    sizes = [b for b in sizes if any(r["name"] == f"DFlash (ours) B={b}" for r in report["methods"])]
+    sizes = [b for b in sizes if rows_of(report, Kind.DFLASH, block_size=b)]
     assert set(map(int, answer)) == set(sizes), f"give one entry per block size of the run: {sizes}"
     for b in sizes:
         expected = (t[str(b)] + d[str(b)]) / t["1"]
         got = float(answer[b] if b in answer else answer[str(b)])
         assert abs(got - expected) < 1e-6 * expected, \
             f"B={b}: speedup 1 means tau * t(1) = t(B) + t_draft(B); solve for tau"
-    above = [b for b in sizes if next(r for r in report["methods"] if r["name"] == f"DFlash (ours) B={b}")["tau"]
-             > (t[str(b)] + d[str(b)]) / t["1"]]
+    above = [b for b in sizes if row_of(report, Kind.DFLASH, block_size=b)["tau"] > (t[str(b)] + d[str(b)]) / t["1"]]
     return correct("Exercise 2", f"blocks whose tau beat break-even here: {above or 'none'}.")
 
 

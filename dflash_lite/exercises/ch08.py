@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..benchmark import Kind, row_of
 from . import correct, not_attempted
 
 
@@ -19,7 +20,7 @@ def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost
 
 
 def _row(report: dict, block_size: int) -> dict:
-    return next(r for r in report["methods"] if r["name"] == f"DFlash (ours) B={block_size}")
+    return row_of(report, Kind.DFLASH, block_size=block_size)
 
 
 def check_exported_drafter(answer, directory, exported_report, report, block_size: int = 16) -> bool:

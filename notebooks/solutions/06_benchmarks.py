@@ -7,7 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from dflash_lite.benchmark import bench
+from dflash_lite.benchmark import Kind, bench, row_of
 from dflash_lite.exercises import ch06
 
 small = dict(max_new_tokens=24, repeats=1, baselines=False, hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=3)
@@ -16,7 +16,7 @@ report = bench(domain="math", num_prompts=1, block_sizes=(8, 16), **small)
 # 1. the cost model by hand, for B = 16
 costs = report["cost_model"]["costs"]
 t, d = costs["t_target"], costs["t_draft"]
-tau16 = next(r for r in report["methods"] if r["name"] == "DFlash (ours) B=16")["tau"]
+tau16 = row_of(report, Kind.DFLASH, block_size=16)["tau"]
 assert ch06.check_predicted_speedup(tau16 * t["1"] / (t["16"] + d["16"]), report)
 
 # 2. break-even: tau * t(1) = t(B) + t_draft(B)

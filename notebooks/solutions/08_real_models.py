@@ -1,7 +1,7 @@
 """Worked solutions to the exercises of notebook 08 (run: python notebooks/solutions/08_real_models.py)."""
 import tempfile
 
-from dflash_lite.benchmark import bench, measure_costs
+from dflash_lite.benchmark import Kind, bench, measure_costs, row_of
 from dflash_lite.checkpoints import export_dflash, load_drafter
 from dflash_lite.exercises import ch08
 from dflash_lite.target import default_drafter_path, load_pretrained
@@ -22,6 +22,6 @@ report = bench(**settings)
 with tempfile.TemporaryDirectory() as folder:
     exported = export_dflash(drafter, f"{folder}/tiny-dflash-public")
     exported_report = bench(drafter=str(exported), **settings)
-    tau = next(r for r in exported_report["methods"] if r["name"] == "DFlash (ours) B=16")["tau"]
+    tau = row_of(exported_report, Kind.DFLASH, block_size=16)["tau"]
     assert ch08.check_exported_drafter(tau, exported, exported_report, report)
 print("all notebook 08 solutions check out")
