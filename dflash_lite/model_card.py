@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from . import corpus
 from .baselines import generate_autoregressive
+from .files import atomic_write_text
 from .target import load_pretrained, stop_token_ids
 
 
@@ -87,8 +88,8 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
         "evaluation_seconds": round(time.time() - t0, 1),
         "samples": {"math": math_rows[:3], "code": code_rows[:3]},
     }
-    (path / "card.json").write_text(json.dumps(card, indent=1))
-    (path / "MODEL_CARD.md").write_text(render_card(card))
+    atomic_write_text(path / "card.json", json.dumps(card, indent=1))
+    atomic_write_text(path / "MODEL_CARD.md", render_card(card))
     print(f"math accuracy {acc:.3f} (n={n_math}); code parse rate {parse:.3f} "
           f"(with a body {card['code_ast_parse_rate']['rate_with_body']:.3f}, n={n_code}); "
           f"held-out loss {log['held_out_loss']}")
@@ -198,10 +199,10 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     card = {"training": curve["training"], "final_metrics": curve["curve"][-1] if curve["curve"] else None,
             "benchmarks": reports, "command_train": curve["training"].get("command"),
             "command_card": f"python -m dflash_lite.zoo drafter-card {drafter_dir}"
-                            + (f" --judges {judges}" if judges else "")
+                            + (" --judges JUDGES" if judges else "")    # a local folder, never recorded
                             + f" --num-prompts {num_prompts} --max-new-tokens {max_new_tokens} --repeats {repeats}"}
-    (drafter_dir / "card.json").write_text(json.dumps(card, indent=1))
-    (drafter_dir / "MODEL_CARD.md").write_text(render_drafter_card(card))
+    atomic_write_text(drafter_dir / "card.json", json.dumps(card, indent=1))
+    atomic_write_text(drafter_dir / "MODEL_CARD.md", render_drafter_card(card))
     return card
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from . import corpus
+from .files import atomic_write_text
 from .target import MODELS_DIR
 from .trainer import TrainConfig, Trainer
 
@@ -218,7 +219,7 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
             "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
             "held_out_loss": losses, "corpus_manifest": manifest,
             "parameters": sum(p.numel() for p in model.parameters()), "curve": log}
-    (out / "training_log.json").write_text(json.dumps(info, indent=1))
+    atomic_write_text(out / "training_log.json", json.dumps(info, indent=1))
     return out
 
 
