@@ -39,10 +39,10 @@ def check_target_forwards(answer) -> bool:
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give a pair (autoregressive forwards, DFlash forwards).")
+    from ..baselines import generate_autoregressive
     from ..checkpoints import load_drafter
+    from ..decode import DFlashProposer, generate
     from ..target import default_drafter_path, stop_token_ids
-    from .baselines import generate_autoregressive
-    from .decode import DFlashProposer, generate
 
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
@@ -67,8 +67,8 @@ def check_distinct_samples(answer) -> bool:
     if answer is None:
         return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
     from ..acceptance import SamplingParams
+    from ..baselines import generate_autoregressive
     from ..target import stop_token_ids
-    from .baselines import generate_autoregressive
 
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
@@ -119,8 +119,8 @@ def check_llama_parity(path) -> bool:
     if path is None:
         return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
     from .. import corpus
+    from ..baselines import generate_autoregressive
     from ..target import load_pretrained, stop_token_ids
-    from .baselines import generate_autoregressive
 
     model, tokenizer = load_pretrained(path)
     assert type(model).__name__ == "LlamaForCausalLM", f"{path} holds a {type(model).__name__}, not a Llama"

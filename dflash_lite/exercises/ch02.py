@@ -5,12 +5,12 @@ import statistics
 
 import torch
 
-from . import correct, not_attempted
 from .. import corpus
 from ..acceptance import SamplingParams, target_probs
-from .decode import generate
-from .baselines import DraftModelProposer
+from ..baselines import DraftModelProposer
+from ..decode import generate
 from ..target import stop_token_ids
+from . import correct, not_attempted
 
 
 def first_prompt_ids(tokenizer) -> torch.Tensor:

@@ -60,7 +60,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
     if answer is None:
         return not_attempted("Exercise 3", "put the first-pass argmax into slots 1..B-1 and run the drafter again.")
-    from .decode import DFlashProposer
+    from ..decode import DFlashProposer
 
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
@@ -84,7 +84,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
 
 def measured_tau(proposer_factory, target, prompt_ids, max_new_tokens: int, stops) -> float:
     """Mean acceptance length over all steps of all prompts (greedy)."""
-    from .decode import generate
+    from ..decode import generate
 
     lengths = [a for x in prompt_ids for a in generate(
         target, proposer_factory(), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
@@ -97,7 +97,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
     if answer is None:
         return not_attempted("Exercise 4", "DFlashProposer(drafter, target, 8) in generate, "
                                            "then the mean of all acceptance lengths.")
-    from .decode import DFlashProposer
+    from ..decode import DFlashProposer
 
     expected = measured_tau(lambda: DFlashProposer(drafter, target, block_size), target, prompt_ids,
                             max_new_tokens, stops)
@@ -114,7 +114,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def unmasking_proposer():
     """The reference for exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    from .decode import DFlashProposer
+    from ..decode import DFlashProposer
 
     class ConfidenceUnmaskingProposer(DFlashProposer):
         def propose(self, last_token: torch.Tensor, k: int):
@@ -139,8 +139,8 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
     """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted("Exercise 5", "subclass DFlashProposer and override propose(last_token, k).")
-    from .baselines import generate_autoregressive
-    from .decode import DFlashProposer, generate
+    from ..baselines import generate_autoregressive
+    from ..decode import DFlashProposer, generate
 
     assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
         "answer with the class itself, a subclass of DFlashProposer"

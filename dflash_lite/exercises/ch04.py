@@ -4,7 +4,6 @@ Expected answers are computed here from the shipped target and drafter, never ty
 """
 from __future__ import annotations
 
-
 import torch
 
 from . import correct, not_attempted, shipped_target

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import correct, not_attempted
 from ..benchmark import Kind, load_prompts, row_of, rows_of
+from . import correct, not_attempted
 
 
 def _costs(report: dict) -> dict:

@@ -5,11 +5,11 @@ import statistics
 
 import torch
 
-from . import correct, not_attempted
 from ..acceptance import SamplingParams, target_probs
 from ..benchmark import builtin_prompts
-from .decode import DFlashProposer, generate
+from ..decode import DFlashProposer, generate
 from ..target import stop_token_ids
+from . import correct, not_attempted
 
 
 def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int, block_size: int = 16) -> bool:
