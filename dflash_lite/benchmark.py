@@ -555,6 +555,16 @@ def _prompt_texts(prompts: str | None, dataset: str | None, domain: str, num_pro
     return builtin_prompts(domain, num_prompts), f"built-in held-out {domain}"
 
 
+def _shown(path: str | None) -> str | None:
+    """A path inside this checkout as a relative one, so a report never records where it was run."""
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | None = None, domain: str = "mixed",
             num_prompts: int = 8, max_new_tokens: int = 64, block_sizes: tuple[int, ...] = (16,),
             device: str = "cpu", random_drafter_layers: int | None = None, seed: int = 0,
@@ -631,8 +641,8 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
     methods = standard_methods(model, tokenizer, draft, block_sizes, sampling, hf_dflash=hf_dflash, eagle=eagle_drafter,
                                draft_model=small_lm, tree_sizes=trees,
                                adaptive=tuple(sorted({4, 8, *block_sizes})) if adaptive else None)
-    settings = {"target": target, "eagle": eagle, "draft_model": draft_model,
-                "drafter": drafter or (f"random, {random_drafter_layers} layers" if random_drafter_layers else None),
+    settings = {"target": target, "eagle": _shown(eagle), "draft_model": _shown(draft_model),
+                "drafter": _shown(drafter) or (f"random, {random_drafter_layers} layers" if random_drafter_layers else None),
                 "prompts_source": prompts_source, "temperature": temperature,
                 "dtype": str(torch_dtype).removeprefix("torch."),
                 "chat_template": bool(chat_template and getattr(tokenizer, "chat_template", None)),

@@ -195,6 +195,10 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
         reports[name] = bench(target=target, drafter=str(drafter_dir), num_prompts=num_prompts,
                               max_new_tokens=max_new_tokens, block_sizes=tuple(block_sizes), repeats=repeats,
                               **kwargs)
+    for report in reports.values():             # the judges' folder is local: record only the file's name
+        source = report["env"].get("prompts_source", "")
+        if judges is not None and source.startswith(str(judges)):
+            report["env"]["prompts_source"] = "JUDGES/" + Path(source).name
     curve = json.loads((drafter_dir / "training_curve.json").read_text())
     card = {"training": curve["training"], "final_metrics": curve["curve"][-1] if curve["curve"] else None,
             "benchmarks": reports, "command_train": curve["training"].get("command"),
