@@ -217,8 +217,9 @@ assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.
 # %% [markdown]
 # ## 4b. At the shipped drafter's budget
 #
-# 400 steps is short. Two runs at the shipped drafter's full recipe (25 minutes on one CPU thread,
-# tau probed on held-out prompts every 100 steps), with and without the target's features:
+# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of the
+# first shipped drafter, tau probed on held-out prompts every 100 steps), with and without the
+# target's features:
 #
 #     python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \
 #         --eval-every 100 --batch-size 8 --num-anchors 16 --lr 1e-3 --out OUT [--conditioning none]

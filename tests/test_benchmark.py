@@ -104,7 +104,7 @@ def test_cost_model_arithmetic():
          "speedup": 1.0, "tau": None, "tau_histogram": [], "phase_times": {}},
         {"name": "DFlash (ours) B=8", "kind": "dflash", "block_size": 8, "tokens_per_s": 250.0, "speedup": 2.5,
          "speedup_vs_hf_generate": 2.0, "tau": 3.0, "tau_histogram": [2, 0, 8],
-         "phase_times": {"prefill": 1.0, "draft": 0.05, "verify": 0.12, "bookkeeping": 0.01}},
+         "phase_times": {"prefill": 1.0, "draft": 0.05, "verify": 0.12, "accept": 0.01}},
         {"name": "EAGLE-style (ours) B=16", "kind": "eagle", "block_size": 16, "tokens_per_s": 90.0, "speedup": 0.9,
          "tau": 5.0, "tau_histogram": [1], "phase_times": {}}]}
     costs = {"t_target": {"1": 0.010, "8": 0.012}, "t_draft": {"8": 0.004}}

@@ -67,6 +67,6 @@ def test_eagle_drafts_leave_only_accepted_context_in_the_drafter_cache(tiny):
     for prompt in corpus.prompts("held_out", "math", 2):
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
         lengths += generate(target, Checked(drafter, target), ids, 48, stop_token_ids=stops).acceptance_lengths
-    assert sum(lengths) / len(lengths) > 4        # measured 10.1 on 4 prompts x 64 tokens
+    assert sum(lengths) / len(lengths) > 4        # measured 12.0 (these 2 prompts x 48 tokens)
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)
