@@ -41,7 +41,7 @@ import torch
 
 from . import corpus, validate
 from .acceptance import SamplingParams
-from .baselines import generate_autoregressive
+from .baselines import NoDraftProposer
 from .decode import DFlashProposer, generate
 from .files import atomic_write_text
 
@@ -306,7 +306,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
         return lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 
     methods = [
-        Method("autoregressive (ours)", lambda ids, n: _ours_ar(target, ids, n, sampling, stops),
+        Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
                Kind.AUTOREGRESSIVE, block_size=1),
         Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1),
     ]
@@ -328,7 +328,8 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
             methods.append(Method("DFlash (ours) cost-aware", _spec_run(target, lambda: CostAwareProposer(drafter, target),
                                                                       sampling, stops), Kind.DFLASH_POLICY, default=True))
         for b in block_sizes:
-            methods.append(Method(f"DFlash (ours) B={b}", _dflash_run(target, drafter, b, sampling, stops),
+            methods.append(Method(f"DFlash (ours) B={b}",
+                                  _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
                                   Kind.DFLASH, block_size=b))
         if adaptive:
             sizes = "/".join(map(str, sorted(adaptive)))
@@ -348,16 +349,8 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     return methods
 
 
-def _ours_ar(target, ids, n, sampling, stops):
-    result = generate_autoregressive(target, ids, n, sampling, stops)
-    return result.tokens, result
-
-
-def _dflash_run(target, drafter, block_size, sampling, stops):
-    return _spec_run(target, lambda: DFlashProposer(drafter, target, block_size), sampling, stops)
-
-
 def _spec_run(target, make_proposer, sampling, stops):
+    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive baseline)."""
     def run(ids, n):
         result = generate(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result

@@ -240,12 +240,16 @@ class KVInjectionAttention(nn.Module):
         """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
         all keys, [cached context ; new context ; block]; None: every block position sees every
         key (bidirectional inside the block)."""
-        n, b, _ = block.shape
-        q = self.q_norm(self.q_proj(block).view(n, b, self.num_heads, self.head_dim)).transpose(1, 2)
-        q = apply_rope(q, *block_rope)                                   # (N, heads, B, D)
         k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)   # (N, kv, C+B, D)
+        return self.attend(block, block_rope, k, v, attn_mask)
+
+    def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
+        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values (N, kv, S, D);
+        the projected output (N, T, H)."""
+        n, t, _ = x.shape
+        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim)).transpose(1, 2), *rope)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))        # (N, B, H)
+        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
 
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
         """KV injection: keys and values of [context ; block]; the new context joins the cache for good."""

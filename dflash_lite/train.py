@@ -434,15 +434,14 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
 
     callbacks = [record_tau, *callbacks] if eval_every != 0 else list(callbacks)
     def loss_fn(m, b):
-        with torch.autocast(torch.device(device).type, dtype=torch_dtype, enabled=torch_dtype != torch.float32):
-            return drafter_loss(m, model, b, weights)
+        return drafter_loss(m, model, b, weights)
 
     trainer = Trainer(drafter, loss_fn,
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
                                             tokenizer.pad_token_id, generator, drafting == "autoregressive",
                                             fixed_anchors),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
-                                  time_budget_s=time_budget_s),
+                                  time_budget_s=time_budget_s, autocast_dtype=torch_dtype),
                       callbacks, checkpoint_dir=Path(out) / "checkpoint", run_config=run_config)
     t1 = time.time()
     history = trainer.run()

@@ -18,14 +18,12 @@ names; checkpoints keep those two config fields, so every saved drafter loads as
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .drafter import (
     DFlashDrafter,
     DrafterConfig,
     DrafterLayer,
     KVInjectionAttention,
-    apply_rope,
 )
 
 
@@ -34,18 +32,15 @@ class InputFusionAttention(KVInjectionAttention):
     def forward(self, block, context, block_rope, context_rope, cache, layer, attn_mask=None, context_queries=False):
         """The block's output, and the context's own (causal over the context, never the block)
         when ``context_queries``: the context is a residual stream updated layer by layer."""
-        out = super().forward(block, context, block_rope, context_rope, cache, layer, attn_mask)
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)   # [all context ; block]
+        out = self.attend(block, block_rope, k, v, attn_mask)
         if not context_queries:
             return out, None
-        n, c, _ = context.shape
-        k_ctx, v_ctx = (cache.keys[layer], cache.values[layer]) if cache is not None else self._kv(context, *context_rope)
-        total = k_ctx.shape[2]                                           # all context, cached + new
-        qc = self.q_norm(self.q_proj(context).view(n, c, self.num_heads, self.head_dim)).transpose(1, 2)
-        qc = apply_rope(qc, *context_rope)                               # (N, heads, C, D)
-        causal = torch.arange(total, device=qc.device)[None] <= torch.arange(total - c, total, device=qc.device)[:, None]
-        out_ctx = F.scaled_dot_product_attention(qc, k_ctx, v_ctx, attn_mask=causal,
-                                                 enable_gqa=self.num_heads != self.num_kv_heads)
-        return out, self.o_proj(out_ctx.transpose(1, 2).reshape(n, c, -1))   # (N, C, H)
+        b, c = block.shape[1], context.shape[1]
+        k_ctx, v_ctx = k[:, :, :-b], v[:, :, :-b]                        # all context, cached + new
+        total = k_ctx.shape[2]
+        causal = torch.arange(total, device=k.device)[None] <= torch.arange(total - c, total, device=k.device)[:, None]
+        return out, self.attend(context, context_rope, k_ctx, v_ctx, causal)   # (N, C, H)
 
 
 class InputFusionLayer(DrafterLayer):

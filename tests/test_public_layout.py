@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from drafting_checks import assert_training_forward_equals_inference
 from safetensors.torch import save_file
 
 from dflash_lite import LoadError
@@ -240,7 +241,6 @@ def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_infere
     """The block-masked training forward and the cached inference draft agree for a drafter with
     sliding-window layers and linear rope scaling (the window mask joins the block mask)."""
     from dflash_lite import corpus
-    from dflash_lite.target import context_features
     from dflash_lite.train import make_batch
 
     target, tokenizer = tiny
@@ -252,16 +252,4 @@ def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_infere
     seq = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 3).text, add_special_tokens=False).input_ids
     batch = make_batch([seq], [10], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id,
                        torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        out = target.model(batch.sequence_ids, output_hidden_states=True)
-        features = context_features(out.hidden_states, config.target_layer_ids)
-        embeds = target.get_input_embeddings()(batch.block_ids)
-        hidden = drafter(embeds, features, batch.block_positions, torch.arange(len(seq))[None], None, batch.attn_mask)
-        trained = target.get_output_embeddings()(hidden)[0]
-        for j in range(3):
-            anchor = int(batch.block_positions[0, 4 * j])
-            cache, split = DrafterCache(2), anchor // 2
-            drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4], features[:, :split], 0, cache)
-            inference = drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4],
-                                             features[:, split:anchor], split, cache)[0]
-            torch.testing.assert_close(trained[4 * j + 1: 4 * j + 4], inference, atol=1e-4, rtol=1e-4)
+    assert_training_forward_equals_inference(drafter, target, batch)

@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from drafting_checks import assert_training_forward_equals_inference
 
 from dflash_lite.checkpoints import load_drafter, save_drafter
 from dflash_lite.drafter import DrafterConfig
@@ -80,8 +81,6 @@ def toy_data(tiny):
 def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditioning):
     """Every block inside the training batch gives exactly the logits of drafting it at inference,
     with the context fed in two pieces through the drafter cache, as the decode loop does."""
-    from dflash_lite.drafter import DrafterCache
-
     target, tokenizer = tiny
     torch.manual_seed(0)
     drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
@@ -89,20 +88,7 @@ def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditionin
     seq, plen = toy_data.sequences[0], toy_data.prompt_lengths[0]
     g = torch.Generator().manual_seed(3)
     batch = make_batch([seq], [plen], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id, g)
-    with torch.no_grad():
-        out = target.model(batch.sequence_ids, output_hidden_states=True)
-        features = context_features(out.hidden_states, drafter.config.target_layer_ids)
-        embeds = target.get_input_embeddings()(batch.block_ids)
-        ctx_pos = torch.arange(batch.sequence_ids.shape[1])[None]
-        hidden = drafter(embeds, features, batch.block_positions, ctx_pos, None, batch.attn_mask)
-        trained = target.get_output_embeddings()(hidden)[0]
-        for j in range(3):
-            anchor = int(batch.block_positions[0, 4 * j])
-            cache, split = DrafterCache(2), anchor // 2
-            drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4], features[:, :split], 0, cache)
-            inference = drafter.draft_logits(target, batch.block_ids[:, 4 * j: 4 * j + 4],
-                                             features[:, split:anchor], split, cache)[0]
-            torch.testing.assert_close(trained[4 * j + 1: 4 * j + 4], inference, atol=1e-4, rtol=1e-4)
+    assert_training_forward_equals_inference(drafter, target, batch)
 
 
 def test_no_target_features_means_the_token_embeddings(tiny):
