@@ -63,8 +63,8 @@ class InputFusionDrafter(DFlashDrafter):
 
     def forward(self, block_embeds, target_hidden, block_positions, context_positions, cache=None, attn_mask=None):
         context = self.project(target_hidden)                              # (N, C, H)
-        block_rope = self.rotary_emb(block_embeds, block_positions)
-        context_rope = self.rotary_emb(context, context_positions)
+        block_rope = self.rope(block_positions, block_embeds.dtype)
+        context_rope = self.rope(context_positions, context.dtype)
         x, last = block_embeds, len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask, last=i == last)
