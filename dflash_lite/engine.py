@@ -17,7 +17,7 @@ import torch
 from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, check_request, speculative_steps
 from .baselines import NoDraftProposer
-from .policy import CostAwareProposer
+from .policy import default_policy
 from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 from .validate import check_device, check_int, check_prompt
 
@@ -67,13 +67,14 @@ class Engine:
             return ids["input_ids"]
         return self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
 
-    def proposer(self):
+    def proposer(self, sampling: SamplingParams = SamplingParams()):
         """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
-        cost-aware policy, which picks each step's block size from measured costs and acceptance."""
+        cost-aware policy, which picks each step's block size (or, greedy, a draft tree) from
+        measured costs and acceptance (:func:`dflash_lite.policy.default_policy`)."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer()
         if self.block_size is None:
-            return CostAwareProposer(self.drafter, self.target)
+            return default_policy(self.drafter, self.target, sampling)
         return DFlashProposer(self.drafter, self.target, self.block_size)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
@@ -91,7 +92,7 @@ class Engine:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
+        steps = speculative_steps(self.target, self.proposer(sampling), input_ids, max_new_tokens, sampling,
                                   self.stops, generator)
         pieces = self._stream(steps)
         return pieces if stream else "".join(pieces)

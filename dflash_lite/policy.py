@@ -14,8 +14,12 @@ step, as real integrations' depth controllers do:
   Beta prior, then per position with the pool as prior. A step of b - 1 drafts is then expected
   to commit ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)`` tokens.
 * **choice**: the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
-  expected tokens per second; optionally a draft tree (:mod:`dflash_lite.tree`) of N nodes,
-  whose expected length is learned the same way from the tree steps it takes.
+  expected tokens per second; or a draft tree (:mod:`dflash_lite.tree`) of N nodes, whose
+  expected length starts at ``tree_prior_gain`` x the full chain's and is then learned from the
+  tree steps it takes. A tree step also updates the chain's estimates: the accepted path follows
+  the chain of argmaxes as far as the chain would have been accepted (:func:`chain_accepted`).
+  The default (:func:`default_policy`) offers a 32-node tree when decoding is greedy; the gain of
+  1.3 is the tree's tau over the chain's as measured on the probe split (math and code).
 
 **Coming back from 1.** A plain step observes nothing, but the counts keep decaying each step, so
 the estimates drift back to the optimistic prior and a draft is tried again after a number of
@@ -117,6 +121,13 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
     return _COSTS[key]
 
 
+def chain_accepted(path: list[int], chain: list[int]) -> int:
+    """Drafts the chain of argmaxes would have had accepted, read off a tree step: the tree holds
+    that chain, and the accepted ``path`` follows it as long as they agree. Where the path ends on
+    the chain, the chain's next draft counts as rejected (the tree may not have held it)."""
+    return next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
+
+
 class CostAwareProposer(DFlashProposer):
     """DFlash with the block size (1 = plain decoding .. ``max_block_size``), or a draft tree of one
     of ``tree_sizes`` nodes, chosen each step for the most expected tokens per second.
@@ -129,7 +140,7 @@ class CostAwareProposer(DFlashProposer):
 
     def __init__(self, drafter, target, max_block_size: int | None = None, tree_sizes=(), costs: StepCosts | None = None,
                  decay: float = 0.9, idle_decay: float = 0.98, prior: float = 0.7, prior_weight: float = 3.0,
-                 tree_prior_gain: float = 1.1):
+                 tree_prior_gain: float = 1.3):
         super().__init__(drafter, target, max_block_size)
         if not (0 < decay < 1 and 0 < idle_decay < 1 and 0 < prior < 1) or prior_weight <= 0 or tree_prior_gain <= 0:
             raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, prior_weight > 0 "
@@ -232,14 +243,27 @@ class CostAwareProposer(DFlashProposer):
         if self.tree_size:
             self.tree_tokens[self.tree_size] += n + 1
             self.tree_steps[self.tree_size] += 1
-        else:                        # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            judged = min(n + 1, block.shape[1] - 1)
-            self.accepted_count += n
-            self.judged_count += judged
-            for k in range(judged):
-                self.accepted_at[k] += k < n
-                self.judged_at[k] += 1
+            n, drafted = chain_accepted(block[0, 1: n + 1].tolist(), self.chain.tolist()), len(self.chain)
+        else:
+            drafted = block.shape[1] - 1
+        judged = min(n + 1, drafted)     # drafts 1..n accepted; draft n+1 (if there was one) rejected
+        self.accepted_count += n
+        self.judged_count += judged
+        for k in range(judged):
+            self.accepted_at[k] += k < n
+            self.judged_at[k] += 1
         self._choose()
+
+
+DEFAULT_TREE_SIZES = (32,)      # the tree the default may choose (greedy only); measured on the probe split
+
+
+def default_policy(drafter, target, sampling=None) -> CostAwareProposer:
+    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the cost-aware block size,
+    which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes when decoding is greedy
+    (trees have no lossless rule at temperature > 0 here, so sampling uses chains only)."""
+    greedy = sampling is None or sampling.greedy
+    return CostAwareProposer(drafter, target, tree_sizes=DEFAULT_TREE_SIZES if greedy else ())
 
 
 # ----------------------------------------------------------------------------- the source article's rule

@@ -132,6 +132,7 @@ class DFlashTreeProposer(DFlashProposer):
         block = torch.full((1, depth + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
         block[0, 0] = last_token                                         # [last, MASK x depth]
         logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        self.chain = logits[0].argmax(dim=-1)           # (depth,) the chain this forward would have drafted
         return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
 
 

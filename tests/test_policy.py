@@ -5,7 +5,7 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.policy import CostAwareProposer, StepCosts
+from dflash_lite.policy import DEFAULT_TREE_SIZES, CostAwareProposer, StepCosts, chain_accepted, default_policy
 
 MAX_NEW = 16
 # cheap drafting: blocks pay even at modest acceptance, so the policy keeps switching sizes
@@ -136,3 +136,27 @@ def test_engine_generate_uses_the_policy_by_default(tiny, random_drafter):
     assert text == plain and engine.last_result.acceptance_lengths
     with pytest.raises(ValueError, match="block_size"):
         Engine(target, tokenizer, random_drafter, block_size=0)
+
+
+def test_a_tree_step_tells_the_policy_what_the_chain_would_have_done():
+    """A tree step updates the chain's acceptance too: the accepted path agrees with the chain of
+    argmaxes for some drafts, then leaves it (the next chain draft was wrong) or ends."""
+    chain = [5, 6, 7, 8]
+    assert chain_accepted([5, 6, 9], chain) == 2         # left the chain at the third draft
+    assert chain_accepted([4, 6], chain) == 0            # a sibling of the first draft was right
+    assert chain_accepted([5, 6], chain) == 2            # ended on the chain: the third counts as rejected
+    assert chain_accepted([], chain) == 0
+    assert chain_accepted([5, 6, 7, 8], chain) == 4
+
+
+def test_default_policy_uses_trees_only_when_greedy(tiny, random_drafter):
+    from dflash_lite import SamplingParams
+    from dflash_lite.engine import Engine
+
+    target, tokenizer = tiny
+    assert default_policy(random_drafter, target).tree_sizes == DEFAULT_TREE_SIZES
+    assert default_policy(random_drafter, target, SamplingParams(temperature=0.8)).tree_sizes == ()
+    engine = Engine(target, tokenizer, random_drafter)
+    assert engine.proposer().uses_trees and not engine.proposer(SamplingParams(temperature=0.8)).uses_trees
+    engine.generate("def f(x):", max_new_tokens=12, temperature=0.8, seed=0)    # sampling: no tree, no refusal
+    assert engine.last_result.acceptance_lengths
