@@ -121,11 +121,14 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
     return _COSTS[key]
 
 
-def chain_accepted(path: list[int], chain: list[int]) -> int:
-    """Drafts the chain of argmaxes would have had accepted, read off a tree step: the tree holds
-    that chain, and the accepted ``path`` follows it as long as they agree. Where the path ends on
-    the chain, the chain's next draft counts as rejected (the tree may not have held it)."""
-    return next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
+def chain_accepted(path: list[int], chain: list[int], held: int) -> tuple[int, int]:
+    """What the chain of argmaxes would have done, read off a tree step: (drafts accepted, drafts
+    judged). The tree holds the chain's first ``held`` drafts, and the accepted ``path`` follows
+    the chain as long as they agree. Where the path leaves it, or ends on it with the chain's next
+    draft in the tree, that draft was wrong (judged, rejected); where the path ends on it beyond
+    what the tree held, the next draft is unknown (not judged)."""
+    agree = next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
+    return agree, agree + 1 if agree < len(path) or agree < min(held, len(chain)) else agree
 
 
 class CostAwareProposer(DFlashProposer):
@@ -243,10 +246,9 @@ class CostAwareProposer(DFlashProposer):
         if self.tree_size:
             self.tree_tokens[self.tree_size] += n + 1
             self.tree_steps[self.tree_size] += 1
-            n, drafted = chain_accepted(block[0, 1: n + 1].tolist(), self.chain.tolist()), len(self.chain)
+            n, judged = chain_accepted(block[0, 1: n + 1].tolist(), self.chain.tolist(), self.chain_held)
         else:
-            drafted = block.shape[1] - 1
-        judged = min(n + 1, drafted)     # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            judged = min(n + 1, block.shape[1] - 1)   # drafts 1..n accepted; draft n+1 (if there was one) rejected
         self.accepted_count += n
         self.judged_count += judged
         for k in range(judged):

@@ -51,6 +51,13 @@ class DraftTree:
             mask[i] |= mask[self.parents[i]]
         return mask
 
+    def path_length(self, tokens: list[int]) -> int:
+        """How many of ``tokens``, read as a path from the root, the tree holds."""
+        kids, node, held = self.children(), 0, 0
+        while held < len(tokens) and (node := kids[node].get(tokens[held])) is not None:
+            held += 1
+        return held
+
     def children(self) -> list[dict[int, int]]:
         """Per node: {token: child index}. Siblings never share a token."""
         kids: list[dict[int, int]] = [{} for _ in self.parents]
@@ -132,8 +139,10 @@ class DFlashTreeProposer(DFlashProposer):
         block = torch.full((1, depth + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
         block[0, 0] = last_token                                         # [last, MASK x depth]
         logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        tree = build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
         self.chain = logits[0].argmax(dim=-1)           # (depth,) the chain this forward would have drafted
-        return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
+        self.chain_held = tree.path_length(self.chain.tolist())   # how much of it the tree holds
+        return tree
 
 
 def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase):

@@ -142,11 +142,13 @@ def test_a_tree_step_tells_the_policy_what_the_chain_would_have_done():
     """A tree step updates the chain's acceptance too: the accepted path agrees with the chain of
     argmaxes for some drafts, then leaves it (the next chain draft was wrong) or ends."""
     chain = [5, 6, 7, 8]
-    assert chain_accepted([5, 6, 9], chain) == 2         # left the chain at the third draft
-    assert chain_accepted([4, 6], chain) == 0            # a sibling of the first draft was right
-    assert chain_accepted([5, 6], chain) == 2            # ended on the chain: the third counts as rejected
-    assert chain_accepted([], chain) == 0
-    assert chain_accepted([5, 6, 7, 8], chain) == 4
+    assert chain_accepted([5, 6, 9], chain, 4) == (2, 3)    # left the chain at the third draft: it was wrong
+    assert chain_accepted([4, 6], chain, 4) == (0, 1)       # a sibling of the first draft was right
+    assert chain_accepted([5, 6], chain, 4) == (2, 3)       # ended on it; the tree held the third: wrong
+    assert chain_accepted([5, 6], chain, 2) == (2, 2)       # ended where the tree stopped: third unknown
+    assert chain_accepted([], chain, 0) == (0, 0)
+    assert chain_accepted([], chain, 1) == (0, 1)
+    assert chain_accepted([5, 6, 7, 8], chain, 4) == (4, 4)
 
 
 def test_default_policy_uses_trees_only_when_greedy(tiny, random_drafter):

@@ -51,6 +51,11 @@ def test_tree_holds_the_most_likely_paths():
     best = sorted(scores, key=scores.get, reverse=True)[:12]
     assert len(set(paths)) == 12 and set(paths) == set(best)
     assert int(tree.tokens[0]) == 7 and tree.parents[0] == -1
+    for path in best:                                 # path_length: how much of a path the tree holds
+        assert tree.path_length(list(path)) == len(path)
+    chain = logp.argmax(-1).tolist()
+    held = max(d for d in range(5) if tuple(chain[:d]) in set(paths) | {()})
+    assert tree.path_length(chain) == held
 
 
 def test_tree_verify_equals_one_target_forward_per_path(tiny):
