@@ -286,6 +286,29 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
     return loss, {"loss": loss.item(), "accuracy_per_position": acc}
 
 
+@torch.no_grad()
+def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int, num_anchors: int = 16,
+                      seed: int = 0, anchor_token: bool = True) -> list[float]:
+    """Teacher-forced accuracy of each of a drafter's B-1 predictions on ``data`` (the target's own
+    continuations): blocks at random anchors as in training, the argmax at each position against
+    the target's token. For the autoregressive baseline the j-th prediction sees the real tokens
+    before it. ``anchor_token=False`` (block drafting only) puts MASK in slot 0 too, which shows
+    what the drafter takes from the last committed token."""
+    if not anchor_token and drafter.autoregressive:
+        raise ValueError("anchor_token=False is for block drafting: an autoregressive drafter's slot 0 is its input")
+    block_size = drafter.config.block_size
+    batch = make_batch(data.sequences, data.prompt_lengths, block_size, num_anchors, drafter.config.mask_token_id,
+                       pad_token_id, torch.Generator().manual_seed(seed), causal=drafter.autoregressive)
+    if batch is None:
+        raise ValueError("no sequence has a response long enough for a block")
+    if not anchor_token:
+        batch.block_ids[:, ::block_size] = drafter.config.mask_token_id
+    was_training = drafter.training
+    _, metrics = drafter_loss(drafter.eval(), target, batch, position_weights(block_size))
+    drafter.train(was_training)
+    return metrics["accuracy_per_position"]
+
+
 # ----------------------------------------------------------------------------- 3. the trainer
 def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
     """What ``out`` may be used for, decided before any work: a new or empty directory; a

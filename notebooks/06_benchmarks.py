@@ -127,8 +127,9 @@ for r in cost["rows"]:
 #   twice the recent mean acceptance length;
 # * **cost-aware** (the default of `Engine.generate`, `demo` and the row marked `*`): each step,
 #   the block size from 1 (plain decoding) to 16 with the most expected tokens per second, from the
-#   measured forward costs and the acceptance observed so far; it falls back to plain decoding where
-#   drafts are rarely accepted and probes again now and then;
+#   measured forward costs and the acceptance observed so far, or (greedy) a draft tree of 32 nodes
+#   when its measured verify cost is paid for by the tokens trees have been committing; it falls
+#   back to plain decoding where drafts are rarely accepted and probes again now and then;
 # * **draft trees**: one drafter forward, then the best-first tree of `N` likely continuations,
 #   verified in one target forward with a tree attention mask (greedy only here).
 #

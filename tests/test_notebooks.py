@@ -23,7 +23,7 @@ OVERRIDES = {
     "01_autoregressive_bottleneck": {"token_counts": [1, 4, 8], "repeats": 3, "num_prompts": 1, "max_new_tokens": 8},
     "02_speculative_decoding": {"draft_tokens": 2, "max_new_tokens": 16, "num_prompts": 1, "num_samples": 600},
     "03_block_diffusion_drafter": {"block_size": 8, "num_prompts": 2, "max_new_tokens": 16, "timing_repeats": 3, "passes": [1, 2]},
-    "04_conditioning": {"num_prompts": 1, "max_new_tokens": 24, "timing_repeats": 3},
+    "04_conditioning": {"num_prompts": 1, "max_new_tokens": 24, "timing_repeats": 3, "accuracy_prompts": 2},
     "05_training": {"num_prompts": 24, "max_new_tokens": 24, "steps": 12, "probe_prompts": 1},
     "06_benchmarks": {"num_prompts": 1, "max_new_tokens": 16, "block_sizes": [4, 16], "repeats": 1},
     "07_checking_the_source_article": {"num_prompts": 1, "max_new_tokens": 24, "train_steps": 12},

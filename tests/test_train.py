@@ -218,3 +218,24 @@ def test_eagle_style_decoding_is_lossless(tiny):
     assert generate(target, EagleProposer(drafter, target), ids, 30).tokens == expected
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)
+
+
+def test_position_accuracy_shows_what_slot_0_is_worth(tiny):
+    """Teacher-forced accuracy per draft position on the target's own code continuations: the
+    shipped drafter's first prediction needs the last committed token (slot 0); put MASK there and
+    it falls. The autoregressive baseline has no separate slot 0, so masking it is refused."""
+    from dflash_lite import corpus
+    from dflash_lite.target import SHIPPED_BASELINES, default_drafter_path
+    from dflash_lite.train import position_accuracy, regenerate
+
+    target, tokenizer = tiny
+    drafter = load_drafter(default_drafter_path("tiny"))
+    data = regenerate(target, tokenizer, corpus.prompts("held_out", "code", 8), 64)
+    intact = position_accuracy(drafter, target, data, tokenizer.pad_token_id)
+    masked = position_accuracy(drafter, target, data, tokenizer.pad_token_id, anchor_token=False)
+    assert len(intact) == drafter.config.block_size - 1 and all(0 <= a <= 1 for a in intact + masked)
+    assert masked[0] < intact[0] - 0.03
+    eagle = load_drafter(SHIPPED_BASELINES["tiny"]["eagle"])
+    assert len(position_accuracy(eagle, target, data, tokenizer.pad_token_id)) == eagle.config.block_size - 1
+    with pytest.raises(ValueError, match="block drafting"):
+        position_accuracy(eagle, target, data, tokenizer.pad_token_id, anchor_token=False)
