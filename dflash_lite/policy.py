@@ -226,7 +226,8 @@ class CostAwareProposer(DFlashProposer):
     def propose_tree(self, last_token, depth, tree_size=None):
         from .tree import DFlashTreeProposer
         self._catch_up()
-        return DFlashTreeProposer.propose_tree(self, last_token, depth, tree_size)
+        self.tree = DFlashTreeProposer.propose_tree(self, last_token, depth, tree_size)   # read again in accepted()
+        return self.tree
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         if self.pending:             # no draft this step: the features wait for the next drafter forward
@@ -246,13 +247,14 @@ class CostAwareProposer(DFlashProposer):
         if self.tree_size:
             self.tree_tokens[self.tree_size] += n + 1
             self.tree_steps[self.tree_size] += 1
-            n, judged = chain_accepted(block[0, 1: n + 1].tolist(), self.chain.tolist(), self.chain_held)
-        else:
-            judged = min(n + 1, block.shape[1] - 1)   # drafts 1..n accepted; draft n+1 (if there was one) rejected
-        self.accepted_count += n
+            chain = self.tree.chain                   # what the chain would have done in the same step
+            accepted, judged = chain_accepted(block[0, 1: n + 1].tolist(), chain, self.tree.path_length(chain))
+        else:                                         # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            accepted, judged = n, min(n + 1, block.shape[1] - 1)
+        self.accepted_count += accepted
         self.judged_count += judged
         for k in range(judged):
-            self.accepted_at[k] += k < n
+            self.accepted_at[k] += k < accepted
             self.judged_at[k] += 1
         self._choose()
 

@@ -25,7 +25,7 @@ which this project does not implement, so the loop refuses it with one line.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,6 +39,7 @@ class DraftTree:
     tokens: torch.Tensor          # (N+1,) token ids
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
+    chain: list[int] = field(default_factory=list)   # the top token at each depth: the chain drafting would take
 
     def __len__(self) -> int:
         return len(self.parents)
@@ -86,7 +87,8 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
             heapq.heappush(heap, (neg + top_logp[d][r] - top_logp[d][r + 1], d, r + 1, parent))
         if d + 1 < depth_limit:                       # first child: the top token one position on
             heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
-    return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths)
+    return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths,
+                     [row[0] for row in top_ids] if width else [])
 
 
 def verify_tree(target, tree: DraftTree, cache, position: int, layer_ids):
@@ -139,10 +141,7 @@ class DFlashTreeProposer(DFlashProposer):
         block = torch.full((1, depth + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
         block[0, 0] = last_token                                         # [last, MASK x depth]
         logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
-        tree = build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
-        self.chain = logits[0].argmax(dim=-1)           # (depth,) the chain this forward would have drafted
-        self.chain_held = tree.path_length(self.chain.tolist())   # how much of it the tree holds
-        return tree
+        return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
 
 
 def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase):

@@ -54,6 +54,7 @@ def test_tree_holds_the_most_likely_paths():
     for path in best:                                 # path_length: how much of a path the tree holds
         assert tree.path_length(list(path)) == len(path)
     chain = logp.argmax(-1).tolist()
+    assert tree.chain == chain                        # the top token at each depth
     held = max(d for d in range(5) if tuple(chain[:d]) in set(paths) | {()})
     assert tree.path_length(chain) == held
 
