@@ -564,7 +564,7 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
             prompt_template: str = "{prompt}", hf_dflash: bool = True, eagle: str | None = None,
             draft_model: str | None = None, baselines: bool = True, temperature: float = 0.0,
             dataset: str | None = None, adaptive: bool = False, dtype: str = "float32", chat_template: bool = True,
-            tree_sizes: tuple[int, ...] = (32, 64)) -> Setup:
+            tree_sizes: tuple[int, ...] = (16, 32, 64)) -> Setup:
     """Load the target, the drafters and the prompts, and build the :func:`standard_methods`.
 
     The DFlash drafter is ``drafter`` (a local directory or a hub id of a published drafter, public

@@ -151,7 +151,7 @@ OUT_DIR = validate.arg_type(validate.check_output_dir, str)
 
 
 def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802  (an argparse type)
-    """Draft-tree sizes such as ``32,64``; an empty string for none."""
+    """Draft-tree sizes such as ``16,32,64``; an empty string for none."""
     return validate.block_sizes_arg(text) if text.strip() else ()
 
 

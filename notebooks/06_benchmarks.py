@@ -59,7 +59,7 @@ prompts_file = None          # or any JSONL with a "prompt" (or "turns") field
 num_prompts = 3
 max_new_tokens = 48
 block_sizes = [4, 8, 16]
-tree_sizes = [32]            # draft-tree rows (greedy only); [] for none
+tree_sizes = [16, 32]        # draft-tree rows (greedy only); [] for none
 repeats = 2
 sampled_temperature = 1.0
 
@@ -127,7 +127,7 @@ for r in cost["rows"]:
 #   twice the recent mean acceptance length;
 # * **cost-aware** (the default of `Engine.generate`, `demo` and the row marked `*`): each step,
 #   the block size from 1 (plain decoding) to 16 with the most expected tokens per second, from the
-#   measured forward costs and the acceptance observed so far, or (greedy) a draft tree of 32 nodes
+#   measured forward costs and the acceptance observed so far, or (greedy) a draft tree of 16 nodes
 #   when its measured verify cost is paid for by the tokens trees have been committing; it falls
 #   back to plain decoding where drafts are rarely accepted and probes again now and then;
 # * **draft trees**: one drafter forward, then the best-first tree of `N` likely continuations,

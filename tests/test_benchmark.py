@@ -360,7 +360,7 @@ def test_cli_help_shows_the_signature_defaults():
     from dflash_lite.cli import build_parser
 
     text = " ".join(build_parser().commands["bench"].format_help().split())
-    assert "--num-prompts NUM_PROMPTS default: 8" in text and "(default: 32,64)" in text
+    assert "--num-prompts NUM_PROMPTS default: 8" in text and "(default: 16,32,64)" in text
     assert "e.g. 4,8,16 (default: 16)" in text
 
 

@@ -28,6 +28,8 @@ OVERRIDES = {
     "06_benchmarks": {"num_prompts": 1, "max_new_tokens": 16, "block_sizes": [4, 16], "repeats": 1},
     "07_checking_the_source_article": {"num_prompts": 1, "max_new_tokens": 24, "train_steps": 12},
     "08_real_models": {"num_prompts": 1, "max_new_tokens": 8, "token_counts": [1, 4], "repeats": 1},
+    "09_draft_trees": {"num_prompts": 1, "max_new_tokens": 16, "tree_sizes": [4, 16], "demo_tree_size": 6,
+                       "timing_repeats": 3},
 }
 
 

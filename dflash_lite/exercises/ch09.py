@@ -1,0 +1,62 @@
+"""Self-checks for notebook 09, draft trees and the cost-aware policy."""
+from __future__ import annotations
+
+import torch
+
+from . import correct, not_attempted
+
+
+def check_visible_keys(answer, tree, context_length: int) -> bool:
+    """Exercise 1: keys the deepest node of ``tree`` may attend to in the tree verify."""
+    if answer is None:
+        return not_attempted("Exercise 1", "Count the context positions plus the node's own path.")
+    deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
+    expected = context_length + int(tree.ancestor_mask()[deepest].sum())
+    assert int(answer) == expected, ("every context position, plus the root, the node's ancestors and "
+                                     "the node itself (depth + 1 tree tokens); no sibling branch")
+    return correct("Exercise 1", f"{context_length} context keys + {expected - context_length} on its own path.")
+
+
+def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int = 32, block_size: int = 16) -> bool:
+    """Exercise 2: tau_tree / tau_chain at which a tree of ``tree_size`` only matches the chain."""
+    if answer is None:
+        return not_attempted("Exercise 2", "Equate the two speeds and solve for tau_tree / tau_chain.")
+    expected = (t_target[tree_size + 1] + t_draft) / (t_target[block_size] + t_draft)
+    assert abs(float(answer) - expected) < 1e-6 * expected, \
+        f"the ratio of the two steps' costs: (t({tree_size + 1}) + t_draft) / (t({block_size}) + t_draft)"
+    return correct("Exercise 2", f"the tree must commit {expected:.2f}x the chain's tokens per step to break even.")
+
+
+def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float, budget: int = 32) -> int:
+    """Greatest depth of the ``budget``-node tree built from ``draft_logits / temperature``."""
+    from ..tree import build_tree
+
+    tree = build_tree(root, torch.log_softmax(draft_logits.float() / temperature, dim=-1), budget)
+    return max(tree.depths)
+
+
+def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -> bool:
+    """Exercise 3: the greatest depth of a 32-node tree from the drafter's logits at temperature 0.5."""
+    if answer is None:
+        return not_attempted("Exercise 3", "Build the tree from draft_logits / 0.5 and give its greatest depth.")
+    expected = tree_depth(draft_logits, root, 0.5)
+    assert int(answer) == expected, ("divide the logits by 0.5 before log_softmax, build_tree(root, ..., 32), "
+                                     "then take max(tree.depths)")
+    others = {temp: tree_depth(draft_logits, root, temp) for temp in (1.0, 2.0)}
+    return correct("Exercise 3", f"depth {expected} at temperature 0.5, "
+                   + ", ".join(f"{d} at {temp:g}" for temp, d in others.items())
+                   + ": a confident drafter spends its nodes in depth, an unsure one in width.")
+
+
+def check_falls_back(policy) -> bool:
+    """Exercise 4: a default-policy run that chose plain decoding (block size 1) at least once."""
+    from ..policy import CostAwareProposer
+
+    if policy is None:
+        return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, then pass the policy.")
+    assert isinstance(policy, CostAwareProposer), "pass the policy object you ran: default_policy(drafter, target)"
+    assert len(policy.chosen) > 1, "run generate(target, policy, ids, 48, ...) with it first"
+    steps = policy.chosen[:-1]                         # the last entry is the choice for a step never taken
+    assert 1 in steps, ("no step was plain decoding on this prompt: try text the drafter was not trained on "
+                        "(it knows generated math problems and Python functions)")
+    return correct("Exercise 4", f"{steps.count(1)} of {len(steps)} steps were plain decoding.")
