@@ -123,7 +123,7 @@ for domain, xs in prompt_ids.items():
                     ranks[domain][j - 1].append(int((logits[j - 1] > logits[j - 1, truth]).sum()) + 1)
 
 buckets = [("rank 1 (the chain)", 1, 1), ("rank 2", 2, 2), ("rank 3-4", 3, 4), ("rank 5+", 5, 10 ** 9)]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), sharey=True)
 for ax, domain in zip(axes, prompt_ids):
     positions = [j for j in range(1, B) if ranks[domain][j - 1]]
     bottom = np.zeros(len(positions))
@@ -133,9 +133,8 @@ for ax, domain in zip(axes, prompt_ids):
         bottom += share
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
 axes[0].set_ylabel("share of the target's tokens")
-fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(buckets), bbox_to_anchor=(0.5, -0.02))
+axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
 fig.suptitle("Rank of the target's token among the drafter's candidates, per block position")
-fig.subplots_adjust(bottom=0.22)
 _ = save_figure(fig, "09_target_token_rank")
 for domain in prompt_ids:
     first = ranks[domain][0]
