@@ -21,8 +21,8 @@ list), :func:`run` (time them, interleaved, and the cost model's forwards) and :
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
 ``"name"``: select them with :func:`rows_of` and :func:`row_of`. ``"default": true`` marks the
 headline DFlash row: the cost-aware block size that ``Engine.generate`` runs by default
-(:mod:`dflash_lite.policy`). Fixed block sizes and draft trees (:mod:`dflash_lite.tree`, greedy
-only) have rows of their own.
+(:mod:`dflash_lite.policy`). Fixed block sizes and draft trees (:mod:`dflash_lite.tree`) have
+rows of their own.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class Kind(str, enum.Enum):
     DFLASH = "dflash"                      # DFlash at the fixed ``block_size`` (paper section 3)
     DFLASH_POLICY = "dflash_policy"        # DFlash, block size chosen per step from costs: the default
     DFLASH_ADAPTIVE = "dflash_adaptive"    # DFlash, block size from recent acceptance
-    DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes (greedy only)
+    DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
@@ -295,7 +295,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
     a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
     DFlash here: the default cost-aware block size (the headline row), each fixed block size, draft
-    trees of ``tree_sizes`` nodes (greedy only), and transformers' DFlash path with the same weights."""
+    trees of ``tree_sizes`` nodes, and transformers' DFlash path with the same weights."""
     from .baselines import DraftModelProposer, EagleProposer
     from .policy import AdaptiveDFlashProposer
     from .target import stop_token_ids
@@ -336,7 +336,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
             methods.append(Method(f"DFlash (ours) adaptive B in {sizes}",
                                   _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
                                             sampling, stops), Kind.DFLASH_ADAPTIVE))
-        for n in tree_sizes if sampling.greedy else ():
+        for n in tree_sizes:
             from .tree import DFlashTreeProposer
             methods.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
                                                                   sampling, stops), Kind.DFLASH_TREE, tree_size=n))
@@ -523,7 +523,7 @@ class Setup:
     target: Any = None                            # the loaded target model
     drafter: Any = None                           # the DFlash drafter (None: no DFlash rows, no cost model)
     block_sizes: tuple[int, ...] = (16,)
-    tree_sizes: tuple[int, ...] = ()              # the draft-tree rows' sizes (none when sampling)
+    tree_sizes: tuple[int, ...] = ()              # the draft-tree rows' sizes
     settings: dict = field(default_factory=dict)
 
 
@@ -630,7 +630,7 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
         eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(device) if eagle else None
         small_lm = load_pretrained(draft_model, device=device, dtype=torch_dtype)[0] if draft_model else None
     sampling = SamplingParams(temperature=temperature)
-    trees = tuple(tree_sizes) if sampling.greedy else ()
+    trees = tuple(tree_sizes)
     methods = standard_methods(model, tokenizer, draft, block_sizes, sampling, hf_dflash=hf_dflash, eagle=eagle_drafter,
                                draft_model=small_lm, tree_sizes=trees,
                                adaptive=tuple(sorted({4, 8, *block_sizes})) if adaptive else None)

@@ -190,7 +190,7 @@ def build_parser() -> Parser:
     b.add_argument("--temperature", type=TEMP, help="0: greedy, with the identity check")
     b.add_argument("--adaptive", action="store_true",
                    help="also run DFlash with the block size chosen per step from recent acceptance")
-    b.add_argument("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree (greedy only; '' for none)")
+    b.add_argument("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree ('' for none)")
     b.add_argument("--cost-repeats", type=POS, help="repeats of each timed forward in the cost model")
     b.add_argument("--domain", choices=["math", "code", "mixed"], help="built-in held-out prompts")
     b.add_argument("--num-prompts", type=POS)

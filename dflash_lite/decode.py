@@ -191,7 +191,8 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
     while not stopped and emitted < max_new_tokens:
         k = min(block_size or proposer.block_size, max_new_tokens - emitted) - 1   # never past the limit
         if k > 0 and getattr(proposer, "tree_size", None):                     # a draft tree: tree.py
-            block, n, next_token, hidden = tree_step(target, proposer, last, k, cache, position, phase)
+            block, n, next_token, hidden = tree_step(target, proposer, last, k, cache, position, phase,
+                                                     sampling, processors, generator)
         else:
             with phase("draft"):    # k guesses after `last` (k = 0: plain decoding, nothing drafted)
                 drafts, q = proposer.propose(last, k) if k else (last[:0], None)
@@ -248,8 +249,6 @@ def speculative_steps(target, proposer: Proposer, input_ids: torch.Tensor, max_n
     """:func:`steps`, checked and timed: yields the tokens of each step, returns a :class:`GenerationResult`."""
     check_request(target, input_ids, max_new_tokens)
     check_int("block_size", proposer.block_size if block_size is None else block_size)
-    if getattr(proposer, "uses_trees", False) and not sampling.greedy:
-        raise ValueError("draft trees are greedy only (temperature 0): no lossless tree rule for sampling here")
     timer = PhaseTimer(target.device)
     loop = steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
                  generator, block_size, timer)

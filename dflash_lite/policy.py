@@ -18,7 +18,7 @@ step, as real integrations' depth controllers do:
   expected length starts at ``tree_prior_gain`` x the full chain's and is then learned from the
   tree steps it takes. A tree step also updates the chain's estimates: the accepted path follows
   the chain of argmaxes as far as the chain would have been accepted (:func:`chain_accepted`).
-  The default (:func:`default_policy`) offers a 16-node tree when decoding is greedy: its verify
+  The default (:func:`default_policy`) offers a 16-node tree, greedy or sampled: its verify
   is as wide as the chain's at B = 16 (17 tokens against 16), so it costs about the same and holds
   more of the likely paths. On the probe split it beat the 32-node tree (math and code). The
   gain of 1.3 is the tree's tau over the chain's as measured there.
@@ -140,7 +140,7 @@ class CostAwareProposer(DFlashProposer):
     ``costs``: a :class:`StepCosts` (measured at the first prompt when None). ``decay``: how much
     of the acceptance counts a drafting step keeps; ``idle_decay``: the same for a plain step (how
     soon drafting is tried again after falling to 1: closer to 1 retries later). ``prior`` and
-    ``prior_weight``: the Beta prior the estimates start from and decay back to. Trees are greedy only.
+    ``prior_weight``: the Beta prior the estimates start from and decay back to.
     """
 
     def __init__(self, drafter, target, max_block_size: int | None = None, tree_sizes=(), costs: StepCosts | None = None,
@@ -261,15 +261,15 @@ class CostAwareProposer(DFlashProposer):
         self._choose()
 
 
-DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose (greedy only); measured on the probe split
+DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
 
 
 def default_policy(drafter, target, sampling=None) -> CostAwareProposer:
     """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the cost-aware block size,
-    which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes when decoding is greedy
-    (trees have no lossless rule at temperature > 0 here, so sampling uses chains only)."""
-    greedy = sampling is None or sampling.greedy
-    return CostAwareProposer(drafter, target, tree_sizes=DEFAULT_TREE_SIZES if greedy else ())
+    which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or sampled
+    (both acceptance rules are lossless, :mod:`dflash_lite.tree`). ``sampling`` is accepted for
+    callers that choose per setting; the same policy serves every temperature."""
+    return CostAwareProposer(drafter, target, tree_sizes=DEFAULT_TREE_SIZES)
 
 
 # ----------------------------------------------------------------------------- the source article's rule

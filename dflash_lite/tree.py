@@ -15,12 +15,18 @@ verify all of them at once:
   context and its own ancestors only, and position ids = context length + depth. transformers
   passes a 4D mask to SDPA as it is.
 * **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
-  argmax, as far as it goes; the target's argmax at the last node reached is the bonus token.
+  choice at the node (its argmax, or at temperature > 0 a sample from its processed
+  distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
 * **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
   consecutive slots and the rest cropped; only the path's features go to the drafter's context.
 
-Greedy only: a tree at temperature > 0 needs a multi-draft acceptance rule (several candidates per position),
-which this project does not implement, so the loop refuses it with one line.
+**Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
+distributions), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
+with several candidates: at each node on the walk the target's token is a fresh sample from its
+own distribution given that node's path, and the walk moves on only when a child holds that very
+token. Every committed token is therefore a sample of the target given the tokens before it,
+whichever children the tree holds; the tree only decides how many of them one forward commits
+(``tests/test_sampling_lossless.py`` checks it with a chi-square test).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .acceptance import SamplingParams, choose_tokens
 from .decode import DFlashProposer
 from .target import context_features
 
@@ -104,10 +111,13 @@ def verify_tree(target, tree: DraftTree, cache, position: int, layer_ids):
     return out.logits[0], context_features(out.hidden_states, layer_ids)
 
 
-def accept_tree(tree: DraftTree, target_logits: torch.Tensor) -> tuple[list[int], int]:
-    """Greedy: the longest root-to-node path whose every draft is the target's argmax at its parent.
-    Returns the path's node indices (root first) and the target's token after it."""
-    choice = target_logits.argmax(dim=-1).tolist()                   # (N+1,): the target's token after each node
+def accept_tree(tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams = SamplingParams(),
+                processors=None, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """The longest root-to-node path whose every draft is the target's choice at its parent: the
+    argmax when greedy, else one sample per node from the target's processed distribution (only
+    the samples on the walk matter, each drawn given its node's path). Returns the path's node
+    indices (root first) and the target's token after it."""
+    choice = choose_tokens(target_logits, sampling, processors, generator).tolist()   # (N+1,): after each node
     kids, path = tree.children(), [0]
     while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
         path.append(child)
@@ -144,7 +154,8 @@ class DFlashTreeProposer(DFlashProposer):
         return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
 
 
-def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase):
+def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase,
+              sampling: SamplingParams = SamplingParams(), processors=None, generator: torch.Generator | None = None):
     """One decode step with a tree (the chain step's phases, see :func:`dflash_lite.decode.steps`):
     draft a tree, verify it, pick the accepted path and keep its KV entries. Returns (path tokens
     (1, n+1), n, the target's next token, the path's features (1, n+1, K*H))."""
@@ -153,6 +164,6 @@ def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position:
     with phase("verify"):
         logits, hidden = verify_tree(target, tree, cache, position, proposer.layer_ids)
     with phase("accept"):
-        path, next_token = accept_tree(tree, logits)
+        path, next_token = accept_tree(tree, logits, sampling, processors, generator)
         keep_path(cache, position, path)
     return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path]

@@ -59,7 +59,7 @@ prompts_file = None          # or any JSONL with a "prompt" (or "turns") field
 num_prompts = 3
 max_new_tokens = 48
 block_sizes = [4, 8, 16]
-tree_sizes = [16, 32]        # draft-tree rows (greedy only); [] for none
+tree_sizes = [16, 32]        # draft-tree rows; [] for none
 repeats = 2
 sampled_temperature = 1.0
 
@@ -127,11 +127,11 @@ for r in cost["rows"]:
 #   twice the recent mean acceptance length;
 # * **cost-aware** (the default of `Engine.generate`, `demo` and the row marked `*`): each step,
 #   the block size from 1 (plain decoding) to 16 with the most expected tokens per second, from the
-#   measured forward costs and the acceptance observed so far, or (greedy) a draft tree of 16 nodes
+#   measured forward costs and the acceptance observed so far, or a draft tree of 16 nodes
 #   when its measured verify cost is paid for by the tokens trees have been committing; it falls
 #   back to plain decoding where drafts are rarely accepted and probes again now and then;
 # * **draft trees**: one drafter forward, then the best-first tree of `N` likely continuations,
-#   verified in one target forward with a tree attention mask (greedy only here).
+#   verified in one target forward with a tree attention mask.
 #
 # What to look for: whether the cost-aware row gets close to the best fixed size on these prompts
 # (where acceptance is high, the best fixed size is the long block, and the policy can only lose
@@ -158,7 +158,7 @@ for n in tree_sizes:
 sampled = bench(target=target_name, prompts=prompts_file, domain=domain, num_prompts=num_prompts,
                 max_new_tokens=max_new_tokens, block_sizes=(max(block_sizes),), repeats=repeats, device=device,
                 temperature=sampled_temperature, baselines=False, hf_dflash=False, quiet=True,
-                json_out=str(RESULTS / f"06_benchmark_{device}_t{sampled_temperature:g}.json"))
+                tree_sizes=tuple(tree_sizes), json_out=str(RESULTS / f"06_benchmark_{device}_t{sampled_temperature:g}.json"))
 print(format_table(sampled))
 greedy_tau = fixed[max(block_sizes)]["tau"]
 sampled_tau = row_of(sampled, Kind.DFLASH, block_size=max(block_sizes))["tau"]

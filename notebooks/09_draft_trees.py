@@ -35,7 +35,7 @@
 # 3. build the tree attention mask and check that **one** forward over the tree gives, at every
 #    node, exactly the logits of the chain along that node's path;
 # 4. accept the longest path the target agrees with, keep its cache entries, and check that tree
-#    decoding is identical to the target's greedy output;
+#    decoding is identical to the target's greedy output; then sample with it, still losslessly;
 # 5. measure tau and the verify's cost against the tree size N: does a tree pay on this machine?
 # 6. watch the cost-aware policy choose a block size or a tree, step by step.
 
@@ -48,12 +48,12 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import torch
 
-from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
+from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, crop_cache, generate, new_cache, prefill
 from dflash_lite.drafter import DrafterCache
 from dflash_lite.plotting import save_figure
-from dflash_lite.policy import chain_accepted, default_policy, measure_step_costs
+from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy, measure_step_costs
 from dflash_lite.target import SHIPPED_DRAFTERS
 from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, keep_path, verify_tree
 
@@ -69,6 +69,7 @@ max_new_tokens = 48
 tree_sizes = [4, 16, 32, 64]
 demo_tree_size = 12          # the tree drawn in sections 2 and 3
 timing_repeats = 10
+sampled_temperature = 1.0
 
 # %%
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
@@ -319,6 +320,30 @@ for domain, xs in prompt_ids.items():
 print(f"trees of {tree_sizes} nodes: identical to greedy on all {2 * num_prompts} prompts")
 
 # %% [markdown]
+# ### 4b. At temperature > 0
+#
+# The drafts are deterministic, so sampling needs no new rule, only the chain's (notebook 02):
+# at each node of the walk, draw the target's token from its distribution given that node's path,
+# and follow the child holding that token; if no child holds it, it is the bonus token. Every
+# committed token is then a sample of the target given the tokens before it, exactly as in plain
+# sampling; the tree only changes how many one forward commits. A tree keeps the drafter's likely
+# siblings, and a sample often lands on a sibling instead of the argmax. `tests/test_sampling_lossless.py`
+# checks the rule with a chi-square test against exact distributions (a toy target, and the
+# shipped target end to end). Below, the chain and the default policy's tree size, sampled:
+
+# %%
+sampling = SamplingParams(temperature=sampled_temperature)
+for domain, xs in prompt_ids.items():
+    taus_t = {}
+    for label, make in (("chain B=16", lambda: DFlashProposer(drafter, target, B)),
+                        (f"tree N={DEFAULT_TREE_SIZES[0]}", lambda: DFlashTreeProposer(drafter, target, DEFAULT_TREE_SIZES[0]))):
+        g = torch.Generator().manual_seed(0)
+        lengths = [a for x_ in xs for a in generate(target, make(), x_, max_new_tokens, sampling, stop_token_ids=stops,
+                                                    generator=g).acceptance_lengths]
+        taus_t[label] = float(np.mean(lengths))
+    print(f"{domain}, temperature {sampled_temperature:g}: " + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
+
+# %% [markdown]
 # ## 5. Does a tree pay on this machine?
 #
 # A tree raises tau, and a step still costs one drafter forward, but its verify is N + 1 tokens
@@ -434,8 +459,8 @@ _ = save_figure(fig, "09_policy_choices")
 #   argmax down the tree; the cache keeps the accepted path only. The output is the target's.
 # * A tree raises tau, but its verify is N + 1 tokens wide: on a CPU that costs real time, on a GPU
 #   much less. Measure both sides before choosing; the cost-aware policy does it per step.
-# * Trees here are greedy only: a lossless tree rule at temperature > 0 needs a multi-draft
-#   acceptance rule, and the loop refuses a tree with sampling in one line.
+# * At temperature > 0 the same walk samples the target's token at each node instead of taking
+#   its argmax: still lossless, because the drafts are deterministic (section 4b).
 #
 # ## Review questions
 #
@@ -445,7 +470,7 @@ _ = save_figure(fig, "09_policy_choices")
 # 4. After a tree verify, why must the cache entries of the accepted path be moved before the cache is cropped?
 # 5. Why is a tree's verify more expensive on this CPU than on a GPU, relative to one token?
 # 6. Why does the policy's first step say little about the prompt, and how does it come back from plain decoding?
-# 7. Why are trees greedy-only here? What would a sampled tree need?
+# 7. At temperature > 0, why may the walk follow a child only when the target's *sample* at its parent is that child's token?
 #
 # ## Exercises
 #

@@ -246,7 +246,7 @@ def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
     assert "* the default" in format_table(report)
     sampled = standard_methods(target, tokenizer, random_drafter, sampling=SamplingParams(temperature=1.0),
                                hf_dflash=False, prompt_lookup=None, tree_sizes=(8,))
-    assert not any(m.kind is Kind.DFLASH_TREE for m in sampled)           # trees are greedy only
+    assert [m.tree_size for m in sampled if m.kind is Kind.DFLASH_TREE] == [8]   # sampled trees are lossless too
 
 
 def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):

@@ -2,9 +2,10 @@
 
 Controlled setting: a toy Markov "target" over a 6-token vocabulary whose next-token
 distribution is known exactly, and a different "draft" chain. One speculative step drafts 3
-tokens and commits 1..4; the first two committed tokens are compared, over 36 outcomes and
-20,000 runs, with the exact two-token distribution of the target by a chi-square test.
-The lossless rules must pass (p > 0.01); the source article's two rules must fail.
+tokens (or a tree of the draft chain's likely paths) and commits 1..4; the first two committed
+tokens are compared, over 36 outcomes and 20,000 runs, with the exact two-token distribution of
+the target by a chi-square test. The lossless rules must pass (p > 0.01); the source article's
+two rules must fail.
 
 End to end, the real loop with the shipped target and two drafts that differ from it passes the
 same kind of test on its first three sampled tokens, with rejections and acceptances both common.
@@ -26,6 +27,7 @@ from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
+from dflash_lite.tree import DFlashTreeProposer, DraftTree, accept_tree
 
 V, K, RUNS = 6, 3, 20_000
 
@@ -72,13 +74,46 @@ def two_token_frequencies(rule: str, sampling: SamplingParams, seed: int = 0) ->
     return counts
 
 
+def draft_tree() -> DraftTree:
+    """The draft chain's likely paths after token 0, as a tree: its top 3 first tokens, the top 2
+    after each of them, and the top 1 after the first of those (deterministic, like DFlash's)."""
+    q = target_probs(DRAFT_LOGITS, SamplingParams(temperature=1.0))
+    tokens, parents, depths = [0], [-1], [0]
+    for a in q[0].topk(3).indices.tolist():
+        tokens.append(a); parents.append(0); depths.append(1)
+        node_a = len(tokens) - 1
+        for rank, b in enumerate(q[a].topk(2).indices.tolist()):
+            tokens.append(b); parents.append(node_a); depths.append(2)
+            if rank == 0:
+                tokens.append(int(q[b].argmax())); parents.append(len(tokens) - 2); depths.append(3)
+    return DraftTree(torch.tensor(tokens), parents, depths)
+
+
+def tree_two_token_frequencies(sampling: SamplingParams, seed: int = 0) -> np.ndarray:
+    """The same counts with the tree rule (``tree.accept_tree``): the target scores every node."""
+    g = torch.Generator().manual_seed(seed)
+    tree = draft_tree()
+    logits = TARGET_LOGITS[tree.tokens]                           # (nodes, V): the target after each node
+    p_table = target_probs(TARGET_LOGITS, sampling)
+    counts, walked = np.zeros((V, V)), 0
+    for _ in range(RUNS):
+        path, nxt = accept_tree(tree, logits, sampling, generator=g)
+        out = tree.tokens[path[1:]].tolist() + [nxt]
+        walked += len(path) > 2
+        if len(out) < 2:
+            out.append(int(torch.multinomial(p_table[out[0]], 1, generator=g)))
+        counts[out[0], out[1]] += 1
+    assert walked > RUNS // 20, "the tree rule should often accept two drafts or more here"
+    return counts
+
+
 def exact_two_token(sampling: SamplingParams) -> np.ndarray:
     p = target_probs(TARGET_LOGITS, sampling).double().numpy()
     return p[0][:, None] * p                                  # P(a) P(b | a)
 
 
 def p_value(rule: str, sampling: SamplingParams) -> float:
-    observed = two_token_frequencies(rule, sampling).ravel()
+    observed = (tree_two_token_frequencies(sampling) if rule == "tree" else two_token_frequencies(rule, sampling)).ravel()
     expected = exact_two_token(sampling).ravel() * RUNS
     keep = expected > 0
     assert observed[~keep].sum() == 0, "a token outside the target's support was emitted"
@@ -91,7 +126,7 @@ SETTINGS = {"t=1": SamplingParams(temperature=1.0), "t=0.7,top_p=0.8": SamplingP
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("rule", ["point_mass", "general"])
+@pytest.mark.parametrize("rule", ["point_mass", "general", "tree"])
 def test_lossless_rules_match_the_target_distribution(rule, setting):
     assert p_value(rule, SETTINGS[setting]) > 0.01
 
@@ -125,20 +160,24 @@ def three_token_distribution(tiny):
     return ids, exact
 
 
-@pytest.mark.parametrize("draft", ["dflash", "noisy_sampled"])
+@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled"])
 def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft):
     """End to end with the shipped target: three sampled tokens (top_k=3). The first comes from the
     prefill; the next two from one speculative step that drafts one token, so that token is
-    accepted or rejected. Neither draft is the target: the shipped DFlash drafter (a point mass,
-    ``accept_point_mass``), and a noisy copy of the target sampling at temperature 2 (the general
-    rule, whose rejections sample the residual max(p - q, 0)). Both must reject and accept often,
-    and the tokens must follow the target's exact three-token distribution."""
+    accepted or rejected. None of the drafts is the target: the shipped DFlash drafter (a point
+    mass, ``accept_point_mass``), the same drafter's two likeliest first tokens as a tree of two
+    siblings (``tree.accept_tree``), and a noisy copy of the target sampling at temperature 2 (the
+    general rule, whose rejections sample the residual max(p - q, 0)). Each must reject and accept
+    often, and the tokens must follow the target's exact three-token distribution."""
     target, _ = tiny
     ids, exact = three_token_distribution
     sampling = SamplingParams(temperature=1.0, top_k=3)
     if draft == "dflash":
         drafter = load_drafter(default_drafter_path("tiny"))
         make = lambda g: DFlashProposer(drafter, target, 2)
+    elif draft == "dflash_tree":
+        drafter = load_drafter(default_drafter_path("tiny"))
+        make = lambda g: DFlashTreeProposer(drafter, target, 2, block_size=2)
     else:
         make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
                                             sample=True, generator=g)
@@ -159,11 +198,13 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01
 
 
-def test_the_cost_aware_policy_samples_from_the_target(tiny):
-    """The policy chooses each step's block size from the acceptance so far, so its choices depend
-    on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is often but not
-    always right) through it with the shipped drafter, against the target's exact four-token
-    distribution; the choice after the first step must vary from run to run."""
+@pytest.mark.parametrize("tree_sizes", [(), (4,)], ids=["chains", "with_trees"])
+def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
+    """The policy chooses each step's block size (or a tree) from the acceptance so far, so its
+    choices depend on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is
+    often but not always right) through it with the shipped drafter, against the target's exact
+    four-token distribution; the choice after the first step must vary from run to run, and with
+    trees offered, trees must be chosen."""
     from dflash_lite import corpus
     from dflash_lite.checkpoints import load_drafter
     from dflash_lite.decode import generate
@@ -187,14 +228,16 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny):
     # drafting pays at the optimistic prior, not after a first-position miss (a drops to 0.4)
     costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4}, {2: 0.45, 16: 0.5})
     g = torch.Generator().manual_seed(11)
-    runs, counts, second_choices = 600, dict.fromkeys(exact, 0), set()
+    runs, counts, second_choices, all_choices = 600, dict.fromkeys(exact, 0), set(), set()
     for _ in range(runs):
-        proposer = CostAwareProposer(drafter, target, costs=costs, prior_weight=1.0)
+        proposer = CostAwareProposer(drafter, target, costs=costs, prior_weight=1.0, tree_sizes=tree_sizes)
         tokens = tuple(generate(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1
         second_choices.update(proposer.chosen[1:2])
-    assert 1 in second_choices and any(c > 1 for c in second_choices)
+        all_choices.update(proposer.chosen[:-1])
+    assert 1 in second_choices and len(second_choices) > 1
+    assert any(str(c).startswith("tree") for c in all_choices) == bool(tree_sizes)
     keys = sorted(exact, key=exact.get)
     expected = np.array([exact[k] for k in keys]) * runs
     observed = np.array([counts[k] for k in keys], dtype=float)

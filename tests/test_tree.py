@@ -136,8 +136,8 @@ def test_tree_with_the_shipped_drafter_is_lossless_and_beats_the_chain(tiny, shi
     paths = []
     original = tree_module.accept_tree
 
-    def recording(tree, logits):
-        path, bonus = original(tree, logits)
+    def recording(tree, logits, *rule):
+        path, bonus = original(tree, logits, *rule)
         paths.append(path)
         return path, bonus
 
@@ -157,12 +157,14 @@ def test_tree_with_the_shipped_drafter_is_lossless_and_beats_the_chain(tiny, shi
     assert any(p != list(range(len(p))) for p in paths)                   # some path went through a sibling
 
 
-def test_tree_refuses_sampling_in_one_line(tiny, random_drafter):
+def test_sampled_tree_is_reproducible_and_bad_sizes_fail_in_one_line(tiny, random_drafter):
+    """A sampled tree run is a function of the generator's seed (its distribution is tested in
+    tests/test_sampling_lossless.py); a tree of no nodes is refused before any work."""
     target, tokenizer = tiny
     ids = tokenizer("x", return_tensors="pt").input_ids
-    with pytest.raises(ValueError, match="greedy only"):
-        generate(target, DFlashTreeProposer(random_drafter, target, 8), ids, 8,
-                             SamplingParams(temperature=1.0))
+    runs = [generate(target, DFlashTreeProposer(random_drafter, target, 8), ids, 12, SamplingParams(temperature=1.0),
+                     generator=torch.Generator().manual_seed(seed)).tokens for seed in (0, 0, 1)]
+    assert len(runs[0]) == 12 and runs[0] == runs[1]
     with pytest.raises(ValueError, match="tree_size"):
         DFlashTreeProposer(random_drafter, target, 0)
 
