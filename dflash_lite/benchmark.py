@@ -325,7 +325,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     if drafter is not None:
         if policy:
             from .policy import default_policy
-            methods.append(Method("DFlash (ours) cost-aware", _spec_run(target, lambda: default_policy(drafter, target, sampling),
+            methods.append(Method("DFlash (ours) cost-aware", _spec_run(target, lambda: default_policy(drafter, target),
                                                                       sampling, stops), Kind.DFLASH_POLICY, default=True))
         for b in block_sizes:
             methods.append(Method(f"DFlash (ours) B={b}",

@@ -64,7 +64,7 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
         from .policy import default_policy
         draft = draft.to(device)
         # default: the cost-aware policy picks each step's block size (or a tree); --block-size fixes it
-        make = (lambda: default_policy(draft, model, sampling)) if block_size is None else \
+        make = (lambda: default_policy(draft, model)) if block_size is None else \
             (lambda: DFlashProposer(draft, model, block_size))
         runs["DFlash"] = lambda g: generate(model, make(), input_ids, max_new_tokens, sampling, stops, g)
     seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}

@@ -155,10 +155,15 @@ class DFlashProposer:
         self.cache = DrafterCache(self.drafter.config.num_layers)
         self.new_context, self.new_context_start = target_hidden, 0     # (1, T, K*H) of positions 0..T-1
 
-    def propose(self, last_token: torch.Tensor, k: int):
+    def block_logits(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One drafter forward over ``[last, MASK x k]`` with the new context: the block (1, k+1)
+        and the drafter's logits at its k masked slots (1, k, V)."""
         block = torch.full((1, k + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
         block[0, 0] = last_token                                        # [last, MASK x k]
-        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        return block, self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        block, logits = self.block_logits(last_token, k)
         position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
         for _ in range(self.passes - 1):                                # DFlash uses 1 pass; more is an experiment:
             block[0, 1:] = logits[0].argmax(dim=-1)                     # re-feed the draft instead of the masks

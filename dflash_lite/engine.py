@@ -67,14 +67,14 @@ class Engine:
             return ids["input_ids"]
         return self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
 
-    def proposer(self, sampling: SamplingParams = SamplingParams()):
+    def proposer(self):
         """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
-        cost-aware policy, which picks each step's block size (or, greedy, a draft tree) from
-        measured costs and acceptance (:func:`dflash_lite.policy.default_policy`)."""
+        cost-aware policy, which picks each step's block size (or a draft tree) from measured costs
+        and acceptance (:func:`dflash_lite.policy.default_policy`)."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer()
         if self.block_size is None:
-            return default_policy(self.drafter, self.target, sampling)
+            return default_policy(self.drafter, self.target)
         return DFlashProposer(self.drafter, self.target, self.block_size)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
@@ -92,7 +92,7 @@ class Engine:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        steps = speculative_steps(self.target, self.proposer(sampling), input_ids, max_new_tokens, sampling,
+        steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
                                   self.stops, generator)
         pieces = self._stream(steps)
         return pieces if stream else "".join(pieces)

@@ -155,7 +155,6 @@ class CostAwareProposer(DFlashProposer):
         self.max_block_size, self.tree_sizes, self.costs = self.block_size, tuple(sorted(tree_sizes)), costs
         self.decay, self.idle_decay, self.prior, self.prior_weight = decay, idle_decay, prior, prior_weight
         self.tree_prior_gain = tree_prior_gain
-        self.uses_trees = bool(self.tree_sizes)
 
     def start(self, prompt_ids, target_hidden) -> None:
         super().start(prompt_ids, target_hidden)
@@ -264,11 +263,10 @@ class CostAwareProposer(DFlashProposer):
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
 
 
-def default_policy(drafter, target, sampling=None) -> CostAwareProposer:
+def default_policy(drafter, target) -> CostAwareProposer:
     """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the cost-aware block size,
     which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or sampled
-    (both acceptance rules are lossless, :mod:`dflash_lite.tree`). ``sampling`` is accepted for
-    callers that choose per setting; the same policy serves every temperature."""
+    (both acceptance rules are lossless, :mod:`dflash_lite.tree`)."""
     return CostAwareProposer(drafter, target, tree_sizes=DEFAULT_TREE_SIZES)
 
 

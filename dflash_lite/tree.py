@@ -139,7 +139,6 @@ def keep_path(cache, position: int, path: list[int]) -> None:
 class DFlashTreeProposer(DFlashProposer):
     """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
     block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
-    uses_trees = True
 
     def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None):
         super().__init__(drafter, target, block_size)
@@ -148,9 +147,7 @@ class DFlashTreeProposer(DFlashProposer):
         self.tree_size = tree_size
 
     def propose_tree(self, last_token: torch.Tensor, depth: int, tree_size: int | None = None) -> DraftTree:
-        block = torch.full((1, depth + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
-        block[0, 0] = last_token                                         # [last, MASK x depth]
-        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        _, logits = self.block_logits(last_token, depth)                 # one forward over [last, MASK x depth]
         return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
 
 

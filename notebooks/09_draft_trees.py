@@ -102,13 +102,10 @@ class RecordingProposer(DFlashProposer):
         super().start(prompt_ids, target_hidden)
         self.records = []
 
-    def propose(self, last_token, k):
-        position = self.new_context_start + self.new_context.shape[1]            # where `last` sits
-        block = torch.full((1, k + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
-        block[0, 0] = last_token
-        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)[0]
-        self.records.append((position, logits))
-        return logits.argmax(dim=-1), None
+    def block_logits(self, last_token, k):                  # the one drafter forward of each step
+        block, logits = super().block_logits(last_token, k)
+        self.records.append((self.new_context_start + self.new_context.shape[1], logits[0]))   # where `last` sits
+        return block, logits
 
 
 ranks = {domain: [[] for _ in range(B - 1)] for domain in prompt_ids}            # per domain, per position j

@@ -152,13 +152,11 @@ def test_a_tree_step_tells_the_policy_what_the_chain_would_have_done():
 
 
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
-    from dflash_lite import SamplingParams
     from dflash_lite.engine import Engine
 
     target, tokenizer = tiny
     assert DEFAULT_TREE_SIZES and default_policy(random_drafter, target).tree_sizes == DEFAULT_TREE_SIZES
-    assert default_policy(random_drafter, target, SamplingParams(temperature=0.8)).tree_sizes == DEFAULT_TREE_SIZES
     engine = Engine(target, tokenizer, random_drafter)
-    assert engine.proposer().uses_trees and engine.proposer(SamplingParams(temperature=0.8)).uses_trees
+    assert engine.proposer().tree_sizes == DEFAULT_TREE_SIZES              # one policy for every temperature
     engine.generate("def f(x):", max_new_tokens=12, temperature=0.8, seed=0)
     assert len(engine.last_result.tokens) == 12 and engine.last_result.acceptance_lengths
