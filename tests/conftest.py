@@ -12,6 +12,14 @@ from dflash_lite import load_pretrained
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+def pytest_collection_modifyitems(items):
+    """A test that decodes the 50 greedy cases (directly or through a module's ``cases``) is one of
+    the 50-prompt identity grids: slow. ``python -m pytest -m "not slow"`` leaves them out."""
+    for item in items:
+        if "greedy_cases" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def tiny():
     """The shipped target and its tokenizer, fp32 on CPU."""

@@ -210,6 +210,7 @@ def test_train_refuses_a_drafter_directory_it_did_not_write(capsys, tmp_path, no
     assert snapshot(copy) == before
 
 
+@pytest.mark.slow
 def test_train_overwrite_replaces_the_directory_then_resumes_only_the_same_run(capsys, tmp_path, fast_training):
     out = tmp_path / "tiny-dflash"
     shutil.copytree(SHIPPED_DRAFTERS["tiny"], out)
@@ -238,6 +239,7 @@ def test_train_overwrite_replaces_the_directory_then_resumes_only_the_same_run(c
     assert curve["training"]["steps"] == 3 and [h["step"] for h in curve["curve"]] == [2, 3]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_training_saves_says_how_to_resume_and_exits_130(capsys, tmp_path, fast_training, monkeypatch):
     calls = []
     real_loss = train_module.drafter_loss
@@ -263,6 +265,7 @@ def test_ctrl_c_during_training_saves_says_how_to_resume_and_exits_130(capsys, t
     assert signal.getsignal(signal.SIGINT) is handler                 # the trainer's handler is gone again
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_regeneration_leaves_no_cache_and_exits_130(capsys, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -273,6 +276,7 @@ def test_ctrl_c_during_regeneration_leaves_no_cache_and_exits_130(capsys, tmp_pa
     assert not (tmp_path / "run").exists() and not list(tmp_path.glob("cache/*"))
 
 
+@pytest.mark.slow
 def test_a_corrupt_regeneration_cache_is_named_and_rebuilt(tiny, tmp_path, capsys):
     target, tokenizer = tiny
     prompts = ["Question: 2 + 2?\nAnswer:", "def add(a, b):"]

@@ -69,6 +69,7 @@ def test_cli_refuses_an_unknown_dtype(capsys):
         assert "invalid choice: 'float64'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_demo_and_bench_run_in_bf16(capsys):
     from dflash_lite.benchmark import Kind, bench, row_of
     from dflash_lite.cli import demo
@@ -128,6 +129,7 @@ def test_apply_chat_template_only_when_there_is_one(chat_target, tiny):
     assert templated == ["<|user|>2+2?\n<|assistant|>"]
 
 
+@pytest.mark.slow
 def test_train_on_a_prompts_file_with_a_chat_template_in_bf16(chat_target, tmp_path):
     from dflash_lite.train import train_drafter
 

@@ -5,7 +5,12 @@
 * Each ``.ipynb`` and its jupytext script ``notebooks/NN_name.py`` hold the same cells.
 * Committed outputs show every figure inline, and carry no progress bars, warnings or absolute paths.
 
-(nbval executes every notebook with its defaults as part of the same test command.)
+Each notebook runs once in the suite: under papermill with small overridden parameters (marked
+``slow``). That run checks what an nbval run at the defaults would (every cell executes without an
+error against the current package) and, beyond it, that the parameters cell is honoured and the
+working tree is left alone. Executing a notebook at its defaults is how its committed outputs are
+made (README, "Editing a notebook"); ``python -m pytest --nbval-lax notebooks/`` does that check
+on demand.
 """
 import re
 import shutil
@@ -48,6 +53,7 @@ def test_every_notebook_has_overrides_listed():
     assert {nb.stem for nb in NOTEBOOKS} == set(OVERRIDES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_papermill_runs_with_overridden_parameters(notebook, tmp_path):
     import papermill as pm
@@ -123,6 +129,7 @@ def test_every_saved_figure_is_shown(notebook):
         assert images, f"{notebook.name}: a cell saves a figure but shows none:\n{cell.source[:200]}"
 
 
+@pytest.mark.slow
 def test_real_models_notebook_takes_target_and_drafter_from_directories(tmp_path, monkeypatch):
     """nb08's hub parameters, pointed at local directories standing in for hub checkouts: a target
     directory and a drafter exported in the public DFlash layout (as published drafters ship)."""

@@ -20,6 +20,7 @@ def test_every_notebook_with_exercises_has_solutions():
     assert notebooks <= {p.stem for p in SOLUTIONS}, f"missing solutions: {sorted(notebooks - {p.stem for p in SOLUTIONS})}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SOLUTIONS, ids=lambda p: p.stem)
 def test_solution_runs_and_checks_pass(script, tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,

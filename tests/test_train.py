@@ -113,6 +113,7 @@ def test_fixed_anchors_sit_on_block_boundaries():
         assert all((a - plen) % 8 == 0 and plen <= a <= length - 2 for a in anchors.tolist())
 
 
+@pytest.mark.slow
 def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data):
     target, tokenizer = tiny
     torch.manual_seed(0)
@@ -133,6 +134,7 @@ def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data)
     assert len(trainer.history) == 5 and len(trainer.history[-1]["accuracy_per_position"]) == 3
 
 
+@pytest.mark.slow
 def test_trained_drafter_saved_and_loaded_gives_identical_logits(tiny, toy_data, tmp_path):
     target, tokenizer = tiny
     torch.manual_seed(0)
@@ -154,6 +156,7 @@ def test_trained_drafter_saved_and_loaded_gives_identical_logits(tiny, toy_data,
     assert torch.equal(drafter.draft_logits(target, block, features, 0), loaded.draft_logits(target, block, features, 0))
 
 
+@pytest.mark.slow
 def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
     target, tokenizer = tiny
     weights = position_weights(4)

@@ -65,6 +65,7 @@ def test_a_schedule_that_cannot_run_is_refused(bad):
         TrainConfig(**bad)
 
 
+@pytest.mark.slow
 def test_target_pretraining_runs_through_the_trainer(tmp_path, monkeypatch, capsys):
     """A few steps of the ``smoke`` preset (tokenizer and streams on the real corpus: seconds)."""
     made = []
