@@ -19,9 +19,12 @@ verify all of them at once:
   distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
 * **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
   consecutive slots and the rest cropped; only the path's features go to the drafter's context.
+* **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
+  paths, so prompt lookup's continuation (:mod:`dflash_lite.ngram`) joins the drafter's tree as one
+  more branch, sharing the nodes the tree already holds, and both are checked in the one forward.
 
 **Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
-distributions), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
+distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
 with several candidates: at each node on the walk the target's token is a fresh sample from its
 own distribution given that node's path, and the walk moves on only when a child holds that very
 token. Every committed token is therefore a sample of the target given the tokens before it,
