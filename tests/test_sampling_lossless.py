@@ -187,7 +187,8 @@ def three_token_distribution(tiny):
     return of
 
 
-@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", "ngram", "hybrid_tree"])
+@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", pytest.param("ngram", marks=pytest.mark.slow),
+                                   pytest.param("hybrid_tree", marks=pytest.mark.slow)])
 def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft):
     """End to end with the shipped target: three sampled tokens (top_k=3). The first comes from the
     prefill; the next two from one speculative step that drafts one token, so that token is
