@@ -118,15 +118,24 @@ def cases(greedy_cases):
 @pytest.mark.slow
 @pytest.mark.parametrize("max_drafts", [1, 4, 10])
 def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts):
-    """Also: some steps draft nothing (no match) and some accept drafts, so both paths ran."""
+    """Also: some steps draft nothing (no match), some fewer than asked, and some accept drafts."""
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
-    wrong, lengths = 0, []
+    wrong, lengths, short = 0, [], []
+
+    class Recording(NgramProposer):
+        def propose(self, last_token, k):
+            drafts, q = super().propose(last_token, k)
+            short.append(len(drafts) < k)
+            return drafts, q
+
     for ids, expected in cases:
-        result = generate(target, NgramProposer(max_drafts), ids, MAX_NEW, stop_token_ids=stops)
+        proposer = Recording(max_drafts)
+        result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         lengths += result.acceptance_lengths
     assert wrong == 0
+    assert any(short) and not all(short)
     assert 1 in lengths and max(lengths) > 1 and max(lengths) <= max_drafts + 1
 
 
