@@ -44,6 +44,7 @@ from .acceptance import SamplingParams
 from .baselines import NoDraftProposer
 from .decode import DFlashProposer, generate
 from .files import atomic_write_text
+from .ngram import NgramProposer
 
 
 # ----------------------------------------------------------------------------- what a row is
@@ -54,6 +55,7 @@ class Kind(str, enum.Enum):
     DRAFT_MODEL = "draft_model"            # classic speculative decoding with a small causal LM, our loop
     HF_DRAFT_MODEL = "hf_draft_model"      # the same small LM as transformers' ``assistant_model``
     PROMPT_LOOKUP = "prompt_lookup"        # transformers' prompt lookup decoding
+    NGRAM = "ngram"                        # prompt lookup in our loop (:mod:`dflash_lite.ngram`)
     EAGLE = "eagle"                        # the EAGLE-style drafter (the paper's DFlash-AR, section 5)
     DFLASH = "dflash"                      # DFlash at the fixed ``block_size`` (paper section 3)
     DFLASH_POLICY = "dflash_policy"        # DFlash, block size chosen per step from costs: the default
@@ -318,6 +320,9 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     if prompt_lookup:
         methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
                               hf(prompt_lookup_num_tokens=prompt_lookup), Kind.PROMPT_LOOKUP))
+        methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}",
+                              _spec_run(target, lambda: NgramProposer(prompt_lookup), sampling, stops),
+                              Kind.NGRAM))
     if eagle is not None:
         methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}",
                               _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),

@@ -19,9 +19,12 @@ verify all of them at once:
   distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
 * **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
   consecutive slots and the rest cropped; only the path's features go to the drafter's context.
+* **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
+  paths, so prompt lookup's continuation (:mod:`dflash_lite.ngram`) joins the drafter's tree as one
+  more branch, sharing the nodes the tree already holds, and both are checked in the one forward.
 
 **Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
-distributions), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
+distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
 with several candidates: at each node on the walk the target's token is a fresh sample from its
 own distribution given that node's path, and the walk moves on only when a child holds that very
 token. Every committed token is therefore a sample of the target given the tokens before it,
@@ -37,6 +40,7 @@ import torch
 
 from .acceptance import SamplingParams, choose_tokens
 from .decode import DFlashProposer
+from .ngram import NgramProposer
 from .target import context_features
 
 
@@ -96,6 +100,24 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
             heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
     return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths,
                      [row[0] for row in top_ids] if width else [])
+
+
+def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
+    """``tree`` with the path ``tokens`` from the root added: the part of the path the tree already
+    holds is shared (siblings never share a token), the rest hangs below it as new nodes, so the
+    tree grows by at most ``len(tokens)`` nodes. ``chain`` stays the drafter's."""
+    kids, node = tree.children(), 0
+    all_tokens, parents, depths = tree.tokens.tolist(), list(tree.parents), list(tree.depths)
+    for token in tokens:
+        child = kids[node].get(token) if node < len(kids) else None    # new nodes have no children yet
+        if child is None:                                              # leave the tree: a new node
+            child = len(parents)
+            all_tokens.append(token)
+            parents.append(node)
+            depths.append(depths[node] + 1)
+        node = child
+    return DraftTree(torch.tensor(all_tokens, dtype=tree.tokens.dtype, device=tree.tokens.device),
+                     parents, depths, list(tree.chain))
 
 
 def verify_tree(target, tree: DraftTree, cache, position: int, layer_ids):
@@ -164,3 +186,28 @@ def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position:
         path, next_token = accept_tree(tree, logits, sampling, processors, generator)
         keep_path(cache, position, path)
     return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path]
+
+
+class HybridTreeProposer(DFlashTreeProposer):
+    """The DFlash tree with prompt lookup's draft added as one more branch (:func:`add_branch`), so
+    both are verified in the same target forward. The branch holds up to ``ngram_drafts`` tokens
+    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts.
+    Both drafts are deterministic, so the tree's rule stays lossless at every temperature."""
+
+    def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
+                 ngram_drafts: int = 10, max_ngram: int = 3):
+        super().__init__(drafter, target, tree_size, block_size)
+        self.ngram = NgramProposer(ngram_drafts, max_ngram)
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        super().start(prompt_ids, target_hidden)
+        self.ngram.start(prompt_ids, target_hidden)
+
+    def propose_tree(self, last_token: torch.Tensor, depth: int, tree_size: int | None = None) -> DraftTree:
+        tree = super().propose_tree(last_token, depth, tree_size)
+        branch, _ = self.ngram.propose(last_token, min(depth, self.ngram.block_size - 1))
+        return add_branch(tree, branch.tolist())
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        super().accepted(block, n, position, target_hidden)
+        self.ngram.accepted(block, n, position, target_hidden)

@@ -217,7 +217,7 @@ def test_standard_methods_carry_their_kinds(tiny, random_drafter):
     assert [(m.kind, m.block_size, m.tree_size, m.default) for m in methods] == [
         (Kind.AUTOREGRESSIVE, 1, None, False), (Kind.HF_GENERATE, 1, None, False),
         (Kind.DRAFT_MODEL, 5, None, False), (Kind.HF_DRAFT_MODEL, None, None, False),
-        (Kind.PROMPT_LOOKUP, None, None, False), (Kind.EAGLE, 16, None, False),
+        (Kind.PROMPT_LOOKUP, None, None, False), (Kind.NGRAM, None, None, False), (Kind.EAGLE, 16, None, False),
         (Kind.DFLASH_POLICY, None, None, True), (Kind.DFLASH, 4, None, False), (Kind.DFLASH, 8, None, False),
         (Kind.DFLASH_ADAPTIVE, None, None, False), (Kind.DFLASH_TREE, None, 8, False), (Kind.HF_DFLASH, 16, None, False)]
 

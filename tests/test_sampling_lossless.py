@@ -7,8 +7,11 @@ tokens are compared, over 36 outcomes and 20,000 runs, with the exact two-token 
 the target by a chi-square test. The lossless rules must pass (p > 0.01); the source article's
 two rules must fail.
 
-End to end, the real loop with the shipped target and two drafts that differ from it passes the
-same kind of test on its first three sampled tokens, with rejections and acceptances both common.
+A tree with prompt lookup's branches added (``tree.add_branch``) passes it too.
+
+End to end, the real loop with the shipped target and drafts that differ from it (DFlash's chain
+and tree, a sampling draft model, prompt lookup, the hybrid tree) passes the same kind of test on
+its first three sampled tokens, with rejections and acceptances both common.
 """
 import numpy as np
 import pytest
@@ -27,7 +30,8 @@ from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
-from dflash_lite.tree import DFlashTreeProposer, DraftTree, accept_tree
+from dflash_lite.ngram import NgramProposer
+from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, accept_tree, add_branch
 
 V, K, RUNS = 6, 3, 20_000
 
@@ -89,21 +93,35 @@ def draft_tree() -> DraftTree:
     return DraftTree(torch.tensor(tokens), parents, depths)
 
 
-def tree_two_token_frequencies(sampling: SamplingParams, seed: int = 0) -> np.ndarray:
+def hybrid_tree() -> DraftTree:
+    """:func:`draft_tree` with two branches added as prompt lookup's would be (``tree.add_branch``):
+    one off the root through a first token the tree lacks, one that shares the tree's first node."""
+    q = target_probs(DRAFT_LOGITS, SamplingParams(temperature=1.0))
+    p = target_probs(TARGET_LOGITS, SamplingParams(temperature=1.0))
+    fourth = int(q[0].topk(4).indices[-1])
+    top, tree = int(q[0].argmax()), draft_tree()
+    tree = add_branch(tree, [fourth, int(p[fourth].argmax()), 0])
+    return add_branch(tree, [top, int(q[top].topk(3).indices[-1]), 1])
+
+
+def tree_two_token_frequencies(sampling: SamplingParams, seed: int = 0, tree: DraftTree | None = None) -> np.ndarray:
     """The same counts with the tree rule (``tree.accept_tree``): the target scores every node."""
     g = torch.Generator().manual_seed(seed)
-    tree = draft_tree()
+    tree = tree or draft_tree()
+    added = len(draft_tree())                                      # nodes past this one came from branches
     logits = TARGET_LOGITS[tree.tokens]                           # (nodes, V): the target after each node
     p_table = target_probs(TARGET_LOGITS, sampling)
-    counts, walked = np.zeros((V, V)), 0
+    counts, walked, branched = np.zeros((V, V)), 0, 0
     for _ in range(RUNS):
         path, nxt = accept_tree(tree, logits, sampling, generator=g)
         out = tree.tokens[path[1:]].tolist() + [nxt]
         walked += len(path) > 2
+        branched += max(path) >= added
         if len(out) < 2:
             out.append(int(torch.multinomial(p_table[out[0]], 1, generator=g)))
         counts[out[0], out[1]] += 1
     assert walked > RUNS // 20, "the tree rule should often accept two drafts or more here"
+    assert (branched > RUNS // 50) == (len(tree) > added), "added branches should be walked now and then"
     return counts
 
 
@@ -113,7 +131,10 @@ def exact_two_token(sampling: SamplingParams) -> np.ndarray:
 
 
 def p_value(rule: str, sampling: SamplingParams) -> float:
-    observed = (tree_two_token_frequencies(sampling) if rule == "tree" else two_token_frequencies(rule, sampling)).ravel()
+    if rule in ("tree", "hybrid_tree"):
+        observed = tree_two_token_frequencies(sampling, tree=hybrid_tree() if rule == "hybrid_tree" else None).ravel()
+    else:
+        observed = two_token_frequencies(rule, sampling).ravel()
     expected = exact_two_token(sampling).ravel() * RUNS
     keep = expected > 0
     assert observed[~keep].sum() == 0, "a token outside the target's support was emitted"
@@ -126,7 +147,7 @@ SETTINGS = {"t=1": SamplingParams(temperature=1.0), "t=0.7,top_p=0.8": SamplingP
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("rule", ["point_mass", "general", "tree"])
+@pytest.mark.parametrize("rule", ["point_mass", "general", "tree", "hybrid_tree"])
 def test_lossless_rules_match_the_target_distribution(rule, setting):
     assert p_value(rule, SETTINGS[setting]) > 0.01
 
@@ -141,36 +162,45 @@ RUNS_END_TO_END = 800
 
 @pytest.fixture(scope="module")
 def three_token_distribution(tiny):
-    """The prompt, and the target's exact distribution of its first three sampled tokens (top_k=3)."""
+    """``of(prompt)``: the prompt's ids, and the target's exact distribution of its first three
+    sampled tokens (top_k=3)."""
     target, tokenizer = tiny
-    ids = tokenizer("The answer is", return_tensors="pt").input_ids
+    known = {}
 
     def p_next(prefix):
         with torch.no_grad():
             return target_probs(target(prefix).logits[0, -1:], SamplingParams(temperature=1.0, top_k=3))[0]
 
-    exact, p1 = {}, p_next(ids)
-    for a in p1.nonzero().flatten().tolist():
-        ids_a = torch.cat([ids, torch.tensor([[a]])], 1)
-        p2 = p_next(ids_a)
-        for b in p2.nonzero().flatten().tolist():
-            p3 = p_next(torch.cat([ids_a, torch.tensor([[b]])], 1))
-            for c in p3.nonzero().flatten().tolist():
-                exact[(a, b, c)] = float(p1[a] * p2[b] * p3[c])
-    return ids, exact
+    def of(prompt: str):
+        if prompt not in known:
+            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            exact, p1 = {}, p_next(ids)
+            for a in p1.nonzero().flatten().tolist():
+                ids_a = torch.cat([ids, torch.tensor([[a]])], 1)
+                p2 = p_next(ids_a)
+                for b in p2.nonzero().flatten().tolist():
+                    p3 = p_next(torch.cat([ids_a, torch.tensor([[b]])], 1))
+                    for c in p3.nonzero().flatten().tolist():
+                        exact[(a, b, c)] = float(p1[a] * p2[b] * p3[c])
+            known[prompt] = ids, exact
+        return known[prompt]
+    return of
 
 
-@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled"])
+@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", pytest.param("ngram", marks=pytest.mark.slow),
+                                   pytest.param("hybrid_tree", marks=pytest.mark.slow)])
 def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft):
     """End to end with the shipped target: three sampled tokens (top_k=3). The first comes from the
     prefill; the next two from one speculative step that drafts one token, so that token is
     accepted or rejected. None of the drafts is the target: the shipped DFlash drafter (a point
     mass, ``accept_point_mass``), the same drafter's two likeliest first tokens as a tree of two
-    siblings (``tree.accept_tree``), and a noisy copy of the target sampling at temperature 2 (the
-    general rule, whose rejections sample the residual max(p - q, 0)). Each must reject and accept
-    often, and the tokens must follow the target's exact three-token distribution."""
+    siblings (``tree.accept_tree``), a noisy copy of the target sampling at temperature 2 (the
+    general rule, whose rejections sample the residual max(p - q, 0)), prompt lookup (a point mass
+    copied from the prompt, which repeats itself so that the lookup finds a match for most first
+    tokens), and that tree with prompt lookup's token added as a branch. Each must reject and
+    accept often, and the tokens must follow the target's exact three-token distribution."""
     target, _ = tiny
-    ids, exact = three_token_distribution
+    ids, exact = three_token_distribution("a = b + c\nd = b +" if draft in ("ngram", "hybrid_tree") else "The answer is")
     sampling = SamplingParams(temperature=1.0, top_k=3)
     if draft == "dflash":
         drafter = load_drafter(default_drafter_path("tiny"))
@@ -178,6 +208,11 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     elif draft == "dflash_tree":
         drafter = load_drafter(default_drafter_path("tiny"))
         make = lambda g: DFlashTreeProposer(drafter, target, 2, block_size=2)
+    elif draft == "ngram":
+        make = lambda g: NgramProposer(max_drafts=1)
+    elif draft == "hybrid_tree":
+        drafter = load_drafter(default_drafter_path("tiny"))
+        make = lambda g: HybridTreeProposer(drafter, target, 2, block_size=2, ngram_drafts=1)
     else:
         make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
                                             sample=True, generator=g)
