@@ -116,6 +116,38 @@ def check_prompt(value, name: str = "prompt") -> str:
     return value
 
 
+# ----------------------------------------------------------------------------- model shapes
+MAX_PARAMETERS = 16_000_000_000     # twice the largest target the paper drafts for (8B); far past a laptop's
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+
+
+def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddings: int = 2) -> int:
+    """A model config (a target's ``config.json`` or a drafter's) that is safe to build: positive
+    integer sizes, ``layer_types`` (when given) with one entry per layer, and an estimated parameter
+    count under :data:`MAX_PARAMETERS`, so a typo cannot ask for terabytes. Returns the estimate."""
+    if not isinstance(config, dict):
+        raise ValueError(f"the config must be a JSON object, got {type(config).__name__}")
+    sizes = {}
+    for key in (*SHAPE_KEYS, num_layers_key):
+        sizes[key] = check_int(key, config.get(key))
+    heads, kv_heads = sizes["num_attention_heads"], sizes["num_key_value_heads"]
+    head_dim = config.get("head_dim") or sizes["hidden_size"] // heads
+    head_dim = check_int("head_dim", head_dim)
+    layers, hidden = sizes[num_layers_key], sizes["hidden_size"]
+    layer_types = config.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            got = len(layer_types) if isinstance(layer_types, list) else repr(layer_types)
+            raise ValueError(f"layer_types must list one entry per layer ({num_layers_key}={layers}), got {got}")
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * sizes["intermediate_size"]
+    parameters = layers * per_layer + embeddings * sizes["vocab_size"] * hidden
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, over the "
+                         f"{MAX_PARAMETERS / 1e9:.0f}B this package builds ({num_layers_key}={layers}, "
+                         f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
+    return parameters
+
+
 # ----------------------------------------------------------------------------- output paths
 def _nearest_existing(path: Path) -> Path:
     for folder in (path, *path.parents):

@@ -165,8 +165,11 @@ def test_the_package_has_no_unsafe_load():
     sources = {p: p.read_text() for p in PACKAGE.rglob("*.py")}
     assert len(sources) > 10
     for path, text in sources.items():
-        for unsafe in ("pickle", "weights_only", "torch.load", "trust_remote_code"):
+        for unsafe in ("pickle", "weights_only", "torch.load"):
             assert unsafe not in text, f"{path.name} mentions {unsafe}"
+        assert not re.search(r"trust_remote_code\s*=\s*(?!False\b)", text), f"{path.name} may trust remote code"
+        calls = len(re.findall(r"\bAuto\w+\.from_pretrained\(", text))
+        assert text.count("trust_remote_code=False") >= calls, f"{path.name}: an Auto* call without trust_remote_code=False"
 
 
 def test_trainer_checkpoint_round_trips_optimizer_and_rng(tmp_path):
