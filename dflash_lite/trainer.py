@@ -143,27 +143,32 @@ class Trainer:
         from tqdm import tqdm
 
         interrupted = []
-        previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler
+        stops = (signal.SIGINT, signal.SIGTERM)           # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
+        previous = {s: signal.getsignal(s) for s in stops}
+        previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
 
-        def on_interrupt(signum, frame):          # finish the step, then save; a second Ctrl-C stops at once
+        def on_interrupt(signum, frame):          # finish the step, then save; a second signal stops at once
             interrupted.append(signum)
-            signal.signal(signal.SIGINT, previous)
+            for s in stops:
+                signal.signal(s, previous[s])
 
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread:
-            signal.signal(signal.SIGINT, on_interrupt)
+            for s in stops:
+                signal.signal(s, on_interrupt)
         try:
             self._loop(tqdm, interrupted)
         finally:
             if main_thread:
-                signal.signal(signal.SIGINT, previous)
+                for s in stops:
+                    signal.signal(s, previous[s])
         if self.checkpoint_dir and self.step > 0:
             self.save()
         if interrupted:
             saved = bool(self.checkpoint_dir and self.step > 0)
             said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
                     if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
-            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved)
+            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
         return self.history
 
     def _autocast(self):
@@ -268,9 +273,10 @@ def postfix(metrics: dict) -> dict[str, str]:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
+    """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
     was saved (``saved``), so the CLI can say how to resume."""
 
-    def __init__(self, message: str, saved: bool):
+    def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):
         super().__init__(message)
         self.saved = saved
+        self.signum = signum                      # SIGINT or SIGTERM: the CLI exits 130 or 143

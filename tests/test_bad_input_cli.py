@@ -16,6 +16,7 @@ from dflash_lite import train as train_module
 from dflash_lite.cli import main
 from dflash_lite.engine import Engine
 from dflash_lite.files import atomic_write_text
+from dflash_lite.outputs import MARKER
 from dflash_lite.target import SHIPPED_DRAFTERS
 
 PACKAGE = Path(dflash_lite.__file__).parent
@@ -216,10 +217,11 @@ def test_train_refuses_a_drafter_directory_it_did_not_write(capsys, tmp_path, no
 def test_train_overwrite_replaces_the_directory_then_resumes_only_the_same_run(capsys, tmp_path, fast_training):
     out = tmp_path / "tiny-dflash"
     shutil.copytree(SHIPPED_DRAFTERS["tiny"], out)
+    (out / MARKER).write_text("{}")                     # as if this project had written it
     assert (out / "MODEL_CARD.md").is_file()
     code, _, err = run_cli(capsys, "train", "--out", out, "--overwrite", "--cache-dir", tmp_path / "cache", *FAST_TRAIN)
     assert code == 0 and "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "drafter.safetensors", "drafter_config.json",
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "checkpoint", "drafter.safetensors", "drafter_config.json",
                                                      "training_curve.json"]         # no stale card survives
     assert json.loads((out / "training_curve.json").read_text())["training"]["steps"] == 2
     trained = snapshot(out)
