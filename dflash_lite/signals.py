@@ -43,13 +43,15 @@ def exit_code(interrupt: BaseException) -> int:
 
 def _quiet_stop(signum, frame):
     os.write(2, b"interrupted: nothing was written\n")
-    os._exit(SIGINT_EXIT)
+    os._exit(SIGTERM_EXIT if signum == signal.SIGTERM else SIGINT_EXIT)
 
 
 def quiet_until_main() -> None:
-    """Until a command's main runs: Ctrl-C prints one line and exits 130, with no traceback."""
+    """Until a command's main runs: Ctrl-C (SIGTERM) prints one line and exits 130 (143), with no
+    traceback."""
     if _main_thread():
         signal.signal(signal.SIGINT, _quiet_stop)
+        signal.signal(signal.SIGTERM, _quiet_stop)
 
 
 @contextmanager
@@ -60,8 +62,8 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    if previous[signal.SIGINT] is _quiet_stop:          # the imports are over: Ctrl-C as usual afterwards
-        previous[signal.SIGINT] = signal.default_int_handler
+    if previous[signal.SIGINT] is _quiet_stop:          # the imports are over: after main, stop quietly
+        previous = {s: signal.SIG_IGN for s in previous}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
