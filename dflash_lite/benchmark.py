@@ -586,6 +586,7 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
     max_new_tokens = validate.check_int("max_new_tokens", max_new_tokens)
     block_sizes = validate.check_block_sizes(block_sizes)
     temperature = validate.check_temperature(temperature)
+    seed = validate.check_seed(seed)
     device = validate.check_device(device)
     torch_dtype = parse_dtype(dtype)
     if random_drafter_layers is not None:

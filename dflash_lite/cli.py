@@ -44,7 +44,7 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     validate.check_prompt(prompt)
     validate.check_int("max_new_tokens", max_new_tokens)
     validate.check_int("repeats", repeats)
-    validate.check_int("seed", seed, low=None)
+    validate.check_seed(seed)
     if block_size is not None:
         validate.check_int("block_size", block_size)
     device = validate.check_device(device)
@@ -143,6 +143,7 @@ def defaults_from(parser: argparse.ArgumentParser, func, **extra) -> argparse.Ar
 POS = validate.arg_type(validate.check_int)                       # an integer >= 1
 COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
 ANY_INT = validate.arg_type(validate.check_int, low=None)
+SEED = validate.arg_type(validate.check_seed)
 POS_FLOAT = validate.arg_type(validate.check_float, float, low_open=True)
 TEMP = validate.arg_type(validate.check_float, float)
 TOP_P = validate.arg_type(validate.check_float, float, high=1.0, low_open=True)
@@ -168,7 +169,7 @@ def build_parser() -> Parser:
     d.add_argument("--temperature", type=TEMP)
     d.add_argument("--top-k", type=POS)
     d.add_argument("--top-p", type=TOP_P)
-    d.add_argument("--seed", type=ANY_INT)
+    d.add_argument("--seed", type=SEED)
     d.add_argument("--device", type=validate.device_arg)
     d.add_argument("--drafter",
                    help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
@@ -230,7 +231,7 @@ def build_parser() -> Parser:
     t.add_argument("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add_argument("--max-new-tokens", type=POS)
     t.add_argument("--num-taps", type=POS)
-    t.add_argument("--seed", type=ANY_INT)
+    t.add_argument("--seed", type=SEED)
     t.add_argument("--device", type=validate.device_arg)
     t.add_argument("--dtype", choices=list(DTYPES),
                    help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")

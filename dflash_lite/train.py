@@ -513,7 +513,7 @@ def check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, 
     validate.check_int("num_code", num_code, 0)
     if num_math + num_code == 0:
         raise ValueError("num_math and num_code are both 0: there is nothing to train on")
-    validate.check_int("seed", seed, low=None)
+    validate.check_seed(seed)
     validate.check_float("lr", lr, 0.0, low_open=True)
     validate.check_device(device)
     if time_budget_s is not None:

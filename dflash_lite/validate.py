@@ -57,6 +57,14 @@ def check_float(name: str | None, value, low: float = 0.0, high: float | None = 
     return value
 
 
+SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)   # what torch.manual_seed accepts
+
+
+def check_seed(value, name: str | None = "seed") -> int:
+    """An integer torch can seed with."""
+    return check_int(name, value, *SEED_RANGE)
+
+
 def check_temperature(value, name: str | None = "temperature") -> float:
     """0 means greedy; otherwise the softmax temperature."""
     return check_float(name, value, 0.0)
