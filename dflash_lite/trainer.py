@@ -96,6 +96,22 @@ def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
                          f"start again with --overwrite") from None
 
 
+def check_checkpoint_meta(meta: dict, tensors: dict, path: str | Path, steps: int) -> None:
+    """The JSON part of a checkpoint has the types :meth:`Trainer.resume` reads, and its step lies
+    within this run's schedule of ``steps``; one ValueError line otherwise."""
+    expected = {"step": int, "history": list, "run_config": dict, "param_groups": list, "optimizer_scalars": dict}
+    for key, kind in expected.items():
+        value = meta.get(key) if isinstance(meta, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{path}: damaged trainer checkpoint ({key!r} should be a {kind.__name__}, "
+                             f"got {json.dumps(value)[:40]}); start again with --overwrite")
+    if not all(isinstance(g, dict) for g in meta["param_groups"]) or "rng.torch" not in tensors:
+        raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start again with --overwrite")
+    if not 0 <= meta["step"] <= steps:
+        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, outside this run's schedule of "
+                         f"{steps} steps; resume with --steps >= {meta['step']}, or start again with --overwrite")
+
+
 def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
     """Refuse, in one line naming the first difference, to resume a run with other settings."""
     wanted = json.loads(json.dumps(wanted))         # compare as stored: tuples are lists in JSON
@@ -241,6 +257,7 @@ class Trainer:
     def resume(self):
         path = Path(self.checkpoint_dir) / CHECKPOINT
         meta, tensors = read_checkpoint(path)
+        check_checkpoint_meta(meta, tensors, path, self.config.steps)
         check_same_run(meta.get("run_config", {}), self.run_config, path.parent)
         model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
         try:

@@ -65,9 +65,16 @@ def check_seed(value, name: str | None = "seed") -> int:
     return check_int(name, value, *SEED_RANGE)
 
 
+TEMPERATURE_FLOOR = 1e-3   # below it the logits / T overflow towards inf and the softmax is nan
+
+
 def check_temperature(value, name: str | None = "temperature") -> float:
-    """0 means greedy; otherwise the softmax temperature."""
-    return check_float(name, value, 0.0)
+    """0 means greedy; otherwise the softmax temperature, at least :data:`TEMPERATURE_FLOOR`."""
+    value = check_float(name, value, 0.0)
+    if 0.0 < value < TEMPERATURE_FLOOR:
+        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, got {value!r}; "
+                         f"use 0 for greedy decoding")
+    return value
 
 
 def check_top_p(value, name: str | None = "top_p") -> float | None:
@@ -117,11 +124,36 @@ def check_device(value, name: str | None = "device") -> str:
 
 
 def check_prompt(value, name: str = "prompt") -> str:
+    """A non-empty string that is valid Unicode text (no lone surrogates, which is how Python
+    carries invalid UTF-8 bytes from a command line), so a tokenizer can encode it."""
     if not isinstance(value, str):
         raise _fail(name, "a string", value)
     if not value:
         raise ValueError(f"{name} is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} is not valid text: character {e.start} is {value[e.start]!r} "
+                         f"(invalid UTF-8 or a lone surrogate)") from None
     return value
+
+
+def text_file_lines(value, name: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (a leading byte-order mark is dropped); one line naming the
+    cause when it is missing, a directory, not a regular file (a FIFO, a device), or not UTF-8."""
+    import stat
+
+    path = Path(value)
+    if not path.exists():
+        raise ValueError(f"{value}: no such {name}")
+    if path.is_dir():
+        raise ValueError(f"{value}: is a directory, not a {name}")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); give a {name}")
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{value}: not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
 # ----------------------------------------------------------------------------- model shapes
