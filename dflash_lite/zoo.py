@@ -282,10 +282,18 @@ def main(argv=None) -> int:
     with signals.handled():
         args = vars(build_parser().parse_args(argv))
         command = args.pop("command")
-        runs = {"train-target": lambda: train_target(**args), "card": lambda: write_card(args["path"]),
-                "drafter-card": lambda: write_drafter_card(args.pop("path"), **args)}
+
+        def run() -> int:
+            if command == "train-target":
+                print(train_target(**args))
+            elif command == "card":
+                write_card(args["path"])
+            else:
+                write_drafter_card(args.pop("path"), **args)
+            return 0
+
         try:
-            return expected_errors(lambda: runs[command]() and 0)
+            return expected_errors(run)
         except KeyboardInterrupt as e:
             signals.stopping()
             print("interrupted: nothing was written", file=sys.stderr)
