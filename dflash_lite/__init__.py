@@ -21,9 +21,16 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 * :mod:`dflash_lite.model_card`  measuring a target or a drafter and writing its card
 * :mod:`dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``
 * :mod:`dflash_lite.validate`    the one validation layer; :mod:`dflash_lite.files` the one atomic write
+* :mod:`dflash_lite.outputs`     output directories: the marker, refused places, the lock, replacing last
+* :mod:`dflash_lite.signals`     Ctrl-C and SIGTERM: one line and exit 130 / 143
 * :mod:`dflash_lite.exercises`   the notebooks' exercise self-checks
 """
+import sys
 import warnings
+
+if sys.argv[:1] == ["-m"]:      # python -m dflash_lite[.zoo]: Ctrl-C while torch loads is one line, exit 130
+    from .signals import quiet_until_main
+    quiet_until_main()
 
 # transformers imports tqdm.auto, which warns inside Jupyter when ipywidgets is missing. This package
 # draws no widget progress bars (its own bars go to a terminal only), so the warning is noise.

@@ -385,13 +385,7 @@ def _hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sa
 # ----------------------------------------------------------------------------- prompts
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
     """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{path}: no such prompts file")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    lines = validate.text_file_lines(path, "prompts file")       # a BOM is accepted; a FIFO is named
     prompts = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -401,10 +395,14 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
         except json.JSONDecodeError:
             raise ValueError(f"{path}:{number}: not a JSON line") from None
         text = row.get("prompt") if isinstance(row, dict) else None
-        if text is None and isinstance(row, dict) and row.get("turns"):
-            text = row["turns"][0]
+        turns = row.get("turns") if isinstance(row, dict) else None
+        if text is None and turns is not None:
+            if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+                raise ValueError(f"{path}:{number}: 'turns' must be a list of strings, got {json.dumps(turns)[:40]}")
+            text = turns[0]
         if not isinstance(text, str) or not text:
             raise ValueError(f"{path}:{number}: no 'prompt' or 'turns' field")
+        validate.check_prompt(text, f"{path}:{number}: the prompt")
         prompts.append(text)
         if limit and len(prompts) == limit:
             break
@@ -591,6 +589,7 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
     max_new_tokens = validate.check_int("max_new_tokens", max_new_tokens)
     block_sizes = validate.check_block_sizes(block_sizes)
     temperature = validate.check_temperature(temperature)
+    seed = validate.check_seed(seed)
     device = validate.check_device(device)
     torch_dtype = parse_dtype(dtype)
     if random_drafter_layers is not None:
@@ -607,6 +606,11 @@ def resolve(target: str = "tiny", drafter: str | None = None, prompts: str | Non
     draft = load_drafter(drafter, dtype=torch_dtype) if drafter is not None else None   # a bad name fails first
     if draft is not None:
         validate.check_block_sizes(block_sizes, high=draft.config.max_block_size)
+    from .target import target_context
+    context = target_context(target)                  # from config.json: no size may outgrow the context
+    validate.check_block_sizes(block_sizes, high=context)
+    if tree_sizes:
+        validate.check_block_sizes(tree_sizes, "tree_sizes", high=context)
     model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
     if draft is not None:
         draft = draft.to(device)

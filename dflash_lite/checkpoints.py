@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_path
 from .target import LoadError, _check_safetensors, parse_dtype, resolve_checkpoint
+from .validate import check_model_shape
 
 FORMAT = "dflash-lite-drafter"
 OWN_WEIGHTS, OWN_CONFIG = "drafter.safetensors", "drafter_config.json"
@@ -50,6 +51,10 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
     from .variants import make_drafter
+    try:                                          # sizes and parameter count, before anything is allocated
+        check_model_shape(config.to_dict(), embeddings=0)
+    except ValueError as e:
+        raise LoadError(f"{source}: bad drafter config ({e})") from None
     drafter = make_drafter(config)
     expected = drafter.state_dict()
     missing = sorted(set(expected) - set(tensors))

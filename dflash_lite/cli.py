@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import corpus, validate
+from . import corpus, signals, validate
 from .acceptance import SamplingParams
 from .baselines import generate_autoregressive
 from .benchmark import DATASETS, all_dflash_failed, bench, interleaved
@@ -44,7 +44,7 @@ def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int
     validate.check_prompt(prompt)
     validate.check_int("max_new_tokens", max_new_tokens)
     validate.check_int("repeats", repeats)
-    validate.check_int("seed", seed, low=None)
+    validate.check_seed(seed)
     if block_size is not None:
         validate.check_int("block_size", block_size)
     device = validate.check_device(device)
@@ -143,6 +143,7 @@ def defaults_from(parser: argparse.ArgumentParser, func, **extra) -> argparse.Ar
 POS = validate.arg_type(validate.check_int)                       # an integer >= 1
 COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
 ANY_INT = validate.arg_type(validate.check_int, low=None)
+SEED = validate.arg_type(validate.check_seed)
 POS_FLOAT = validate.arg_type(validate.check_float, float, low_open=True)
 TEMP = validate.arg_type(validate.check_float, float)
 TOP_P = validate.arg_type(validate.check_float, float, high=1.0, low_open=True)
@@ -168,7 +169,7 @@ def build_parser() -> Parser:
     d.add_argument("--temperature", type=TEMP)
     d.add_argument("--top-k", type=POS)
     d.add_argument("--top-p", type=TOP_P)
-    d.add_argument("--seed", type=ANY_INT)
+    d.add_argument("--seed", type=SEED)
     d.add_argument("--device", type=validate.device_arg)
     d.add_argument("--drafter",
                    help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
@@ -230,7 +231,7 @@ def build_parser() -> Parser:
     t.add_argument("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add_argument("--max-new-tokens", type=POS)
     t.add_argument("--num-taps", type=POS)
-    t.add_argument("--seed", type=ANY_INT)
+    t.add_argument("--seed", type=SEED)
     t.add_argument("--device", type=validate.device_arg)
     t.add_argument("--dtype", choices=list(DTYPES),
                    help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
@@ -251,39 +252,66 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash,
-    2 for bad input (one line, before any work), 130 on Ctrl-C (training saves first)."""
-    parser = build_parser()
-    args = vars(parser.parse_args(argv))
-    command = args.pop("command")
-    command_line = "python -m dflash_lite " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
+    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash or a
+    file could not be written, 2 for bad input (one line, before any work), 130 on Ctrl-C and 143
+    on SIGTERM (training saves first)."""
+    with signals.handled():
+        parser = build_parser()
+        args = vars(parser.parse_args(argv))
+        command = args.pop("command")
+        command_line = "python -m dflash_lite " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
+        try:
+            return expected_errors(lambda: run_command(command, args, command_line))
+        except KeyboardInterrupt as e:
+            signals.stopping()                      # a second Ctrl-C may not interrupt the message
+            print(f"interrupted: {interrupted_line(command, e, command_line)}", file=sys.stderr)
+            return signals.exit_code(e)
+
+
+def expected_errors(run) -> int:
+    """The one place that turns an expected failure into one line on stderr and an exit code: bad
+    input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not
+    be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
+    from safetensors import SafetensorError
+
     try:
-        if command == "demo":
-            demo(**args)
-        elif command == "train":
-            if args["drafting"] == "draft-model":
-                if args["prompts"] or args["dataset"]:
-                    raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
-                takes = inspect.signature(train_draft_model).parameters      # the DFlash-only options stay unused
-                print(train_draft_model(**{k: v for k, v in args.items() if k in takes}, command=command_line))
-            else:
-                print(train_drafter(**args, command=command_line))
-        elif command == "bench":
-            failed = all_dflash_failed(bench(**args))
-            if failed:
-                print(f"error: {failed}", file=sys.stderr)
-                return 1
+        return run()
     except (LoadError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:
-        if command != "train":
-            said = "nothing was written"
-        elif getattr(e, "saved", False):
-            said = f"{e}; to resume, run the same command again: {command_line}"
+    except (OSError, SafetensorError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def run_command(command: str, args: dict, command_line: str) -> int:
+    if command == "demo":
+        demo(**args)
+    elif command == "train":
+        if args["drafting"] == "draft-model":
+            if args["prompts"] or args["dataset"]:
+                raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
+            takes = inspect.signature(train_draft_model).parameters      # the DFlash-only options stay unused
+            print(train_draft_model(**{k: v for k, v in args.items() if k in takes}, command=command_line))
         else:
-            said = (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the last "
-                    f"checkpoint, if there is one (the regeneration cache is written only when complete)")
-        print(f"interrupted: {said}", file=sys.stderr)
-        return 130
+            print(train_drafter(**args, command=command_line))
+    elif command == "bench":
+        failed = all_dflash_failed(bench(**args))
+        if failed:
+            print(f"error: {failed}", file=sys.stderr)
+            return 1
     return 0
+
+
+def interrupted_line(command: str, e: KeyboardInterrupt, command_line: str) -> str:
+    """What an interrupted command says: for ``train``, whether it saved and how to resume."""
+    if command != "train":
+        return "nothing was written"
+    if getattr(e, "saved", False):
+        return f"{e}; to resume, run the same command again: {command_line}"
+    return (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the last "
+            f"checkpoint, if there is one (the regeneration cache is written only when complete)")

@@ -19,7 +19,7 @@ from .decode import DFlashProposer, GenerationResult, check_request, speculative
 from .baselines import NoDraftProposer
 from .policy import default_policy
 from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
-from .validate import check_device, check_int, check_prompt
+from .validate import check_device, check_int, check_prompt, check_seed
 
 
 class Engine:
@@ -84,7 +84,7 @@ class Engine:
         sampling = SamplingParams(temperature, top_k, top_p)
         check_int("max_new_tokens", max_new_tokens)
         if seed is not None:
-            check_int("seed", seed, low=None)
+            check_seed(seed)
         input_ids = self.encode(check_prompt(prompt))
         check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
         generator = torch.Generator(device=self.target.device)

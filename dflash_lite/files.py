@@ -19,18 +19,29 @@ os.umask(_UMASK)                 # read the process umask once, so new files get
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path next to ``path``; it replaces ``path`` when the block ends without an
-    error and is removed otherwise. The parent directory is created if missing."""
+    error and is removed otherwise. The parent directory is created if missing, and removed again
+    if the write fails, so a failed write (a full disk) leaves no empty folder behind."""
     path = Path(path)
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    done = False
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes it private; give it the usual mode
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            yield Path(tmp)
+            os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes it private; give it the usual mode
+            os.replace(tmp, path)
+            done = True
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for folder in made if not done else ():  # deepest first; only folders this call made
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

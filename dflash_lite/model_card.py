@@ -9,7 +9,7 @@ Every number on the card is measured here, on held-out data the target never saw
   and, stricter, the fraction that also add a non-empty body;
 * held-out loss per domain, parameters, corpus and training time, copied from ``training_log.json``.
 
-Run it with ``python -m dflash_lite.zoo card dflash_lite/models/tiny``.
+Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``.
 """
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ def code_parse_rate(model, tokenizer, n: int = 100, max_new_tokens: int = 160) -
 
 def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
     path = Path(path)
+    if not (path / "training_log.json").is_file():                # read after loading: checked first
+        raise ValueError(f"{path}: no training_log.json (a card is written for a target of "
+                         f"`python -m dflash_lite.zoo train-target`)")
     model, tokenizer = load_pretrained(path)
     log = json.loads((path / "training_log.json").read_text())
     torch.manual_seed(0)
@@ -181,8 +184,16 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     ``Question:`` format and HumanEval prompts as code, for evaluation only.
     """
     from .benchmark import bench
+    from .validate import check_int
 
     drafter_dir = Path(drafter_dir)
+    for name, value in (("num_prompts", num_prompts), ("max_new_tokens", max_new_tokens), ("repeats", repeats)):
+        check_int(name, value)
+    if not (drafter_dir / "training_curve.json").is_file():       # read at the end: checked before any work
+        raise ValueError(f"{drafter_dir}: no training_curve.json (a drafter card is written for a run of "
+                         f"`python -m dflash_lite train`)")
+    if judges is not None and not all((Path(judges) / f).is_file() for f in ("gsm8k_test.jsonl", "humaneval.jsonl")):
+        raise ValueError(f"{judges}: needs gsm8k_test.jsonl and humaneval.jsonl")
     sets = {"math (held-out)": {"domain": "math"}, "code (held-out)": {"domain": "code"}}
     if judges is not None:
         judges = Path(judges)

@@ -115,6 +115,36 @@ def _resolve(name_or_path: str | os.PathLike) -> Path:
     return resolve_checkpoint(name, ["*.json", "*.safetensors", "*.jinja", "tokenizer*"])
 
 
+def read_config(directory: Path) -> dict:
+    """A target's ``config.json`` as plain JSON, checked before transformers sees it: a supported
+    ``model_type`` (so no ``auto_map`` can ask to run code from the directory) and a sane shape
+    (:func:`dflash_lite.validate.check_model_shape`). One :class:`LoadError` line otherwise."""
+    from .validate import check_model_shape
+
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise LoadError(f"{directory}: missing config.json")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LoadError(f"{path}: not valid JSON ({type(e).__name__})") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise LoadError(f"{directory}: model_type {model_type!r} is not supported "
+                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}); no code from the directory is run")
+    try:
+        check_model_shape(raw, num_layers_key="num_hidden_layers")
+    except ValueError as e:
+        raise LoadError(f"{path}: {e}") from None
+    return raw
+
+
+def target_context(name_or_path: str | os.PathLike) -> int | None:
+    """The target's context length from its raw config, without loading it (None if not stated)."""
+    context = read_config(_resolve(name_or_path)).get("max_position_embeddings")
+    return context if isinstance(context, int) else None
+
+
 def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torch.device = "cpu",
                     dtype: str | torch.dtype | None = torch.float32):
     """Load a target causal LM and its tokenizer.
@@ -123,23 +153,19 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     (Qwen3 and Llama families). Weights are loaded in ``dtype`` (``"float32"``, ``"bfloat16"`` or
     ``"float16"``, or the torch dtype; fp32 by default: the shipped bf16 weights upcast exactly).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
-    if not (directory / "config.json").is_file():
-        raise LoadError(f"{directory}: missing config.json")
-    config = AutoConfig.from_pretrained(directory)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise LoadError(f"{directory}: model_type {config.model_type!r} is not supported "
-                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    read_config(directory)                          # model type and shape, before any Auto* call
     _check_safetensors(directory)
     try:
         with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
-        tokenizer = AutoTokenizer.from_pretrained(directory)
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa",
+                                                         trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as e:
-        raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
     model.to(device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
     return model, tokenizer

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from . import corpus, validate
+from . import corpus, outputs, validate
 from .files import atomic_write_text
 from .target import context_features
 from .trainer import (  # noqa: F401  (importable from here too)
@@ -311,20 +310,15 @@ def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int,
 
 # ----------------------------------------------------------------------------- 3. the trainer
 def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
-    """What ``out`` may be used for, decided before any work: a new or empty directory; a
-    resumable run (``checkpoint/``) with the same ``run_config``; anything else only with
-    ``overwrite``, which removes the directory as a whole, so nothing stale survives."""
-    out = validate.check_output_dir(out, "out")
-    if not out.is_dir() or not any(out.iterdir()):
+    """What ``out`` may be used for, decided before any work, and nothing in it touched: a new or
+    empty directory; a resumable run (``checkpoint/``) with the same ``run_config``; a directory
+    this project wrote, with ``overwrite``, which the finished run replaces as a whole
+    (:mod:`dflash_lite.outputs`: the marker, refused places, the lock, replacing last)."""
+    out = outputs.check_out(out, overwrite)
+    outputs.lock(out)                                # a second run into the same out is refused
+    if outputs.holds_nothing(out) or overwrite:
         return out
     checkpoint = out / "checkpoint" / CHECKPOINT
-    if overwrite:
-        here, resolved = Path.cwd().resolve(), out.resolve()
-        if resolved in (Path.home().resolve(), Path(resolved.anchor)) or resolved in (here, *here.parents):
-            raise ValueError(f"out {str(out)!r} is the home, root or working directory (or holds it); "
-                             f"--overwrite removes only a directory of its own")
-        shutil.rmtree(out)
-        return out
     if run_config is not None and checkpoint.is_file():
         check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, out)
         return out
@@ -332,6 +326,15 @@ def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) ->
            if (out / "checkpoint" / "trainer.pt").exists() else "")
     raise ValueError(f"out {str(out)!r} is not empty and not a resumable run of this config{old}; "
                      f"pass --overwrite to replace it as a whole, or choose another directory")
+
+
+def same_run(checkpoint: Path, run_config: dict) -> bool:
+    """``checkpoint`` is a readable trainer checkpoint of a run with ``run_config``."""
+    try:
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, checkpoint)
+    except ValueError:
+        return False
+    return True
 
 
 # ----------------------------------------------------------------------------- 4. putting it together
@@ -459,13 +462,15 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
     def loss_fn(m, b):
         return drafter_loss(m, model, b, weights)
 
+    work = outputs.begin(out, overwrite and not outputs.holds_nothing(out), "DFlash drafter training run",
+                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT, run_config))
     trainer = Trainer(drafter, loss_fn,
                       lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
                                             tokenizer.pad_token_id, generator, drafting == "autoregressive",
                                             fixed_anchors),
                       TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
                                   time_budget_s=time_budget_s, autocast_dtype=torch_dtype),
-                      callbacks, checkpoint_dir=Path(out) / "checkpoint", run_config=run_config)
+                      callbacks, checkpoint_dir=work / "checkpoint", run_config=run_config)
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - eval_seconds[0]
@@ -492,10 +497,10 @@ def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 
 
     meta["training"].update(final_tau_probe=final,
                             minutes_to_tau_5={d: minutes_to(d) for d in final if d != "all"})
-    save_drafter(drafter.eval(), out, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
-    atomic_write_text(Path(out) / "training_curve.json",
+    save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
+    atomic_write_text(work / "training_curve.json",
                       json.dumps({**meta, "curve": history, "tau_curve": tau_curve}, indent=1))
-    return Path(out)
+    return outputs.commit(work, out)                 # with --overwrite: the old run is deleted only now
 
 
 def check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
@@ -508,7 +513,7 @@ def check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, 
     validate.check_int("num_code", num_code, 0)
     if num_math + num_code == 0:
         raise ValueError("num_math and num_code are both 0: there is nothing to train on")
-    validate.check_int("seed", seed, low=None)
+    validate.check_seed(seed)
     validate.check_float("lr", lr, 0.0, low_open=True)
     validate.check_device(device)
     if time_budget_s is not None:
@@ -584,7 +589,8 @@ def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: in
             "batch_size": batch_size, "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
             "train_seconds": round(time.time() - t1, 1), "device": device, "threads": torch.get_num_threads(),
             "time_budget_s": time_budget_s}
-    small.eval().to(torch.bfloat16).save_pretrained(out)                 # loaded back in fp32, exactly
-    tokenizer.save_pretrained(out)
-    atomic_write_text(out / "training_curve.json", json.dumps({"training": meta, "curve": history}, indent=1))
-    return out
+    work = outputs.begin(out, overwrite and not outputs.holds_nothing(out), "draft model training run")
+    small.eval().to(torch.bfloat16).save_pretrained(work)                # loaded back in fp32, exactly
+    tokenizer.save_pretrained(work)
+    atomic_write_text(work / "training_curve.json", json.dumps({"training": meta, "curve": history}, indent=1))
+    return outputs.commit(work, out)

@@ -96,6 +96,22 @@ def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
                          f"start again with --overwrite") from None
 
 
+def check_checkpoint_meta(meta: dict, tensors: dict, path: str | Path, steps: int) -> None:
+    """The JSON part of a checkpoint has the types :meth:`Trainer.resume` reads, and its step lies
+    within this run's schedule of ``steps``; one ValueError line otherwise."""
+    expected = {"step": int, "history": list, "run_config": dict, "param_groups": list, "optimizer_scalars": dict}
+    for key, kind in expected.items():
+        value = meta.get(key) if isinstance(meta, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{path}: damaged trainer checkpoint ({key!r} should be a {kind.__name__}, "
+                             f"got {json.dumps(value)[:40]}); start again with --overwrite")
+    if not all(isinstance(g, dict) for g in meta["param_groups"]) or "rng.torch" not in tensors:
+        raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start again with --overwrite")
+    if not 0 <= meta["step"] <= steps:
+        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, outside this run's schedule of "
+                         f"{steps} steps; resume with --steps >= {meta['step']}, or start again with --overwrite")
+
+
 def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
     """Refuse, in one line naming the first difference, to resume a run with other settings."""
     wanted = json.loads(json.dumps(wanted))         # compare as stored: tuples are lists in JSON
@@ -143,27 +159,32 @@ class Trainer:
         from tqdm import tqdm
 
         interrupted = []
-        previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler
+        stops = (signal.SIGINT, signal.SIGTERM)           # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
+        previous = {s: signal.getsignal(s) for s in stops}
+        previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
 
-        def on_interrupt(signum, frame):          # finish the step, then save; a second Ctrl-C stops at once
+        def on_interrupt(signum, frame):          # finish the step, then save; a second signal stops at once
             interrupted.append(signum)
-            signal.signal(signal.SIGINT, previous)
+            for s in stops:
+                signal.signal(s, previous[s])
 
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread:
-            signal.signal(signal.SIGINT, on_interrupt)
+            for s in stops:
+                signal.signal(s, on_interrupt)
         try:
             self._loop(tqdm, interrupted)
         finally:
             if main_thread:
-                signal.signal(signal.SIGINT, previous)
+                for s in stops:
+                    signal.signal(s, previous[s])
         if self.checkpoint_dir and self.step > 0:
             self.save()
         if interrupted:
             saved = bool(self.checkpoint_dir and self.step > 0)
             said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
                     if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
-            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved)
+            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
         return self.history
 
     def _autocast(self):
@@ -236,6 +257,7 @@ class Trainer:
     def resume(self):
         path = Path(self.checkpoint_dir) / CHECKPOINT
         meta, tensors = read_checkpoint(path)
+        check_checkpoint_meta(meta, tensors, path, self.config.steps)
         check_same_run(meta.get("run_config", {}), self.run_config, path.parent)
         model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
         try:
@@ -268,9 +290,10 @@ def postfix(metrics: dict) -> dict[str, str]:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
+    """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
     was saved (``saved``), so the CLI can say how to resume."""
 
-    def __init__(self, message: str, saved: bool):
+    def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):
         super().__init__(message)
         self.saved = saved
+        self.signum = signum                      # SIGINT or SIGTERM: the CLI exits 130 or 143

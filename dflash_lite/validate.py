@@ -57,9 +57,24 @@ def check_float(name: str | None, value, low: float = 0.0, high: float | None = 
     return value
 
 
+SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)   # what torch.manual_seed accepts
+
+
+def check_seed(value, name: str | None = "seed") -> int:
+    """An integer torch can seed with."""
+    return check_int(name, value, *SEED_RANGE)
+
+
+TEMPERATURE_FLOOR = 1e-3   # below it the logits / T overflow towards inf and the softmax is nan
+
+
 def check_temperature(value, name: str | None = "temperature") -> float:
-    """0 means greedy; otherwise the softmax temperature."""
-    return check_float(name, value, 0.0)
+    """0 means greedy; otherwise the softmax temperature, at least :data:`TEMPERATURE_FLOOR`."""
+    value = check_float(name, value, 0.0)
+    if 0.0 < value < TEMPERATURE_FLOOR:
+        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, got {value!r}; "
+                         f"use 0 for greedy decoding")
+    return value
 
 
 def check_top_p(value, name: str | None = "top_p") -> float | None:
@@ -109,11 +124,68 @@ def check_device(value, name: str | None = "device") -> str:
 
 
 def check_prompt(value, name: str = "prompt") -> str:
+    """A non-empty string that is valid Unicode text (no lone surrogates, which is how Python
+    carries invalid UTF-8 bytes from a command line), so a tokenizer can encode it."""
     if not isinstance(value, str):
         raise _fail(name, "a string", value)
     if not value:
         raise ValueError(f"{name} is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} is not valid text: character {e.start} is {value[e.start]!r} "
+                         f"(invalid UTF-8 or a lone surrogate)") from None
     return value
+
+
+def text_file_lines(value, name: str = "file") -> list[str]:
+    """The lines of a UTF-8 text file (a leading byte-order mark is dropped); one line naming the
+    cause when it is missing, a directory, not a regular file (a FIFO, a device), or not UTF-8."""
+    import stat
+
+    path = Path(value)
+    if not path.exists():
+        raise ValueError(f"{value}: no such {name}")
+    if path.is_dir():
+        raise ValueError(f"{value}: is a directory, not a {name}")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); give a {name}")
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{value}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+# ----------------------------------------------------------------------------- model shapes
+MAX_PARAMETERS = 16_000_000_000     # twice the largest target the paper drafts for (8B); far past a laptop's
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+
+
+def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddings: int = 2) -> int:
+    """A model config (a target's ``config.json`` or a drafter's) that is safe to build: positive
+    integer sizes, ``layer_types`` (when given) with one entry per layer, and an estimated parameter
+    count under :data:`MAX_PARAMETERS`, so a typo cannot ask for terabytes. Returns the estimate."""
+    if not isinstance(config, dict):
+        raise ValueError(f"the config must be a JSON object, got {type(config).__name__}")
+    sizes = {}
+    for key in (*SHAPE_KEYS, num_layers_key):
+        sizes[key] = check_int(key, config.get(key))
+    heads, kv_heads = sizes["num_attention_heads"], sizes["num_key_value_heads"]
+    head_dim = config.get("head_dim") or sizes["hidden_size"] // heads
+    head_dim = check_int("head_dim", head_dim)
+    layers, hidden = sizes[num_layers_key], sizes["hidden_size"]
+    layer_types = config.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            got = len(layer_types) if isinstance(layer_types, list) else repr(layer_types)
+            raise ValueError(f"layer_types must list one entry per layer ({num_layers_key}={layers}), got {got}")
+    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * sizes["intermediate_size"]
+    parameters = layers * per_layer + embeddings * sizes["vocab_size"] * hidden
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, over the "
+                         f"{MAX_PARAMETERS / 1e9:.0f}B this package builds ({num_layers_key}={layers}, "
+                         f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
+    return parameters
 
 
 # ----------------------------------------------------------------------------- output paths

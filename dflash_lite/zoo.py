@@ -5,10 +5,14 @@ on the offline corpus of :mod:`dflash_lite.corpus` (stdlib Python + generated gr
 with a byte-level BPE tokenizer trained by ``tokenizers`` on the same text. It lives in
 ``dflash_lite/models/tiny`` as bf16 safetensors, a fast tokenizer and a model card.
 
-Regenerate it (about 75 minutes on 2 CPU cores; a few minutes on a GPU)::
+Regenerate it (about 75 minutes on 2 CPU cores; a few minutes on a GPU) into a directory of your
+own; the package's folders are never written by a run (:mod:`dflash_lite.outputs`)::
 
-    python -m dflash_lite.zoo train-target --out dflash_lite/models/tiny
-    python -m dflash_lite.zoo card dflash_lite/models/tiny      # measure and write MODEL_CARD.md
+    python -m dflash_lite.zoo train-target --out runs/tiny
+    python -m dflash_lite.zoo card runs/tiny      # measure and write MODEL_CARD.md
+
+The zoo's command line shares the main one's validation layer, its one-line errors and exit codes
+(:func:`dflash_lite.cli.expected_errors`), and its safe outputs.
 """
 from __future__ import annotations
 
@@ -25,9 +29,8 @@ from pathlib import Path
 
 import torch
 
-from . import corpus
+from . import corpus, outputs, signals, validate
 from .files import atomic_write_text
-from .target import MODELS_DIR
 from .trainer import TrainConfig, Trainer
 
 
@@ -166,7 +169,7 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 
 def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, seed: int = 0,
                  device: str = "cpu", time_budget_s: float | None = None, log_every: int = 50,
-                 bf16: bool = True) -> Path:
+                 bf16: bool = True, overwrite: bool = False) -> Path:
     """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log).
 
     The loop is the drafters' :class:`~dflash_lite.trainer.Trainer` with the target's recipe
@@ -177,9 +180,25 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
     ``bf16``: mixed precision (bf16 autocast, fp32 master weights); about 1.6x faster on a CPU with
     AVX512-BF16. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves another third on
     glibc systems, where freeing the large logits tensor every step returns pages to the kernel.
+
+    ``out`` is checked and locked before any work: a new or empty directory, or with ``overwrite`` a
+    directory this project wrote, which is replaced only once the new target is complete
+    (:mod:`dflash_lite.outputs`); the model is written beside it and renamed into place whole.
     """
+    if preset_name not in TARGET_PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(TARGET_PRESETS)}, got {preset_name!r}")
     preset = TARGET_PRESETS[preset_name]
-    out = Path(out)
+    validate.check_int("steps", steps)
+    validate.check_seed(seed)
+    validate.check_int("log_every", log_every)
+    device = validate.check_device(device)
+    if time_budget_s is not None:
+        validate.check_float("time_budget_s", time_budget_s, 0.0, low_open=True)
+    out = outputs.check_out(out, overwrite)
+    outputs.lock(out)
+    if not overwrite and not outputs.holds_nothing(out):
+        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target this project "
+                         f"wrote, or choose another directory")
     torch.manual_seed(seed)
     random.seed(seed)
     t0 = time.time()
@@ -209,9 +228,9 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
     losses = held_out_loss(model, tokenizer, preset)
     print(f"[train-target] held-out loss {losses}", flush=True)
 
-    out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    work = outputs.begin(out, True, "target trained from scratch")     # beside out, renamed into place whole
+    model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
+    tokenizer.save_pretrained(work)
     info = {"preset": preset_name, "preset_fields": asdict(preset), "seed": seed, "steps_planned": steps,
             "steps_done": steps_done, "train_seconds": round(train_seconds, 1),
             "device": device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})",
@@ -219,44 +238,67 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
             "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
             "held_out_loss": losses, "corpus_manifest": manifest,
             "parameters": sum(p.numel() for p in model.parameters()), "curve": log}
-    atomic_write_text(out / "training_log.json", json.dumps(info, indent=1))
-    return out
+    atomic_write_text(work / "training_log.json", json.dumps(info, indent=1))
+    return outputs.commit(work, out)
 
 
-def main(argv=None):
-    from .cli import defaults_from  # no flag states a default: each is its function's
-    from .model_card import write_card, write_drafter_card
+def build_parser() -> argparse.ArgumentParser:
+    """The zoo's command line, with the main one's argparse types and one-line usage errors."""
+    from .cli import OUT_DIR, POS, POS_FLOAT, SEED, Parser, defaults_from   # no flag states a default
+    from .model_card import write_drafter_card
 
-    parser = argparse.ArgumentParser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train-target", help="train the shipped target from scratch")
-    t.add_argument("--out")
+    t = sub.add_parser("train-target", help="train a target like the shipped one from scratch")
+    t.add_argument("--out", type=OUT_DIR, required=True, help="a new or empty directory (never the package's)")
+    t.add_argument("--overwrite", action="store_true", help="replace a target this project wrote, once the new one is done")
     t.add_argument("--preset", dest="preset_name", choices=sorted(TARGET_PRESETS))
-    t.add_argument("--steps", type=int)
-    t.add_argument("--seed", type=int)
-    t.add_argument("--device")
-    t.add_argument("--time-budget-s", type=float)
+    t.add_argument("--steps", type=POS)
+    t.add_argument("--seed", type=SEED)
+    t.add_argument("--device", type=validate.device_arg)
+    t.add_argument("--time-budget-s", type=POS_FLOAT)
     t.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
-    defaults_from(t, train_target, out=str(MODELS_DIR / "tiny"))     # the CLI rewrites the shipped target
+    defaults_from(t, train_target)
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
     dc = sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md")
     dc.add_argument("path")
     dc.add_argument("--target")
     dc.add_argument("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
-    dc.add_argument("--num-prompts", type=int)
-    dc.add_argument("--max-new-tokens", type=int)
-    dc.add_argument("--repeats", type=int)
+    dc.add_argument("--num-prompts", type=POS)
+    dc.add_argument("--max-new-tokens", type=POS)
+    dc.add_argument("--repeats", type=POS)
     defaults_from(dc, write_drafter_card)
-    args = vars(parser.parse_args(argv))
-    command = args.pop("command")
-    if command == "train-target":
-        train_target(**args)
-    elif command == "card":
-        write_card(args["path"])
-    elif command == "drafter-card":
-        write_drafter_card(args.pop("path"), **args)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse, run one command, and return the exit code, as :func:`dflash_lite.cli.main` does: 0, 1
+    when a file could not be written, 2 for bad input (one line, before any work), 130 / 143 when
+    interrupted by Ctrl-C / SIGTERM."""
+    from .cli import expected_errors
+    from .model_card import write_card, write_drafter_card
+
+    with signals.handled():
+        args = vars(build_parser().parse_args(argv))
+        command = args.pop("command")
+
+        def run() -> int:
+            if command == "train-target":
+                print(train_target(**args))
+            elif command == "card":
+                write_card(args["path"])
+            else:
+                write_drafter_card(args.pop("path"), **args)
+            return 0
+
+        try:
+            return expected_errors(run)
+        except KeyboardInterrupt as e:
+            signals.stopping()
+            print("interrupted: nothing was written", file=sys.stderr)
+            return signals.exit_code(e)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

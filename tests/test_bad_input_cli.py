@@ -16,6 +16,7 @@ from dflash_lite import train as train_module
 from dflash_lite.cli import main
 from dflash_lite.engine import Engine
 from dflash_lite.files import atomic_write_text
+from dflash_lite.outputs import MARKER
 from dflash_lite.target import SHIPPED_DRAFTERS
 
 PACKAGE = Path(dflash_lite.__file__).parent
@@ -165,8 +166,11 @@ def test_the_package_has_no_unsafe_load():
     sources = {p: p.read_text() for p in PACKAGE.rglob("*.py")}
     assert len(sources) > 10
     for path, text in sources.items():
-        for unsafe in ("pickle", "weights_only", "torch.load", "trust_remote_code"):
+        for unsafe in ("pickle", "weights_only", "torch.load"):
             assert unsafe not in text, f"{path.name} mentions {unsafe}"
+        assert not re.search(r"trust_remote_code\s*=\s*(?!False\b)", text), f"{path.name} may trust remote code"
+        calls = len(re.findall(r"\bAuto\w+\.from_pretrained\(", text))
+        assert text.count("trust_remote_code=False") >= calls, f"{path.name}: an Auto* call without trust_remote_code=False"
 
 
 def test_trainer_checkpoint_round_trips_optimizer_and_rng(tmp_path):
@@ -214,10 +218,11 @@ def test_train_refuses_a_drafter_directory_it_did_not_write(capsys, tmp_path, no
 def test_train_overwrite_replaces_the_directory_then_resumes_only_the_same_run(capsys, tmp_path, fast_training):
     out = tmp_path / "tiny-dflash"
     shutil.copytree(SHIPPED_DRAFTERS["tiny"], out)
+    (out / MARKER).write_text("{}")                     # as if this project had written it
     assert (out / "MODEL_CARD.md").is_file()
     code, _, err = run_cli(capsys, "train", "--out", out, "--overwrite", "--cache-dir", tmp_path / "cache", *FAST_TRAIN)
     assert code == 0 and "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "drafter.safetensors", "drafter_config.json",
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "checkpoint", "drafter.safetensors", "drafter_config.json",
                                                      "training_curve.json"]         # no stale card survives
     assert json.loads((out / "training_curve.json").read_text())["training"]["steps"] == 2
     trained = snapshot(out)
