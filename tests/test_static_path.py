@@ -13,6 +13,7 @@ from scipy.stats import chisquare
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.acceptance import target_probs
 from dflash_lite.checkpoints import load_drafter
+from dflash_lite.engine import Engine
 from dflash_lite.static import StaticDecoder
 from dflash_lite.target import default_drafter_path
 
@@ -67,6 +68,14 @@ def test_static_plain_decoding_equals_target_greedy_on_50_prompts(tiny, greedy_c
     target, tokenizer = tiny
     cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
     assert mismatches(StaticDecoder(target), cases, stop_token_ids(target, tokenizer)) == 0
+
+
+def test_engine_compile_gives_the_same_text(tiny, shipped_drafter):
+    target, tokenizer = tiny
+    prompt = corpus.prompts("held_out", "math", 1)[0]
+    eager = Engine(target, tokenizer, shipped_drafter, block_size=16).generate(prompt, max_new_tokens=32)
+    engine = Engine(target, tokenizer, shipped_drafter, block_size=16, compile=True)
+    assert engine.generate(prompt, max_new_tokens=32) == eager and engine.last_result.tau > 1
 
 
 def test_static_caches_are_allocated_once(tiny, shipped_drafter, quick_cases):
