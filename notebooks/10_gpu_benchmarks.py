@@ -136,7 +136,7 @@ ax.set_xlabel("tokens in one target forward (b)")
 ax.set_ylabel("t(b) / t(1)")
 ax.set_title("The cost of a wider forward")
 ax.legend(fontsize=8)
-save_figure(fig, "10_forward_cost_ratio")
+_ = save_figure(fig, "10_forward_cost_ratio")
 
 # %% [markdown]
 # On the H200 both curves stay close to 1 all the way to 64 tokens: checking 16 drafts costs about
@@ -220,7 +220,7 @@ ax.axvline(floors["tiny target, fp32"][0], color="k", ls=":", label="bandwidth f
 ax.set_xlabel("ms for one verify of 16 tokens, tiny target, bf16, H200")
 ax.invert_yaxis()
 ax.legend(fontsize=8, loc="lower right")
-save_figure(fig, "10_cuda_graphs_verify")
+_ = save_figure(fig, "10_cuda_graphs_verify")
 
 # %% [markdown]
 # ## 3. Where a DFlash step's time goes on the H200
@@ -245,7 +245,7 @@ for i, (name, row) in enumerate(cost_rows.items()):
 ax.set_yticks(range(len(cost_rows)), list(cost_rows))
 ax.set_xlabel("ms per step (H200, tiny pair, fp32, held-out math)")
 ax.legend(fontsize=8, loc="lower right")
-save_figure(fig, "10_step_breakdown_h200")
+_ = save_figure(fig, "10_step_breakdown_h200")
 
 # %% [markdown]
 # Both forwards are themselves mostly launch overhead (section 2), and the loop adds its share on
@@ -266,7 +266,7 @@ ax.barh([r["name"] for r in rows], [r["speedup"] for r in rows], color="tab:blue
 ax.axvline(1, color="k", lw=0.8)
 ax.set_xlabel("speedup over the autoregressive loop (H200, held-out math, fp32)")
 ax.invert_yaxis()
-save_figure(fig, "10_speedups_h200")
+_ = save_figure(fig, "10_speedups_h200")
 
 # %% [markdown]
 # ### The static path, here
@@ -328,7 +328,7 @@ ax.plot([tiny["tau"]], [tiny["measured_speedup"]], "rs", label="this project's t
 ax.set_xlabel("tau (tokens committed per step)")
 ax.set_ylabel("speedup over autoregressive decoding")
 ax.legend(fontsize=8)
-save_figure(fig, "10_cost_model_paper_scale")
+_ = save_figure(fig, "10_cost_model_paper_scale")
 
 # %% [markdown]
 # The model's prediction at the paper's tau lands close to, and a little above, the paper's
