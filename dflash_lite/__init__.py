@@ -11,6 +11,7 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 * :mod:`dflash_lite.policy`      the cost-aware block size (the default) and the adaptive rule
 * :mod:`dflash_lite.tree`        draft trees verified in one target forward (greedy)
 * :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming
+* :mod:`dflash_lite.static`      the decode loop on static shapes, for CUDA graphs (``Engine(compile=True)``)
 * :mod:`dflash_lite.checkpoints` drafter save/load, the public DFlash layout, transformers' drafter
 * :mod:`dflash_lite.train`       target-regenerated data, anchors, the block mask, the loss, tau probes
 * :mod:`dflash_lite.trainer`     the one training loop and learning-rate schedule (drafters and the target)

@@ -18,15 +18,17 @@ from .acceptance import SamplingParams
 from .decode import DFlashProposer, GenerationResult, check_request, speculative_steps
 from .baselines import NoDraftProposer
 from .policy import default_policy
+from .static import StaticDecoder
 from .target import default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
 from .validate import check_device, check_int, check_prompt, check_seed
 
 
 class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None, device: str | None = None,
-                 dtype: str | torch.dtype | None = None):
+                 dtype: str | torch.dtype | None = None, compile: bool = False):
         """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
-        drafter the target's dtype too)."""
+        drafter the target's dtype too). ``compile``: decode on the static-shape path
+        (:mod:`dflash_lite.static`; CUDA graphs on CUDA), plain or DFlash chains of a fixed block size."""
         self.target, self.tokenizer, self.drafter = target, tokenizer, drafter
         if dtype is not None:
             target.to(parse_dtype(dtype))
@@ -44,6 +46,9 @@ class Engine:
         self.block_size = block_size if drafter is not None else 1   # None: the cost-aware policy chooses
         self.stops = stop_token_ids(target, tokenizer)
         self.last_result: GenerationResult | None = None
+        self.static = None
+        if compile:                     # built once: it owns the static caches and the compiled forwards
+            self.static = StaticDecoder(target, drafter if self.block_size != 1 else None, self.block_size)
 
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
@@ -92,8 +97,11 @@ class Engine:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
-                                  self.stops, generator)
+        if self.static is not None:
+            steps = self.static.steps(input_ids, max_new_tokens, sampling, self.stops, generator)
+        else:
+            steps = speculative_steps(self.target, self.proposer(), input_ids, max_new_tokens, sampling,
+                                      self.stops, generator)
         pieces = self._stream(steps)
         return pieces if stream else "".join(pieces)
 

@@ -20,6 +20,7 @@
 # so on a GPU the time of a decode step is set by memory bandwidth, not arithmetic, and it barely
 # changes if the pass processes a few tokens instead of one. That slack is what speculative decoding
 # spends: guess several tokens cheaply, then check them all in **one** target forward.
+# Notebook 10 (`10_gpu_benchmarks`) shows this premise measured on an NVIDIA H200.
 #
 # This notebook measures the premise on your machine instead of assuming it:
 #

@@ -175,6 +175,7 @@ assert all(r["identical_to_target"] is None for r in sampled["methods"])
 # * On this CPU a wide verify is expensive, so long blocks pay only where acceptance is high; the
 #   cost-aware default uses the measured costs to decide, down to plain decoding. On a GPU a wide
 #   verify costs much less relative to one token; notebook 08 and `tools/gpu_bench.sh` measure it.
+#   Notebook 10 shows it measured on an NVIDIA H200.
 #
 # ## Exercises
 #

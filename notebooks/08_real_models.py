@@ -135,6 +135,7 @@ print(f"{'measured':<10} {target:<20} {str(dataset):<10} {measured:<20} "
 # Here the target is timed at the prompt's context length for each n in `token_counts`
 # (`measure_costs`, median of interleaved repeats), next to the curves committed in `results/`
 # (the CPU run of notebook 06 and, once a GPU run has been made, `tools/gpu_bench.sh`'s).
+# Notebook 10 shows these curves measured on an NVIDIA H200, for the tiny target and a Qwen3-8B shape.
 
 # %%
 model, tokenizer = load_pretrained(target, device=device, dtype=dtype)

@@ -35,6 +35,7 @@ OVERRIDES = {
     "08_real_models": {"num_prompts": 1, "max_new_tokens": 8, "token_counts": [1, 4], "repeats": 1},
     "09_draft_trees": {"num_prompts": 1, "max_new_tokens": 16, "tree_sizes": [4, 16], "demo_tree_size": 6,
                        "timing_repeats": 3},
+    "10_gpu_benchmarks": {"token_counts": [1, 4, 16], "repeats": 2, "num_prompts": 1, "max_new_tokens": 16},
 }
 
 

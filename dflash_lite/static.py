@@ -1,0 +1,236 @@
+"""The decode loop with static shapes, for CUDA graphs (docs/method.md#the-decode-loop; paper section 3).
+
+:func:`dflash_lite.decode.steps` is the loop written for reading: caches that grow and are cropped,
+blocks as wide as the drafts left, a host round trip for every decision. On a GPU each of those
+costs a kernel launch or a synchronisation, and a small model's forward is far shorter than the
+Python and launch time around it. This module runs the same algorithm the way gpt-fast does, so
+that every forward can be captured once as a CUDA graph (``torch.compile(mode="reduce-overhead")``)
+and replayed:
+
+* **Sized once.** The target runs on a transformers ``StaticCache`` and the drafter on a
+  :class:`StaticDrafterCache`, both allocated for the longest request at the start. Nothing is
+  cropped: a step rewinds the write position to the first unaccepted slot, the next forward
+  overwrites what was rejected, and the attention masks (built from the cache positions) hide
+  every slot past the accepted ones in the meantime.
+* **Fixed widths.** The target is only ever called on 1 token (plain decoding, or a last token)
+  or a block of B; the drafter on a context of B positions and a block of B. A short final block
+  is padded to B and the extra rows are ignored.
+* **One host sync per step.** Greedy acceptance runs on the device; the step's only read back is
+  one small tensor holding the accepted count and the tokens, which the caller needs anyway.
+  (At temperature > 0 the acceptance rules of :mod:`dflash_lite.acceptance` are used as they are.)
+
+With ``compile_forwards`` (the default on CUDA) the fixed-width forwards go through
+``torch.compile``, in ``reduce-overhead`` mode (CUDA graphs) on CUDA; each width is warmed up once.
+On a CPU the same path runs eagerly, so the tests check it for losslessness there. The result is the
+same :class:`~dflash_lite.decode.GenerationResult` as :func:`dflash_lite.decode.generate`.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
+from .decode import GenerationResult, check_request
+from .drafter import DFlashDrafter, check_compatible
+from .target import context_features
+from .validate import check_int
+
+
+class StaticDrafterCache:
+    """The drafter's context K/V in preallocated (1, kv, L, D) buffers, one pair per layer.
+
+    A forward writes its new context at given positions (:meth:`writer`) and attends over the whole
+    buffer; which slots hold accepted context is the mask's business (:func:`drafter_mask`), not the
+    cache's, so the shapes never change."""
+
+    def __init__(self, config, length: int, dtype: torch.dtype, device: torch.device):
+        shape = (1, config.num_key_value_heads, length, config.head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.length = length
+
+    def writer(self, positions: torch.Tensor) -> "_CacheWriter":
+        """What a drafter layer calls ``append`` on: it writes its new context at ``positions`` (C,)."""
+        return _CacheWriter(self, positions)
+
+
+class _CacheWriter:
+    def __init__(self, cache: StaticDrafterCache, positions: torch.Tensor):
+        self.cache, self.positions = cache, positions
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write (1, kv, C, D) at the positions, in place; return the whole buffers (1, kv, L, D)."""
+        keys, values = self.cache.keys[layer], self.cache.values[layer]
+        keys.index_copy_(2, self.positions, k)
+        values.index_copy_(2, self.positions, v)
+        return keys, values
+
+
+def drafter_mask(cache_length: int, block_width: int, context_end: torch.Tensor) -> torch.Tensor:
+    """(1, 1, 1, L + B) boolean: cache slots before ``context_end`` (the accepted context) and the
+    whole block (bidirectional inside it) may be attended to; stale or padded slots may not."""
+    slots = torch.arange(cache_length, device=context_end.device)
+    allowed = torch.cat([slots < context_end, torch.ones(block_width, dtype=torch.bool, device=slots.device)])
+    return allowed[None, None, None]
+
+
+class StaticDecoder:
+    """Plain decoding (``drafter=None``) or DFlash chains of ``block_size`` on static shapes.
+
+    Owns the caches and the (compiled) forwards, so build it once and call :meth:`generate` or
+    :meth:`steps` many times. ``max_length``: the longest prompt + new tokens it will serve (default:
+    the target's context)."""
+
+    def __init__(self, target, drafter: DFlashDrafter | None = None, block_size: int | None = None,
+                 max_length: int | None = None, compile_forwards: bool | None = None):
+        from transformers import StaticCache
+
+        self.target, self.drafter, self.device = target, drafter, target.device
+        if drafter is not None:
+            check_compatible(drafter.config, target.config)
+            if type(drafter) is not DFlashDrafter or "sliding_attention" in drafter.config.layer_types:
+                raise ValueError("the static path runs the paper's drafter only (block drafting, KV injection, "
+                                 "full attention); use dflash_lite.decode.generate for the others")
+            block_size = drafter.config.block_size if block_size is None else block_size
+            check_int("block_size", block_size, 2, drafter.config.max_block_size)
+        self.block_size = 1 if drafter is None else block_size
+        self.layer_ids = None if drafter is None else drafter.config.target_layer_ids
+        self.max_length = check_int("max_length", max_length or target.config.max_position_embeddings)
+        slots = self.max_length + self.block_size                           # room for a padded last block
+        self.cache = StaticCache(config=target.config, max_cache_len=slots)
+        if drafter is not None:
+            dtype = drafter.fc.weight.dtype
+            self.draft_cache = StaticDrafterCache(drafter.config, slots, dtype, self.device)
+            with torch.no_grad():                                           # RoPE angles of every slot, once
+                cos, sin = drafter.rotary_emb(torch.empty(0, device=self.device), torch.arange(slots, device=self.device)[None])
+            self.rope_table = (cos[0].to(dtype), sin[0].to(dtype))          # (L, D) each
+            self.mask_token_id = drafter.config.mask_token_id
+        compile_forwards = self.device.type == "cuda" if compile_forwards is None else compile_forwards
+        self.compiled = compile_forwards
+        mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs exist on CUDA only
+        wrap = (lambda fn: torch.compile(fn, mode=mode)) if compile_forwards else (lambda fn: fn)
+        self.target_forward, self.draft_forward = wrap(self._target_forward), wrap(self._draft_forward)
+        self.warm = False
+        self.offsets = torch.arange(slots, device=self.device)             # positions p + i come from here
+
+    # ------------------------------------------------------------------ the two forwards
+    def _target_forward(self, ids: torch.Tensor, position: torch.Tensor):
+        """The target over ``ids`` (1, W) written at ``position`` ..: logits (W, V) and the tapped
+        features (1, W, K*H) (or None). Rewinding the write position is all the "crop" there is:
+        the causal mask, built from it, hides every later slot."""
+        for layer in self.cache.layers:
+            layer.cumulative_length.copy_(position)
+        positions = (position + self.offsets[: ids.shape[1]])[None]       # (1, W)
+        out = self.target(ids, past_key_values=self.cache, position_ids=positions, use_cache=True,
+                          output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
+        hidden = context_features(out.hidden_states, self.layer_ids) if self.layer_ids else None
+        return out.logits[0], hidden
+
+    def _draft_forward(self, last: torch.Tensor, features: torch.Tensor, context_start: torch.Tensor,
+                       context_end: torch.Tensor):
+        """One drafter forward over ``[last, MASK x (B-1)]`` at ``context_end``, with the new context
+        ``features`` (1, C, K*H) written from ``context_start``: the drafts' logits (B-1, V)."""
+        drafter, b = self.drafter, self.block_size
+        block = torch.cat([last, torch.full((b - 1,), self.mask_token_id, dtype=last.dtype, device=last.device)])
+        context_positions = context_start + self.offsets[: features.shape[1]]   # (C,)
+        block_positions = context_end + self.offsets[:b]                        # (B,)
+        cos, sin = self.rope_table
+        embeds = self.target.get_input_embeddings()(block[None]).to(cos.dtype)   # (1, B, H)
+        context = drafter.project(features.to(cos.dtype))                        # (1, C, H)
+        mask = drafter_mask(self.draft_cache.length, b, context_end)
+        writer = self.draft_cache.writer(context_positions)
+        x = embeds
+        for i, layer in enumerate(drafter.layers):                               # the layers as they are
+            x = layer(x, context, (cos[block_positions][None], sin[block_positions][None]),
+                      (cos[context_positions][None], sin[context_positions][None]), writer, i, mask)
+        head = self.target.get_output_embeddings()
+        return head(drafter.norm(x)[0, 1:].to(head.weight.dtype))                # (B-1, V)
+
+    def _warm_up(self, position: int) -> None:
+        """Compile and (on CUDA) record each fixed width once, writing only slots that the real
+        forwards overwrite before anything reads them (at and after ``position``, masked)."""
+        if self.warm or not self.compiled:
+            return
+        at = torch.tensor(position, device=self.device)
+        last = torch.zeros(1, dtype=torch.long, device=self.device)
+        for _ in range(3):                              # compile, then warm-up and record the graphs
+            for width in sorted({1, self.block_size}):
+                _, hidden = self.target_forward(last.expand(1, width), at)
+            if self.drafter is not None:
+                self.draft_forward(last, hidden.clone(), at, at)
+        self.warm = True
+
+    # ------------------------------------------------------------------ the loop
+    @torch.inference_mode()
+    def steps(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+              stop_token_ids=(), generator: torch.Generator | None = None):
+        """Speculative decoding on static shapes: yields the tokens of each step, returns a
+        :class:`~dflash_lite.decode.GenerationResult` (phase times: prefill and the decode steps)."""
+        check_request(self.target, input_ids, max_new_tokens)
+        if input_ids.shape[1] + max_new_tokens > self.max_length:
+            raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                             f"this decoder's max_length of {self.max_length}")
+        ids, b, stops = input_ids.to(self.device), self.block_size, set(stop_token_ids)
+        processors = sampling.processors()
+        start = time.perf_counter()
+        for layer in self.cache.layers:                 # the prompt from slot 0 (eager: its width is the prompt's)
+            if layer.is_initialized:
+                layer.cumulative_length.zero_()
+        out = self.target(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                          output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
+        last = choose_tokens(out.logits[0], sampling, processors, generator)      # (1,) the first new token
+        position = ids.shape[1]                          # slots 0..position-1 hold accepted tokens
+        self._warm_up(position)
+        at = torch.tensor(position, device=self.device)  # the same, on the device, for the forwards
+        if self.drafter is not None:                     # the prompt's context into the drafter's cache (eager, once)
+            features, context_start = context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)
+            drafted = self._draft_forward(last, features, context_start, at)
+        tokens, token_times, per_step = [int(last)], [time.perf_counter() - start], []
+        prefill_s = token_times[0]
+        yield tokens[:]
+        stopped = tokens[0] in stops
+        while not stopped and len(tokens) < max_new_tokens:
+            k = min(b, max_new_tokens - len(tokens)) - 1                     # drafts this step may keep
+            if self.drafter is None or k == 0:           # plain decoding: a forward of width 1
+                logits, hidden = self.target_forward(last[None], at)
+                drafts = last[:0]
+            else:                                        # drafts from the last step's forward, then verify
+                drafts = drafted.argmax(dim=-1)                                   # (B-1,)
+                logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
+            if sampling.greedy:                          # on the device: keep drafts while the target agrees
+                choice = logits.argmax(dim=-1)                                    # (W,)
+                agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)          # 1 until the first miss
+                n = agree.sum()
+                step = torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist()   # the one host sync
+                n, next_token = step[0], step[-1]
+            else:                                        # the lossless point-mass rule, as in decode.accept
+                p = target_probs(logits[: k + 1], sampling, processors)          # (k+1, V)
+                n, next_token = accept_point_mass(drafts[:k], p, generator)
+                step = [n] + drafts[:k].tolist() + [next_token]
+            new = step[1: n + 1] + [next_token]
+            if stops & set(new):                         # a stop token inside the block ends the output there
+                new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
+            context_start, position = at.clone(), position + n + 1   # the verified slots 0..position-1 stay
+            at.fill_(position)
+            last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
+            if self.drafter is not None and not stopped and len(tokens) + len(new) < max_new_tokens:
+                drafted = self.draft_forward(last, hidden, context_start, at).clone()   # the next step's drafts
+            tokens += new
+            token_times += [time.perf_counter() - start] * len(new)
+            per_step.append(n + 1)
+            yield new
+        return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=prefill_s,
+                                token_times=token_times, acceptance_lengths=per_step,
+                                phase_times={"prefill": prefill_s, "steps": token_times[-1] - prefill_s},
+                                stop_reason="stop_token" if stopped else "max_new_tokens")
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+                 stop_token_ids=(), generator: torch.Generator | None = None) -> GenerationResult:
+        """:meth:`steps` to the end: its :class:`~dflash_lite.decode.GenerationResult`."""
+        loop = self.steps(input_ids, max_new_tokens, sampling, stop_token_ids, generator)
+        while True:
+            try:
+                next(loop)
+            except StopIteration as done:
+                return done.value

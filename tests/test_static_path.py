@@ -1,0 +1,134 @@
+"""The static-shape decode path (dflash_lite.static) is lossless, like the loop it mirrors.
+
+Greedy: plain decoding and DFlash chains on static caches give the target's own greedy tokens
+(3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
+the target's exact distribution (chi-square), with the shipped drafter's one draft both accepted
+and rejected. The caches are sized once: no buffer is reallocated by a generation.
+"""
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from dflash_lite import SamplingParams, corpus, generate_autoregressive, stop_token_ids
+from dflash_lite.acceptance import target_probs
+from dflash_lite.checkpoints import load_drafter
+from dflash_lite.engine import Engine
+from dflash_lite.static import StaticDecoder
+from dflash_lite.target import default_drafter_path
+
+MAX_NEW = 48
+RUNS = 800
+
+
+@pytest.fixture(scope="module")
+def shipped_drafter():
+    return load_drafter(default_drafter_path("tiny")).eval()
+
+
+@pytest.fixture(scope="module")
+def quick_cases(tiny):
+    """Two held-out math prompts and a code header, with the target's greedy continuation."""
+    target, tokenizer = tiny
+    prompts = corpus.prompts("held_out", "math", 2) + corpus.prompts("held_out", "code", 1)
+    ids = [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids for p in prompts]
+    stops = stop_token_ids(target, tokenizer)
+    return [(x, generate_autoregressive(target, x, MAX_NEW, stop_token_ids=stops).tokens) for x in ids]
+
+
+def mismatches(decoder, cases, stops) -> int:
+    wrong = 0
+    for ids, expected in cases:
+        result = decoder.generate(ids, MAX_NEW, stop_token_ids=stops)
+        wrong += result.tokens != expected
+        assert all(1 <= a <= decoder.block_size for a in result.acceptance_lengths)
+    return wrong
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_static_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, block_size):
+    target, tokenizer = tiny
+    decoder = StaticDecoder(target, shipped_drafter if block_size > 1 else None, block_size if block_size > 1 else None)
+    assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafter", ["shipped", "random"])
+def test_static_chain_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_drafter, random_drafter,
+                                                                greedy_cases, drafter):
+    """The random drafter is rarely right, so most steps rewind the caches over rejected slots."""
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter)
+    assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.slow
+def test_static_plain_decoding_equals_target_greedy_on_50_prompts(tiny, greedy_cases):
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    assert mismatches(StaticDecoder(target), cases, stop_token_ids(target, tokenizer)) == 0
+
+
+def test_engine_compile_gives_the_same_text(tiny, shipped_drafter):
+    target, tokenizer = tiny
+    prompt = corpus.prompts("held_out", "math", 1)[0]
+    eager = Engine(target, tokenizer, shipped_drafter, block_size=16).generate(prompt, max_new_tokens=32)
+    engine = Engine(target, tokenizer, shipped_drafter, block_size=16, compile=True)
+    assert engine.generate(prompt, max_new_tokens=32) == eager and engine.last_result.tau > 1
+
+
+def test_static_caches_are_allocated_once(tiny, shipped_drafter, quick_cases):
+    target, tokenizer = tiny
+    decoder = StaticDecoder(target, shipped_drafter, max_length=256)
+    decoder.generate(quick_cases[0][0], 8)
+    buffers = [t.data_ptr() for t in decoder.draft_cache.keys + [layer.keys for layer in decoder.cache.layers]]
+    for ids, _ in quick_cases:
+        decoder.generate(ids, MAX_NEW, stop_token_ids=stop_token_ids(target, tokenizer))
+    assert buffers == [t.data_ptr() for t in decoder.draft_cache.keys + [layer.keys for layer in decoder.cache.layers]]
+    assert all(layer.keys.shape[2] == 256 + decoder.block_size for layer in decoder.cache.layers)
+
+
+def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_cases):
+    target, _ = tiny
+    decoder = StaticDecoder(target, shipped_drafter, max_length=64)
+    with pytest.raises(ValueError, match="max_length of 64"):
+        decoder.generate(quick_cases[0][0], 64)
+    with pytest.raises(ValueError, match="block_size"):
+        StaticDecoder(target, shipped_drafter, block_size=1)
+
+
+@pytest.mark.slow
+def test_static_path_samples_from_the_target(tiny, shipped_drafter):
+    """Three tokens at temperature 1, top_k 3: the prefill's, then one step that drafts one token
+    (block size 2), which must be accepted and rejected often; the counts of all three-token
+    outcomes must match the target's exact distribution."""
+    target, tokenizer = tiny
+    sampling = SamplingParams(temperature=1.0, top_k=3)
+    ids = tokenizer("The answer is", return_tensors="pt").input_ids
+
+    def p_next(prefix):
+        with torch.no_grad():
+            return target_probs(target(prefix).logits[0, -1:], sampling)[0]
+
+    exact = {(): 1.0}
+    for _ in range(3):                                        # P(t1 t2 t3) by the chain rule
+        grown = {}
+        for prefix, p in exact.items():
+            probs = p_next(torch.cat([ids, torch.tensor([list(prefix)], dtype=torch.long)], 1))
+            grown.update({prefix + (t,): p * float(probs[t]) for t in probs.nonzero().flatten().tolist()})
+        exact = grown
+    decoder, g = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64), torch.Generator().manual_seed(7)
+    counts, first_step = dict.fromkeys(exact, 0), []
+    for _ in range(RUNS):
+        result = decoder.generate(ids, 3, sampling, generator=g)
+        counts[tuple(result.tokens)] += 1                     # a KeyError: a sequence the target cannot produce
+        first_step.append(result.acceptance_lengths[0])       # 1: the draft was rejected, 2: accepted
+    assert first_step.count(1) > RUNS // 20 and first_step.count(2) > RUNS // 20
+    keys = sorted(exact)
+    expected = np.array([exact[k] for k in keys]) * RUNS
+    observed = np.array([counts[k] for k in keys])
+    rare = expected < 5                                       # pooled, so the chi-square test holds
+    expected = np.append(expected[~rare], expected[rare].sum())
+    observed = np.append(observed[~rare], observed[rare].sum())
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01
