@@ -17,6 +17,7 @@ def parity_prompts(n_math: int, n_code: int) -> list[str]:
     return math + code
 
 
+@pytest.mark.slow
 def test_greedy_matches_generate_token_for_token_on_50_prompts(tiny):
     model, tokenizer = tiny
     stops = stop_token_ids(model, tokenizer)

@@ -187,8 +187,9 @@ def three_token_distribution(tiny):
     return of
 
 
-@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", pytest.param("ngram", marks=pytest.mark.slow),
-                                   pytest.param("hybrid_tree", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", "ngram",
+                                   "hybrid_tree"])
 def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft):
     """End to end with the shipped target: three sampled tokens (top_k=3). The first comes from the
     prefill; the next two from one speculative step that drafts one token, so that token is
@@ -233,6 +234,7 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree_sizes", [(), (4,)], ids=["chains", "with_trees"])
 def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
     """The policy chooses each step's block size (or a tree) from the acceptance so far, so its
