@@ -365,17 +365,22 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` and run the cell. Worked solutions:
+# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/04_conditioning.py`.
 #
 # **1. ★ Which hidden states.** A drafter built with `target_layer_ids=[5, 6]`: which entries of the
 # target's `output_hidden_states` tuple does `context_features` read (`dflash_lite/target.py`), and
 # how many inputs does its `fc` have?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_tap_indices
+### BEGIN SOLUTION
 answer_1 = None   # your answer: ([indices into output_hidden_states], fc input width)
-check_tap_indices(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_tap_indices(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ What the drafter caches.** For the shipped drafter, how many numbers per context position
@@ -383,10 +388,15 @@ check_tap_indices(answer_1)
 # features take? *(Draft once with `drafter.draft_logits(target, block, features, 0, cache)` and count
 # what `cache.keys` and `cache.values` hold, or work it out from `drafter.config`.)*
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_cache_numbers
+### BEGIN SOLUTION
 answer_2 = None   # your answer: (numbers cached per position, raw tapped numbers per position)
-check_cache_numbers(answer_2)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_cache_numbers(answer_2), 1)
 
 # %% [markdown]
 # **3. ★★★ Deep taps or shallow taps?** Train two drafters alike, one tapping only deep layers
@@ -398,9 +408,15 @@ check_cache_numbers(answer_2)
 # held-out prompts itself; when they tie (the budget was too small to tell), either answer passes,
 # so give them enough steps to differ.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_taps_experiment
+### BEGIN SOLUTION
 answer_3 = None          # your answer: "deep" or "shallow", whichever drafts worse
 deep_drafter = None      # your drafter trained with target_layer_ids=[5, 6]
 shallow_drafter = None   # your drafter trained with target_layer_ids=[0, 1]
-check_taps_experiment(answer_3, deep_drafter, shallow_drafter)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_3_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_taps_experiment(answer_3, deep_drafter, shallow_drafter), 3)
+

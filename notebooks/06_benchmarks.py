@@ -185,29 +185,43 @@ assert all(r["identical_to_target"] is None for r in sampled["methods"])
 # **1. ★ The prediction by hand.** From `report["cost_model"]["costs"]` and the tau of the
 # `B=16` row, compute the cost model's predicted speedup for B = 16.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch06
-
+### BEGIN SOLUTION
 answer_1 = None   # tau * t_target(1) / (t_target(16) + t_draft(16))
-ch06.check_predicted_speedup(answer_1, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_predicted_speedup(answer_1, report), 1)
 
 # %% [markdown]
 # **2. ★ Break-even tau.** For each block size of the run, the tau at which DFlash would only
 # match plain decoding on this machine: give a dict `{B: tau_break_even}`. Which blocks were above
 # it here, and what does that say about where a longer block stops paying?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_2 = None   # {4: ..., 8: ..., 16: ...}
-ch06.check_break_even(answer_2, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_break_even(answer_2, report), 1)
 
 # %% [markdown]
 # **3. ★★ Code prompts.** Re-run the benchmark cell with `domain = "code"` (or
 # `papermill ... -p domain code`) into a report of your own, and name its fastest method. Why does
 # prompt lookup do well on code, and what does the cost-aware row do when drafts are rarely accepted?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 code_report, answer_3 = None, None   # code_report = bench(..., domain="code", ...); answer_3 = the row's name
-ch06.check_fastest_method(answer_3, code_report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_fastest_method(answer_3, code_report), 2)
 
 # %% [markdown]
 # **4. ★★ Your own prompts.** Write a JSONL file with at least three prompts of your own (one
@@ -215,9 +229,14 @@ ch06.check_fastest_method(answer_3, code_report)
 # format, or any text you like), run `bench(..., prompts="your.jsonl")`, and give the default row's
 # speedup. How far is it from the built-in held-out prompts, and why?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 own_file, own_report, answer_4 = None, None, None
-ch06.check_own_prompts(answer_4, own_file, own_report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_own_prompts(answer_4, own_file, own_report), 2)
 
 # %% [markdown]
 # ## Review questions

@@ -280,6 +280,7 @@ verdicts.append(("'parallel' engine drafting token by token", "1 drafter forward
 
 # %%
 from dflash_lite.target import load_pretrained as _load
+from dflash_lite.exercises.ch02 import reference_article_output
 draft_lm = _load(str(SHIPPED_BASELINES["tiny"]["draft_model"]), device=device)[0]
 s = SamplingParams(temperature=1.0)
 x = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 77).prompt, return_tensors="pt").input_ids.to(device)
@@ -294,7 +295,7 @@ print("likeliest next tokens:", ", ".join(f"{tokenizer.decode([int(t)])!r} {floa
 residual = (p - q).clamp(min=0)
 outputs = {
     "min(1, p/q) (lossless)": torch.minimum(p, q) + (1 - torch.minimum(p, q).sum()) * residual / residual.sum(),
-    "p >= q (article)": q * (p >= q) + (q * (p < q)).sum() * p,
+    "p >= q (article)": reference_article_output(p, q),     # exercise 02.2's answer (dflash_lite/exercises/ch02.py)
 }
 star = int(p.argmax())
 outputs["p >= 0.5 (article)"] = torch.nn.functional.one_hot(torch.tensor(star), len(p)).double() if p[star] >= 0.5 else p
@@ -355,11 +356,15 @@ assert len(verdicts) == 9
 # "acceptance rate" (accepted drafts / drafted tokens). Give `(tau, rate)`. Which one predicts the
 # speedup, and why does the rate fall as B grows even for the same drafter?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch07_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch07
-
+### BEGIN SOLUTION
 answer_1 = None   # (tau, rate)
-ch07.check_rate_and_tau(answer_1, target, drafter, tokenizer, max_new_tokens)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch07_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch07.check_rate_and_tau(answer_1, target, drafter, tokenizer, max_new_tokens), 1)
 
 # %% [markdown]
 # **2. ★★ MSE on probabilities.** Write `mse_on_probs(logits, labels, weights)`: the position-weighted
@@ -368,21 +373,29 @@ ch07.check_rate_and_tau(answer_1, target, drafter, tokenizer, max_new_tokens)
 # Then swap it in for the MSE objective of claim 4. Is it any closer to cross-entropy, and why do
 # squared errors on a 4096-way softmax give so little gradient to the right token?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch07_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mse_on_probs(logits, labels, weights):
+    ### BEGIN SOLUTION
     return None   # your code here
+    ### END SOLUTION
 
-
-ch07.check_mse_on_probs(mse_on_probs)
+# %% nbgrader={"grade": true, "grade_id": "ch07_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch07.check_mse_on_probs(mse_on_probs), 2)
 
 # %% [markdown]
 # **3. ★ When is `p >= 0.5` harmless?** Find a prompt (a string) after which the threshold rule with
 # an argmax draft emits exactly the target's distribution (TV 0) at temperature 1. What must hold for
 # the target's next-token distribution?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch07_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_3 = None   # a prompt string
-ch07.check_harmless_threshold(answer_3, target, tokenizer)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch07_exercise_3_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch07.check_harmless_threshold(answer_3, target, tokenizer), 1)
 
 # %% [markdown]
 # ## Review questions

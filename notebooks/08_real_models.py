@@ -194,11 +194,15 @@ _ = save_figure(fig, f"08_forward_cost_{device}")
 # costing 0.1 t(1), what speedup does the cost model predict at B = 16 on the device of this run?
 # Use `ratio_here`, the measured t(n)/t(1).
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch08_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch08
-
+### BEGIN SOLUTION
 answer_1 = None   # 6.5 / (t(16)/t(1) + 0.1)
-ch08.check_predicted_from_curve(answer_1, ratio_here)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch08_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch08.check_predicted_from_curve(answer_1, ratio_here), 1)
 
 # %% [markdown]
 # **2. ★★ A stand-in for a hub checkout.** Published drafters ship in the public DFlash layout.
@@ -206,9 +210,14 @@ ch08.check_predicted_from_curve(answer_1, ratio_here)
 # run `bench` with `drafter=DIR` and the same prompts and length as above, and give the tau of its
 # `DFlash (ours) B=16` row. Why must it equal the shipped directory's?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch08_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 export_dir, exported_report, answer_2 = None, None, None
-ch08.check_exported_drafter(answer_2, export_dir, exported_report, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch08_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch08.check_exported_drafter(answer_2, export_dir, exported_report, report), 2)
 
 # %% [markdown]
 # **Going further (needs a GPU and the network).** Run the papermill command at the top with

@@ -158,7 +158,7 @@ for domain in prompt_ids:
 # The setting is the first step of a code prompt: the target has read the prompt and chosen its
 # first token (the root); the drafter drafts from there.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_build_best_paths", "locked": false, "schema_version": 3, "solution": true, "task": false}
 x = prompt_ids["code"][0]
 P = x.shape[1]                                                  # the root sits at position P
 cache = new_cache(target)
@@ -174,6 +174,7 @@ top_logp, top_ids = logprobs.topk(demo_tree_size, dim=-1)      # (B-1, N): each 
 
 def best_paths(top_logp, top_ids, budget):
     """The ``budget`` most likely paths, best first, as tuples of token ids."""
+    ### BEGIN SOLUTION
     def score(ranks):                                          # the path's log-probability
         return sum(float(top_logp[d, r]) for d, r in enumerate(ranks))
 
@@ -187,8 +188,10 @@ def best_paths(top_logp, top_ids, budget):
             sibling = ranks[:-1] + (ranks[-1] + 1,)
             heapq.heappush(heap, (-score(sibling), sibling))
     return found
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch09_build_best_paths_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 mine = best_paths(top_logp, top_ids, demo_tree_size)
 tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/tree.py
 
@@ -254,10 +257,15 @@ _ = save_figure(fig, "09_draft_tree")
 # transformers passes a boolean 4D mask straight to SDPA. Build the tree part of the mask, then
 # check every node's logits against a plain forward over its own path.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_build_tree_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ancestors = torch.eye(len(tree), dtype=torch.bool)
+### BEGIN SOLUTION
 for i in range(1, len(tree)):                                   # parents come before their children
     ancestors[i] |= ancestors[tree.parents[i]]
+### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_build_tree_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert torch.equal(ancestors, tree.ancestor_mask())
 
 fig, ax = plt.subplots(figsize=(5, 4.5))
@@ -478,20 +486,29 @@ _ = save_figure(fig, "09_policy_choices")
 # **1. ★ Visible keys.** In the tree verify of section 3 (context of `P` positions, the `tree`
 # drawn above), how many keys may the deepest node attend to?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch09
-
+### BEGIN SOLUTION
 answer_1 = None   # an int
-ch09.check_visible_keys(answer_1, tree, P)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_visible_keys(answer_1, tree, P), 1)
 
 # %% [markdown]
 # **2. ★ Break-even.** With this machine's costs (`t`, `t_draft` of section 5), how many times the
 # chain's tau must a 32-node tree commit just to match the chain's speed? (Solve
 # `tau_tree / (t(33) + t_draft) = tau_chain / (t(16) + t_draft)` for `tau_tree / tau_chain`.)
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_2 = None   # a float
-ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B), 1)
 
 # %% [markdown]
 # **3. ★★ Sharper or flatter.** The tree's shape follows the drafter's confidence. Divide the
@@ -499,9 +516,14 @@ ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B)
 # 32-node tree from them with `build_tree`, and give its greatest depth. Compare it with the same
 # tree at temperature 1 and 2: when does a tree go deep, and when wide?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_3 = None   # an int: the greatest depth at temperature 0.5
-ch09.check_sharper_tree(answer_3, draft_logits, root)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_sharper_tree(answer_3, draft_logits, root), 2)
 
 # %% [markdown]
 # **4. ★★ Back to plain decoding.** Find a prompt of your own on which the default policy falls
@@ -509,6 +531,12 @@ ch09.check_sharper_tree(answer_3, draft_logits, root)
 # `policy = default_policy(drafter, target)` and `generate(target, policy, ids, 48, stop_token_ids=stops)`
 # on it; the check reads `policy.chosen`. What kind of text makes the drafter's guesses fail?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_4 = None   # the policy object after your run
-ch09.check_falls_back(answer_4)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_falls_back(answer_4), 2)
+
