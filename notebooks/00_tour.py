@@ -26,6 +26,19 @@
 #
 # Everything runs on a laptop CPU, offline, in a minute or two.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * load the shipped target and tokenizer and say what they were trained on;
+# * run the autoregressive baseline and check it token for token against `model.generate`;
+# * run a first DFlash generation and read its [tau](../docs/glossary.md#tau) (the mean [acceptance length](../docs/glossary.md#acceptance-length)) and speedup.
+#
+# **Prerequisites:** none: start here.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, time
 from pathlib import Path
@@ -38,7 +51,10 @@ from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_t
 from dflash_lite.target import SHIPPED
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters (papermill can override these: papermill 00_tour.ipynb out.ipynb -p max_new_tokens 32)
@@ -177,6 +193,9 @@ print(f"autoregressive {ar.tokens_per_s:.1f} tokens/s; DFlash {sd.tokens_per_s:.
       f"({sd.tokens_per_s / ar.tokens_per_s:.2f}x), tau {sd.tau:.2f}, {len(sd.acceptance_lengths)} verification steps "
       f"for {len(sd.tokens)} tokens")
 assert sd.tokens == ar.tokens
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

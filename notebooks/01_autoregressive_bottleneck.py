@@ -27,6 +27,19 @@
 # 2. how the forward time grows with the number of tokens processed at once (the cost of verifying a block);
 # 3. the tokens/s of the project's autoregressive loop next to `model.generate`.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * split one decode step into the weight multiplications and the per-forward overhead;
+# * measure how the forward time grows with the number of tokens in one forward;
+# * state the [cost model](../docs/glossary.md#cost-model) that turns these times and [tau](../docs/glossary.md#tau) into a speedup.
+#
+# **Prerequisites:** chapters 00.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import random, statistics, time
 from pathlib import Path
@@ -38,7 +51,10 @@ from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_t
 from dflash_lite.decode import crop_cache, new_cache, prefill
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -235,6 +251,9 @@ for r in range(3):
 median = {k: statistics.median(v) for k, v in rates.items()}
 print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} tokens/s, "
       f"ratio {median['ours'] / median['generate']:.2f}x")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

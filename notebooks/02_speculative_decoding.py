@@ -23,6 +23,20 @@
 # (classic speculative decoding, Leviathan et al. 2023), proves the acceptance rule numerically,
 # and measures where the source article's rules go wrong.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * build the greedy draft-then-verify loop and check it against the target alone;
+# * derive the lossless sampled acceptance rule and check it with a [chi-square](../docs/glossary.md#chi-square-test) test and the [TV distance](../docs/glossary.md#tv-distance);
+# * explain why DFlash's point-mass rule (sample the target, accept while equal) is lossless;
+# * compare with a training-free drafter, [prompt lookup](../docs/glossary.md#prompt-lookup).
+#
+# **Prerequisites:** chapters 00, 01.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import statistics, time
 from pathlib import Path
@@ -41,7 +55,10 @@ from dflash_lite.target import SHIPPED_BASELINES
 from dflash_lite.plotting import save_figure
 from dflash_lite.exercises.ch02 import reference_article_output   # exercise 2's answer, kept out of sight
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -60,6 +77,18 @@ draft, _ = load_pretrained(draft_model_path, device=device)       # a 2-layer Qw
 stops = stop_token_ids(target, tokenizer)
 print(f"target {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters, "
       f"draft {sum(p.numel() for p in draft.parameters()) / 1e6:.1f}M ({draft.config.num_hidden_layers} layers)")
+
+# %% [markdown]
+# ## The picture first: a speculative step on a timeline
+#
+# Drawn, not measured (`dflash_lite/diagrams.py`). What to look for: the plain row needs one target
+# forward per token; the speculative row pays a cheap draft and one slightly wider target forward
+# per step, and each step commits the accepted guesses plus one token of the target's own (the
+# first miss is replaced by the target's token, so a step never commits fewer than one).
+
+# %%
+from dflash_lite import diagrams
+_ = save_figure(diagrams.decoding_timeline(), "02_diagram_timeline")
 
 # %% [markdown]
 # ## One step by hand: draft, verify, accept (greedy)
@@ -376,6 +405,9 @@ for name, v in rows.items():
 # accepted often enough to cover that cost. Which one is faster here depends on the prompts and on
 # how expensive a wider verify is on this machine (notebook 01); the exercise below makes prompt
 # lookup yours to study.
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

@@ -27,9 +27,24 @@
 #    a whole drafter layer, the training mask, and check each against `dflash_lite/drafter.py`;
 # 2. see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
 #    a single step;
-# 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter;
+# 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter
+#    ([EAGLE](../docs/glossary.md#eagle): drafters that also read the target's hidden states but
+#    guess one token per forward, autoregressively);
 # 4. measure what the drafter gets right at each block position, per domain;
 # 5. run the multi-step denoising experiment: does re-feeding the draft for a 2nd or 3rd pass pay?
+
+# %% [markdown]
+# **In this chapter you will**
+#
+# * build one drafter forward by hand: [block](../docs/glossary.md#block-size), RoPE, [KV injection](../docs/glossary.md#kv-injection), the [block mask](../docs/glossary.md#block-mask);
+# * compare one block forward with the per-token forwards of an [EAGLE](../docs/glossary.md#eagle)-style drafter;
+# * measure per-position accuracy and whether a second denoising pass pays.
+#
+# **Prerequisites:** chapters 02.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
 
 # %%
 import math, statistics, time
@@ -48,7 +63,10 @@ from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_feat
 from dflash_lite.train import block_attention_mask
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -184,6 +202,15 @@ torch.testing.assert_close(sin, ref_sin[0])
 #
 # The tiny target has fewer key/value heads than query heads (grouped-query attention), so each K/V
 # head is shared by a group of query heads. The optional `mask` is for training (section 1f).
+
+# %% [markdown]
+# The whole data path first, drawn (`dflash_lite/diagrams.py`). What to look for: the context is
+# projected **once** and reaches every drafter layer as keys and values, while the queries come
+# only from the block.
+
+# %%
+from dflash_lite import diagrams
+_ = save_figure(diagrams.kv_injection(), "03_diagram_kv_injection")
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_build_kv_injection", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_injection_attention(attn, x, context, x_pos, ctx_pos, mask=None):
@@ -463,6 +490,9 @@ for n_passes in passes:
           + f"; {rows[-1][2]:.1f} tokens/s (median over prompts)")
 best = max(rows, key=lambda r: r[2])
 print(f"fastest: {best[0]} pass(es)")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # The drafter was trained for exactly one pass from masks (one noise level, *t* = 1), so a block

@@ -30,6 +30,19 @@
 # the first layer, and the context then runs through the drafter like a prompt) and **no target
 # features** (the context is only the target's token embeddings), and 1, 3 or 5 taps.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * explain [taps](../docs/glossary.md#taps), the projection and [KV injection](../docs/glossary.md#kv-injection);
+# * measure what the drafter loses without the target's features;
+# * compare KV injection with input fusion and 1, 3 or 5 taps.
+#
+# **Prerequisites:** chapters 03.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, statistics, time
 from pathlib import Path
@@ -48,7 +61,10 @@ from dflash_lite.variants import make_drafter
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
 from dflash_lite.train import position_accuracy, regenerate
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 COMMITTED = repo_dir() / "results"   # inputs measured once and committed (see the README)
 
 # %% tags=["parameters"]
@@ -319,6 +335,9 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
     once()
     cost[label] = statistics.median(once() for _ in range(timing_repeats))
     print(f"{label:<20} {cost[label] * 1e3:.2f} ms per draft")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## What the numbers say, on this toy

@@ -31,6 +31,19 @@
 # The source article trains with **MSE on logits** against a noised random block; notebook 07 puts
 # that next to this objective.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * regenerate training data with the target;
+# * build the decay-weighted block cross-entropy;
+# * train a drafter briefly and compare anchors and block sizes at an equal budget.
+#
+# **Prerequisites:** chapters 03, 04.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, math, time
 from pathlib import Path
@@ -47,7 +60,10 @@ from dflash_lite.train import (IGNORE, Trainer, TrainConfig, drafter_loss, epoch
                                loss_gamma, make_batch, position_weights, regenerate, sample_anchors, tau_probe,
                                training_prompts)
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 COMMITTED = repo_dir() / "results"   # inputs measured once and committed (see the README)
 
 # %% tags=["parameters"]
@@ -333,6 +349,9 @@ starts = {name: np.mean([len(sample_anchors(p, len(s), 10_000, torch.Generator()
                          for s, p in zip(data.sequences, data.prompt_lengths)])
           for name, b in (("random", None), ("fixed", 16))}
 print(f"possible anchors per response here: random {starts['random']:.1f}, fixed boundaries {starts['fixed']:.1f}")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # Random anchors beat fixed block boundaries clearly, as in the paper. The last line shows one

@@ -29,6 +29,19 @@
 #
 #     papermill notebooks/06_benchmarks.ipynb out.ipynb -p device cuda -p max_new_tokens 256 -p num_prompts 20
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * read a benchmark report: speedup, [tau](../docs/glossary.md#tau), the acceptance histogram;
+# * check the [cost model](../docs/glossary.md#cost-model) against the measurements;
+# * compare fixed block sizes with the adaptive and the cost-aware [policy](../docs/glossary.md#policy) and [draft trees](../docs/glossary.md#draft-tree).
+#
+# **Prerequisites:** chapters 02, 03 (05 helps).
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json
 from pathlib import Path
@@ -47,7 +60,10 @@ from dflash_lite.benchmark import (
 )
 from dflash_lite.plotting import hardware_label, plot_benchmark, results_dir
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 RESULTS = results_dir()
 
 # %% tags=["parameters"]
@@ -164,6 +180,9 @@ greedy_tau = fixed[max(block_sizes)]["tau"]
 sampled_tau = row_of(sampled, Kind.DFLASH, block_size=max(block_sizes))["tau"]
 print(f"tau at B={max(block_sizes)}: greedy {greedy_tau:.2f}, temperature {sampled_temperature:g}: {sampled_tau:.2f}")
 assert all(r["identical_to_target"] is None for r in sampled["methods"])
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

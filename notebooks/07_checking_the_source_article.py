@@ -16,10 +16,30 @@
 # %% [markdown]
 # # 07 · Checking the source article
 #
+# **The source article.** 「DFlash 深度实战：块扩散模型如何实现 6 倍无损加速——从自回归瓶颈到并行生成的
+# 范式跃迁」 ("DFlash in practice: how a block-diffusion model reaches a 6x lossless speedup, from the
+# autoregressive bottleneck to parallel generation"), by 程序员茄子 (a pen name), one post of the author's
+# series 「推理优化技术深度解析」 ("In-depth analyses of inference optimisation"), written in Chinese
+# in 2026 (it describes the DFlash paper as published in early 2026). The text names no date or site of
+# publication. The paper it describes is DFlash: Block Diffusion for Flash Speculative Decoding (arXiv 2602.06036).
+#
 # A Chinese-language deep-dive on DFlash (the article this course answers) makes numeric and
 # algorithmic claims. Each is put next to what this repository measures or knows, with a verdict
 # and the cell that produced the evidence. The paper's numbers come from DFlash (arXiv 2602.06036),
 # Table 1: Qwen3-8B, one H200, greedy, **4.86x average speedup, tau 6.49**.
+
+# %% [markdown]
+# **In this chapter you will**
+#
+# * check each claim of the source article against what this repository measures;
+# * tell a lossless acceptance rule from one that is not;
+# * give each claim a verdict.
+#
+# **Prerequisites:** chapters 02, 03, 05, 06.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
 
 # %%
 import importlib.util, statistics, tempfile, time
@@ -40,7 +60,10 @@ from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
 from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, labelled_logits,
                                position_weights, regenerate, training_prompts)
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 verdicts = []
 
 # %% tags=["parameters"]
@@ -335,6 +358,9 @@ print(f"{'claim':<44} {'what is known':<42} {'measured here':<58} verdict")
 for claim, known, evidence, verdict in verdicts:
     print(f"{claim:<44} {known:<42} {evidence:<58} {verdict}")
 assert len(verdicts) == 9
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

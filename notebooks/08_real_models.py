@@ -32,6 +32,19 @@
 # pair, so the notebook is tested like the others; hub ids, `datasets` and CUDA are reached only
 # through the parameters.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * run the same loop on a real Hugging Face model when one is available offline;
+# * predict the speedup from the measured forward-time curve ([cost model](../docs/glossary.md#cost-model));
+# * see what [CUDA graphs](../docs/glossary.md#cuda-graphs) and a GPU change.
+#
+# **Prerequisites:** chapters 01, 06.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json
 
@@ -50,7 +63,10 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure
 from dflash_lite.target import default_drafter_path, load_pretrained
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -174,6 +190,9 @@ ax.set_ylabel("t(n) / t(1)")
 ax.set_title("What verifying a block costs, relative to one token")
 ax.legend(fontsize=7)
 _ = save_figure(fig, f"08_forward_cost_{device}")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

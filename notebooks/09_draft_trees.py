@@ -39,6 +39,19 @@
 # 5. measure tau and the verify's cost against the tree size N: does a tree pay on this machine?
 # 6. watch the cost-aware policy choose a block size or a tree, step by step.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * build a best-first [draft tree](../docs/glossary.md#draft-tree) from one drafter forward;
+# * build the [tree mask](../docs/glossary.md#tree-mask) and check one forward against a forward per path;
+# * measure when a tree pays, and how the cost-aware [policy](../docs/glossary.md#policy) chooses per step.
+#
+# **Prerequisites:** chapters 02, 03, 06.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import heapq
 import statistics
@@ -57,7 +70,10 @@ from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_polic
 from dflash_lite.target import SHIPPED_DRAFTERS
 from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, keep_path, verify_tree
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -288,6 +304,16 @@ print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit di
       f"the per-path forwards: {worst:.1e}")
 
 # %% [markdown]
+# The three masks of this course side by side (`dflash_lite/diagrams.py`). What to look for: the
+# causal mask is a triangle; the block mask gives each block the context before its anchor and its
+# own block in both directions; the tree mask gives each node its ancestors only, so siblings never
+# see each other.
+
+# %%
+from dflash_lite import diagrams
+_ = save_figure(diagrams.attention_masks(), "09_diagram_masks")
+
+# %% [markdown]
 # ## 4. Accept the longest path, keep only its cache
 #
 # Greedy acceptance walks down from the root: at each node, the target's argmax there names the
@@ -347,6 +373,14 @@ for domain, xs in prompt_ids.items():
                                                     generator=g).acceptance_lengths]
         taus_t[label] = float(np.mean(lengths))
     print(f"{domain}, temperature {sampled_temperature:g}: " + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
+
+# %% [markdown]
+# Verification of a tree, drawn (`dflash_lite/diagrams.py`; the tokens are made up). What to look
+# for: the target's argmax at each node on the path names the child to follow; at the first node
+# with no such child the walk stops, and that argmax becomes the bonus token.
+
+# %%
+_ = save_figure(diagrams.tree_verification(), "09_diagram_tree_verification")
 
 # %% [markdown]
 # ## 5. Does a tree pay on this machine?
@@ -447,6 +481,9 @@ axes[0].set_ylim(0, B + 4)
 trees = " or ".join(f"T{n}: a {n}-node tree" for n in policy.tree_sizes)
 fig.suptitle(f"What the cost-aware policy chose, step by step (orange {trees}; blue B=b: a chain of b - 1 drafts)")
 _ = save_figure(fig, "09_policy_choices")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # The first step is decided by the policy's prior (an optimistic acceptance, and a tree expected
