@@ -276,10 +276,10 @@ ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
 assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math   # see below
 
 # %% [markdown]
-# ## 4b. At the shipped drafter's budget
+# ## 4b. At a longer budget
 #
-# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of the
-# first shipped drafter, tau probed on held-out prompts every 100 steps), with and without the
+# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of an
+# earlier shipped drafter; the current one trained longer, see its model card, tau probed on held-out prompts every 100 steps), with and without the
 # target's features:
 #
 #     python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \

@@ -276,7 +276,9 @@ print("accuracy over the last", n, "steps by position:",
 # the last steps rather than single points, and do not read an order of the positions into them:
 # whether the decay really helps the first positions is exercise 5. Tau moves only a little in a run
 # this short (its time is printed above): it needs the first several positions right *in a row*.
-# The same recipe at the shipped drafter's budget, from
+# The same recipe at a longer budget, from a run measured once and committed (`results/`); the cell
+# prints its command, budget and steps. What to look for: how many minutes tau takes to reach 5 (the
+# dotted line) on math and on code.
 
 # %%
 run = json.loads((COMMITTED / "budget_1500s_kv_injection.json").read_text())

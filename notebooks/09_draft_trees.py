@@ -413,6 +413,11 @@ print(f"{'verify':<10}" + "".join(f"{(t[B] if label == 'chain' else t[label + 1]
 for domain in prompt_ids:
     print(f"{domain + ' tau':<10}" + "".join(f"{taus[domain, label]:>10.2f}" for label in ["chain"] + tree_sizes))
     print(f"{domain + ' pred':<10}" + "".join(f"{predicted[domain, label]:>9.2f}x" for label in ["chain"] + tree_sizes))
+for domain in prompt_ids:                                      # does each step up in N add less tau?
+    gains = [taus[domain, b] - taus[domain, a] for a, b in zip(tree_sizes, tree_sizes[1:])]
+    shrinking = all(g2 <= g1 for g1, g2 in zip(gains, gains[1:]))
+    print(f"{domain}: tau gain per step up in N " + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in
+          zip(zip(tree_sizes, tree_sizes[1:]), gains)) + f" ({'diminishing' if shrinking else 'not diminishing'})")
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 for domain in prompt_ids:
@@ -436,7 +441,9 @@ for domain in prompt_ids:
 # %% [markdown]
 # What to look for:
 #
-# * **tau grows with N, with diminishing returns**: each extra node is a less likely path. A tree
+# * **tau grows with N**: more paths hold the target's token more often. Whether the returns
+#   diminish is for the printed gains per doubling of N to say; each extra node is a less likely
+#   path, but a deeper tree can also reach tokens a shallow one cannot. A tree
 #   smaller than the block cannot go as deep as the chain (N = 4 holds at most 4 drafts), so where
 #   chains run long it can lose to the chain.
 # * **The verify is not free on a CPU.** The middle panel is this machine's price of a wider
@@ -451,7 +458,7 @@ for domain in prompt_ids:
 # ## 6. Choosing per step: the cost-aware policy
 #
 # `policy.default_policy` (what `Engine.generate`, `demo` and `bench`'s headline row run) picks,
-# before each step, the block size from 1 (plain decoding) to B or (greedy) a 16-node tree, for the
+# before each step, the block size from 1 (plain decoding) to B or a 16-node tree (at any temperature), for the
 # most expected tokens per second: measured costs as above, and acceptance estimated from the steps
 # so far. A tree step also tells it what the chain would have done (the tree holds the chain), so
 # both estimates keep learning whichever it picks. Its choices on one prompt of each domain:
