@@ -1,5 +1,5 @@
 """Teaching with the notebooks: each chapter's header (hardware and run time), student editions
-and autograding with nbgrader, and the course site.
+and autograding with nbgrader.
 
 The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
 between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
@@ -9,7 +9,6 @@ The README's "Teaching with it" section walks through release, collection and gr
 
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
-    python -m dflash_lite.course site OUT_DIR
 """
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -173,40 +171,6 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
 
 
 # ---------------------------------------------------------------------------------------------
-# The course site (Jupyter Book, from the committed executed notebooks)
-
-def build_site(out_dir: str | Path) -> Path:
-    """Build the course site into ``out_dir`` with Jupyter Book (docs/requirements.txt) from the
-    committed notebooks, without executing them; returns the site's index.html."""
-    out = Path(out_dir).resolve()
-    if shutil.which("jupyter-book") is None and not _has_module("jupyter_book"):
-        raise RuntimeError("Jupyter Book is missing: pip install -r docs/requirements.txt")
-    with tempfile.TemporaryDirectory() as tmp:
-        book = Path(tmp) / "book"
-        shutil.copytree(ROOT / "docs" / "site", book)
-        shutil.copytree(NOTEBOOKS, book / "notebooks", ignore=shutil.ignore_patterns("*.py", "solutions"))
-        shutil.copytree(ROOT / "notebooks" / "solutions" / "answers", book / "answers")
-        for page in ("glossary.md", "method.md"):
-            shutil.copy(ROOT / "docs" / page, book / page)
-        shutil.copy(ROOT / "README.md", book / "README.md")
-        run = subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(book), "--path-output", tmp],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            raise RuntimeError(f"jupyter-book build failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-        html = Path(tmp) / "_build" / "html"
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.copytree(html, out)
-    return out / "index.html"
-
-
-def _has_module(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
-# ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
@@ -218,8 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submitted_dir")
     grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
-    site = commands.add_parser("site", help="build the course site (needs docs/requirements.txt)")
-    site.add_argument("out_dir")
     args = parser.parse_args(argv)
     if args.command == "student-edition":
         if args.notebooks is not None and not chapters(args.notebooks):
@@ -234,8 +196,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1))
-    else:
-        print(build_site(args.out_dir))
     return 0
 
 
