@@ -26,6 +26,19 @@
 #
 # Everything runs on a laptop CPU, offline, in a minute or two.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * load the shipped target and tokenizer and say what they were trained on;
+# * run the autoregressive baseline and check it token for token against `model.generate`;
+# * run a first DFlash generation and read its [tau](../docs/glossary.md#tau) (the mean [acceptance length](../docs/glossary.md#acceptance-length)) and speedup.
+#
+# **Prerequisites:** none: start here.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, time
 from pathlib import Path
@@ -38,7 +51,10 @@ from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_t
 from dflash_lite.target import SHIPPED
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters (papermill can override these: papermill 00_tour.ipynb out.ipynb -p max_new_tokens 32)
@@ -178,6 +194,9 @@ print(f"autoregressive {ar.tokens_per_s:.1f} tokens/s; DFlash {sd.tokens_per_s:.
       f"for {len(sd.tokens)} tokens")
 assert sd.tokens == ar.tokens
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # ## Summary
 #
@@ -206,17 +225,22 @@ assert sd.tokens == ar.tokens
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` and run the cell. Worked solutions: `notebooks/solutions/00_tour.py`.
+# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions: `notebooks/solutions/00_tour.py`.
 #
 # **1. ★ Counting forwards.** On this notebook's held-out problem, with `max_new_tokens=64` and the
 # stop tokens, how many target forwards (prefill included) does the autoregressive loop make, and how
 # many does DFlash make? *(Hint: a forward hook on `model` can count them for you; then explain the
 # count from the printed results.)*
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch00_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch00 import check_target_forwards
+### BEGIN SOLUTION
 answer_1 = None   # your answer: (autoregressive forwards, DFlash forwards)
-check_target_forwards(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch00_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_target_forwards(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ Seeds.** Sample this notebook's problem with `SamplingParams(temperature=0.8, top_p=0.9)`
@@ -225,10 +249,15 @@ check_target_forwards(answer_1)
 # seed gives the same tokens. How many distinct completions do seeds 0 to 9 give? What does that
 # count say about how sure the target is of its next token on a templated math problem?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch00_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch00 import check_distinct_samples
+### BEGIN SOLUTION
 answer_2 = None   # your answer: an integer from 1 to 10
-check_distinct_samples(answer_2)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch00_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_distinct_samples(answer_2), 1)
 
 # %% [markdown]
 # **3. ★★ A new kind of problem.** Read `dflash_lite/corpus.py` and write a new math template: a
@@ -236,10 +265,15 @@ check_distinct_samples(answer_2)
 # one step per line (`a * b = c`) and ends with `The answer is N.`. The check draws 20 problems and
 # tests that they vary, that the arithmetic adds up and that `corpus.final_answer` reads each answer.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch00_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch00 import check_math_template
+### BEGIN SOLUTION
 answer_3 = None   # your answer: the template function itself
-check_math_template(answer_3)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch00_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_math_template(answer_3), 2)
 
 # %% [markdown]
 # **4. ★★ Another architecture.** No Llama ships with the repository, so make one offline: a small
@@ -248,7 +282,13 @@ check_math_template(answer_3)
 # with `save_pretrained(path)` next to this tokenizer (`tokenizer.save_pretrained(path)`). Load it with
 # `load_pretrained(path)` and run the parity cell on it. The check does the same on two prompts.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch00_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch00 import check_llama_parity
+### BEGIN SOLUTION
 answer_4 = None   # your answer: the directory you saved the model to
-check_llama_parity(answer_4)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch00_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_llama_parity(answer_4), 2)
+

@@ -28,6 +28,19 @@
 # 2. how the forward time grows with the number of tokens processed at once (the cost of verifying a block);
 # 3. the tokens/s of the project's autoregressive loop next to `model.generate`.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * split one decode step into the weight multiplications and the per-forward overhead;
+# * measure how the forward time grows with the number of tokens in one forward;
+# * state the [cost model](../docs/glossary.md#cost-model) that turns these times and [tau](../docs/glossary.md#tau) into a speedup.
+#
+# **Prerequisites:** chapters 00.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import random, statistics, time
 from pathlib import Path
@@ -39,7 +52,10 @@ from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_t
 from dflash_lite.decode import crop_cache, new_cache, prefill
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -237,6 +253,9 @@ median = {k: statistics.median(v) for k, v in rates.items()}
 print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} tokens/s, "
       f"ratio {median['ours'] / median['generate']:.2f}x")
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # ## Summary
 #
@@ -267,27 +286,37 @@ print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} to
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` and run the cell. Worked solutions:
+# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/01_autoregressive_bottleneck.py`.
 #
 # **1. ★ What the cache holds.** Run `generate_autoregressive(model, x, 16)` (no stop tokens) on
 # the prompt of `corpus.math_problems(1, split="held_out", start=700)[0]`. How many positions does
 # the target's KV cache hold at the end? *(Hint: is the last new token ever fed to the model?)*
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch01_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch01 import check_cache_positions
+### BEGIN SOLUTION
 answer_1 = None   # your answer: an integer
-check_cache_positions(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch01_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_cache_positions(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ Bytes per step.** How many bytes of weights does one decode step of this target read, in
 # float32? The embedding lookup reads one row of its table; check `model.config.tie_word_embeddings`
 # before you count the LM head.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch01_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch01 import check_weight_bytes
+### BEGIN SOLUTION
 answer_2 = None   # your answer: a number of bytes
-check_weight_bytes(answer_2)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch01_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_weight_bytes(answer_2), 1)
 
 # %% [markdown]
 # **3. ★★ When the cache outweighs the model.** Each cached position adds a key and a value per
@@ -295,17 +324,28 @@ check_weight_bytes(answer_2)
 # exercise 2? Re-run section 1 with `-p context_length 512` under papermill: which part of the step
 # grew, and does it match the bytes you computed? *(The check tests the context length.)*
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch01_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch01 import check_kv_crossover
+### BEGIN SOLUTION
 answer_3 = None   # your answer: a context length in tokens
-check_kv_crossover(answer_3)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch01_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_kv_crossover(answer_3), 2)
 
 # %% [markdown]
 # **4. ★ Break-even tau.** From the measured `t` of section 2 (run with 16 in `token_counts`),
 # what is the smallest tau for which a block of 16 breaks even, ignoring the drafter's cost? And
 # with a drafter that costs a quarter of `t(16)`? Answer a pair; the check uses your `t`.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch01_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch01 import check_break_even
+### BEGIN SOLUTION
 answer_4 = None   # your answer: (tau without drafter cost, tau with the drafter)
-check_break_even(answer_4, t)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch01_exercise_4_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_break_even(answer_4, t), 1)
+

@@ -27,9 +27,24 @@
 #    a whole drafter layer, the training mask, and check each against `dflash_lite/drafter.py`;
 # 2. see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
 #    a single step;
-# 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter;
+# 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter
+#    ([EAGLE](../docs/glossary.md#eagle): drafters that also read the target's hidden states but
+#    guess one token per forward, autoregressively);
 # 4. measure what the drafter gets right at each block position, per domain;
 # 5. run the multi-step denoising experiment: does re-feeding the draft for a 2nd or 3rd pass pay?
+
+# %% [markdown]
+# **In this chapter you will**
+#
+# * build one drafter forward by hand: [block](../docs/glossary.md#block-size), RoPE, [KV injection](../docs/glossary.md#kv-injection), the [block mask](../docs/glossary.md#block-mask);
+# * compare one block forward with the per-token forwards of an [EAGLE](../docs/glossary.md#eagle)-style drafter;
+# * measure per-position accuracy and whether a second denoising pass pays.
+#
+# **Prerequisites:** chapters 02.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
 
 # %%
 import math, statistics, time
@@ -48,7 +63,10 @@ from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_feat
 from dflash_lite.train import block_attention_mask
 from dflash_lite.plotting import save_figure
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -91,7 +109,7 @@ assert c.drafting == "block" and eagle.config.drafting == "autoregressive"
 # layers (index `layer + 1`, since index 0 is the embedding output), concatenates them per position
 # (K*H wide) and projects them to H with one linear layer `fc` and an RMSNorm `hidden_norm`.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_build_context", "locked": false, "schema_version": 3, "solution": true, "task": false}
 prompt = corpus.math_problem(corpus.HELD_OUT_SEED + 123).prompt
 ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)           # (1, C)
 with torch.inference_mode():
@@ -99,19 +117,28 @@ with torch.inference_mode():
 last = out.logits[:, -1:].argmax(-1)                                        # (1, 1) the target's next token
 C, H, eps = ids.shape[1], c.hidden_size, c.rms_norm_eps
 
+### BEGIN SOLUTION
 my_features = torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)   # (1, C, K*H)
+### END SOLUTION
 features = context_features(out.hidden_states, c.target_layer_ids)           # defined in dflash_lite/target.py
-assert torch.equal(my_features, features)
 
 
 def rms_norm(x, weight):
     """x / rms(x) * weight, over the last dimension (Qwen3's RMSNorm)."""
+    ### BEGIN SOLUTION
     return weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    ### END SOLUTION
 
 
 with torch.inference_mode():
+    ### BEGIN SOLUTION
     context = rms_norm(features @ drafter.fc.weight.T, drafter.hidden_norm.weight)   # (1, C, H)
-    torch.testing.assert_close(context, drafter.project(features))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_build_context_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert torch.equal(my_features, features)
+torch.testing.assert_close(context, drafter.project(features))
 print(f"prompt: {C} tokens; features {tuple(features.shape)} -> context {tuple(context.shape)}")
 
 # %% [markdown]
@@ -136,21 +163,26 @@ assert block[0, 0] != c.mask_token_id and (block[0, 1:] == c.mask_token_id).all(
 # rotate each pair of dimensions of a query or key by an angle proportional to its position, so the
 # score between a query and a key depends on how far apart they are.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_build_rope", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def rope_cos_sin(positions):
     """cos, sin of shape (T, D) for integer positions (T,)."""
+    ### BEGIN SOLUTION
     inv_freq = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim)
     angles = positions[:, None].float() * inv_freq[None, :]                  # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)                             # (T, D)
     return angles.cos().to(device), angles.sin().to(device)
+    ### END SOLUTION
 
 
 def rotate(x, cos, sin):
     """Apply RoPE to (1, heads, T, D)."""
+    ### BEGIN SOLUTION
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch03_build_rope_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 ctx_pos, block_pos = torch.arange(C), torch.arange(C, C + B)
 cos, sin = rope_cos_sin(block_pos)
 ref_cos, ref_sin = drafter.rotary_emb(block_embeds, block_pos[None].to(device))   # (1, B, D) each
@@ -171,10 +203,20 @@ torch.testing.assert_close(sin, ref_sin[0])
 # The tiny target has fewer key/value heads than query heads (grouped-query attention), so each K/V
 # head is shared by a group of query heads. The optional `mask` is for training (section 1f).
 
+# %% [markdown]
+# The whole data path first, drawn (`dflash_lite/diagrams.py`). What to look for: the context is
+# projected **once** and reaches every drafter layer as keys and values, while the queries come
+# only from the block.
+
 # %%
+from dflash_lite import diagrams
+_ = save_figure(diagrams.kv_injection(), "03_diagram_kv_injection")
+
+# %% nbgrader={"grade": false, "grade_id": "ch03_build_kv_injection", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_injection_attention(attn, x, context, x_pos, ctx_pos, mask=None):
     """attn: a drafter layer's self_attn (for its weights). x: (1, Q, H) normed block states at
     positions x_pos (Q,); context: (1, C, H) at ctx_pos (C,). mask: (Q, C+Q) bool, True = may attend."""
+    ### BEGIN SOLUTION
     nh, nkv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
     heads = lambda t, n: t.view(1, t.shape[1], n, d).transpose(1, 2)        # (1, T, n*D) -> (1, n, T, D)
     kv_in = torch.cat([context, x], dim=1)                                   # (1, C+Q, H)
@@ -188,8 +230,10 @@ def kv_injection_attention(attn, x, context, x_pos, ctx_pos, mask=None):
         scores = scores.masked_fill(~mask.to(scores.device), float("-inf"))
     out = scores.softmax(dim=-1) @ v                                         # (1, nh, Q, D)
     return attn.o_proj(out.transpose(1, 2).reshape(1, x.shape[1], nh * d))  # (1, Q, H)
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch03_build_kv_injection_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 layer0 = drafter.layers[0]
 with torch.inference_mode():
     x = rms_norm(block_embeds, layer0.input_layernorm.weight)
@@ -208,9 +252,10 @@ print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = {(m
 # of slots 1..B-1 are the draft. We compare with the package's `draft_logits`, and our argmax with
 # the draft that the decode loop's `DFlashProposer` makes for the same context.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_build_drafter_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def my_draft_logits(block_ids, features, block_pos, ctx_pos, mask=None):
     """The drafter forward from scratch: (1, Q) block tokens -> (1, Q, V) logits (all slots)."""
+    ### BEGIN SOLUTION
     context = rms_norm(features @ drafter.fc.weight.T, drafter.hidden_norm.weight)   # (1, C, H)
     x = target.get_input_embeddings()(block_ids)                                     # (1, Q, H)
     for layer in drafter.layers:
@@ -219,8 +264,10 @@ def my_draft_logits(block_ids, features, block_pos, ctx_pos, mask=None):
         h = rms_norm(x, layer.post_attention_layernorm.weight)
         x = x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))   # SwiGLU
     return target.get_output_embeddings()(rms_norm(x, drafter.norm.weight))          # (1, Q, V)
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch03_build_drafter_forward_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with torch.inference_mode():
     mine = my_draft_logits(block, features, block_pos, ctx_pos)[:, 1:]               # (1, B-1, V)
     ref = drafter.draft_logits(target, block, features, start=0)                     # (1, B-1, V)
@@ -242,9 +289,10 @@ print("draft:      ", repr(tokenizer.decode([last[0, 0].item()] + draft.tolist()
 # anchor** (the target's features at *a* and after already encode the tokens it must predict) and
 # itself in both directions, never another block.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_build_block_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def my_block_mask(anchors, T, B):
     """(A*B, T + A*B) bool: which key each block query may attend to."""
+    ### BEGIN SOLUTION
     A = len(anchors)
     mask = torch.zeros(A * B, T + A * B, dtype=torch.bool)
     for j, a in enumerate(anchors.tolist()):
@@ -252,8 +300,10 @@ def my_block_mask(anchors, T, B):
         mask[rows, :a] = True                                   # context strictly before the anchor
         mask[rows, T + j * B: T + (j + 1) * B] = True           # its own block, in both directions
     return mask
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch03_build_block_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 anchors = torch.tensor([3, 6, 9])
 mask = my_block_mask(anchors, 12, 4)
 assert torch.equal(mask, block_attention_mask(anchors, 12, 4))      # defined in dflash_lite/train.py
@@ -441,6 +491,9 @@ for n_passes in passes:
 best = max(rows, key=lambda r: r[2])
 print(f"fastest: {best[0]} pass(es)")
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # The drafter was trained for exactly one pass from masks (one noise level, *t* = 1), so a block
 # full of its own guesses is an input it never saw in training. Compare each row's tau with the
@@ -481,20 +534,30 @@ print(f"fastest: {best[0]} pass(es)")
 # **1. ★ Reading the mask.** With anchors `[3, 6, 9]`, 12 context positions and B = 4 (the figure in
 # section 1f), how many keys may one query of the last block attend to?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_visible_keys
+### BEGIN SOLUTION
 answer_1 = None   # your answer: an int
-check_visible_keys(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_visible_keys(answer_1), 1)
 
 # %% [markdown]
 # **2. ★★ Where is the drafter unsure?** For the prompt of section 1 (`ids`, `features`, `last`),
 # find the block position (1..B-1) where the drafter's top-1 probability is lowest. Print its top-3
 # candidates there with their probabilities.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_least_sure_position
+### BEGIN SOLUTION
 answer_2 = None   # your answer: an int in 1..block_size-1
-check_least_sure_position(answer_2, drafter, target, ids, block_size)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_least_sure_position(answer_2, drafter, target, ids, block_size), 2)
 
 # %% [markdown]
 # **3. ★★ A second pass by hand.** Using `my_draft_logits` (or `drafter.draft_logits`) on the
@@ -502,20 +565,30 @@ check_least_sure_position(answer_2, drafter, target, ids, block_size)
 # Your answer is the second-pass draft, a tensor of B-1 token ids; the check compares it with
 # `DFlashProposer(..., passes=2)`.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_second_pass
+### BEGIN SOLUTION
 answer_3 = None   # your answer: a LongTensor of shape (block_size - 1,)
-check_second_pass(answer_3, drafter, target, ids, block_size)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_second_pass(answer_3, drafter, target, ids, block_size), 2)
 
 # %% [markdown]
 # **4. ★★ Train 16, run 8.** The shipped drafter was trained with B = 16. Measure its tau on the math
 # prompts of section 4 (`prompt_ids["math"]`, `max_new_tokens`, `stops`) at block size 8. Does it
 # lose much, and why (hint: look at the acceptance-by-position curve)?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_tau_at_block_size
+### BEGIN SOLUTION
 answer_4 = None   # your answer: tau (float), all acceptance lengths of all math prompts pooled
-check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"], 8, max_new_tokens, stops)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"], 8, max_new_tokens, stops), 2)
 
 # %% [markdown]
 # **5. ★★★ MDLM-style unmasking.** Write a subclass of `DFlashProposer` whose `propose` runs one
@@ -526,7 +599,13 @@ check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"], 8, max_ne
 # compares your drafts with its own implementation on a few steps, and then runs your proposer in the
 # decode loop on the math prompts: is tau higher than one pass, and does it pay for the extra forward?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch03_exercise_5", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_unmasking_proposer
+### BEGIN SOLUTION
 answer_5 = None   # your answer: the class (not an instance)
-check_unmasking_proposer(answer_5, drafter, target, prompt_ids["math"], block_size, max_new_tokens, stops)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch03_exercise_5_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_unmasking_proposer(answer_5, drafter, target, prompt_ids["math"], block_size, max_new_tokens, stops), 3)
+

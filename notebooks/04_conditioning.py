@@ -30,6 +30,19 @@
 # the first layer, and the context then runs through the drafter like a prompt) and **no target
 # features** (the context is only the target's token embeddings), and 1, 3 or 5 taps.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * explain [taps](../docs/glossary.md#taps), the projection and [KV injection](../docs/glossary.md#kv-injection);
+# * measure what the drafter loses without the target's features;
+# * compare KV injection with input fusion and 1, 3 or 5 taps.
+#
+# **Prerequisites:** chapters 03.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, statistics, time
 from pathlib import Path
@@ -48,7 +61,10 @@ from dflash_lite.variants import make_drafter
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
 from dflash_lite.train import position_accuracy, regenerate
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 COMMITTED = repo_dir() / "results"   # inputs measured once and committed (see the README)
 
 # %% tags=["parameters"]
@@ -260,10 +276,10 @@ ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
 assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math   # see below
 
 # %% [markdown]
-# ## 4b. At the shipped drafter's budget
+# ## 4b. At a longer budget
 #
-# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of the
-# first shipped drafter, tau probed on held-out prompts every 100 steps), with and without the
+# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of an
+# earlier shipped drafter; the current one trained longer, see its model card, tau probed on held-out prompts every 100 steps), with and without the
 # target's features:
 #
 #     python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \
@@ -320,6 +336,9 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
     cost[label] = statistics.median(once() for _ in range(timing_repeats))
     print(f"{label:<20} {cost[label] * 1e3:.2f} ms per draft")
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # ## What the numbers say, on this toy
 #
@@ -365,17 +384,22 @@ for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` and run the cell. Worked solutions:
+# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/04_conditioning.py`.
 #
 # **1. ★ Which hidden states.** A drafter built with `target_layer_ids=[5, 6]`: which entries of the
 # target's `output_hidden_states` tuple does `context_features` read (`dflash_lite/target.py`), and
 # how many inputs does its `fc` have?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_tap_indices
+### BEGIN SOLUTION
 answer_1 = None   # your answer: ([indices into output_hidden_states], fc input width)
-check_tap_indices(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_tap_indices(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ What the drafter caches.** For the shipped drafter, how many numbers per context position
@@ -383,10 +407,15 @@ check_tap_indices(answer_1)
 # features take? *(Draft once with `drafter.draft_logits(target, block, features, 0, cache)` and count
 # what `cache.keys` and `cache.values` hold, or work it out from `drafter.config`.)*
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_cache_numbers
+### BEGIN SOLUTION
 answer_2 = None   # your answer: (numbers cached per position, raw tapped numbers per position)
-check_cache_numbers(answer_2)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_cache_numbers(answer_2), 1)
 
 # %% [markdown]
 # **3. ★★★ Deep taps or shallow taps?** Train two drafters alike, one tapping only deep layers
@@ -398,9 +427,15 @@ check_cache_numbers(answer_2)
 # held-out prompts itself; when they tie (the budget was too small to tell), either answer passes,
 # so give them enough steps to differ.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch04_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_taps_experiment
+### BEGIN SOLUTION
 answer_3 = None          # your answer: "deep" or "shallow", whichever drafts worse
 deep_drafter = None      # your drafter trained with target_layer_ids=[5, 6]
 shallow_drafter = None   # your drafter trained with target_layer_ids=[0, 1]
-check_taps_experiment(answer_3, deep_drafter, shallow_drafter)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch04_exercise_3_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_taps_experiment(answer_3, deep_drafter, shallow_drafter), 3)
+

@@ -31,6 +31,19 @@
 # The source article trains with **MSE on logits** against a noised random block; notebook 07 puts
 # that next to this objective.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * regenerate training data with the target;
+# * build the decay-weighted block cross-entropy;
+# * train a drafter briefly and compare anchors and block sizes at an equal budget.
+#
+# **Prerequisites:** chapters 03, 04.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json, math, time
 from pathlib import Path
@@ -47,7 +60,10 @@ from dflash_lite.train import (IGNORE, Trainer, TrainConfig, drafter_loss, epoch
                                loss_gamma, make_batch, position_weights, regenerate, sample_anchors, tau_probe,
                                training_prompts)
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 COMMITTED = repo_dir() / "results"   # inputs measured once and committed (see the README)
 
 # %% tags=["parameters"]
@@ -132,7 +148,7 @@ for j, a in enumerate(anchors.tolist()):                         # block j sees 
 # slot is the package's `labelled_logits` (one drafter forward under the block mask; notebook 03
 # builds that forward).
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_build_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=block_size)
 drafter = DFlashDrafter(config).to(device).train()
 batch = make_batch(data.sequences[:batch_size], data.prompt_lengths[:batch_size], block_size, num_anchors,
@@ -142,25 +158,30 @@ with torch.no_grad():
 logits = logits.float()
 print(f"{len(labels)} labelled slots in the batch; slot k runs {k.min().item()}..{k.max().item()}")
 
-# step 1: the weights of slots 1..B-1
 gamma = loss_gamma(block_size)
+### BEGIN SOLUTION
+# step 1: the weights of slots 1..B-1
 w = torch.exp(-(torch.arange(1, block_size) - 1) / gamma)                      # (B-1,)
-torch.testing.assert_close(w, position_weights(block_size))
 
 # step 2: cross-entropy per slot, -log softmax(logits)[label]
 ce = torch.logsumexp(logits, dim=-1) - logits.gather(-1, labels[:, None])[:, 0]   # (M,)
-torch.testing.assert_close(ce, F.cross_entropy(logits, labels, reduction="none"))
 
 # step 3: weight each slot by w_k, normalise by the weights present
 w_slot = w.to(device)[k - 1]                                                   # (M,) slot k -> w_k
 my_loss = (w_slot * ce).sum() / w_slot.sum()
+
+# and the per-position accuracy the trainer logs: the fraction of slot j's labels that are the argmax
+hit = logits.argmax(-1) == labels
+my_accuracy = [hit[k == j].float().mean().item() for j in range(1, block_size)]
+### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_build_loss_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+torch.testing.assert_close(w, position_weights(block_size))
+torch.testing.assert_close(ce, F.cross_entropy(logits, labels, reduction="none"))
 with torch.no_grad():
     loss, metrics = drafter_loss(drafter, target, batch, position_weights(block_size))
 torch.testing.assert_close(my_loss, loss)
-
-# and the per-position accuracy the trainer logs
-hit = logits.argmax(-1) == labels
-my_accuracy = [hit[k == j].float().mean().item() for j in range(1, block_size)]
 np.testing.assert_allclose(my_accuracy, metrics["accuracy_per_position"])
 print(f"weighted CE, by hand {my_loss.item():.4f}, package {loss.item():.4f}")
 
@@ -255,7 +276,9 @@ print("accuracy over the last", n, "steps by position:",
 # the last steps rather than single points, and do not read an order of the positions into them:
 # whether the decay really helps the first positions is exercise 5. Tau moves only a little in a run
 # this short (its time is printed above): it needs the first several positions right *in a row*.
-# The same recipe at the shipped drafter's budget, from
+# The same recipe at a longer budget, from a run measured once and committed (`results/`); the cell
+# prints its command, budget and steps. What to look for: how many minutes tau takes to reach 5 (the
+# dotted line) on math and on code.
 
 # %%
 run = json.loads((COMMITTED / "budget_1500s_kv_injection.json").read_text())
@@ -329,6 +352,9 @@ starts = {name: np.mean([len(sample_anchors(p, len(s), 10_000, torch.Generator()
           for name, b in (("random", None), ("fixed", 16))}
 print(f"possible anchors per response here: random {starts['random']:.1f}, fixed boundaries {starts['fixed']:.1f}")
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # Random anchors beat fixed block boundaries clearly, as in the paper. The last line shows one
 # reason: with fixed boundaries a response offers only a few possible block starts, so the drafter
@@ -373,18 +399,28 @@ print(f"possible anchors per response here: random {starts['random']:.1f}, fixed
 # **1. ★ The weights.** For B = 16 (gamma = 7), what share of the total loss weight do block
 # positions 1 to 4 carry together? Answer with a fraction between 0 and 1.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch05 import check_loss_weights
+### BEGIN SOLUTION
 answer_1 = None   # your answer: a float
-check_loss_weights(answer_1)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_loss_weights(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ Choosing gamma.** For which gamma does position 8 get exactly half the weight of position 1?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch05 import check_half_weight_gamma
+### BEGIN SOLUTION
 answer_2 = None   # your answer: a float
-check_half_weight_gamma(answer_2)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_half_weight_gamma(answer_2), 1)
 
 # %% [markdown]
 # **3. ★★ A better baseline than ln V.** A drafter that ignores its input and always predicts the
@@ -392,10 +428,15 @@ check_half_weight_gamma(answer_2)
 # frequencies. Compute it, in nats, over every response token of `data` (the tokens from
 # `data.prompt_lengths[i]` on). Did the short run of section 4 beat it?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch05 import check_unigram_loss
+### BEGIN SOLUTION
 answer_3 = None   # your answer: a float, in nats
-check_unigram_loss(answer_3, data)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_unigram_loss(answer_3, data), 2)
 
 # %% [markdown]
 # **4. ★★ The loss of the autoregressive baseline.** The EAGLE-style drafter (notebook 03) trains with
@@ -405,10 +446,15 @@ check_unigram_loss(answer_3, data)
 # `weights[j]` and the last slot, B-1, none, as a weighted mean as above. The check runs it on a
 # causal batch against `drafter_loss` with an autoregressive drafter.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch05 import check_ar_loss
+### BEGIN SOLUTION
 answer_4 = None   # your answer: a function ar_loss(logits, labels, slots, weights) -> scalar tensor
-check_ar_loss(answer_4, target, data, tokenizer)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_ar_loss(answer_4, target, data, tokenizer), 2)
 
 # %% [markdown]
 # **5. ★★★ Do the weights matter?** The paper weights early positions more so that they learn
@@ -420,7 +466,13 @@ check_ar_loss(answer_4, target, data, tokenizer)
 # weights and seed give the same drafter (everything random is seeded), and the two weightings
 # give different ones. It then prints both drafters' accuracy after a few steps.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch05_exercise_5", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch05 import check_weighted_training
+### BEGIN SOLUTION
 answer_5 = None   # your answer: a function train(weights, seed, steps) -> (drafter, history)
-check_weighted_training(answer_5, target, data, tokenizer, block_size)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch05_exercise_5_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(check_weighted_training(answer_5, target, data, tokenizer, block_size), 3)
+

@@ -29,6 +29,19 @@
 #
 #     papermill notebooks/06_benchmarks.ipynb out.ipynb -p device cuda -p max_new_tokens 256 -p num_prompts 20
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * read a benchmark report: speedup, [tau](../docs/glossary.md#tau), the acceptance histogram;
+# * check the [cost model](../docs/glossary.md#cost-model) against the measurements;
+# * compare fixed block sizes with the adaptive and the cost-aware [policy](../docs/glossary.md#policy) and [draft trees](../docs/glossary.md#draft-tree).
+#
+# **Prerequisites:** chapters 02, 03 (05 helps).
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json
 from pathlib import Path
@@ -47,7 +60,10 @@ from dflash_lite.benchmark import (
 )
 from dflash_lite.plotting import hardware_label, plot_benchmark, results_dir
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 RESULTS = results_dir()
 
 # %% tags=["parameters"]
@@ -92,10 +108,13 @@ print("hardware:", hardware_label(report["env"]))
 # $$\text{speedup} \approx \frac{\tau \, t_\text{target}(1)}{t_\text{target}(B) + t_\text{draft}(B)}$$
 #
 # Each *t* below is measured (median of interleaved repeats at the first prompt's context length),
-# and the prediction sits next to the speedup measured in the run above. The gap is the loop's
-# overhead: the per-step phases measured inside the loop ("accept" is the acceptance rule, the
-# cache crop and the drafter's context update), plus prefill, which both
-# decoders pay once per prompt.
+# and the prediction sits next to the speedup measured in the run above. Three things separate
+# them, and the cell prints the size of each where it can: the loop's per-step overhead (the
+# phases measured inside the loop; "accept" is the acceptance rule, the cache crop and the
+# drafter's context update); the prefill, which both decoders pay once per prompt; and the
+# baseline itself: the measured speedup divides by the plain loop's time per token, the prediction
+# by `t_target(1)` timed in isolation at one context length. When the two differ, the prediction
+# is off by their ratio before any overhead (the last lines print it).
 #
 # How to read the overhead column: it is the measured step minus the two forwards timed in
 # isolation. Those are timed at the first prompt's context length; the loop's steps run at every
@@ -112,6 +131,9 @@ ar = row_of(report, Kind.AUTOREGRESSIVE)
 per_token = 1 / ar["tokens_per_s"]
 print(f"autoregressive loop: {per_token * 1e3:.2f} ms per token (prefill included) against "
       f"t_target(1) = {t['1'] * 1e3:.2f} ms for the bare forward")
+print(f"the plain loop's time per token is {per_token / t['1']:.0%} of the isolated t_target(1); with it in the"
+      " numerator, the predictions become: " + ", ".join(f"B={r['block_size']}: {r['predicted_speedup'] * per_token / t['1']:.2f}x"
+                                                       f" (measured {r['measured_speedup']:.2f}x)" for r in cost["rows"]))
 for r in cost["rows"]:
     assert abs(r["predicted_speedup"] - r["tau"] * t["1"] / (r["t_target_b"] + r["t_draft_b"])) < 1e-9
 
@@ -165,6 +187,9 @@ sampled_tau = row_of(sampled, Kind.DFLASH, block_size=max(block_sizes))["tau"]
 print(f"tau at B={max(block_sizes)}: greedy {greedy_tau:.2f}, temperature {sampled_temperature:g}: {sampled_tau:.2f}")
 assert all(r["identical_to_target"] is None for r in sampled["methods"])
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # ## Summary
 #
@@ -186,29 +211,43 @@ assert all(r["identical_to_target"] is None for r in sampled["methods"])
 # **1. ★ The prediction by hand.** From `report["cost_model"]["costs"]` and the tau of the
 # `B=16` row, compute the cost model's predicted speedup for B = 16.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch06
-
+### BEGIN SOLUTION
 answer_1 = None   # tau * t_target(1) / (t_target(16) + t_draft(16))
-ch06.check_predicted_speedup(answer_1, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_predicted_speedup(answer_1, report), 1)
 
 # %% [markdown]
 # **2. ★ Break-even tau.** For each block size of the run, the tau at which DFlash would only
 # match plain decoding on this machine: give a dict `{B: tau_break_even}`. Which blocks were above
 # it here, and what does that say about where a longer block stops paying?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_2 = None   # {4: ..., 8: ..., 16: ...}
-ch06.check_break_even(answer_2, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_break_even(answer_2, report), 1)
 
 # %% [markdown]
 # **3. ★★ Code prompts.** Re-run the benchmark cell with `domain = "code"` (or
 # `papermill ... -p domain code`) into a report of your own, and name its fastest method. Why does
 # prompt lookup do well on code, and what does the cost-aware row do when drafts are rarely accepted?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 code_report, answer_3 = None, None   # code_report = bench(..., domain="code", ...); answer_3 = the row's name
-ch06.check_fastest_method(answer_3, code_report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_fastest_method(answer_3, code_report), 2)
 
 # %% [markdown]
 # **4. ★★ Your own prompts.** Write a JSONL file with at least three prompts of your own (one
@@ -216,9 +255,14 @@ ch06.check_fastest_method(answer_3, code_report)
 # format, or any text you like), run `bench(..., prompts="your.jsonl")`, and give the default row's
 # speedup. How far is it from the built-in held-out prompts, and why?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch06_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 own_file, own_report, answer_4 = None, None, None
-ch06.check_own_prompts(answer_4, own_file, own_report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch06_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch06.check_own_prompts(answer_4, own_file, own_report), 2)
 
 # %% [markdown]
 # ## Review questions

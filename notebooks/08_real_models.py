@@ -32,6 +32,19 @@
 # pair, so the notebook is tested like the others; hub ids, `datasets` and CUDA are reached only
 # through the parameters.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * run the same loop on a real Hugging Face model when one is available offline;
+# * predict the speedup from the measured forward-time curve ([cost model](../docs/glossary.md#cost-model));
+# * see what [CUDA graphs](../docs/glossary.md#cuda-graphs) and a GPU change.
+#
+# **Prerequisites:** chapters 01, 06.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import json
 
@@ -50,7 +63,10 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure
 from dflash_lite.target import default_drafter_path, load_pretrained
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -176,6 +192,9 @@ ax.set_title("What verifying a block costs, relative to one token")
 ax.legend(fontsize=7)
 _ = save_figure(fig, f"08_forward_cost_{device}")
 
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
 # %% [markdown]
 # ## Summary
 #
@@ -195,11 +214,15 @@ _ = save_figure(fig, f"08_forward_cost_{device}")
 # costing 0.1 t(1), what speedup does the cost model predict at B = 16 on the device of this run?
 # Use `ratio_here`, the measured t(n)/t(1).
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch08_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch08
-
+### BEGIN SOLUTION
 answer_1 = None   # 6.5 / (t(16)/t(1) + 0.1)
-ch08.check_predicted_from_curve(answer_1, ratio_here)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch08_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch08.check_predicted_from_curve(answer_1, ratio_here), 1)
 
 # %% [markdown]
 # **2. ★★ A stand-in for a hub checkout.** Published drafters ship in the public DFlash layout.
@@ -207,9 +230,14 @@ ch08.check_predicted_from_curve(answer_1, ratio_here)
 # run `bench` with `drafter=DIR` and the same prompts and length as above, and give the tau of its
 # `DFlash (ours) B=16` row. Why must it equal the shipped directory's?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch08_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 export_dir, exported_report, answer_2 = None, None, None
-ch08.check_exported_drafter(answer_2, export_dir, exported_report, report)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch08_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch08.check_exported_drafter(answer_2, export_dir, exported_report, report), 2)
 
 # %% [markdown]
 # **Going further (needs a GPU and the network).** Run the papermill command at the top with

@@ -39,6 +39,19 @@
 # 5. measure tau and the verify's cost against the tree size N: does a tree pay on this machine?
 # 6. watch the cost-aware policy choose a block size or a tree, step by step.
 
+# %% [markdown]
+# **In this chapter you will**
+#
+# * build a best-first [draft tree](../docs/glossary.md#draft-tree) from one drafter forward;
+# * build the [tree mask](../docs/glossary.md#tree-mask) and check one forward against a forward per path;
+# * measure when a tree pays, and how the cost-aware [policy](../docs/glossary.md#policy) chooses per step.
+#
+# **Prerequisites:** chapters 02, 03, 06.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters. Terms link to the
+# [glossary](../docs/glossary.md) at first use.
+
 # %%
 import heapq
 import statistics
@@ -57,7 +70,10 @@ from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_polic
 from dflash_lite.target import SHIPPED_DRAFTERS
 from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, keep_path, verify_tree
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -158,7 +174,7 @@ for domain in prompt_ids:
 # The setting is the first step of a code prompt: the target has read the prompt and chosen its
 # first token (the root); the drafter drafts from there.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_build_best_paths", "locked": false, "schema_version": 3, "solution": true, "task": false}
 x = prompt_ids["code"][0]
 P = x.shape[1]                                                  # the root sits at position P
 cache = new_cache(target)
@@ -174,6 +190,7 @@ top_logp, top_ids = logprobs.topk(demo_tree_size, dim=-1)      # (B-1, N): each 
 
 def best_paths(top_logp, top_ids, budget):
     """The ``budget`` most likely paths, best first, as tuples of token ids."""
+    ### BEGIN SOLUTION
     def score(ranks):                                          # the path's log-probability
         return sum(float(top_logp[d, r]) for d, r in enumerate(ranks))
 
@@ -187,8 +204,10 @@ def best_paths(top_logp, top_ids, budget):
             sibling = ranks[:-1] + (ranks[-1] + 1,)
             heapq.heappush(heap, (-score(sibling), sibling))
     return found
+    ### END SOLUTION
 
 
+# %% nbgrader={"grade": true, "grade_id": "ch09_build_best_paths_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 mine = best_paths(top_logp, top_ids, demo_tree_size)
 tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/tree.py
 
@@ -254,10 +273,15 @@ _ = save_figure(fig, "09_draft_tree")
 # transformers passes a boolean 4D mask straight to SDPA. Build the tree part of the mask, then
 # check every node's logits against a plain forward over its own path.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_build_tree_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ancestors = torch.eye(len(tree), dtype=torch.bool)
+### BEGIN SOLUTION
 for i in range(1, len(tree)):                                   # parents come before their children
     ancestors[i] |= ancestors[tree.parents[i]]
+### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_build_tree_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert torch.equal(ancestors, tree.ancestor_mask())
 
 fig, ax = plt.subplots(figsize=(5, 4.5))
@@ -278,6 +302,16 @@ with torch.inference_mode():
         torch.testing.assert_close(tree_logits[i], chain_logits, atol=1e-4, rtol=1e-4)
 print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit difference against "
       f"the per-path forwards: {worst:.1e}")
+
+# %% [markdown]
+# The three masks of this course side by side (`dflash_lite/diagrams.py`). What to look for: the
+# causal mask is a triangle; the block mask gives each block the context before its anchor and its
+# own block in both directions; the tree mask gives each node its ancestors only, so siblings never
+# see each other.
+
+# %%
+from dflash_lite import diagrams
+_ = save_figure(diagrams.attention_masks(), "09_diagram_masks")
 
 # %% [markdown]
 # ## 4. Accept the longest path, keep only its cache
@@ -341,6 +375,14 @@ for domain, xs in prompt_ids.items():
     print(f"{domain}, temperature {sampled_temperature:g}: " + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
 
 # %% [markdown]
+# Verification of a tree, drawn (`dflash_lite/diagrams.py`; the tokens are made up). What to look
+# for: the target's argmax at each node on the path names the child to follow; at the first node
+# with no such child the walk stops, and that argmax becomes the bonus token.
+
+# %%
+_ = save_figure(diagrams.tree_verification(), "09_diagram_tree_verification")
+
+# %% [markdown]
 # ## 5. Does a tree pay on this machine?
 #
 # A tree raises tau, and a step still costs one drafter forward, but its verify is N + 1 tokens
@@ -371,6 +413,11 @@ print(f"{'verify':<10}" + "".join(f"{(t[B] if label == 'chain' else t[label + 1]
 for domain in prompt_ids:
     print(f"{domain + ' tau':<10}" + "".join(f"{taus[domain, label]:>10.2f}" for label in ["chain"] + tree_sizes))
     print(f"{domain + ' pred':<10}" + "".join(f"{predicted[domain, label]:>9.2f}x" for label in ["chain"] + tree_sizes))
+for domain in prompt_ids:                                      # does each step up in N add less tau?
+    gains = [taus[domain, b] - taus[domain, a] for a, b in zip(tree_sizes, tree_sizes[1:])]
+    shrinking = all(g2 <= g1 for g1, g2 in zip(gains, gains[1:]))
+    print(f"{domain}: tau gain per step up in N " + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in
+          zip(zip(tree_sizes, tree_sizes[1:]), gains)) + f" ({'diminishing' if shrinking else 'not diminishing'})")
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 for domain in prompt_ids:
@@ -394,7 +441,9 @@ for domain in prompt_ids:
 # %% [markdown]
 # What to look for:
 #
-# * **tau grows with N, with diminishing returns**: each extra node is a less likely path. A tree
+# * **tau grows with N**: more paths hold the target's token more often. Whether the returns
+#   diminish is for the printed gains per doubling of N to say; each extra node is a less likely
+#   path, but a deeper tree can also reach tokens a shallow one cannot. A tree
 #   smaller than the block cannot go as deep as the chain (N = 4 holds at most 4 drafts), so where
 #   chains run long it can lose to the chain.
 # * **The verify is not free on a CPU.** The middle panel is this machine's price of a wider
@@ -409,7 +458,7 @@ for domain in prompt_ids:
 # ## 6. Choosing per step: the cost-aware policy
 #
 # `policy.default_policy` (what `Engine.generate`, `demo` and `bench`'s headline row run) picks,
-# before each step, the block size from 1 (plain decoding) to B or (greedy) a 16-node tree, for the
+# before each step, the block size from 1 (plain decoding) to B or a 16-node tree (at any temperature), for the
 # most expected tokens per second: measured costs as above, and acceptance estimated from the steps
 # so far. A tree step also tells it what the chain would have done (the tree holds the chain), so
 # both estimates keep learning whichever it picks. Its choices on one prompt of each domain:
@@ -439,6 +488,9 @@ axes[0].set_ylim(0, B + 4)
 trees = " or ".join(f"T{n}: a {n}-node tree" for n in policy.tree_sizes)
 fig.suptitle(f"What the cost-aware policy chose, step by step (orange {trees}; blue B=b: a chain of b - 1 drafts)")
 _ = save_figure(fig, "09_policy_choices")
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # The first step is decided by the policy's prior (an optimistic acceptance, and a tree expected
@@ -478,20 +530,29 @@ _ = save_figure(fig, "09_policy_choices")
 # **1. ★ Visible keys.** In the tree verify of section 3 (context of `P` positions, the `tree`
 # drawn above), how many keys may the deepest node attend to?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch09
-
+### BEGIN SOLUTION
 answer_1 = None   # an int
-ch09.check_visible_keys(answer_1, tree, P)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_visible_keys(answer_1, tree, P), 1)
 
 # %% [markdown]
 # **2. ★ Break-even.** With this machine's costs (`t`, `t_draft` of section 5), how many times the
 # chain's tau must a 32-node tree commit just to match the chain's speed? (Solve
 # `tau_tree / (t(33) + t_draft) = tau_chain / (t(16) + t_draft)` for `tau_tree / tau_chain`.)
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_2 = None   # a float
-ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B), 1)
 
 # %% [markdown]
 # **3. ★★ Sharper or flatter.** The tree's shape follows the drafter's confidence. Divide the
@@ -499,9 +560,14 @@ ch09.check_break_even_gain(answer_2, t, t_draft, tree_size=32, block_size=B)
 # 32-node tree from them with `build_tree`, and give its greatest depth. Compare it with the same
 # tree at temperature 1 and 2: when does a tree go deep, and when wide?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_3 = None   # an int: the greatest depth at temperature 0.5
-ch09.check_sharper_tree(answer_3, draft_logits, root)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_sharper_tree(answer_3, draft_logits, root), 2)
 
 # %% [markdown]
 # **4. ★★ Back to plain decoding.** Find a prompt of your own on which the default policy falls
@@ -509,6 +575,12 @@ ch09.check_sharper_tree(answer_3, draft_logits, root)
 # `policy = default_policy(drafter, target)` and `generate(target, policy, ids, 48, stop_token_ids=stops)`
 # on it; the check reads `policy.chosen`. What kind of text makes the drafter's guesses fail?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_4 = None   # the policy object after your run
-ch09.check_falls_back(answer_4)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_falls_back(answer_4), 2)
+

@@ -23,3 +23,12 @@ def not_attempted(exercise: str, what: str) -> None:
 def correct(exercise: str, detail: str = "") -> bool:
     print(f"{exercise}: correct. {detail}".rstrip())
     return True
+
+
+def score(result, points: int) -> float:
+    """An exercise's autograded score: ``points`` when its check returned True, else 0.
+
+    The notebooks' test cells show this number; nbgrader's autograder reads a number shown by a
+    test cell as the cell's score (a check that raises scores 0 too). See the README, "Teaching
+    with it"."""
+    return float(points) if result is True else 0.0

@@ -1,0 +1,203 @@
+"""Teaching with the notebooks: each chapter's header (hardware and run time), student editions
+and autograding with nbgrader.
+
+The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
+between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
+test cell worth some points (the cell metadata says how many). An exercise's test cell shows
+:func:`dflash_lite.exercises.score` of its self-check, which nbgrader reads as the cell's score.
+The README's "Teaching with it" section walks through release, collection and grading:
+
+    python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
+    python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
+STUDENT = "student"                 # the one student of a local autograde run
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter header: where and how long a chapter ran
+
+def hardware() -> str:
+    """The device the notebooks compute on, in words: the GPU's name, or the CPU's model and the
+    number of threads torch uses."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"GPU {torch.cuda.get_device_name(0)}"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU {model}, {torch.get_num_threads()} threads"
+
+
+@dataclass
+class ChapterClock:
+    """Started by a chapter's first code cell; its last cell prints the run time at the chapter's
+    parameters (the defaults, unless papermill overrode them)."""
+    started: float = field(default_factory=time.perf_counter)
+    device: str = field(default_factory=hardware)
+
+    def report(self) -> str:
+        seconds = time.perf_counter() - self.started
+        minutes, rest = divmod(round(seconds), 60)
+        text = f"this chapter ran in {minutes} min {rest:02d} s on {self.device}"
+        print(text)
+        return text
+
+
+def chapter_clock() -> ChapterClock:
+    """Start timing a chapter and print the hardware it runs on."""
+    clock = ChapterClock()
+    print(f"running on {clock.device}; the last cell prints how long the chapter took")
+    return clock
+
+
+# ---------------------------------------------------------------------------------------------
+# Student editions and autograding (nbgrader)
+
+def chapters(selection: list[str] | None = None) -> list[Path]:
+    """The chapter notebooks, all or those whose names start with one of ``selection`` ("02")."""
+    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if selection:
+        found = [nb for nb in found if any(nb.name.startswith(s) for s in selection)]
+    return found
+
+
+def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
+    """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
+    ``autograded/`` and a SQLite gradebook inside ``course_root``)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    bin_dir = str(Path(sys.executable).parent)                   # nbgrader runs `alembic` from PATH
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    config = Config()
+    config.CourseDirectory.root = str(course_root)
+    config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"
+    config.Execute.timeout = cell_timeout
+    config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    return NbGraderAPI(CourseDirectory(config=config), config=config)
+
+
+def _checked(result: dict, what: str) -> None:
+    if not result.get("success"):
+        raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n{result.get('error', '')}")
+
+
+def prepare_course(course_root: Path, notebooks: list[Path]):
+    """Copy ``notebooks`` into ``course_root/source/<assignment>`` and generate the student edition
+    (``course_root/release/<assignment>``); returns the API."""
+    source = course_root / "source" / ASSIGNMENT
+    source.mkdir(parents=True, exist_ok=True)
+    for nb in notebooks:
+        shutil.copy(nb, source / nb.name)
+    api = nbgrader_api(course_root)
+    _checked(api.generate_assignment(ASSIGNMENT), "generate_assignment")
+    return api
+
+
+def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
+    """Write the student edition of the chapters (all, or ``selection``) into ``out_dir``: every
+    solution region replaced by ``raise NotImplementedError()``, outputs cleared, test cells locked."""
+    out = Path(out_dir)
+    notebooks = chapters(selection)
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare_course(Path(tmp), notebooks)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for nb in notebooks:
+            released = Path(tmp) / "release" / ASSIGNMENT / nb.name
+            written.append(Path(shutil.copy(released, out / nb.name)))
+    return written
+
+
+def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
+              course_root: str | Path | None = None) -> dict:
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb`` files):
+    each runs top to bottom with the test cells restored from the source. Returns
+    ``{notebook: {"score", "max_score", "cells": {grade_id: [score, max_score]}}}``."""
+    from nbgrader.api import Gradebook
+
+    submitted = Path(submitted_dir)
+    names = {p.name for p in submitted.glob("[0-9][0-9]_*.ipynb")}
+    notebooks = [nb for nb in chapters(selection) if nb.name in names]
+    if not notebooks:
+        raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(course_root) if course_root else Path(tmp)
+        api = prepare_course(root, notebooks)
+        inbox = root / "submitted" / STUDENT / ASSIGNMENT
+        inbox.mkdir(parents=True, exist_ok=True)
+        for nb in notebooks:
+            shutil.copy(submitted / nb.name, inbox / nb.name)
+        env = {**os.environ}
+        for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
+            os.environ.setdefault(var, str(root / name))     # keep the runs' files out of the repository
+        # the notebooks import this checkout's package, whatever the kernel's working directory
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        try:
+            _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
+        finally:
+            os.environ.clear(); os.environ.update(env)
+        report = {}
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+            submission = gradebook.find_submission(ASSIGNMENT, STUDENT)
+            for nb in submission.notebooks:
+                report[nb.name] = {"score": nb.score, "max_score": nb.max_score,
+                                   "cells": {g.name: [g.score, g.max_score] for g in nb.grades}}
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    release = commands.add_parser("student-edition", help="write the student edition (blanks, no outputs)")
+    release.add_argument("out_dir")
+    release.add_argument("--notebooks", nargs="*", help="chapter numbers, e.g. 02 03 (default: all)")
+    grade = commands.add_parser("autograde", help="autograde filled-in student notebooks")
+    grade.add_argument("submitted_dir")
+    grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
+    grade.add_argument("--out", help="also write the scores to this JSON file")
+    args = parser.parse_args(argv)
+    if args.command == "student-edition":
+        if args.notebooks is not None and not chapters(args.notebooks):
+            parser.error(f"no chapter matches {args.notebooks}")
+        for path in student_edition(args.out_dir, args.notebooks):
+            print(path)
+    elif args.command == "autograde":
+        if not Path(args.submitted_dir).is_dir():
+            parser.error(f"{args.submitted_dir} is not a directory")
+        report = autograde(args.submitted_dir, args.notebooks)
+        for name, nb in report.items():
+            print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Student editions (nbgrader): every chapter's build-it cells and exercises become blanks, and the
+autograder scores a filled edition in full and an unfilled one at zero.
+
+* Structure (every chapter, no execution): each solution cell holds a solution region, is followed
+  by a locked test cell worth points, and its student version holds only the stub.
+* Execution (notebook 02, slow): the student edition runs up to its first blank and stops there
+  with NotImplementedError; filled from the source's build-it regions and from the answers the
+  worked solutions in ``notebooks/solutions/`` give to the same checks, it gets full marks; unfilled,
+  it gets 0 on every autograded cell, and the autograder does not crash.
+"""
+import importlib
+import inspect
+import re
+import runpy
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dflash_lite import course
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+SMALL = {"02_speculative_decoding": {"draft_tokens": 2, "num_prompts": 1, "num_samples": 600}}
+
+
+def nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release")
+    course.student_edition(out)
+    return out
+
+
+def test_every_chapter_has_blanks_and_points():
+    for nb_path in course.chapters():
+        nb = nbformat.read(nb_path, as_version=4)
+        solutions = [c for c in nb.cells if nbgrader(c).get("solution")]
+        tests = [c for c in nb.cells if nbgrader(c).get("grade")]
+        assert solutions and tests, f"{nb_path.name} has no nbgrader cells"
+        ids = [nbgrader(c)["grade_id"] for c in solutions + tests]
+        assert len(ids) == len(set(ids)), f"{nb_path.name}: duplicate grade_id"
+        for c in solutions:
+            assert c.source.count(BEGIN) == c.source.count(END) >= 1, nbgrader(c)["grade_id"]
+        for c in tests:
+            assert nbgrader(c)["points"] > 0 and nbgrader(c)["locked"] and BEGIN not in c.source
+        # every solution cell is checked by the test cell after it
+        for i, c in enumerate(nb.cells):
+            if nbgrader(c).get("solution"):
+                after = next(d for d in nb.cells[i + 1:] if d.cell_type == "code")
+                assert nbgrader(after).get("grade"), f"{nbgrader(c)['grade_id']} has no test cell after it"
+
+
+def test_student_edition_blanks_every_solution(edition):
+    for nb_path in course.chapters():
+        source = nbformat.read(nb_path, as_version=4)
+        student = nbformat.read(edition / nb_path.name, as_version=4)
+        assert len(student.cells) == len(source.cells)
+        for s, c in zip(source.cells, student.cells):
+            if nbgrader(s).get("solution"):
+                assert BEGIN not in c.source and "raise NotImplementedError()" in c.source
+                solution = re.findall(rf"{BEGIN}\n(.*?){END}", s.source, flags=re.S)
+                assert all(line.strip() not in c.source for body in solution
+                           for line in body.splitlines() if len(line.strip()) > 20), nbgrader(s)["grade_id"]
+            elif nbgrader(s).get("grade"):
+                assert c.source == s.source
+            if c.cell_type == "code":
+                assert not c.outputs
+
+
+def recorded_answers(solution_script: Path, monkeypatch) -> dict:
+    """Run a worked-solution script, recording the first argument it passes to each check."""
+    module = importlib.import_module(f"dflash_lite.exercises.ch{solution_script.name[:2]}")
+    answers = {}
+    for name, fn in inspect.getmembers(module, inspect.isfunction):
+        if name.startswith("check_"):
+            def record(answer, *args, _fn=fn, _name=name, **kwargs):
+                answers[_name] = answer
+                return _fn(answer, *args, **kwargs)
+            monkeypatch.setattr(module, name, record)
+    runpy.run_path(str(solution_script), run_name="__main__")
+    return answers
+
+
+def as_code(name: str, answer) -> str:
+    """Python that binds ``name`` to a recorded answer."""
+    if inspect.isfunction(answer) or inspect.isclass(answer):
+        code = textwrap.dedent(inspect.getsource(answer))
+        return code if answer.__name__ == name else f"{code}\n{name} = {answer.__name__}"
+    return f"{name} = {answer!r}"
+
+
+def filled(student, source, answers: dict, parameters: dict):
+    """The student edition with every blank filled: build-it cells from the source notebook,
+    exercise cells from the worked solutions' answers; the parameters made small."""
+    nb = nbformat.from_dict(student)
+    cells, src = nb.cells, source.cells
+    for i, cell in enumerate(cells):
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
+        if not nbgrader(cell).get("solution"):
+            continue
+        if "_build_" in nbgrader(cell)["grade_id"]:
+            cell.source = src[i].source
+            continue
+        check = next(c for c in cells[i + 1:] if nbgrader(c).get("grade")).source
+        call = re.search(r"(check_\w+)\((\w+)", check)
+        name = call.group(2)
+        imports = [line for line in cell.source.splitlines() if line.startswith(("from ", "import "))]
+        cell.source = "\n".join(imports + [as_code(name, answers[call.group(1)])])
+    return nb
+
+
+@pytest.mark.slow
+def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path, monkeypatch):
+    stem = "02_speculative_decoding"
+    source = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    student = nbformat.read(edition / f"{stem}.ipynb", as_version=4)
+    answers = recorded_answers(ROOT / "notebooks" / "solutions" / f"{stem}.py", monkeypatch)
+    monkeypatch.undo()                                      # the checks unpatched again
+    monkeypatch.setenv("DFLASH_LITE_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("DFLASH_LITE_RESULTS", str(tmp_path / "results"))
+
+    done, blank = tmp_path / "done", tmp_path / "blank"
+    done.mkdir(); blank.mkdir()
+    nbformat.write(filled(student, source, answers, SMALL[stem]), done / f"{stem}.ipynb")
+    unfilled = nbformat.from_dict(student)
+    for cell in unfilled.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in SMALL[stem].items())
+    nbformat.write(unfilled, blank / f"{stem}.ipynb")
+
+    full = course.autograde(done, course_root=tmp_path / "course_done")[stem]
+    assert full["max_score"] > 0 and full["score"] == full["max_score"], full["cells"]
+
+    zero = course.autograde(blank, course_root=tmp_path / "course_blank")[stem]
+    assert zero["max_score"] == full["max_score"]
+    assert all(score == 0 for score, _ in zero["cells"].values()), zero["cells"]
+
+    # the unfilled edition ran up to its first blank, and the first error is that blank's own
+    # (raised where the blank runs: in its own cell, or in the test cell that calls the function)
+    graded = nbformat.read(tmp_path / "course_blank" / "autograded" / course.STUDENT / course.ASSIGNMENT
+                           / f"{stem}.ipynb", as_version=4)
+    code = [c for c in graded.cells if c.cell_type == "code"]
+    first = next(i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs))
+    first_blank = next(i for i, c in enumerate(code) if nbgrader(c).get("solution"))
+    assert first >= first_blank
+    assert [o.ename for o in code[first].outputs if o.output_type == "error"] == ["NotImplementedError"]
