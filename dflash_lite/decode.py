@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -115,8 +115,47 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
     return accept_speculative(draft_tokens, draft_q, p, generator)
 
 
+# ============================================================================= drafts
+class ChainDraft(NamedTuple):
+    """k drafts in a row after the last committed token, and their distributions (k, V) when they
+    were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
+    A draft knows how it is verified, accepted and kept; :class:`dflash_lite.tree.DraftTree` is
+    the other shape, and :func:`steps` calls the same four methods on either."""
+    tokens: torch.Tensor                    # (k,)
+    q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
+
+    def block(self, last: torch.Tensor) -> torch.Tensor:
+        return torch.cat([last, self.tokens])[None]                     # (1, k+1): [last, d1..dk]
+
+    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids):
+        """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
+        choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
+        return verify(target, self.block(last), cache, layer_ids)
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]:
+        """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
+        target's own token after it (:func:`accept`)."""
+        n, next_token = accept(self.tokens, self.q, target_logits, sampling, processors, generator)
+        return list(range(n + 1)), next_token
+
+    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden):
+        """The target's cache keeps last + the accepted drafts; returns the verified block (1, k+1)
+        and its features, whose first ``len(path)`` positions stay (for the proposer's ``accepted``)."""
+        crop_cache(cache, position + len(path))
+        return self.block(last), target_hidden
+
+
+class Draft(Protocol):
+    """What :func:`steps` asks of a draft: :class:`ChainDraft` or :class:`dflash_lite.tree.DraftTree`."""
+
+    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids): ...
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]: ...
+
+    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden): ...
+
+
 # ============================================================================= proposers
-@runtime_checkable
 class Proposer(Protocol):
     """What the decode loop asks of a drafter. ``layer_ids``: the target layers whose features it
     reads (None: none); ``block_size``: tokens per target forward it wants next (1: no draft)."""
@@ -126,8 +165,8 @@ class Proposer(Protocol):
     def start(self, prompt_ids: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         """After prefill: the prompt and its features (1, T, K*H)."""
 
-    def propose(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """k draft tokens (k,) after ``last_token`` (1,), and their distributions (k, V) if sampled."""
+    def propose(self, last_token: torch.Tensor, k: int) -> Draft:
+        """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a tree."""
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden: torch.Tensor | None) -> None:
         """The verified ``block`` (1, k+1) sat at ``position``; its first n + 1 tokens stay."""
@@ -168,7 +207,7 @@ class DFlashProposer:
         for _ in range(self.passes - 1):                                # DFlash uses 1 pass; more is an experiment:
             block[0, 1:] = logits[0].argmax(dim=-1)                     # re-feed the draft instead of the masks
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
-        return logits[0].argmax(dim=-1), None                           # (k,), a point-mass draft
+        return ChainDraft(logits[0].argmax(dim=-1))                     # (k,), a point-mass draft
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the drafter's context on the next propose
@@ -195,19 +234,14 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
     stopped = int(last) in stops
     while not stopped and emitted < max_new_tokens:
         k = min(block_size or proposer.block_size, max_new_tokens - emitted) - 1   # never past the limit
-        if k > 0 and getattr(proposer, "tree_size", None):                     # a draft tree: tree.py
-            block, n, next_token, hidden = tree_step(target, proposer, last, k, cache, position, phase,
-                                                     sampling, processors, generator)
-        else:
-            with phase("draft"):    # k guesses after `last` (k = 0: plain decoding, nothing drafted)
-                drafts, q = proposer.propose(last, k) if k else (last[:0], None)
-            with phase("verify"):   # ONE target forward scores [last, d1..dk]: logits row i is the
-                block = torch.cat([last, drafts])[None]                # target's choice after token i
-                logits, hidden = verify(target, block, cache, proposer.layer_ids)   # (k+1, V)
-            with phase("accept"):   # keep d1..dn while the target agrees, then add its own token
-                n, next_token = accept(drafts, q, logits, sampling, processors, generator)
-        with phase("accept"):       # both caches keep last + n drafts; next_token is not in either yet
-            crop_cache(cache, position + n + 1)
+        with phase("draft"):        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
+            draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
+        with phase("verify"):       # ONE target forward scores `last` and every draft
+            logits, hidden = draft.verify(target, last, cache, position, proposer.layer_ids)
+        with phase("accept"):       # keep the drafts the target agrees with (a path), then add its own token;
+            path, next_token = draft.accept(logits, sampling, processors, generator)
+            block, hidden = draft.keep(cache, position, path, last, hidden)   # both caches keep the path,
+            n = len(path) - 1                                                   # next_token is in neither yet
             proposer.accepted(block, n, position, hidden)
         new = block[0, 1: n + 1].tolist() + [next_token]
         if stops & set(new):        # a stop token inside the block ends the output there
@@ -241,11 +275,6 @@ class PhaseTimer:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def tree_step(*args):
-    from .tree import tree_step as step  # imported on first use: trees are optional
-    return step(*args)
 
 
 def speculative_steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,

@@ -37,6 +37,7 @@ import torch
 from .benchmark import interleaved
 from .decode import DFlashProposer, crop_cache, new_cache, verify
 from .drafter import DrafterCache
+from .tree import draft_tree
 
 _COSTS: dict = {}                         # (target, drafter, device, dtype) -> StepCosts, for this process
 
@@ -222,13 +223,10 @@ class CostAwareProposer(DFlashProposer):
 
     def propose(self, last_token, k):
         self._catch_up()
+        if self.tree_size:
+            self.tree = draft_tree(self, last_token, k, self.tree_size)    # read again in accepted()
+            return self.tree
         return super().propose(last_token, k)
-
-    def propose_tree(self, last_token, depth, tree_size=None):
-        from .tree import DFlashTreeProposer
-        self._catch_up()
-        self.tree = DFlashTreeProposer.propose_tree(self, last_token, depth, tree_size)   # read again in accepted()
-        return self.tree
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         if self.pending:             # no draft this step: the features wait for the next drafter forward

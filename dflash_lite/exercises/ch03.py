@@ -60,7 +60,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
     if answer is None:
         return not_attempted("Exercise 3", "put the first-pass argmax into slots 1..B-1 and run the drafter again.")
-    from ..decode import DFlashProposer
+    from ..decode import ChainDraft, DFlashProposer
 
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
@@ -97,7 +97,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
     if answer is None:
         return not_attempted("Exercise 4", "DFlashProposer(drafter, target, 8) in generate, "
                                            "then the mean of all acceptance lengths.")
-    from ..decode import DFlashProposer
+    from ..decode import ChainDraft, DFlashProposer
 
     expected = measured_tau(lambda: DFlashProposer(drafter, target, block_size), target, prompt_ids,
                             max_new_tokens, stops)
@@ -114,7 +114,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def unmasking_proposer():
     """The reference for exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    from ..decode import DFlashProposer
+    from ..decode import ChainDraft, DFlashProposer
 
     class ConfidenceUnmaskingProposer(DFlashProposer):
         def propose(self, last_token: torch.Tensor, k: int):
@@ -129,7 +129,7 @@ def unmasking_proposer():
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
             out = logits[0].argmax(-1)
             out[keep] = draft[keep]
-            return out, None
+            return ChainDraft(out)
 
     return ConfidenceUnmaskingProposer
 
