@@ -11,7 +11,6 @@ first token and tau are summarised the same way everywhere.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -27,19 +26,41 @@ from .acceptance import (
 )
 from .drafter import DrafterCache, check_compatible
 from .target import context_features
+from .timing import PhaseTimer, no_phase
 from .validate import check_int
+
+
+class Step(NamedTuple):
+    """What one step of :func:`steps` yields."""
+    tokens: list[int]                 # committed by this step; a stop token, if hit, is the last one
+    committed: int | None             # tokens the step's target forward committed (n + 1); None: prefill's
+    stopped: bool                     # a stop token ended the output
 
 
 @dataclass
 class GenerationResult:
-    """What one generation produced and how long each part took (seconds)."""
-    tokens: list[int]                      # new tokens only; a stop token, if hit, is the last one
+    """What one generation produced and how long each part took (seconds), collected step by step
+    (:meth:`record`) from :func:`steps`."""
     prompt_length: int
-    time_to_first_token: float             # prefill + choosing the first token
-    token_times: list[float]               # seconds since the start at which each new token was ready
+    tokens: list[int] = field(default_factory=list)  # new tokens only; a stop token, if hit, is the last one
+    token_times: list[float] = field(default_factory=list)  # seconds since the start at which each new token was ready
     acceptance_lengths: list[int] = field(default_factory=list)  # tokens committed per target forward
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    def record(self, step: Step) -> None:
+        self.tokens += step.tokens
+        self.token_times += [time.perf_counter() - self.started] * len(step.tokens)
+        if step.committed is not None:
+            self.acceptance_lengths.append(step.committed)
+        if step.stopped:
+            self.stop_reason = "stop_token"
+
+    @property
+    def time_to_first_token(self) -> float:
+        """Prefill + choosing the first token."""
+        return self.token_times[0] if self.token_times else 0.0
 
     @property
     def total_time(self) -> float:
@@ -218,22 +239,19 @@ class DFlashProposer:
 @torch.inference_mode()
 def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(), generator: torch.Generator | None = None,
-          block_size: int | None = None, phase=None):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one step per target
-    forward. Yields the tokens each step commits; returns (tokens per step, stop reason).
-    ``block_size`` fixes the tokens per forward (None: ask the proposer each step); ``phase(name)``
-    is an optional observer wrapped around each phase (see :class:`PhaseTimer`)."""
-    phase = phase or _no_phase
+          phase=no_phase):
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one :class:`Step` per
+    target forward, each yielded as it is committed. ``phase(name)`` is an optional observer
+    wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`)."""
     stops, processors, cache = set(stop_token_ids), sampling.processors(), new_cache(target)
     with phase("prefill"):          # the prompt through the target; every prompt position's features to the drafter
         logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
         last = choose_tokens(logits, sampling, processors, generator)      # (1,) the first new token
         proposer.start(input_ids, hidden)
-    yield [int(last)]
-    position, emitted, per_step = input_ids.shape[1], 1, []   # the target's cache holds 0..position-1
-    stopped = int(last) in stops
+    position, emitted, stopped = input_ids.shape[1], 1, int(last) in stops   # the target's cache holds 0..position-1
+    yield Step([int(last)], None, stopped)
     while not stopped and emitted < max_new_tokens:
-        k = min(block_size or proposer.block_size, max_new_tokens - emitted) - 1   # never past the limit
+        k = min(proposer.block_size, max_new_tokens - emitted) - 1          # never past the limit
         with phase("draft"):        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
             draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
         with phase("verify"):       # ONE target forward scores `last` and every draft
@@ -247,68 +265,17 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
         if stops & set(new):        # a stop token inside the block ends the output there
             new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
         position, emitted, last = position + n + 1, emitted + len(new), torch.tensor([next_token], device=last.device)
-        per_step.append(n + 1)
-        yield new
-    return per_step, "stop_token" if stopped else "max_new_tokens"
-
-
-@contextmanager
-def _no_phase(name):
-    yield
-
-
-class PhaseTimer:
-    """An observer for :func:`steps`: wall seconds per phase (the device synchronised at each edge)."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.seconds = device, {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        _sync(self.device)
-        t0 = time.perf_counter()
-        yield
-        _sync(self.device)
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def speculative_steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
-                      sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-                      generator: torch.Generator | None = None, block_size: int | None = None):
-    """:func:`steps`, checked and timed: yields the tokens of each step, returns a :class:`GenerationResult`."""
-    check_request(target, input_ids, max_new_tokens)
-    check_int("block_size", proposer.block_size if block_size is None else block_size)
-    timer = PhaseTimer(target.device)
-    loop = steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
-                 generator, block_size, timer)
-    tokens, token_times, start = [], [], time.perf_counter()
-    while True:
-        try:
-            new = next(loop)
-        except StopIteration as done:
-            per_step, stop_reason = done.value
-            break
-        tokens += new
-        token_times += [time.perf_counter() - start] * len(new)
-        yield new
-    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
-                            token_times=token_times, acceptance_lengths=per_step, phase_times=timer.seconds,
-                            stop_reason=stop_reason)
+        yield Step(new, n + 1, stopped)
 
 
 def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
              sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-             generator: torch.Generator | None = None, block_size: int | None = None) -> GenerationResult:
-    """Speculative decoding to the end: :func:`speculative_steps`' result."""
-    loop = speculative_steps(target, proposer, input_ids, max_new_tokens, sampling, stop_token_ids,
-                             generator, block_size)
-    while True:
-        try:
-            next(loop)
-        except StopIteration as done:
-            return done.value
+             generator: torch.Generator | None = None) -> GenerationResult:
+    """Speculative decoding to the end, checked and timed: every :class:`Step` collected."""
+    check_request(target, input_ids, max_new_tokens)
+    timer = PhaseTimer(target.device)
+    result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
+    for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
+                      generator, timer):
+        result.record(step)
+    return result

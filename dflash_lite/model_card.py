@@ -24,7 +24,9 @@ from tqdm import tqdm
 
 from . import corpus
 from .baselines import generate_autoregressive
+from .benchmark import bench
 from .files import atomic_write_text
+from .report import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 from .target import load_pretrained, stop_token_ids
 
 
@@ -180,7 +182,6 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     ``gsm8k_test.jsonl`` and ``humaneval.jsonl``), also GSM8K questions in the target's
     ``Question:`` format and HumanEval prompts as code, for evaluation only.
     """
-    from .benchmark import bench
 
     drafter_dir = Path(drafter_dir)
     sets = {"math (held-out)": {"domain": "math"}, "code (held-out)": {"domain": "code"}}
@@ -211,7 +212,6 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
 
 
 def render_drafter_card(card: dict) -> str:
-    from .benchmark import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 
     tr = card["training"]
     lines = [

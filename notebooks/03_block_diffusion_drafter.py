@@ -45,7 +45,7 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.baselines import EagleProposer
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
-from dflash_lite.train import block_attention_mask
+from dflash_lite.data import block_attention_mask
 from dflash_lite.plotting import save_figure
 
 _ = torch.manual_seed(0)
