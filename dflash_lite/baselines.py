@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .acceptance import SamplingParams, target_probs
-from .decode import DFlashProposer, GenerationResult, crop_cache, generate, new_cache
+from .decode import ChainDraft, DFlashProposer, GenerationResult, crop_cache, generate, new_cache
 from .validate import check_int
 
 
@@ -55,7 +55,7 @@ class EagleProposer(DFlashProposer):
             drafts.append(token[0])
             context, context_start = context[:, :0], position                      # the context is cached now
         self.cache.truncate(position)                  # keep the accepted context 0..position-1, not the drafts
-        return torch.cat(drafts), None
+        return ChainDraft(torch.cat(drafts))
 
 
 class DraftModelProposer:
@@ -93,7 +93,7 @@ class DraftModelProposer:
                 token = logits.argmax(dim=-1)
             tokens.append(token)
             ids = token.view(1, 1)
-        return torch.cat(tokens), (torch.stack(probs) if self.sample else None)
+        return ChainDraft(torch.cat(tokens), torch.stack(probs) if self.sample else None)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         crop_cache(self.cache, position + n + 1)                        # drop rejected drafts

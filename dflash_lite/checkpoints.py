@@ -30,8 +30,9 @@ from safetensors.torch import load_file, save_file
 
 from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_path
-from .target import LoadError, _check_safetensors, parse_dtype, resolve_checkpoint
+from .target import LoadError, _check_safetensors, default_drafter_path, load_pretrained, parse_dtype, resolve_checkpoint
 from .validate import check_model_shape
+from .variants import make_drafter
 
 FORMAT = "dflash-lite-drafter"
 OWN_WEIGHTS, OWN_CONFIG = "drafter.safetensors", "drafter_config.json"
@@ -50,7 +51,6 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
-    from .variants import make_drafter
     try:                                          # sizes and parameter count, before anything is allocated
         check_model_shape(config.to_dict(), embeddings=0)
     except ValueError as e:
@@ -92,6 +92,19 @@ def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dty
     config = {"format": FORMAT, "config": drafter.config.to_dict(), **(extra or {})}
     tensors = {k: v.to(dtype) for k, v in drafter.state_dict().items()}
     return _atomic_save(tensors, config, Path(directory), OWN_WEIGHTS, OWN_CONFIG)
+
+
+def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "cpu",
+              dtype: str | torch.dtype | None = None, shipped: bool = True):
+    """The one way to load a target and its drafter: ``(model, tokenizer, drafter or None)``, both
+    on ``device`` in ``dtype`` (None: the target's float32, the drafter's saved weights upcast).
+    ``drafter``: a local directory or a hub id; None: the shipped drafter of a shipped target
+    (unless ``shipped`` is False), else none. A bad drafter name fails before the target loads."""
+    if drafter is None and shipped:
+        drafter = default_drafter_path(target)
+    draft = load_drafter(drafter, dtype=dtype) if drafter is not None else None
+    model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
+    return model, tokenizer, (draft.to(device) if draft is not None else None)
 
 
 def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = None) -> DFlashDrafter:

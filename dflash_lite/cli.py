@@ -10,17 +10,23 @@ import argparse
 import inspect
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from . import corpus, signals, validate
 from .acceptance import SamplingParams
-from .baselines import generate_autoregressive
-from .benchmark import DATASETS, all_dflash_failed, bench, interleaved
+from .benchmark import BenchConfig, bench
+from .checkpoints import load_pair
 from .drafter import CONDITIONING
-from .target import DTYPES, LoadError, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids
-from .train import TRAIN_DATASETS, train_draft_model, train_drafter
+from .engine import Engine
+from .prompts import DATASETS, TRAIN_DATASETS
+from .report import all_dflash_failed
+from .target import DTYPES, LoadError, default_drafter_path, parse_dtype
+from .timing import interleaved
+from .train import train_draft_model, train_drafter
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -33,51 +39,68 @@ def shown_path(path) -> str:
         return str(path)
 
 
-def demo(target: str = "tiny", prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 96,
-         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-         seed: int = 0, device: str = "cpu", drafter: str | None = None, block_size: int | None = None,
-         repeats: int = 3, dtype: str = "float32") -> dict:
-    """Complete ``prompt`` with the target, then with DFlash when a drafter is there (the shipped
-    one by default, or a local directory, or a hub id), and print both with tokens/s, time to first
-    token, speedup and tau. Timings are medians of ``repeats`` interleaved runs after a warm-up.
-    ``dtype`` applies to the target and the drafter alike."""
-    validate.check_prompt(prompt)
-    validate.check_int("max_new_tokens", max_new_tokens)
-    validate.check_int("repeats", repeats)
-    validate.check_seed(seed)
-    if block_size is not None:
-        validate.check_int("block_size", block_size)
-    device = validate.check_device(device)
-    sampling = SamplingParams(temperature, top_k, top_p)
-    torch_dtype = parse_dtype(dtype)
-    drafter = drafter or default_drafter_path(target)
-    draft = None
-    if drafter is not None:
-        from .checkpoints import load_drafter
-        draft = load_drafter(drafter, dtype=torch_dtype)               # a bad name fails before any work
-    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
-    input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    stops = stop_token_ids(model, tokenizer)
-    runs = {"autoregressive": lambda g: generate_autoregressive(model, input_ids, max_new_tokens, sampling, stops, g)}
-    if draft is not None:
-        from .decode import DFlashProposer, generate
-        from .policy import default_policy
-        draft = draft.to(device)
-        # default: the cost-aware policy picks each step's block size (or a tree); --block-size fixes it
-        make = (lambda: default_policy(draft, model)) if block_size is None else \
-            (lambda: DFlashProposer(draft, model, block_size))
-        runs["DFlash"] = lambda g: generate(model, make(), input_ids, max_new_tokens, sampling, stops, g)
-    seeded = {name: (lambda run=run: run(torch.Generator().manual_seed(seed))) for name, run in runs.items()}
-    timed = interleaved(seeded, repeats, warmup=1, device=device)          # the first round is the warm-up
+@dataclass
+class DemoConfig:
+    """The demo's choices (``python -m dflash_lite demo`` builds one from its flags). ``drafter``:
+    the shipped one by default, or a local directory, or a hub id; ``block_size`` fixes DFlash's
+    block size (None: the cost-aware policy chooses each step); ``dtype`` applies to the target and
+    the drafter alike; timings are medians of ``repeats`` interleaved runs after a warm-up."""
+    target: str = "tiny"
+    prompt: str = DEFAULT_PROMPT
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    device: str = "cpu"
+    drafter: str | None = None
+    block_size: int | None = None
+    repeats: int = 3
+    dtype: str = "float32"
+    compile: bool = False          # both rows on the static-shape path (CUDA graphs on CUDA)
+
+    def check(self) -> DemoConfig:
+        validate.check_prompt(self.prompt)
+        validate.check_int("max_new_tokens", self.max_new_tokens)
+        validate.check_int("repeats", self.repeats)
+        validate.check_seed(self.seed)
+        if self.block_size is not None:
+            validate.check_int("block_size", self.block_size)
+        self.device = validate.check_device(self.device)
+        SamplingParams(self.temperature, self.top_k, self.top_p)
+        parse_dtype(self.dtype)
+        return self
+
+
+def demo(config: DemoConfig | None = None, **options) -> dict:
+    """Complete the prompt with the target, then with DFlash when a drafter is there, each an
+    :class:`~dflash_lite.engine.Engine` timed by the one interleaved timer, and print both with
+    tokens/s, time to first token, speedup and tau."""
+    c = (config or DemoConfig(**options)).check()
+    sampling = SamplingParams(c.temperature, c.top_k, c.top_p)
+    torch_dtype = parse_dtype(c.dtype)
+    model, tokenizer, draft = load_pair(c.target, c.drafter, c.device, torch_dtype)
+    engines = {"autoregressive": Engine(model, tokenizer, compile=c.compile)}
+    if draft is not None:       # default: the cost-aware policy picks each step's block size (or a tree)
+        engines["DFlash"] = Engine(model, tokenizer, draft, c.block_size, compile=c.compile)
+
+    def run(engine):
+        engine.generate(c.prompt, c.max_new_tokens, c.temperature, c.top_p, c.top_k, seed=c.seed)
+        return engine.last_result
+
+    timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats, warmup=1,
+                        device=c.device)                                  # the first round is the warm-up
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
-    print(f"target: {target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)" + (f"; drafter: {shown_path(drafter)}" if drafter else ""))
+    drafter = c.drafter or default_drafter_path(c.target)
+    print(f"target: {c.target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+          f"{c.device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)"
+          + (f"; drafter: {shown_path(drafter)}" if draft is not None else ""))
     summary = {}
     for name, rs in results.items():
         r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
         text = tokenizer.decode(r.tokens, skip_special_tokens=True)
         print("-" * 30, name, "-" * (41 - len(name)))
-        print(prompt + text)
+        print(c.prompt + text)
         summary[name] = {"text": text, "tokens": r.tokens, "tokens_per_s": r.tokens_per_s,
                          "ttft_s": r.time_to_first_token, "tau": r.tau}
     print("-" * 72)
@@ -177,7 +200,7 @@ def build_parser() -> Parser:
                    help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
     d.add_argument("--repeats", type=POS)
     d.add_argument("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
-    defaults_from(d, demo)
+    defaults_from(d, DemoConfig)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target")
     b.add_argument("--drafter", help="drafter directory (own or public DFlash layout) or hub id")
@@ -210,7 +233,7 @@ def build_parser() -> Parser:
     b.add_argument("--draft-model", help="small draft LM directory (default: the shipped one)")
     b.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="skip the EAGLE-style and draft-model peers")
-    defaults_from(b, bench)
+    defaults_from(b, BenchConfig)
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
     t.add_argument("--target")
     t.add_argument("--out", type=OUT_DIR, required=True,
@@ -272,8 +295,6 @@ def expected_errors(run) -> int:
     """The one place that turns an expected failure into one line on stderr and an exit code: bad
     input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not
     be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
-    from safetensors import SafetensorError
-
     try:
         return run()
     except (LoadError, ValueError) as e:
@@ -290,7 +311,7 @@ def one_line(error: BaseException) -> str:
 
 def run_command(command: str, args: dict, command_line: str) -> int:
     if command == "demo":
-        demo(**args)
+        demo(DemoConfig(**args))
     elif command == "train":
         if args["drafting"] == "draft-model":
             if args["prompts"] or args["dataset"]:
@@ -300,7 +321,7 @@ def run_command(command: str, args: dict, command_line: str) -> int:
         else:
             print(train_drafter(**args, command=command_line))
     elif command == "bench":
-        failed = all_dflash_failed(bench(**args))
+        failed = all_dflash_failed(bench(BenchConfig(**args)))
         if failed:
             print(f"error: {failed}", file=sys.stderr)
             return 1

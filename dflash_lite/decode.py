@@ -11,9 +11,8 @@ first token and tau are summarised the same way everywhere.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -27,19 +26,41 @@ from .acceptance import (
 )
 from .drafter import DrafterCache, check_compatible
 from .target import context_features
+from .timing import PhaseTimer, no_phase
 from .validate import check_int
+
+
+class Step(NamedTuple):
+    """What one step of :func:`steps` yields."""
+    tokens: list[int]                 # committed by this step; a stop token, if hit, is the last one
+    committed: int | None             # tokens the step's target forward committed (n + 1); None: prefill's
+    stopped: bool                     # a stop token ended the output
 
 
 @dataclass
 class GenerationResult:
-    """What one generation produced and how long each part took (seconds)."""
-    tokens: list[int]                      # new tokens only; a stop token, if hit, is the last one
+    """What one generation produced and how long each part took (seconds), collected step by step
+    (:meth:`record`) from :func:`steps`."""
     prompt_length: int
-    time_to_first_token: float             # prefill + choosing the first token
-    token_times: list[float]               # seconds since the start at which each new token was ready
+    tokens: list[int] = field(default_factory=list)  # new tokens only; a stop token, if hit, is the last one
+    token_times: list[float] = field(default_factory=list)  # seconds since the start at which each new token was ready
     acceptance_lengths: list[int] = field(default_factory=list)  # tokens committed per target forward
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    def record(self, step: Step) -> None:
+        self.tokens += step.tokens
+        self.token_times += [time.perf_counter() - self.started] * len(step.tokens)
+        if step.committed is not None:
+            self.acceptance_lengths.append(step.committed)
+        if step.stopped:
+            self.stop_reason = "stop_token"
+
+    @property
+    def time_to_first_token(self) -> float:
+        """Prefill + choosing the first token."""
+        return self.token_times[0] if self.token_times else 0.0
 
     @property
     def total_time(self) -> float:
@@ -115,8 +136,47 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
     return accept_speculative(draft_tokens, draft_q, p, generator)
 
 
+# ============================================================================= drafts
+class ChainDraft(NamedTuple):
+    """k drafts in a row after the last committed token, and their distributions (k, V) when they
+    were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
+    A draft knows how it is verified, accepted and kept; :class:`dflash_lite.tree.DraftTree` is
+    the other shape, and :func:`steps` calls the same four methods on either."""
+    tokens: torch.Tensor                    # (k,)
+    q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
+
+    def block(self, last: torch.Tensor) -> torch.Tensor:
+        return torch.cat([last, self.tokens])[None]                     # (1, k+1): [last, d1..dk]
+
+    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids):
+        """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
+        choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
+        return verify(target, self.block(last), cache, layer_ids)
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]:
+        """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
+        target's own token after it (:func:`accept`)."""
+        n, next_token = accept(self.tokens, self.q, target_logits, sampling, processors, generator)
+        return list(range(n + 1)), next_token
+
+    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden):
+        """The target's cache keeps last + the accepted drafts; returns the verified block (1, k+1)
+        and its features, whose first ``len(path)`` positions stay (for the proposer's ``accepted``)."""
+        crop_cache(cache, position + len(path))
+        return self.block(last), target_hidden
+
+
+class Draft(Protocol):
+    """What :func:`steps` asks of a draft: :class:`ChainDraft` or :class:`dflash_lite.tree.DraftTree`."""
+
+    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids): ...
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]: ...
+
+    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden): ...
+
+
 # ============================================================================= proposers
-@runtime_checkable
 class Proposer(Protocol):
     """What the decode loop asks of a drafter. ``layer_ids``: the target layers whose features it
     reads (None: none); ``block_size``: tokens per target forward it wants next (1: no draft)."""
@@ -126,8 +186,8 @@ class Proposer(Protocol):
     def start(self, prompt_ids: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
         """After prefill: the prompt and its features (1, T, K*H)."""
 
-    def propose(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """k draft tokens (k,) after ``last_token`` (1,), and their distributions (k, V) if sampled."""
+    def propose(self, last_token: torch.Tensor, k: int) -> Draft:
+        """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a tree."""
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden: torch.Tensor | None) -> None:
         """The verified ``block`` (1, k+1) sat at ``position``; its first n + 1 tokens stay."""
@@ -168,7 +228,7 @@ class DFlashProposer:
         for _ in range(self.passes - 1):                                # DFlash uses 1 pass; more is an experiment:
             block[0, 1:] = logits[0].argmax(dim=-1)                     # re-feed the draft instead of the masks
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
-        return logits[0].argmax(dim=-1), None                           # (k,), a point-mass draft
+        return ChainDraft(logits[0].argmax(dim=-1))                     # (k,), a point-mass draft
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the drafter's context on the next propose
@@ -179,107 +239,43 @@ class DFlashProposer:
 @torch.inference_mode()
 def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(), generator: torch.Generator | None = None,
-          block_size: int | None = None, phase=None):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one step per target
-    forward. Yields the tokens each step commits; returns (tokens per step, stop reason).
-    ``block_size`` fixes the tokens per forward (None: ask the proposer each step); ``phase(name)``
-    is an optional observer wrapped around each phase (see :class:`PhaseTimer`)."""
-    phase = phase or _no_phase
+          phase=no_phase):
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one :class:`Step` per
+    target forward, each yielded as it is committed. ``phase(name)`` is an optional observer
+    wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`)."""
     stops, processors, cache = set(stop_token_ids), sampling.processors(), new_cache(target)
     with phase("prefill"):          # the prompt through the target; every prompt position's features to the drafter
         logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
         last = choose_tokens(logits, sampling, processors, generator)      # (1,) the first new token
         proposer.start(input_ids, hidden)
-    yield [int(last)]
-    position, emitted, per_step = input_ids.shape[1], 1, []   # the target's cache holds 0..position-1
-    stopped = int(last) in stops
+    position, emitted, stopped = input_ids.shape[1], 1, int(last) in stops   # the target's cache holds 0..position-1
+    yield Step([int(last)], None, stopped)
     while not stopped and emitted < max_new_tokens:
-        k = min(block_size or proposer.block_size, max_new_tokens - emitted) - 1   # never past the limit
-        if k > 0 and getattr(proposer, "tree_size", None):                     # a draft tree: tree.py
-            block, n, next_token, hidden = tree_step(target, proposer, last, k, cache, position, phase,
-                                                     sampling, processors, generator)
-        else:
-            with phase("draft"):    # k guesses after `last` (k = 0: plain decoding, nothing drafted)
-                drafts, q = proposer.propose(last, k) if k else (last[:0], None)
-            with phase("verify"):   # ONE target forward scores [last, d1..dk]: logits row i is the
-                block = torch.cat([last, drafts])[None]                # target's choice after token i
-                logits, hidden = verify(target, block, cache, proposer.layer_ids)   # (k+1, V)
-            with phase("accept"):   # keep d1..dn while the target agrees, then add its own token
-                n, next_token = accept(drafts, q, logits, sampling, processors, generator)
-        with phase("accept"):       # both caches keep last + n drafts; next_token is not in either yet
-            crop_cache(cache, position + n + 1)
+        k = min(proposer.block_size, max_new_tokens - emitted) - 1          # never past the limit
+        with phase("draft"):        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
+            draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
+        with phase("verify"):       # ONE target forward scores `last` and every draft
+            logits, hidden = draft.verify(target, last, cache, position, proposer.layer_ids)
+        with phase("accept"):       # keep the drafts the target agrees with (a path), then add its own token;
+            path, next_token = draft.accept(logits, sampling, processors, generator)
+            block, hidden = draft.keep(cache, position, path, last, hidden)   # both caches keep the path,
+            n = len(path) - 1                                                   # next_token is in neither yet
             proposer.accepted(block, n, position, hidden)
         new = block[0, 1: n + 1].tolist() + [next_token]
         if stops & set(new):        # a stop token inside the block ends the output there
             new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
         position, emitted, last = position + n + 1, emitted + len(new), torch.tensor([next_token], device=last.device)
-        per_step.append(n + 1)
-        yield new
-    return per_step, "stop_token" if stopped else "max_new_tokens"
-
-
-@contextmanager
-def _no_phase(name):
-    yield
-
-
-class PhaseTimer:
-    """An observer for :func:`steps`: wall seconds per phase (the device synchronised at each edge)."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.seconds = device, {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        _sync(self.device)
-        t0 = time.perf_counter()
-        yield
-        _sync(self.device)
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def tree_step(*args):
-    from .tree import tree_step as step  # imported on first use: trees are optional
-    return step(*args)
-
-
-def speculative_steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
-                      sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-                      generator: torch.Generator | None = None, block_size: int | None = None):
-    """:func:`steps`, checked and timed: yields the tokens of each step, returns a :class:`GenerationResult`."""
-    check_request(target, input_ids, max_new_tokens)
-    check_int("block_size", proposer.block_size if block_size is None else block_size)
-    timer = PhaseTimer(target.device)
-    loop = steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
-                 generator, block_size, timer)
-    tokens, token_times, start = [], [], time.perf_counter()
-    while True:
-        try:
-            new = next(loop)
-        except StopIteration as done:
-            per_step, stop_reason = done.value
-            break
-        tokens += new
-        token_times += [time.perf_counter() - start] * len(new)
-        yield new
-    return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=token_times[0],
-                            token_times=token_times, acceptance_lengths=per_step, phase_times=timer.seconds,
-                            stop_reason=stop_reason)
+        yield Step(new, n + 1, stopped)
 
 
 def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
              sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-             generator: torch.Generator | None = None, block_size: int | None = None) -> GenerationResult:
-    """Speculative decoding to the end: :func:`speculative_steps`' result."""
-    loop = speculative_steps(target, proposer, input_ids, max_new_tokens, sampling, stop_token_ids,
-                             generator, block_size)
-    while True:
-        try:
-            next(loop)
-        except StopIteration as done:
-            return done.value
+             generator: torch.Generator | None = None) -> GenerationResult:
+    """Speculative decoding to the end, checked and timed: every :class:`Step` collected."""
+    check_request(target, input_ids, max_new_tokens)
+    timer = PhaseTimer(target.device)
+    result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
+    for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
+                      generator, timer):
+        result.record(step)
+    return result

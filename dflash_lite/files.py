@@ -49,8 +49,3 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-    return Path(path)

@@ -24,8 +24,11 @@ from tqdm import tqdm
 
 from . import corpus
 from .baselines import generate_autoregressive
+from .benchmark import bench
 from .files import atomic_write_text
+from .report import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 from .target import load_pretrained, stop_token_ids
+from .validate import check_int
 
 
 def complete(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
@@ -183,8 +186,6 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     ``gsm8k_test.jsonl`` and ``humaneval.jsonl``), also GSM8K questions in the target's
     ``Question:`` format and HumanEval prompts as code, for evaluation only.
     """
-    from .benchmark import bench
-    from .validate import check_int
 
     drafter_dir = Path(drafter_dir)
     for name, value in (("num_prompts", num_prompts), ("max_new_tokens", max_new_tokens), ("repeats", repeats)):
@@ -222,7 +223,6 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
 
 
 def render_drafter_card(card: dict) -> str:
-    from .benchmark import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 
     tr = card["training"]
     lines = [

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .decode import ChainDraft
 from .validate import check_int
 
 
@@ -62,9 +63,9 @@ class NgramProposer:
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
         self.history = prompt_ids[0].cpu().numpy()                     # (T,): committed tokens before `last`
 
-    def propose(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, None]:
+    def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
         drafts = ngram_continuation(np.append(self.history, int(last_token)), self.max_ngram, k)
-        return torch.tensor(drafts, dtype=torch.long, device=last_token.device), None   # (<= k,), a point mass
+        return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))   # (<= k,), a point mass
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
         # `last` sat at `position`; it and the n accepted drafts are committed now

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from .files import atomic_path
+from .report import DFLASH_KINDS, Kind, kind_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +95,6 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from .benchmark import DFLASH_KINDS, Kind, kind_of
 
     out = Path(out_dir) if out_dir is not None else figures_dir()
     out.mkdir(parents=True, exist_ok=True)

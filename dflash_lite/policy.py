@@ -1,19 +1,19 @@
 """A cost-aware block size: each step drafts whatever maximises expected tokens per second.
 
-The cost model the benchmark checks (:func:`dflash_lite.benchmark.predicted_speedup`,
-``speedup = tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a block of B pays: the verify of B tokens and the drafter forward must cost less than
-the tokens they bring. Both sides change from prompt to prompt, so the block size is chosen per
+The cost model the benchmark checks (:func:`dflash_lite.costs.predicted_speedup`,
+``speedup = tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a block of B pays: the
+verify of B tokens and the drafter forward must cost less than the tokens they bring. Both sides change from prompt to prompt, so the block size is chosen per
 step, as real integrations' depth controllers do:
 
 * **costs**: ``t_target(b)`` (one target forward over b tokens, with the cache) and ``t_draft(b)``
-  (one drafter forward over a block of b), measured once per target, drafter, device and dtype
-  at the first prompt and cached in memory (:func:`step_costs`); a least-squares line through
-  the measured sizes gives every other size.
-* **acceptance**: the probability ``a_k`` that draft k is accepted given that the drafts before it
+  (one drafter forward over a block of b), measured at the first prompt by the owner of the
+  target (:class:`dflash_lite.costs.StepCosts`; an ``Engine`` measures once and keeps them); a
+  least-squares line through the measured sizes gives every other size.
+* **acceptance** (:class:`AcceptanceEstimate`): the probability ``a_k`` that draft k is accepted given that the drafts before it
   were, counted from the steps so far with exponential forgetting: pooled over positions with a
   Beta prior, then per position with the pool as prior. A step of b - 1 drafts is then expected
   to commit ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)`` tokens.
-* **choice**: the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
+* **choice** (:func:`choose`, a :class:`Choice`): the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
   expected tokens per second; or a draft tree (:mod:`dflash_lite.tree`) of N nodes, whose
   expected length starts at ``tree_prior_gain`` x the full chain's and is then learned from the
   tree steps it takes. A tree step also updates the chain's estimates: the accepted path follows
@@ -30,97 +30,13 @@ choice depends only on tokens already committed, and each step's acceptance rule
 """
 from __future__ import annotations
 
-import statistics
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from .benchmark import interleaved
-from .decode import DFlashProposer, crop_cache, new_cache, verify
-from .drafter import DrafterCache
-
-_COSTS: dict = {}                         # (target, drafter, device, dtype) -> StepCosts, for this process
-
-
-class StepCosts:
-    """Measured seconds of one target forward over b tokens and one drafter forward over a block of b.
-
-    Between and beyond the measured sizes, a straight line fitted to them (least squares, slope
-    >= 0) gives the cost, so that timing noise at one size cannot make it look cheap. One target
-    token (b = 1) is its own point: a single-token forward takes a lighter path (no causal mask).
-    """
-
-    def __init__(self, t_target: dict[int, float], t_draft: dict[int, float]):
-        self.t_target, self.t_draft = dict(sorted(t_target.items())), dict(sorted(t_draft.items()))
-        self._target_line = self._fit({b: t for b, t in self.t_target.items() if b > 1} or self.t_target)
-        self._draft_line = self._fit(self.t_draft)
-
-    @staticmethod
-    def _fit(table: dict[int, float]) -> tuple[float, float]:
-        """(intercept, slope) of the least-squares line through (b, t), slope clamped at >= 0."""
-        n = len(table)
-        mean_b, mean_t = sum(table) / n, sum(table.values()) / n
-        spread = sum((b - mean_b) ** 2 for b in table)
-        slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in table.items()) / spread) if spread else 0.0
-        return mean_t - slope * mean_b, slope
-
-    def target(self, b: int) -> float:
-        if b == 1 and 1 in self.t_target:
-            return self.t_target[1]
-        intercept, slope = self._target_line
-        return intercept + slope * b
-
-    def draft(self, b: int) -> float:
-        if b <= 1:
-            return 0.0
-        intercept, slope = self._draft_line
-        return intercept + slope * b
-
-
-@torch.inference_mode()
-def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, draft_sizes,
-                       repeats: int = 5) -> dict:
-    """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
-    blocks of b (``draft_sizes``) at the prompt's context length, interleaved so that load drift hits
-    all sizes alike. Returns ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
-    device = target.device
-    ids = prompt_ids.to(device)
-    length = ids.shape[1]
-    layer_ids = drafter.config.target_layer_ids
-    cache = new_cache(target)
-    _, features = verify(target, ids, cache, layer_ids, logits_to_keep=1)
-    dcache = DrafterCache(drafter.config.num_layers)
-    mask_id = drafter.config.mask_token_id
-    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1], 0, dcache)
-    saved = (list(dcache.keys), list(dcache.values))
-
-    def target_step(b):
-        verify(target, ids[:, -1:].expand(1, b), cache, layer_ids)
-        crop_cache(cache, length)
-
-    def draft_step(b):
-        drafter.draft_logits(target, torch.full((1, b), mask_id, device=device), features[:, -1:], length - 1, dcache)
-        dcache.keys, dcache.values = list(saved[0]), list(saved[1])       # forget the new context again
-
-    fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
-    fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})
-    timed = interleaved(fns, repeats, warmup=1, device=device)            # the one interleaved timer
-    medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
-    return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
-            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}}
-
-
-def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, tree_sizes=(),
-               repeats: int = 7) -> StepCosts:
-    """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1 for each tree
-    size N), once per target, drafter, device and dtype in this process."""
-    dtype = next(target.parameters()).dtype
-    key = (id(target), id(drafter), str(target.device), str(dtype), max_block_size, tuple(sorted(tree_sizes)))
-    if key not in _COSTS:
-        grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size} | {max_block_size})
-        measured = measure_step_costs(target, drafter, prompt_ids, set(grid) | {n + 1 for n in tree_sizes},
-                                      [b for b in grid if b > 1], repeats)
-        _COSTS[key] = StepCosts(measured["t_target"], measured["t_draft"])
-    return _COSTS[key]
+from .costs import StepCosts, step_costs
+from .decode import DFlashProposer
+from .tree import draft_tree
 
 
 def chain_accepted(path: list[int], chain: list[int], held: int) -> tuple[int, int]:
@@ -133,51 +49,88 @@ def chain_accepted(path: list[int], chain: list[int], held: int) -> tuple[int, i
     return agree, agree + 1 if agree < len(path) or agree < min(held, len(chain)) else agree
 
 
-class CostAwareProposer(DFlashProposer):
-    """DFlash with the block size (1 = plain decoding .. ``max_block_size``), or a draft tree of one
-    of ``tree_sizes`` nodes, chosen each step for the most expected tokens per second.
+@dataclass(frozen=True)
+class PolicyOptions:
+    """How the cost-aware policy chooses. ``max_block_size``: the longest chain (None: the drafter's
+    block size); ``tree_sizes``: the draft trees it may choose; ``decay``: how much of the
+    acceptance counts a drafting step keeps; ``idle_decay``: the same for a plain step (closer to 1
+    retries drafting later); ``prior``, ``prior_weight``: the Beta prior the estimates start from
+    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
+    multiple of the full chain's."""
+    max_block_size: int | None = None
+    tree_sizes: tuple[int, ...] = ()
+    decay: float = 0.9
+    idle_decay: float = 0.98
+    prior: float = 0.7
+    prior_weight: float = 3.0
+    tree_prior_gain: float = 1.3
 
-    ``costs``: a :class:`StepCosts` (measured at the first prompt when None). ``decay``: how much
-    of the acceptance counts a drafting step keeps; ``idle_decay``: the same for a plain step (how
-    soon drafting is tried again after falling to 1: closer to 1 retries later). ``prior`` and
-    ``prior_weight``: the Beta prior the estimates start from and decay back to.
-    """
-
-    def __init__(self, drafter, target, max_block_size: int | None = None, tree_sizes=(), costs: StepCosts | None = None,
-                 decay: float = 0.9, idle_decay: float = 0.98, prior: float = 0.7, prior_weight: float = 3.0,
-                 tree_prior_gain: float = 1.3):
-        super().__init__(drafter, target, max_block_size)
-        if not (0 < decay < 1 and 0 < idle_decay < 1 and 0 < prior < 1) or prior_weight <= 0 or tree_prior_gain <= 0:
+    def __post_init__(self):
+        if not (0 < self.decay < 1 and 0 < self.idle_decay < 1 and 0 < self.prior < 1) \
+                or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
             raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, prior_weight > 0 "
                              "and tree_prior_gain > 0")
-        if any(n < 1 for n in tree_sizes):
-            raise ValueError(f"tree sizes must be >= 1, got {tuple(tree_sizes)}")
-        self.max_block_size, self.tree_sizes, self.costs = self.block_size, tuple(sorted(tree_sizes)), costs
-        self.decay, self.idle_decay, self.prior, self.prior_weight = decay, idle_decay, prior, prior_weight
-        self.tree_prior_gain = tree_prior_gain
+        if any(n < 1 for n in self.tree_sizes):
+            raise ValueError(f"tree sizes must be >= 1, got {tuple(self.tree_sizes)}")
+        object.__setattr__(self, "tree_sizes", tuple(sorted(self.tree_sizes)))
 
-    def start(self, prompt_ids, target_hidden) -> None:
-        super().start(prompt_ids, target_hidden)
-        if self.costs is None:
-            self.costs = step_costs(self.target, self.drafter, prompt_ids, self.max_block_size, self.tree_sizes)
-        c = self.costs                   # seconds of one step of each kind, looked up once
-        self.step_seconds = [0.0] + [c.target(b) + c.draft(b) for b in range(1, self.max_block_size + 1)]
-        self.tree_seconds = {n: c.target(n + 1) + c.draft(self.max_block_size) for n in self.tree_sizes}
-        self.accepted_count = self.judged_count = 0.0             # decayed counts of chain drafts, pooled
-        depth = self.max_block_size - 1                            # ... and per draft position 1..depth
-        self.accepted_at, self.judged_at = [0.0] * depth, [0.0] * depth
-        self.tree_tokens = dict.fromkeys(self.tree_sizes, 0.0)                   # decayed sums per tree size
-        self.tree_steps = dict.fromkeys(self.tree_sizes, 0.0)
-        self.pending = True                        # the prompt's features are not in the drafter's cache yet
-        self.waiting = [target_hidden]             # features of positions no drafter forward has seen
-        self.chosen: list[int | str] = []          # per step: a block size, or "tree N"
-        self._choose()
 
-    # -------------------------------------------------------------- the estimates
+@dataclass(frozen=True)
+class Choice:
+    """One step's choice: a chain of ``block_size`` tokens per target forward (1: plain decoding),
+    or a draft tree of ``tree_size`` nodes drafted at the full block."""
+    block_size: int
+    tree_size: int | None = None
+
+    def __str__(self) -> str:
+        return f"tree {self.tree_size}" if self.tree_size else str(self.block_size)
+
+
+@dataclass
+class AcceptanceEstimate:
+    """Decayed counts of drafts the target accepted and judged, pooled and per draft position
+    1..``depth``, and of tokens per tree step for each tree size; with a Beta prior (``prior``,
+    ``prior_weight``) that the estimates start from and drift back to as the counts decay."""
+    depth: int
+    tree_sizes: tuple[int, ...] = ()
+    prior: float = 0.7
+    prior_weight: float = 3.0
+    accepted: float = 0.0
+    judged: float = 0.0
+    accepted_at: list[float] = field(default_factory=list)
+    judged_at: list[float] = field(default_factory=list)
+    tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
+    tree_steps: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.accepted_at = self.accepted_at or [0.0] * self.depth
+        self.judged_at = self.judged_at or [0.0] * self.depth
+        self.tree_tokens = self.tree_tokens or dict.fromkeys(self.tree_sizes, 0.0)
+        self.tree_steps = self.tree_steps or dict.fromkeys(self.tree_sizes, 0.0)
+
+    def decay(self, factor: float) -> None:
+        self.accepted, self.judged = self.accepted * factor, self.judged * factor
+        self.accepted_at = [a * factor for a in self.accepted_at]
+        self.judged_at = [t * factor for t in self.judged_at]
+        for size in self.tree_sizes:
+            self.tree_tokens[size] *= factor
+            self.tree_steps[size] *= factor
+
+    def observe_chain(self, accepted: int, judged: int) -> None:
+        """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
+        self.accepted += accepted
+        self.judged += judged
+        for k in range(judged):
+            self.accepted_at[k] += k < accepted
+            self.judged_at[k] += 1
+
+    def observe_tree(self, tree_size: int, tokens: int) -> None:
+        self.tree_tokens[tree_size] += tokens
+        self.tree_steps[tree_size] += 1
+
     def acceptance(self) -> float:
-        """Estimated P(a draft is accepted | the drafts before it were), pooled over block positions:
-        accepted drafts over drafts the target judged, with the Beta prior."""
-        return (self.accepted_count + self.prior_weight * self.prior) / (self.judged_count + self.prior_weight)
+        """P(a draft is accepted | the drafts before it were), pooled over positions, with the prior."""
+        return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
 
     def acceptance_by_position(self) -> list[float]:
         """The same per draft position k, with the pooled estimate as its prior: positions seen often
@@ -186,88 +139,104 @@ class CostAwareProposer(DFlashProposer):
         pooled, w = self.acceptance(), self.prior_weight
         return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
 
-    def expected_tokens(self, block_size: int) -> float:
-        """Tokens a chain step with ``block_size - 1`` drafts is expected to commit, bonus included:
-        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(block_size-1)``."""
-        return self._expected_by_size()[block_size - 1]
-
-    def _expected_by_size(self) -> list[float]:
+    def expected_tokens(self) -> list[float]:
+        """Tokens a chain step of b tokens is expected to commit, bonus included, for b = 1..depth+1:
+        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``."""
         expected, survive = [1.0], 1.0
         for a in self.acceptance_by_position():
             survive *= a
             expected.append(expected[-1] + survive)
-        return expected                                                     # [E(1), E(2), ..., E(max)]
+        return expected
 
-    def expected_tree_tokens(self, tree_size: int) -> float:
-        """Observed mean of tree steps, pulled towards a prior of the full chain's estimate x a gain."""
-        prior = self.tree_prior_gain * self.expected_tokens(self.max_block_size)
+    def expected_tree_tokens(self, tree_size: int, gain: float) -> float:
+        """Observed mean of tree steps, pulled towards a prior of ``gain`` x the full chain's estimate."""
+        prior = gain * self.expected_tokens()[-1]
         return (self.tree_tokens[tree_size] + self.prior_weight * prior) / (self.tree_steps[tree_size] + self.prior_weight)
 
-    def _choose(self) -> None:
-        rates = [e / t for e, t in zip(self._expected_by_size(), self.step_seconds[1:])]
-        best_rate = max(rates)
-        self.block_size, self.tree_size = rates.index(best_rate) + 1, None
-        for n in self.tree_sizes:        # a tree: one drafter forward at full depth, a verify of N+1
-            rate = self.expected_tree_tokens(n) / self.tree_seconds[n]
-            if rate > best_rate:
-                self.block_size, self.tree_size, best_rate = self.max_block_size, n, rate
-        self.chosen.append(f"tree {self.tree_size}" if self.tree_size else self.block_size)
 
-    # -------------------------------------------------------------- the proposer calls
-    def _catch_up(self) -> None:
-        """The drafter's next forward takes in every position decoded since its last one."""
-        if len(self.waiting) > 1:
-            self.new_context = torch.cat(self.waiting, dim=1)
-        self.pending, self.waiting = False, []
+def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions) -> Choice:
+    """The chain length b in 1..B, or the tree, with the most expected tokens per second of step."""
+    rates = [e / (costs.target(b) + costs.draft(b)) for b, e in enumerate(estimate.expected_tokens(), 1)]
+    best_rate = max(rates)
+    choice = Choice(rates.index(best_rate) + 1)
+    full = len(rates)
+    for n in options.tree_sizes:     # a tree: one drafter forward at full depth, a verify of N+1
+        rate = estimate.expected_tree_tokens(n, options.tree_prior_gain) / (costs.target(n + 1) + costs.draft(full))
+        if rate > best_rate:
+            choice, best_rate = Choice(full, n), rate
+    return choice
+
+
+class CostAwareProposer(DFlashProposer):
+    """DFlash with the block size (1 = plain decoding .. ``options.max_block_size``), or a draft
+    tree of one of ``options.tree_sizes`` nodes, chosen each step by :func:`choose` for the most
+    expected tokens per second. ``costs``: a :class:`StepCosts` (measured at the first prompt
+    when None; the owner of the target keeps ``self.costs`` for the next proposer it builds)."""
+
+    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(), costs: StepCosts | None = None):
+        super().__init__(drafter, target, options.max_block_size)
+        self.options = replace(options, max_block_size=self.block_size)
+        self.costs = costs
+
+    @property
+    def tree_sizes(self) -> tuple[int, ...]:
+        return self.options.tree_sizes
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        super().start(prompt_ids, target_hidden)
+        o = self.options
+        if self.costs is None:
+            self.costs = step_costs(self.target, self.drafter, prompt_ids, o.max_block_size, o.tree_sizes)
+        self.estimate = AcceptanceEstimate(o.max_block_size - 1, o.tree_sizes, o.prior, o.prior_weight)
+        self.drafted = False                       # the prompt's features are not in the drafter's cache yet
+        self.waiting = [target_hidden]             # features of positions no drafter forward has seen
+        self.chosen: list[Choice] = []             # per step
+        self._choose()
+
+    def _choose(self) -> None:
+        self.choice = choose(self.estimate, self.costs, self.options)
+        self.block_size = self.choice.block_size
+        self.chosen.append(self.choice)
 
     def propose(self, last_token, k):
-        self._catch_up()
+        if len(self.waiting) > 1:                  # the drafter takes in every position decoded since its last forward
+            self.new_context = torch.cat(self.waiting, dim=1)
+        self.drafted, self.waiting = True, []
+        if self.choice.tree_size:
+            self.tree = draft_tree(self, last_token, k, self.choice.tree_size)    # read again in accepted()
+            return self.tree
         return super().propose(last_token, k)
 
-    def propose_tree(self, last_token, depth, tree_size=None):
-        from .tree import DFlashTreeProposer
-        self._catch_up()
-        self.tree = DFlashTreeProposer.propose_tree(self, last_token, depth, tree_size)   # read again in accepted()
-        return self.tree
-
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        if self.pending:             # no draft this step: the features wait for the next drafter forward
-            self.waiting.append(target_hidden[:, : n + 1])
-        else:
+        if self.drafted:
             super().accepted(block, n, position, target_hidden)
             self.waiting = [self.new_context]
-        decay = self.idle_decay if self.pending else self.decay
-        self.pending = True
-        self.accepted_count *= decay
-        self.judged_count *= decay
-        self.accepted_at = [a * decay for a in self.accepted_at]
-        self.judged_at = [t * decay for t in self.judged_at]
-        for size in self.tree_sizes:
-            self.tree_tokens[size] *= decay
-            self.tree_steps[size] *= decay
-        if self.tree_size:
-            self.tree_tokens[self.tree_size] += n + 1
-            self.tree_steps[self.tree_size] += 1
+        else:                        # no draft this step: the features wait for the next drafter forward
+            self.waiting.append(target_hidden[:, : n + 1])
+        self.estimate.decay(self.options.decay if self.drafted else self.options.idle_decay)
+        if self.drafted and self.choice.tree_size:
+            self.estimate.observe_tree(self.choice.tree_size, n + 1)
             chain = self.tree.chain                   # what the chain would have done in the same step
-            accepted, judged = chain_accepted(block[0, 1: n + 1].tolist(), chain, self.tree.path_length(chain))
+            self.estimate.observe_chain(*chain_accepted(block[0, 1: n + 1].tolist(), chain, self.tree.path_length(chain)))
         else:                                         # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            accepted, judged = n, min(n + 1, block.shape[1] - 1)
-        self.accepted_count += accepted
-        self.judged_count += judged
-        for k in range(judged):
-            self.accepted_at[k] += k < accepted
-            self.judged_at[k] += 1
+            self.estimate.observe_chain(n, min(n + 1, block.shape[1] - 1))
+        self.drafted = False
         self._choose()
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
 
 
-def default_policy(drafter, target) -> CostAwareProposer:
+def default_policy(drafter, target, costs: StepCosts | None = None) -> CostAwareProposer:
     """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the cost-aware block size,
     which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or sampled
     (both acceptance rules are lossless, :mod:`dflash_lite.tree`)."""
-    return CostAwareProposer(drafter, target, tree_sizes=DEFAULT_TREE_SIZES)
+    return CostAwareProposer(drafter, target, PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES), costs)
+
+
+def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
+    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length."""
+    return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)
 
 
 # ----------------------------------------------------------------------------- the source article's rule

@@ -26,14 +26,13 @@ same :class:`~dflash_lite.decode.GenerationResult` as :func:`dflash_lite.decode.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
-from .decode import GenerationResult, check_request
+from .decode import GenerationResult, Step, check_request
 from .drafter import DFlashDrafter, check_compatible
 from .target import context_features
+from .timing import PhaseTimer, no_phase
 from .validate import check_int
 
 
@@ -164,73 +163,77 @@ class StaticDecoder:
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
     def steps(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-              stop_token_ids=(), generator: torch.Generator | None = None):
-        """Speculative decoding on static shapes: yields the tokens of each step, returns a
-        :class:`~dflash_lite.decode.GenerationResult` (phase times: prefill and the decode steps)."""
+              stop_token_ids=(), generator: torch.Generator | None = None, phase=no_phase):
+        """Speculative decoding on static shapes, one :class:`~dflash_lite.decode.Step` per target
+        forward as :func:`dflash_lite.decode.steps` yields them. ``phase`` observes two phases:
+        ``prefill`` and ``steps`` (draft, verify and accept run as one, with no host sync between)."""
         check_request(self.target, input_ids, max_new_tokens)
         if input_ids.shape[1] + max_new_tokens > self.max_length:
             raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"this decoder's max_length of {self.max_length}")
-        ids, b, stops = input_ids.to(self.device), self.block_size, set(stop_token_ids)
+        ids, stops = input_ids.to(self.device), set(stop_token_ids)
         processors = sampling.processors()
-        start = time.perf_counter()
-        for layer in self.cache.layers:                 # the prompt from slot 0 (eager: its width is the prompt's)
-            if layer.is_initialized:
-                layer.cumulative_length.zero_()
-        out = self.target(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
-                          output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
-        last = choose_tokens(out.logits[0], sampling, processors, generator)      # (1,) the first new token
-        position = ids.shape[1]                          # slots 0..position-1 hold accepted tokens
-        self._warm_up(position)
-        at = torch.tensor(position, device=self.device)  # the same, on the device, for the forwards
-        if self.drafter is not None:                     # the prompt's context into the drafter's cache (eager, once)
-            features, context_start = context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)
-            drafted = self._draft_forward(last, features, context_start, at)
-        tokens, token_times, per_step = [int(last)], [time.perf_counter() - start], []
-        prefill_s = token_times[0]
-        yield tokens[:]
-        stopped = tokens[0] in stops
-        while not stopped and len(tokens) < max_new_tokens:
-            k = min(b, max_new_tokens - len(tokens)) - 1                     # drafts this step may keep
-            if self.drafter is None or k == 0:           # plain decoding: a forward of width 1
-                logits, hidden = self.target_forward(last[None], at)
-                drafts = last[:0]
-            else:                                        # drafts from the last step's forward, then verify
-                drafts = drafted.argmax(dim=-1)                                   # (B-1,)
-                logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
-            if sampling.greedy:                          # on the device: keep drafts while the target agrees
-                choice = logits.argmax(dim=-1)                                    # (W,)
-                agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)          # 1 until the first miss
-                n = agree.sum()
-                step = torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist()   # the one host sync
-                n, next_token = step[0], step[-1]
-            else:                                        # the lossless point-mass rule, as in decode.accept
-                p = target_probs(logits[: k + 1], sampling, processors)          # (k+1, V)
-                n, next_token = accept_point_mass(drafts[:k], p, generator)
-                step = [n] + drafts[:k].tolist() + [next_token]
-            new = step[1: n + 1] + [next_token]
-            if stops & set(new):                         # a stop token inside the block ends the output there
-                new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
-            context_start, position = at.clone(), position + n + 1   # the verified slots 0..position-1 stay
-            at.fill_(position)
-            last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
-            if self.drafter is not None and not stopped and len(tokens) + len(new) < max_new_tokens:
-                drafted = self.draft_forward(last, hidden, context_start, at).clone()   # the next step's drafts
-            tokens += new
-            token_times += [time.perf_counter() - start] * len(new)
-            per_step.append(n + 1)
-            yield new
-        return GenerationResult(tokens=tokens, prompt_length=input_ids.shape[1], time_to_first_token=prefill_s,
-                                token_times=token_times, acceptance_lengths=per_step,
-                                phase_times={"prefill": prefill_s, "steps": token_times[-1] - prefill_s},
-                                stop_reason="stop_token" if stopped else "max_new_tokens")
+        with phase("prefill"):
+            for layer in self.cache.layers:             # the prompt from slot 0 (eager: its width is the prompt's)
+                if layer.is_initialized:
+                    layer.cumulative_length.zero_()
+            out = self.target(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                              output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
+            last = choose_tokens(out.logits[0], sampling, processors, generator)  # (1,) the first new token
+            position = ids.shape[1]                      # slots 0..position-1 hold accepted tokens
+            self._warm_up(position)
+            drafted = None
+            at = torch.tensor(position, device=self.device)   # the same, on the device, for the forwards
+            if self.drafter is not None:                 # the prompt's context into the drafter's cache (eager, once)
+                features, context_start = context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)
+                drafted = self._draft_forward(last, features, context_start, at)
+        emitted, stopped = 1, int(last) in stops
+        yield Step([int(last)], None, stopped)
+        while not stopped and emitted < max_new_tokens:
+            with phase("steps"):
+                new, n, last, stopped, drafted = self._step(last, at, position, drafted,
+                                                            max_new_tokens - emitted, sampling, processors,
+                                                            generator, stops)
+            position += n + 1
+            emitted += len(new)
+            yield Step(new, n + 1, stopped)
+
+    def _step(self, last, at, position: int, drafted, budget: int, sampling, processors, generator, stops):
+        """One static-shape step: verify ``last`` (at ``position``; ``at`` holds it on the device)
+        and the drafts of the last drafter forward, accept, and run the next drafter forward.
+        Returns (new tokens, n, the next last token, stopped, the next drafts); ``at`` moves on in place."""
+        k = min(self.block_size, budget) - 1                                  # drafts this step may keep
+        if self.drafter is None or k == 0:               # plain decoding: a forward of width 1
+            logits, hidden = self.target_forward(last[None], at)
+            drafts = last[:0]
+        else:                                            # drafts from the last step's forward, then verify
+            drafts = drafted.argmax(dim=-1)                                       # (B-1,)
+            logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
+        if sampling.greedy:                              # on the device: keep drafts while the target agrees
+            choice = logits.argmax(dim=-1)                                        # (W,)
+            agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)              # 1 until the first miss
+            n = agree.sum()
+            step = torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist()   # the one host sync
+            n, next_token = step[0], step[-1]
+        else:                                            # the lossless point-mass rule, as in decode.accept
+            p = target_probs(logits[: k + 1], sampling, processors)              # (k+1, V)
+            n, next_token = accept_point_mass(drafts[:k], p, generator)
+            step = [n] + drafts[:k].tolist() + [next_token]
+        new, stopped = step[1: n + 1] + [next_token], False
+        if stops & set(new):                             # a stop token inside the block ends the output there
+            new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
+        context_start = at.clone()
+        at.fill_(position + n + 1)                       # the verified slots before it stay
+        last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
+        if self.drafter is not None and not stopped and budget - len(new) > 0:
+            drafted = self.draft_forward(last, hidden, context_start, at).clone()   # the next step's drafts
+        return new, n, last, stopped, drafted
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids=(), generator: torch.Generator | None = None) -> GenerationResult:
-        """:meth:`steps` to the end: its :class:`~dflash_lite.decode.GenerationResult`."""
-        loop = self.steps(input_ids, max_new_tokens, sampling, stop_token_ids, generator)
-        while True:
-            try:
-                next(loop)
-            except StopIteration as done:
-                return done.value
+        """:meth:`steps` to the end, every step collected, as :func:`dflash_lite.decode.generate`."""
+        timer = PhaseTimer(self.device)
+        result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
+        for step in self.steps(input_ids, max_new_tokens, sampling, stop_token_ids, generator, timer):
+            result.record(step)
+        return result

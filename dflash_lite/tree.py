@@ -77,6 +77,20 @@ class DraftTree:
             kids[self.parents[i]][token] = i
         return kids
 
+    # the draft interface the decode loop calls (dflash_lite.decode.Draft), as ChainDraft has it
+    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids):
+        """The whole tree in one target forward (:func:`verify_tree`); the root already holds ``last``."""
+        return verify_tree(target, self, cache, position, layer_ids)
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]:
+        return accept_tree(self, target_logits, sampling, processors, generator)
+
+    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden):
+        """The target's cache keeps the path (:func:`keep_path`); returns the path's tokens (1, n+1)
+        and features (1, n+1, K*H), laid out as a chain all of which stays."""
+        keep_path(cache, position, path)
+        return self.tokens[path].view(1, -1), target_hidden[:, path]
+
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
     """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D, V),
@@ -158,6 +172,13 @@ def keep_path(cache, position: int, path: list[int]) -> None:
         cache.crop(-remove)
 
 
+def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int, tree_size: int) -> DraftTree:
+    """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
+    ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache)."""
+    _, logits = proposer.block_logits(last_token, depth)                # (1, depth, V)
+    return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size)
+
+
 class DFlashTreeProposer(DFlashProposer):
     """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
     block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
@@ -168,24 +189,8 @@ class DFlashTreeProposer(DFlashProposer):
             raise ValueError(f"tree_size must be >= 1, got {tree_size}")
         self.tree_size = tree_size
 
-    def propose_tree(self, last_token: torch.Tensor, depth: int, tree_size: int | None = None) -> DraftTree:
-        _, logits = self.block_logits(last_token, depth)                 # one forward over [last, MASK x depth]
-        return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size or self.tree_size)
-
-
-def tree_step(target, proposer, last: torch.Tensor, depth: int, cache, position: int, phase,
-              sampling: SamplingParams = SamplingParams(), processors=None, generator: torch.Generator | None = None):
-    """One decode step with a tree (the chain step's phases, see :func:`dflash_lite.decode.steps`):
-    draft a tree, verify it, pick the accepted path and keep its KV entries. Returns (path tokens
-    (1, n+1), n, the target's next token, the path's features (1, n+1, K*H))."""
-    with phase("draft"):
-        tree = proposer.propose_tree(last, depth)
-    with phase("verify"):
-        logits, hidden = verify_tree(target, tree, cache, position, proposer.layer_ids)
-    with phase("accept"):
-        path, next_token = accept_tree(tree, logits, sampling, processors, generator)
-        keep_path(cache, position, path)
-    return tree.tokens[path].view(1, -1), len(path) - 1, next_token, hidden[:, path]
+    def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
+        return draft_tree(self, last_token, k, self.tree_size)
 
 
 class HybridTreeProposer(DFlashTreeProposer):
@@ -203,10 +208,9 @@ class HybridTreeProposer(DFlashTreeProposer):
         super().start(prompt_ids, target_hidden)
         self.ngram.start(prompt_ids, target_hidden)
 
-    def propose_tree(self, last_token: torch.Tensor, depth: int, tree_size: int | None = None) -> DraftTree:
-        tree = super().propose_tree(last_token, depth, tree_size)
-        branch, _ = self.ngram.propose(last_token, min(depth, self.ngram.block_size - 1))
-        return add_branch(tree, branch.tolist())
+    def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
+        branch = self.ngram.propose(last_token, min(k, self.ngram.block_size - 1)).tokens
+        return add_branch(super().propose(last_token, k), branch.tolist())
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         super().accepted(block, n, position, target_hidden)

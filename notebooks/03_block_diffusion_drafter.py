@@ -60,7 +60,7 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.baselines import EagleProposer
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
-from dflash_lite.train import block_attention_mask
+from dflash_lite.data import block_attention_mask
 from dflash_lite.plotting import save_figure
 
 from dflash_lite.course import chapter_clock
@@ -595,7 +595,8 @@ score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"], 8, 
 # pass, keeps the `(k + 1) // 2` drafts with the highest top-1 probability, puts the mask back on the
 # others, runs the drafter once more on that block (the context is in the proposer's cache after the
 # first pass: give the second `draft_logits` call `self.new_context[:, :0]` and `start=` the position
-# of `last`, as `DFlashProposer.propose` does) and fills the re-masked slots with its argmax. The check
+# of `last`, as `DFlashProposer.propose` does), fills the re-masked slots with its argmax and returns
+# them as `ChainDraft(tokens)` (`dflash_lite/decode.py`: a chain of drafts the loop verifies). The check
 # compares your drafts with its own implementation on a few steps, and then runs your proposer in the
 # decode loop on the math prompts: is tau higher than one pass, and does it pay for the extra forward?
 

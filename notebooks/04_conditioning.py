@@ -59,7 +59,8 @@ from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
 from dflash_lite.plotting import repo_dir, save_figure
 from dflash_lite.variants import make_drafter
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
-from dflash_lite.train import position_accuracy, regenerate
+from dflash_lite.data import regenerate
+from dflash_lite.train import position_accuracy
 
 from dflash_lite.course import chapter_clock
 

@@ -56,9 +56,10 @@ import torch.nn.functional as F
 from dflash_lite import load_pretrained
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.plotting import cache_dir, repo_dir, save_figure
-from dflash_lite.train import (IGNORE, Trainer, TrainConfig, drafter_loss, epoch_batches, labelled_logits,
-                               loss_gamma, make_batch, position_weights, regenerate, sample_anchors, tau_probe,
-                               training_prompts)
+from dflash_lite.data import IGNORE, epoch_batches, make_batch, regenerate, sample_anchors
+from dflash_lite.prompts import training_prompts
+from dflash_lite.train import drafter_loss, labelled_logits, loss_gamma, position_weights, tau_probe
+from dflash_lite.trainer import TrainConfig, Trainer
 
 from dflash_lite.course import chapter_clock
 

@@ -49,15 +49,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from dflash_lite.benchmark import (
-    DFLASH_KINDS,
-    Kind,
-    bench,
-    format_cost_model,
-    format_table,
-    row_of,
-    rows_of,
-)
+from dflash_lite.benchmark import bench
+from dflash_lite.report import DFLASH_KINDS, Kind, format_cost_model, format_table, row_of, rows_of
 from dflash_lite.plotting import hardware_label, plot_benchmark, results_dir
 
 from dflash_lite.course import chapter_clock

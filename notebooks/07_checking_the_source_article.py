@@ -51,14 +51,17 @@ import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import SamplingParams, target_probs
-from dflash_lite.benchmark import builtin_prompts, measure_costs, predicted_speedup
+from dflash_lite.costs import measure_costs, predicted_speedup
+from dflash_lite.prompts import builtin_prompts
 from dflash_lite.checkpoints import export_dflash, load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.baselines import EagleProposer, generate_autoregressive
 from dflash_lite.plotting import cache_dir, save_figure
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
-from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, labelled_logits,
-                               position_weights, regenerate, training_prompts)
+from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.prompts import training_prompts
+from dflash_lite.train import drafter_loss, labelled_logits, position_weights
+from dflash_lite.trainer import TrainConfig, Trainer
 
 from dflash_lite.course import chapter_clock
 

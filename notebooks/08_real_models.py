@@ -51,14 +51,9 @@ import json
 import matplotlib.pyplot as plt
 import torch
 
-from dflash_lite.benchmark import (
-    Kind,
-    bench,
-    format_cost_model,
-    format_table,
-    measure_costs,
-    row_of,
-)
+from dflash_lite.benchmark import bench
+from dflash_lite.costs import measure_costs
+from dflash_lite.report import Kind, format_cost_model, format_table, row_of
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure
 from dflash_lite.target import default_drafter_path, load_pretrained

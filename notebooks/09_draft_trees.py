@@ -66,7 +66,8 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, crop_cache, generate, new_cache, prefill
 from dflash_lite.drafter import DrafterCache
 from dflash_lite.plotting import save_figure
-from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy, measure_step_costs
+from dflash_lite.costs import measure_step_costs
+from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
 from dflash_lite.target import SHIPPED_DRAFTERS
 from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, keep_path, verify_tree
 
@@ -470,11 +471,11 @@ for ax, domain in zip(axes, prompt_ids):
     policy = default_policy(drafter, target)
     r = generate(target, policy, x_, max_new_tokens, stop_token_ids=stops)
     assert r.tokens == greedy[domain][0]
-    choices = policy.chosen[: len(r.acceptance_lengths)]       # "tree N" or a block size, per step
-    labels = [c if str(c).startswith("tree") else f"B={c}" for c in choices]
+    choices = policy.chosen[: len(r.acceptance_lengths)]       # a Choice per step: a tree of N nodes or a block size
+    labels = [str(c) if c.tree_size else f"B={c.block_size}" for c in choices]
     steps_ = range(1, len(choices) + 1)
     bars = ax.bar(steps_, r.acceptance_lengths,
-                  color=["tab:orange" if str(c).startswith("tree") else "tab:blue" for c in choices])
+                  color=["tab:orange" if c.tree_size else "tab:blue" for c in choices])
     for bar, label in zip(bars, labels):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, label.replace("tree ", "T"),
                 ha="center", va="bottom", fontsize=7, rotation=90)
@@ -482,7 +483,7 @@ for ax, domain in zip(axes, prompt_ids):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     counts = {c: labels.count(c) for c in dict.fromkeys(labels)}
     print(f"{domain}: " + ", ".join(f"{c} x{k}" for c, k in counts.items()) + f"; tau {r.tau:.2f}")
-print(f"the prior: acceptance {policy.prior}, a tree expected to commit {policy.tree_prior_gain}x the chain's tokens")
+print(f"the prior: acceptance {policy.options.prior}, a tree expected to commit {policy.options.tree_prior_gain}x the chain's tokens")
 axes[0].set_ylabel("tokens committed")
 axes[0].set_ylim(0, B + 4)
 trees = " or ".join(f"T{n}: a {n}-node tree" for n in policy.tree_sizes)

@@ -48,11 +48,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.benchmark import interleaved
+from dflash_lite.timing import interleaved
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate, new_cache, verify
 from dflash_lite.plotting import repo_dir, save_figure
-from dflash_lite.policy import measure_step_costs
+from dflash_lite.costs import measure_step_costs
 from dflash_lite.static import StaticDecoder
 from dflash_lite.target import SHIPPED_DRAFTERS
 

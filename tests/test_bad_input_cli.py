@@ -53,8 +53,8 @@ def no_work(monkeypatch):
     """Fails the test if a model is loaded: the error must come before any work."""
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was refused")
-    monkeypatch.setattr("dflash_lite.target.load_pretrained", refuse)
-    monkeypatch.setattr("dflash_lite.cli.load_pretrained", refuse)
+    for module in ("target", "checkpoints", "benchmark", "train"):      # every module that loads a target
+        monkeypatch.setattr(f"dflash_lite.{module}.load_pretrained", refuse)
 
 
 @pytest.fixture
@@ -311,7 +311,7 @@ def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated
         raise RuntimeError("drafter exploded")
     monkeypatch.setattr("dflash_lite.benchmark.DFlashProposer", broken)
     monkeypatch.setattr("dflash_lite.policy.CostAwareProposer", broken)      # the default row
-    monkeypatch.setattr("dflash_lite.tree.DFlashTreeProposer", broken)       # the tree rows
+    monkeypatch.setattr("dflash_lite.benchmark.DFlashTreeProposer", broken)  # the tree rows
     (tmp_path / "keep.tmp").write_text("the user's own file")
     code, out, err = run_cli(capsys, "bench", "--num-prompts", "1", "--max-new-tokens", "4", "--repeats", "1",
                              "--cost-repeats", "1", "--block-sizes", "4", "--no-baselines", "--no-hf-dflash",

@@ -5,16 +5,9 @@ import json
 
 import pytest
 
-from dflash_lite.benchmark import (
-    Kind,
-    Method,
-    format_table,
-    load_prompts,
-    row_of,
-    rows_of,
-    run_benchmark,
-    standard_methods,
-)
+from dflash_lite.benchmark import BenchConfig, Method, run_benchmark, standard_methods
+from dflash_lite.prompts import load_prompts
+from dflash_lite.report import Kind, format_table, row_of, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +90,7 @@ def test_prompt_files_with_prompt_or_turns(tmp_path):
 
 def test_cost_model_arithmetic():
     """predicted = tau * t(1) / (t(B) + t_draft(B)); overhead = measured step - the two forwards."""
-    from dflash_lite.benchmark import cost_model
+    from dflash_lite.report import cost_model
 
     report = {"methods": [
         {"name": "autoregressive (ours)", "kind": "autoregressive", "block_size": 1, "tokens_per_s": 100.0,
@@ -155,7 +148,7 @@ def test_consumers_select_rows_by_kind_not_by_name(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     from dflash_lite import plotting
-    from dflash_lite.benchmark import all_dflash_failed, cost_model
+    from dflash_lite.report import all_dflash_failed, cost_model
     from dflash_lite.model_card import render_drafter_card
 
     report = {"env": {"prompts": 1, "max_new_tokens": 8, "repeats": 1, "device": "cpu", "threads": 1,
@@ -193,21 +186,26 @@ def test_consumers_select_rows_by_kind_not_by_name(tmp_path, monkeypatch):
     assert [line.split(":")[0] for line in histograms] == ["- mine, fixed", "- a tree"]
 
 
-def test_reports_written_before_rows_had_a_kind_still_read():
-    """Committed results/*.json and models/*/card.json have no "kind": it is read from the old names."""
-    from dflash_lite.benchmark import all_dflash_failed, cost_model, kind_of
+def test_every_committed_report_row_has_a_kind():
+    """Rows are read by kind alone: every committed report (results/, the shipped cards) carries it."""
+    from pathlib import Path
 
-    old = [{k: v for k, v in r.items() if k != "kind"} for r in (
-        _row("autoregressive (ours)", None, 1), _row("DFlash (ours) B=8", None, 8, 2.0),
-        _row("DFlash tree N=4", None, None, 2.5, tree_size=4), _row("DFlash (transformers) B=16", None, 16))]
-    assert [kind_of(r) for r in old] == [Kind.AUTOREGRESSIVE, Kind.DFLASH, Kind.DFLASH_TREE, Kind.HF_DFLASH]
-    costs = {"t_target": {"1": 0.01, "5": 0.01, "8": 0.01}, "t_draft": {"4": 0.002, "8": 0.002}, "tree_block_size": 4}
-    assert [r["name"] for r in cost_model({"methods": old}, costs)] == ["DFlash (ours) B=8", "DFlash tree N=4"]
-    assert all_dflash_failed({"methods": old}) is None
-    assert "DFlash (ours) B=8" in format_table({"env": {"prompts": 1, "max_new_tokens": 8, "repeats": 1, "device": "cpu",
-                                                        "threads": 1, "torch": "-", "transformers": "-"},
-                                                "methods": [{k: v for k, v in r.items() if k != "speedup_vs_hf_generate"}
-                                                            for r in old]})
+    from dflash_lite.report import kind_of
+
+    def rows(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("methods"), list):
+                yield from node["methods"]
+            for value in node.values():
+                yield from rows(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from rows(value)
+
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(root.glob("results/*.json")) + sorted(root.glob("dflash_lite/models/*/card.json"))
+    found = [row for f in files for row in rows(json.loads(f.read_text()))]
+    assert found and all(isinstance(kind_of(row), Kind) for row in found)
 
 
 def test_standard_methods_carry_their_kinds(tiny, random_drafter):
@@ -250,7 +248,8 @@ def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
 
 
 def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):
-    from dflash_lite.benchmark import cost_model, measure_costs
+    from dflash_lite.costs import measure_costs
+    from dflash_lite.report import cost_model
     from dflash_lite.plotting import plot_benchmark
 
     target, tokenizer = tiny
@@ -271,7 +270,7 @@ def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):
 
 
 def test_dataset_offline_is_one_clear_error(monkeypatch):
-    from dflash_lite.benchmark import dataset_prompts
+    from dflash_lite.prompts import dataset_prompts
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -294,40 +293,44 @@ def test_sampled_benchmark_skips_the_identity_check(tiny, random_drafter):
     assert all(m["identical_to_target"] is None and m["error"] is None for m in report["methods"])
 
 
-def test_interleaved_warms_up_untimed_then_rotates_the_order():
-    from dflash_lite.benchmark import interleaved
+def test_interleaved_warms_up_untimed_then_rotates_the_order(monkeypatch):
+    from dflash_lite import timing
 
+    clock = [0.0]                                     # a clock that only the runs move: a runs 1 s, b 2 s, c 3 s
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
     calls = []
-    runs = {name: (lambda name=name: calls.append(name) or name.upper()) for name in "abc"}
-    timed = interleaved(runs, repeats=3, warmup=1)
+
+    def run(name):
+        calls.append(name)
+        clock[0] += "abc".index(name) + 1
+        return name.upper()
+
+    timed = timing.interleaved({name: (lambda name=name: run(name)) for name in "abc"}, repeats=3, warmup=1)
     assert calls == list("abc") + list("abc") + list("bca") + list("cab")   # warm-up, then rotated rounds
-    assert {name: [result for _, result in rounds] for name, rounds in timed.items()} == \
-        {name: [name.upper()] * 3 for name in "abc"}
-    assert all(seconds >= 0 for rounds in timed.values() for seconds, _ in rounds)
+    assert timed == {name: [("abc".index(name) + 1.0, name.upper())] * 3 for name in "abc"}   # each run's own time
 
 
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
-def test_bench_is_resolve_run_report_with_their_options():
-    from dflash_lite.benchmark import bench, report, resolve, run
-
-    options = inspect.signature(bench).parameters
-    for step in (resolve, run, report):
-        for name, p in inspect.signature(step).parameters.items():
-            if p.default is not p.empty:
-                assert options[name].default == p.default, name
-    assert {"target", "drafter", "prompts", "dataset", "domain", "random_drafter_layers", "repeats", "cost_repeats",
-            "json_out", "quiet"} <= set(options)
+def test_bench_options_are_one_checked_config():
+    config = BenchConfig(num_prompts=2, block_sizes=[8, 4], prompt_template="Q: {prompt}\\nA:")
+    assert config.check() is config and config.block_sizes == (8, 4) and config.prompt_template == "Q: {prompt}\nA:"
+    with pytest.raises(TypeError):
+        BenchConfig(no_such_option=1)
+    for bad, message in (({"repeats": 0}, "repeats"), ({"prompts": "a.jsonl", "dataset": "gsm8k"}, "not both"),
+                         ({"prompt_template": "no slot"}, "must contain")):
+        with pytest.raises(ValueError, match=message):
+            BenchConfig(**bad).check()
 
 
 def test_resolve_run_report_in_steps(tmp_path, capsys):
     from dflash_lite.benchmark import report, resolve, run
 
-    setup = resolve(domain="math", num_prompts=1, max_new_tokens=6, block_sizes=(4,), tree_sizes=(), hf_dflash=False,
-                    baselines=False)
+    setup = resolve(BenchConfig(domain="math", num_prompts=1, max_new_tokens=6, block_sizes=(4,), tree_sizes=(),
+                                hf_dflash=False, baselines=False, repeats=1, cost_repeats=1,
+                                json_out=str(tmp_path / "r.json")))
     assert [m.kind for m in setup.methods][:2] == [Kind.AUTOREGRESSIVE, Kind.HF_GENERATE]
     assert setup.settings["prompts_source"] == "built-in held-out math"
-    measured = run(setup, repeats=1, cost_repeats=1)
-    out = report(setup, measured, json_out=str(tmp_path / "r.json"))
+    out = report(setup, run(setup))
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(out))
     assert row_of(out, Kind.AUTOREGRESSIVE)["speedup"] == 1.0 and row_of(out, Kind.DFLASH, block_size=4)["tau"]
     assert [r["kind"] for r in out["cost_model"]["rows"]] == ["dflash"]
@@ -336,12 +339,11 @@ def test_resolve_run_report_in_steps(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- the CLI's defaults are the signatures'
 def test_every_cli_default_is_the_function_signatures():
-    from dflash_lite.benchmark import bench
-    from dflash_lite.cli import build_parser, demo
+    from dflash_lite.cli import DemoConfig, build_parser
     from dflash_lite.train import train_draft_model, train_drafter
 
     commands = build_parser().commands
-    for command, func in (("demo", demo), ("bench", bench), ("train", train_drafter)):
+    for command, func in (("demo", DemoConfig), ("bench", BenchConfig), ("train", train_drafter)):
         parser, params = commands[command], inspect.signature(func).parameters
         options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
         assert options

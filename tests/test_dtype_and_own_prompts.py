@@ -71,7 +71,8 @@ def test_cli_refuses_an_unknown_dtype(capsys):
 
 @pytest.mark.slow
 def test_demo_and_bench_run_in_bf16(capsys):
-    from dflash_lite.benchmark import Kind, bench, row_of
+    from dflash_lite.benchmark import bench
+    from dflash_lite.report import Kind, row_of
     from dflash_lite.cli import demo
 
     summary = demo(max_new_tokens=8, repeats=1, dtype="bfloat16")
@@ -121,7 +122,7 @@ def write_prompts(path, n):
 def test_apply_chat_template_only_when_there_is_one(chat_target, tiny):
     from transformers import AutoTokenizer
 
-    from dflash_lite.train import apply_chat_template
+    from dflash_lite.prompts import apply_chat_template
 
     _, plain = tiny
     assert apply_chat_template(plain, ["2+2?"]) == ["2+2?"]

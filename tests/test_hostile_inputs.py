@@ -72,7 +72,7 @@ def test_a_planted_auto_map_module_never_runs_from_the_command_line(tiny_copy):
 from test_bad_input_cli import FAST_TRAIN, no_work, run_cli, the_line  # noqa: E402, F401
 
 from dflash_lite import trainer as trainer_module  # noqa: E402
-from dflash_lite.benchmark import load_prompts  # noqa: E402
+from dflash_lite.prompts import load_prompts  # noqa: E402
 from dflash_lite.checkpoints import load_drafter  # noqa: E402
 from dflash_lite.target import SHIPPED_DRAFTERS  # noqa: E402
 

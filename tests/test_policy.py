@@ -5,7 +5,17 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.policy import DEFAULT_TREE_SIZES, CostAwareProposer, StepCosts, chain_accepted, default_policy
+from dflash_lite.costs import StepCosts
+from dflash_lite.policy import (
+    DEFAULT_TREE_SIZES,
+    AcceptanceEstimate,
+    Choice,
+    CostAwareProposer,
+    PolicyOptions,
+    chain_accepted,
+    choose,
+    default_policy,
+)
 
 MAX_NEW = 16
 # cheap drafting: blocks pay even at modest acceptance, so the policy keeps switching sizes
@@ -28,19 +38,34 @@ def test_costs_are_fitted_and_one_token_is_its_own_point():
     assert costs.draft(1) == 0.0 and costs.draft(2) == costs.draft(16)                 # slope clamped at 0
 
 
-def test_expected_tokens_from_pooled_then_per_position_acceptance(tiny, random_drafter):
-    target, _ = tiny
-    proposer = CostAwareProposer(random_drafter, target, costs=CHEAP, prior=0.5, prior_weight=1.0)
-    proposer.start(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, 5 * target.config.hidden_size))
-    assert proposer.acceptance() == 0.5
-    assert proposer.expected_tokens(1) == 1.0 and proposer.expected_tokens(4) == pytest.approx(1.875)
-    proposer.pending = False                                 # as if a block of 4 was drafted: 2 of 3 accepted
-    proposer.accepted(torch.zeros(1, 4, dtype=torch.long), 2, 3, torch.zeros(1, 4, 5 * target.config.hidden_size))
+def test_expected_tokens_from_pooled_then_per_position_acceptance():
+    estimate = AcceptanceEstimate(depth=15, prior=0.5, prior_weight=1.0)
+    assert estimate.acceptance() == 0.5
+    assert estimate.expected_tokens()[0] == 1.0 and estimate.expected_tokens()[3] == pytest.approx(1.875)
+    estimate.observe_chain(2, 3)                             # a block of 4 was drafted: 2 of 3 accepted
     a = (2 + 0.5) / (3 + 1)                                  # pooled, then per position: 1/1, 1/1, 0/1 with prior a
     a1, a2, a3 = (1 + a) / 2, (1 + a) / 2, a / 2
-    assert proposer.acceptance() == pytest.approx(a)
-    assert proposer.acceptance_by_position()[:3] == pytest.approx([a1, a2, a3])
-    assert proposer.expected_tokens(4) == pytest.approx(1 + a1 + a1 * a2 + a1 * a2 * a3)
+    assert estimate.acceptance() == pytest.approx(a)
+    assert estimate.acceptance_by_position()[:3] == pytest.approx([a1, a2, a3])
+    assert estimate.expected_tokens()[3] == pytest.approx(1 + a1 + a1 * a2 + a1 * a2 * a3)
+
+
+def test_choose_is_a_pure_function_of_estimate_costs_and_options():
+    """The optimistic prior drafts a long block; after a run of rejected first drafts the same
+    function chooses plain decoding; a tree is chosen only where it is offered."""
+    options = PolicyOptions(max_block_size=16)
+    fresh = AcceptanceEstimate(depth=15)
+    assert choose(fresh, MEASURED_SHAPE, options) == choose(fresh, MEASURED_SHAPE, options)
+    assert choose(fresh, MEASURED_SHAPE, options).block_size > 8 and fresh.judged == 0
+    missed = AcceptanceEstimate(depth=15)
+    for _ in range(30):
+        missed.decay(options.decay)
+        missed.observe_chain(0, 1)
+    assert choose(missed, MEASURED_SHAPE, options) == Choice(1)
+    free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})
+    with_trees = PolicyOptions(max_block_size=16, tree_sizes=(32,))
+    assert choose(AcceptanceEstimate(15, (32,)), free_tree, with_trees) == Choice(16, 32)
+    assert str(Choice(16, 32)) == "tree 32" and str(Choice(4)) == "4"
 
 
 @pytest.mark.parametrize("max_block_size,tree_sizes,costs", [(2, (), CHEAP), (6, (), MEASURED_SHAPE), (16, (), CHEAP),
@@ -51,10 +76,10 @@ def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, 
     stops = stop_token_ids(target, tokenizer)
     wrong, chosen = 0, set()
     for ids, expected in cases:
-        proposer = CostAwareProposer(random_drafter, target, max_block_size, tree_sizes, costs=costs)
+        proposer = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size, tree_sizes), costs)
         result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
-        chosen.update(proposer.chosen)
+        chosen.update(c.block_size for c in proposer.chosen)
     assert wrong == 0
     assert 1 in chosen and len(chosen) >= 2                  # it drafted, fell back to plain steps, or both
 
@@ -66,7 +91,7 @@ def _start(proposer, target):
 def _step(proposer, target, n):
     """Feed the proposer one verified step of its chosen size with n drafts accepted."""
     b = proposer.block_size
-    proposer.pending = b == 1                                # as if propose() ran for a block
+    proposer.drafted = b > 1                                 # as if propose() ran for a block
     proposer.accepted(torch.zeros(1, b, dtype=torch.long), min(n, b - 1), 0,
                       torch.zeros(1, b, 5 * target.config.hidden_size))
 
@@ -78,24 +103,24 @@ def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
     assert proposer.block_size > 8                           # the prior is optimistic: draft at first
     for _ in range(200):                                     # every draft is rejected
         _step(proposer, target, 0)
-    sizes = proposer.chosen[-100:]
+    sizes = [c.block_size for c in proposer.chosen[-100:]]
     assert sizes.count(1) >= 90                              # mostly plain decoding, with rare probes
     assert any(b > 1 for b in sizes)                         # ... which do come: it can come back
     for _ in range(150):                                     # drafts are accepted again: long blocks
         _step(proposer, target, 15)
-    assert proposer.block_size >= 14 and proposer.chosen[-20:].count(1) == 0
+    assert proposer.block_size >= 14 and [c.block_size for c in proposer.chosen[-20:]].count(1) == 0
 
 
 def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
     target, _ = tiny
     expensive_tree = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 5.0}, {2: 0.1, 16: 0.2})
-    proposer = CostAwareProposer(random_drafter, target, tree_sizes=(32,), costs=expensive_tree)
+    proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), expensive_tree)
     _start(proposer, target)
-    assert proposer.tree_size is None
+    assert proposer.choice.tree_size is None
     free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})    # a wide verify costs nothing
-    proposer = CostAwareProposer(random_drafter, target, tree_sizes=(32,), costs=free_tree)
+    proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), free_tree)
     _start(proposer, target)
-    assert proposer.tree_size == 32 and proposer.chosen == ["tree 32"]
+    assert proposer.choice.tree_size == 32 and [str(c) for c in proposer.chosen] == ["tree 32"]
 
 
 def test_the_policy_context_survives_plain_steps(tiny):

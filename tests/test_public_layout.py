@@ -241,7 +241,7 @@ def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_infere
     """The block-masked training forward and the cached inference draft agree for a drafter with
     sliding-window layers and linear rope scaling (the window mask joins the block mask)."""
     from dflash_lite import corpus
-    from dflash_lite.train import make_batch
+    from dflash_lite.data import make_batch
 
     target, tokenizer = tiny
     torch.manual_seed(0)

@@ -8,17 +8,9 @@ from drafting_checks import assert_training_forward_equals_inference
 from dflash_lite.checkpoints import load_drafter, save_drafter
 from dflash_lite.drafter import DrafterConfig
 from dflash_lite.target import context_features
-from dflash_lite.train import (
-    IGNORE,
-    TrainConfig,
-    Trainer,
-    block_attention_mask,
-    drafter_loss,
-    epoch_batches,
-    make_batch,
-    position_weights,
-    sample_anchors,
-)
+from dflash_lite.data import IGNORE, block_attention_mask, epoch_batches, make_batch, sample_anchors
+from dflash_lite.train import drafter_loss, position_weights
+from dflash_lite.trainer import TrainConfig, Trainer
 from dflash_lite.variants import make_drafter
 
 
@@ -72,7 +64,8 @@ def test_loss_weights_match_the_formula(block_size, gamma):
 @pytest.fixture(scope="module")
 def toy_data(tiny):
     """Responses of the target to a few math prompts (no cache, so the test regenerates them)."""
-    from dflash_lite.train import regenerate, training_prompts
+    from dflash_lite.data import regenerate
+    from dflash_lite.prompts import training_prompts
     target, tokenizer = tiny
     return regenerate(target, tokenizer, training_prompts(8, 0), 48, batch_size=8)
 
@@ -229,7 +222,8 @@ def test_position_accuracy_shows_what_slot_0_is_worth(tiny):
     it falls. The autoregressive baseline has no separate slot 0, so masking it is refused."""
     from dflash_lite import corpus
     from dflash_lite.target import SHIPPED_BASELINES, default_drafter_path
-    from dflash_lite.train import position_accuracy, regenerate
+    from dflash_lite.data import regenerate
+    from dflash_lite.train import position_accuracy
 
     target, tokenizer = tiny
     drafter = load_drafter(default_drafter_path("tiny"))

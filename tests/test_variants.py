@@ -60,9 +60,9 @@ def test_eagle_drafts_leave_only_accepted_context_in_the_drafter_cache(tiny):
     class Checked(EagleProposer):
         def propose(self, last_token, k):
             position = self.new_context_start + self.new_context.shape[1]
-            drafts, q = super().propose(last_token, k)
-            assert len(self.cache) == position and len(drafts) == k
-            return drafts, q
+            draft = super().propose(last_token, k)
+            assert len(self.cache) == position and len(draft.tokens) == k
+            return draft
 
     for prompt in corpus.prompts("held_out", "math", 2):
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids

@@ -62,7 +62,7 @@ def build(shape: str, device: str, dtype: torch.dtype):
 def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats: int) -> dict:
     """Median seconds of the static path's compiled forwards: the target over b tokens at the
     context's end (each call rewinds to the same slot), and the drafter over a block of 16."""
-    from dflash_lite.benchmark import interleaved
+    from dflash_lite.timing import interleaved
     from dflash_lite.static import StaticDecoder
 
     length = ids.shape[1]
@@ -109,7 +109,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
-    from dflash_lite.policy import measure_step_costs
+    from dflash_lite.costs import measure_step_costs
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """The static-shape path (dflash_lite.static) against the eager loop (dflash_lite.decode), same run.
 
 Four rows on the same held-out prompts, timed with the package's one interleaved timer
-(``dflash_lite.benchmark.interleaved``): plain decoding and DFlash at block size B, each on the
+(``dflash_lite.timing.interleaved``): plain decoding and DFlash at block size B, each on the
 eager loop and on the static path (compiled with CUDA graphs on CUDA unless ``--no-compile``).
 Every row's tokens are checked against the eager plain decoding's, prompt by prompt. Prints a
 table and the ratios static / eager; ``--json`` writes them.
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.benchmark import interleaved
+from dflash_lite.timing import interleaved
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.static import StaticDecoder

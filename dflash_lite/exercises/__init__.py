@@ -7,12 +7,12 @@ Worked solutions live in ``notebooks/solutions/``.
 """
 from functools import lru_cache
 
+from ..target import load_pretrained
+
 
 @lru_cache(maxsize=1)
 def shipped_target():
     """The shipped target and tokenizer, loaded once for all the checks."""
-    from ..target import load_pretrained
-
     return load_pretrained("tiny")
 
 

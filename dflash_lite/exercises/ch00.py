@@ -10,13 +10,18 @@ import re
 import torch
 
 from . import correct, not_attempted, shipped_target
+from .. import corpus
+from ..acceptance import SamplingParams
+from ..baselines import generate_autoregressive
+from ..checkpoints import load_drafter
+from ..decode import DFlashProposer, generate
+from ..target import default_drafter_path, load_pretrained, stop_token_ids
 
 TOUR_SEED_OFFSET = 42          # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
 TOUR_MAX_NEW_TOKENS = 64
 
 
 def _tour_prompt_ids():
-    from .. import corpus
     _, tokenizer = shipped_target()
     problem = corpus.math_problem(corpus.HELD_OUT_SEED + TOUR_SEED_OFFSET)
     return tokenizer(problem.prompt, return_tensors="pt").input_ids
@@ -39,11 +44,6 @@ def check_target_forwards(answer) -> bool:
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give a pair (autoregressive forwards, DFlash forwards).")
-    from ..baselines import generate_autoregressive
-    from ..checkpoints import load_drafter
-    from ..decode import DFlashProposer, generate
-    from ..target import default_drafter_path, stop_token_ids
-
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
@@ -66,10 +66,6 @@ def check_distinct_samples(answer) -> bool:
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
-    from ..acceptance import SamplingParams
-    from ..baselines import generate_autoregressive
-    from ..target import stop_token_ids
-
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     params = SamplingParams(temperature=0.8, top_p=0.9)
@@ -95,8 +91,6 @@ def check_math_template(template) -> bool:
     name = "Exercise 3"
     if template is None:
         return not_attempted(name, "Write template(r) -> corpus.MathProblem and pass the function.")
-    from .. import corpus
-
     problems = [template(random.Random(seed)) for seed in range(20)]
     assert all(isinstance(p, corpus.MathProblem) for p in problems), "return a corpus.MathProblem"
     assert problems[3] == template(random.Random(3)), "the same seed must give the same problem: draw only from r"
@@ -118,10 +112,6 @@ def check_llama_parity(path) -> bool:
     name = "Exercise 4"
     if path is None:
         return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
-    from .. import corpus
-    from ..baselines import generate_autoregressive
-    from ..target import load_pretrained, stop_token_ids
-
     model, tokenizer = load_pretrained(path)
     assert type(model).__name__ == "LlamaForCausalLM", f"{path} holds a {type(model).__name__}, not a Llama"
     stops = stop_token_ids(model, tokenizer)

@@ -7,6 +7,8 @@ against the measurements the learner passes in, so machine noise cannot fail a r
 from __future__ import annotations
 
 from . import correct, not_attempted, shipped_target
+from .. import corpus
+from ..baselines import generate_autoregressive
 
 CACHE_EXERCISE_NEW_TOKENS = 16
 
@@ -33,9 +35,6 @@ def check_cache_positions(answer) -> bool:
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give the number of positions the KV cache holds at the end.")
-    from .. import corpus
-    from ..baselines import generate_autoregressive
-
     model, tokenizer = shipped_target()
     prompt = corpus.math_problems(1, split="held_out", start=700)[0].prompt
     ids = tokenizer(prompt, return_tensors="pt").input_ids

@@ -7,12 +7,14 @@ from __future__ import annotations
 import torch
 
 from . import correct, not_attempted
+from ..baselines import generate_autoregressive
+from ..data import block_attention_mask
+from ..decode import ChainDraft, DFlashProposer, generate
+from ..target import context_features
 
 
 def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
     """Target forward over ``ids``; returns (features, last token, block [last, MASK x (B-1)])."""
-    from ..target import context_features
-
     with torch.inference_mode():
         out = target(ids, output_hidden_states=True)
     features = context_features(out.hidden_states, drafter.config.target_layer_ids)     # (1, C, K*H)
@@ -26,8 +28,6 @@ def check_visible_keys(answer) -> bool:
     """Exercise 1: keys one query of the last block may attend to (anchors [3, 6, 9], T = 12, B = 4)."""
     if answer is None:
         return not_attempted("Exercise 1", "Count the black cells in one row of the last block in the mask figure.")
-    from ..train import block_attention_mask
-
     mask = block_attention_mask(torch.tensor([3, 6, 9]), 12, 4)
     expected = int(mask[-1].sum())
     assert int(answer) == expected, (
@@ -60,8 +60,6 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
     if answer is None:
         return not_attempted("Exercise 3", "put the first-pass argmax into slots 1..B-1 and run the drafter again.")
-    from ..decode import DFlashProposer
-
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
     for passes in (1, 2):
@@ -84,8 +82,6 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
 
 def measured_tau(proposer_factory, target, prompt_ids, max_new_tokens: int, stops) -> float:
     """Mean acceptance length over all steps of all prompts (greedy)."""
-    from ..decode import generate
-
     lengths = [a for x in prompt_ids for a in generate(
         target, proposer_factory(), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
     return sum(lengths) / len(lengths)
@@ -97,8 +93,6 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
     if answer is None:
         return not_attempted("Exercise 4", "DFlashProposer(drafter, target, 8) in generate, "
                                            "then the mean of all acceptance lengths.")
-    from ..decode import DFlashProposer
-
     expected = measured_tau(lambda: DFlashProposer(drafter, target, block_size), target, prompt_ids,
                             max_new_tokens, stops)
     trained = measured_tau(lambda: DFlashProposer(drafter, target), target, prompt_ids, max_new_tokens, stops)
@@ -114,8 +108,6 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def unmasking_proposer():
     """The reference for exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    from ..decode import DFlashProposer
-
     class ConfidenceUnmaskingProposer(DFlashProposer):
         def propose(self, last_token: torch.Tensor, k: int):
             mask_id = self.drafter.config.mask_token_id
@@ -129,7 +121,7 @@ def unmasking_proposer():
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
             out = logits[0].argmax(-1)
             out[keep] = draft[keep]
-            return out, None
+            return ChainDraft(out)
 
     return ConfidenceUnmaskingProposer
 
@@ -139,9 +131,6 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
     """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted("Exercise 5", "subclass DFlashProposer and override propose(last_token, k).")
-    from ..baselines import generate_autoregressive
-    from ..decode import DFlashProposer, generate
-
     assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
         "answer with the class itself, a subclass of DFlashProposer"
     reference = unmasking_proposer()

@@ -7,6 +7,10 @@ from __future__ import annotations
 import torch
 
 from . import correct, not_attempted, shipped_target
+from ..checkpoints import load_drafter
+from ..drafter import DrafterCache, DrafterConfig
+from ..target import context_features, default_drafter_path
+from ..train import tau_probe
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
@@ -17,9 +21,6 @@ def check_tap_indices(answer) -> bool:
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give a pair (list of hidden_states indices, fc input width).")
-    from ..drafter import DrafterConfig
-    from ..target import context_features
-
     target, tokenizer = shipped_target()
     n = target.config.num_hidden_layers
     labelled = tuple(torch.full((1, 1, 1), float(i)) for i in range(n + 1))   # entry i holds the number i
@@ -37,8 +38,6 @@ def check_tap_indices(answer) -> bool:
 def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
     """Numbers the drafter's cache holds per context position, over all its layers (keys and values),
     measured by drafting once with ``context`` positions and counting what the cache kept."""
-    from ..drafter import DrafterCache
-
     cache = DrafterCache(drafter.config.num_layers)
     features = torch.randn(1, context, drafter.config.num_context_features)
     block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
@@ -54,9 +53,6 @@ def check_cache_numbers(answer) -> bool:
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give a pair (numbers cached per position, raw tapped numbers per position).")
-    from ..checkpoints import load_drafter
-    from ..target import default_drafter_path
-
     target, _ = shipped_target()
     drafter = load_drafter(default_drafter_path("tiny"))
     cached, raw = cache_numbers_per_position(drafter, target), drafter.config.num_context_features
@@ -70,8 +66,6 @@ def check_cache_numbers(answer) -> bool:
 
 def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
     """Mean acceptance length of ``drafter`` on held-out math and code prompts (``train.tau_probe``)."""
-    from ..train import tau_probe
-
     target, tokenizer = shipped_target()
     return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 

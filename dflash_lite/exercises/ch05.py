@@ -10,14 +10,16 @@ from collections import Counter
 import torch
 
 from . import correct, not_attempted
+from ..data import make_batch
+from ..drafter import DrafterConfig
+from ..train import drafter_loss, labelled_logits, position_weights
+from ..variants import make_drafter
 
 
 def check_loss_weights(answer) -> bool:
     """Exercise 1: the share of the total weight carried by positions 1-4 at B = 16."""
     if answer is None:
         return not_attempted("Exercise 1", "position_weights(16) holds w_1..w_15; divide a partial sum by the total.")
-    from ..train import position_weights
-
     w = position_weights(16)
     expected = float(w[:4].sum() / w.sum())
     answer = float(answer)
@@ -33,8 +35,6 @@ def check_half_weight_gamma(answer) -> bool:
     """Exercise 2: the gamma at which w_8 = w_1 / 2."""
     if answer is None:
         return not_attempted("Exercise 2", "solve exp(-(8-1)/gamma) = 1/2 for gamma.")
-    from ..train import position_weights
-
     w = position_weights(16, gamma=float(answer))
     ratio = float(w[7] / w[0])
     assert abs(ratio - 0.5) < 1e-3, (
@@ -67,10 +67,6 @@ def check_unigram_loss(answer, data) -> bool:
 
 def _ar_setup(target, data, tokenizer, block_size: int = 8):
     """A small autoregressive drafter and one causal batch: (drafter, batch, weights)."""
-    from ..drafter import DrafterConfig
-    from ..train import make_batch, position_weights
-    from ..variants import make_drafter
-
     torch.manual_seed(0)
     config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                        block_size=block_size, drafting="autoregressive")
@@ -86,8 +82,6 @@ def check_ar_loss(answer, target, data, tokenizer) -> bool:
     if answer is None:
         return not_attempted("Exercise 4", "write ar_loss(logits, labels, slots, weights): slot j gets weights[j], "
                                            "the last slot none; weighted sum of CE / sum of weights.")
-    from ..train import drafter_loss, labelled_logits
-
     drafter, batch, weights = _ar_setup(target, data, tokenizer)
     block_size = weights.shape[0] + 1
     with torch.no_grad():
@@ -110,8 +104,6 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int, st
     """Exercise 5: ``answer(weights, seed, steps) -> (drafter, history)`` is reproducible and uses its weights."""
     if answer is None:
         return not_attempted("Exercise 5", "write train(weights, seed, steps) that seeds everything it draws from.")
-    from ..train import drafter_loss, make_batch, position_weights
-
     decay, uniform = position_weights(block_size), torch.ones(block_size - 1)
     runs = {"decay": answer(decay, 0, steps), "decay again": answer(decay, 0, steps),
             "uniform": answer(uniform, 0, steps)}

@@ -6,7 +6,7 @@ import statistics
 import torch
 
 from ..acceptance import SamplingParams, target_probs
-from ..benchmark import builtin_prompts
+from ..prompts import builtin_prompts
 from ..decode import DFlashProposer, generate
 from ..target import stop_token_ids
 from . import correct, not_attempted

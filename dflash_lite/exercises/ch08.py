@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..benchmark import Kind, row_of
+from ..report import Kind, row_of
 from . import correct, not_attempted
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 
 from . import correct, not_attempted
+from ..policy import CostAwareProposer
+from ..tree import build_tree
 
 
 def check_visible_keys(answer, tree, context_length: int) -> bool:
@@ -29,8 +31,6 @@ def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int
 
 def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float, budget: int = 32) -> int:
     """Greatest depth of the ``budget``-node tree built from ``draft_logits / temperature``."""
-    from ..tree import build_tree
-
     tree = build_tree(root, torch.log_softmax(draft_logits.float() / temperature, dim=-1), budget)
     return max(tree.depths)
 
@@ -50,13 +50,11 @@ def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -
 
 def check_falls_back(policy) -> bool:
     """Exercise 4: a default-policy run that chose plain decoding (block size 1) at least once."""
-    from ..policy import CostAwareProposer
-
     if policy is None:
         return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, then pass the policy.")
     assert isinstance(policy, CostAwareProposer), "pass the policy object you ran: default_policy(drafter, target)"
     assert len(policy.chosen) > 1, "run generate(target, policy, ids, 48, ...) with it first"
-    steps = policy.chosen[:-1]                         # the last entry is the choice for a step never taken
+    steps = [c.block_size for c in policy.chosen[:-1]]  # the last entry is the choice for a step never taken
     assert 1 in steps, ("no step was plain decoding on this prompt: try text the drafter was not trained on "
                         "(it knows generated math problems and Python functions)")
     return correct("Exercise 4", f"{steps.count(1)} of {len(steps)} steps were plain decoding.")

@@ -7,10 +7,10 @@ import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import ChainDraft, DFlashProposer, generate
 from dflash_lite.exercises import ch03
 from dflash_lite.target import SHIPPED_DRAFTERS, context_features
-from dflash_lite.train import block_attention_mask
+from dflash_lite.data import block_attention_mask
 
 torch.manual_seed(0)
 block_size, max_new_tokens = 16, 24                      # smaller than the notebook, to run in seconds
@@ -70,7 +70,7 @@ class ConfidenceUnmasking(DFlashProposer):
         again = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], where_last, self.cache)[0]
         tokens = again.argmax(-1)
         tokens[keep] = draft[keep]
-        return tokens, None
+        return ChainDraft(tokens)
 
 
 answer_5 = ConfidenceUnmasking

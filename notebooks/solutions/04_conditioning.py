@@ -10,8 +10,10 @@ from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
 from dflash_lite.exercises.ch04 import check_cache_numbers, check_taps_experiment, check_tap_indices
 from dflash_lite.plotting import cache_dir
 from dflash_lite.target import default_drafter_path
-from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, position_weights, regenerate,
-                               training_prompts)
+from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.prompts import training_prompts
+from dflash_lite.train import drafter_loss, position_weights
+from dflash_lite.trainer import TrainConfig, Trainer
 
 target, tokenizer = load_pretrained("tiny")
 c = target.config

@@ -13,8 +13,10 @@ from dflash_lite import load_pretrained
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.exercises import ch05
 from dflash_lite.plotting import cache_dir
-from dflash_lite.train import (Trainer, TrainConfig, drafter_loss, epoch_batches, regenerate,
-                               training_prompts)
+from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.prompts import training_prompts
+from dflash_lite.train import drafter_loss
+from dflash_lite.trainer import TrainConfig, Trainer
 
 block_size = 8
 target, tokenizer = load_pretrained("tiny")

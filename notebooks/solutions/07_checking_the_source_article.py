@@ -4,7 +4,7 @@ import statistics
 import torch
 
 from dflash_lite import load_pretrained, stop_token_ids
-from dflash_lite.benchmark import builtin_prompts
+from dflash_lite.prompts import builtin_prompts
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.exercises import ch07

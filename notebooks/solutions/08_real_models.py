@@ -1,7 +1,9 @@
 """Worked solutions to the exercises of notebook 08 (run: python notebooks/solutions/08_real_models.py)."""
 import tempfile
 
-from dflash_lite.benchmark import Kind, bench, measure_costs, row_of
+from dflash_lite.benchmark import bench
+from dflash_lite.costs import measure_costs
+from dflash_lite.report import Kind, row_of
 from dflash_lite.checkpoints import export_dflash, load_drafter
 from dflash_lite.exercises import ch08
 from dflash_lite.target import default_drafter_path, load_pretrained

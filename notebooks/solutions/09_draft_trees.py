@@ -6,7 +6,8 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import generate, new_cache, prefill
 from dflash_lite.drafter import DrafterCache
 from dflash_lite.exercises import ch09
-from dflash_lite.policy import default_policy, measure_step_costs
+from dflash_lite.costs import measure_step_costs
+from dflash_lite.policy import default_policy
 from dflash_lite.target import SHIPPED_DRAFTERS
 from dflash_lite.tree import build_tree
 
