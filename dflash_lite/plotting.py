@@ -141,9 +141,9 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None, pr
     the fraction of verify steps that committed 1, 2, ... tokens, with tau as a dashed line."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import DFLASH_KINDS, kind_of
+    from .benchmark import DFLASH_KINDS, Kind, kind_of
 
-    drafting = [r for r in _measured_rows(report) if len(r["tau_histogram"] or []) > 1]
+    drafting = [r for r in _measured_rows(report) if r["tau_histogram"] and kind_of(r) is not Kind.AUTOREGRESSIVE]
     if not drafting:
         return None
     columns = min(3, len(drafting))
