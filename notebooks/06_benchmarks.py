@@ -95,8 +95,8 @@ assert all(r["identical_to_target"] for r in report["methods"] if r["error"] is 
 # `plot_benchmark(report)` writes the four standard figures, titled with the hardware; here each
 # comes from its own function (`dflash_lite/plotting.py`) so it can be read on its own.
 #
-# **Speedup by method.** Blue bars are DFlash variants, grey ones the other drafters and the
-# transformers references; the black line is the plain loop (1x). Look at how far the best grey bar
+# **Speedup by method.** Blue bars are DFlash (ours and transformers' path with the same weights),
+# grey ones the other drafters and `model.generate`; the black line is the plain loop (1x). Look at how far the best grey bar
 # is from the blue ones, and whether a higher tau (printed next to each bar) always means a higher speedup.
 
 # %%
