@@ -9,6 +9,11 @@ The README's "Teaching with it" section walks through release, collection and gr
 
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
+
+The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``) renders the executed
+notebooks, ``docs/method.md`` and ``docs/glossary.md`` offline, without running anything:
+
+    python -m dflash_lite.course site OUT_DIR
 """
 from __future__ import annotations
 
@@ -170,6 +175,54 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     return report
 
 
+
+# ---------------------------------------------------------------------------------------------
+# The course site (Sphinx + myst-nb, offline, from the committed outputs)
+
+SITE_SOURCE = ROOT / "docs" / "site"        # conf.py and the landing page
+SITE_DOCS = ("method.md", "glossary.md")
+
+
+def mathjax_dir() -> Path:
+    """The MathJax 2 copy bundled by ``jupyter-server-mathjax``: the site typesets maths with it
+    instead of a CDN."""
+    import jupyter_server_mathjax
+
+    return Path(jupyter_server_mathjax.__file__).parent / "static"
+
+
+def stage_site(stage: Path) -> Path:
+    """Lay the site's sources out in ``stage`` as the repository has them (``index.md``,
+    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``."""
+    for name in ("conf.py", "index.md"):
+        shutil.copy2(SITE_SOURCE / name, stage / name)
+    (stage / "docs").mkdir()
+    for name in SITE_DOCS:
+        shutil.copy2(ROOT / "docs" / name, stage / "docs" / name)
+    (stage / "notebooks").mkdir()
+    for path in chapters():
+        shutil.copy2(path, stage / "notebooks" / path.name)
+    shutil.copytree(mathjax_dir(), stage / "_static" / "mathjax")
+    return stage
+
+
+def build_site(out_dir: str | Path, jobs: int = 2) -> Path:
+    """Build the course site into ``out_dir`` (HTML; ``index.html`` is the landing page) and return
+    the landing page's path. Warnings are printed, not fatal: a stale link must not block a
+    release."""
+    from sphinx.cmd.build import build_main
+
+    out_dir = Path(out_dir).resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir} exists and is not a directory")
+    with tempfile.TemporaryDirectory(prefix="dflash-site-") as tmp:
+        stage = stage_site(Path(tmp))
+        status = build_main(["-b", "html", "-q", "-j", str(jobs), "-d", str(stage / "_doctrees"),
+                             str(stage), str(out_dir)])
+    if status != 0:
+        raise RuntimeError(f"sphinx-build failed with status {status}")
+    return out_dir / "index.html"
+
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submitted_dir")
     grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
+    site = commands.add_parser("site", help="build the course site (HTML) from the executed notebooks")
+    site.add_argument("out_dir")
     args = parser.parse_args(argv)
-    if args.command == "student-edition":
+    if args.command == "site":
+        try:
+            import myst_nb  # noqa: F401  (checked before any work)
+        except ImportError:
+            parser.error("the site needs the docs dependencies: pip install -r docs/requirements.txt")
+        if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
+            parser.error(f"{args.out_dir} exists and is not a directory")
+        print(build_site(args.out_dir))
+    elif args.command == "student-edition":
         if args.notebooks is not None and not chapters(args.notebooks):
             parser.error(f"no chapter matches {args.notebooks}")
         for path in student_edition(args.out_dir, args.notebooks):

@@ -1,8 +1,8 @@
 """Where figures and results go, and the figures of a benchmark report (the JSON of :func:`dflash_lite.benchmark.bench`).
 
-:func:`plot_benchmark` writes four figures into :func:`figures_dir`: speedup by
-method, the acceptance-length histogram, speedup against block size, and the cost-model
-decomposition. Every figure is titled with the hardware it was measured on.
+:func:`plot_benchmark` writes four figures into :func:`figures_dir`, one function each: speedup by
+method, the acceptance-length histograms (one panel per method), speedup and tau against block
+size, and the cost-model decomposition. Every figure is titled with the hardware it was measured on.
 """
 from __future__ import annotations
 
@@ -91,25 +91,40 @@ def hardware_label(env: dict) -> str:
 
 def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> list[Path]:
     """Write ``{prefix}_speedup_by_method.png``, ``{prefix}_tau_histogram.png``,
-    ``{prefix}_speedup_vs_block_size.png`` and, when the report has one, ``{prefix}_cost_model.png``."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    ``{prefix}_speedup_vs_block_size.png`` and, when the report has one, ``{prefix}_cost_model.png``
+    (the four ``plot_benchmark_*`` functions below, one figure each); return the paths written."""
+    paths = [plot_benchmark_speedup(report, out_dir, prefix), plot_benchmark_histogram(report, out_dir, prefix),
+             plot_benchmark_block_sizes(report, out_dir, prefix), plot_benchmark_cost_model(report, out_dir, prefix)]
+    return [path for path in paths if path is not None]
 
 
-    out = Path(out_dir) if out_dir is not None else figures_dir()
-    out.mkdir(parents=True, exist_ok=True)
+def _measured_rows(report: dict) -> list[dict]:
+    """The methods that ran and have a speedup (an erroring method is left out of every figure)."""
+    return [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
+
+
+def _where(report: dict) -> str:
     env = report["env"]
-    where = f"{hardware_label(env)}; {env.get('prompts')} prompts x {env.get('max_new_tokens')} tokens"
-    rows = [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
-    paths = []
+    return f"{hardware_label(env)}; {env.get('prompts')} prompts x {env.get('max_new_tokens')} tokens"
 
-    def save(fig, name):
-        paths.append(save_figure(fig, f"{prefix}_{name}", out_dir=out, dpi=110))
 
-    # 1. speedup by method
+def _save(fig, out_dir: str | Path | None, prefix: str, name: str) -> Path:
+    return save_figure(fig, f"{prefix}_{name}", out_dir=out_dir, dpi=110)
+
+
+DFLASH_BLUE, OTHER_GREY, TAU_ORANGE = "#4C72B0", "#999999", "#DD8452"
+
+
+def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> Path:
+    """``{prefix}_speedup_by_method.png``: one bar per method, DFlash's in blue, with speedup and tau."""
+    import matplotlib.pyplot as plt
+
+    from .benchmark import DFLASH_KINDS, kind_of
+
+    rows = _measured_rows(report)
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(rows) + 1.4))
     names = [r["name"] for r in rows]
-    colors = ["#4C72B0" if kind_of(r) in DFLASH_KINDS else "#999999" for r in rows]
+    colors = [DFLASH_BLUE if kind_of(r) in DFLASH_KINDS else OTHER_GREY for r in rows]
     ax.barh(names, [r["speedup"] for r in rows], color=colors)
     ax.axvline(1.0, color="black", lw=0.8)
     for i, r in enumerate(rows):
@@ -117,67 +132,99 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None, prefix: str 
         ax.text(r["speedup"], i, f" {r['speedup']:.2f}x{tau}", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speedup over the autoregressive loop (same run)")
-    ax.set_title(f"Speedup by method ({where})", fontsize=9)
+    ax.set_title(f"Speedup by method ({_where(report)})", fontsize=9)
     ax.set_xlim(0, max(r["speedup"] for r in rows) * 1.35)
-    save(fig, "speedup_by_method")
+    return _save(fig, out_dir, prefix, "speedup_by_method")
 
-    # 2. acceptance-length histogram of every drafting method
-    drafting = [r for r in rows if r["tau_histogram"]]
-    if drafting:
-        fig, ax = plt.subplots(figsize=(7.5, 3.4))
-        palette = sns.color_palette("tab10", len(drafting))
-        width = 0.8 / len(drafting)
-        for j, r in enumerate(drafting):
-            hist = r["tau_histogram"]
-            total = sum(hist)
-            ax.bar([i + 1 + (j - len(drafting) / 2 + 0.5) * width for i in range(len(hist))],
-                   [h / total for h in hist], width=width, color=palette[j], label=f"{r['name']} (tau {r['tau']:.2f})")
-        ax.set_xlabel("tokens committed per target forward")
-        ax.set_ylabel("fraction of steps")
-        ax.legend(fontsize=7)
-        ax.set_title(f"Acceptance length ({where})", fontsize=9)
-        save(fig, "tau_histogram")
 
-    # 3. speedup against block size (DFlash here, fixed sizes)
-    sweep = sorted((r for r in rows if kind_of(r) is Kind.DFLASH), key=lambda r: r["block_size"])
-    if sweep:
-        fig, ax = plt.subplots(figsize=(5.5, 3.4))
-        ax.plot([r["block_size"] for r in sweep], [r["speedup"] for r in sweep], "o-", label="speedup")
-        ax2 = ax.twinx()
-        ax2.plot([r["block_size"] for r in sweep], [r["tau"] for r in sweep], "s--", color="#DD8452", label="tau")
-        ax.set_xlabel("block size B")
-        ax.set_ylabel("speedup")
-        ax2.set_ylabel("tau", color="#DD8452")
-        ax.set_xticks([r["block_size"] for r in sweep])
-        ax.set_title(f"DFlash: speedup and tau by block size ({hardware_label(env)})", fontsize=9)
-        save(fig, "speedup_vs_block_size")
+def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> Path | None:
+    """``{prefix}_tau_histogram.png``: small multiples, one panel per drafting method (shared axes),
+    the fraction of verify steps that committed 1, 2, ... tokens, with tau as a dashed line."""
+    import matplotlib.pyplot as plt
 
-    # 4. cost model: predicted step (verify + draft forwards) against the measured step
+    from .benchmark import DFLASH_KINDS, Kind, kind_of
+
+    drafting = [r for r in _measured_rows(report) if r["tau_histogram"] and kind_of(r) is not Kind.AUTOREGRESSIVE]
+    if not drafting:
+        return None
+    columns = min(3, len(drafting))
+    lines = -(-len(drafting) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(2.3 * columns, 1.9 * lines + 0.7),
+                             sharex=True, sharey=True, squeeze=False)
+    longest = max(len(r["tau_histogram"]) for r in drafting)
+    for ax, r in zip(axes.flat, drafting):
+        hist = r["tau_histogram"]
+        total = sum(hist)
+        color = DFLASH_BLUE if kind_of(r) in DFLASH_KINDS else OTHER_GREY
+        ax.bar(range(1, len(hist) + 1), [h / total for h in hist], width=0.85, color=color)
+        ax.axvline(r["tau"], color=TAU_ORANGE, ls="--", lw=1.2)
+        ax.set_title(f"{r['name']}\ntau {r['tau']:.2f}, {total} steps", fontsize=7.5)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(drafting):]:
+        ax.set_visible(False)
+    axes[0][0].set_xlim(0.3, longest + 0.7)
+    fig.supxlabel("tokens committed per target forward (dashed: tau, the mean)", fontsize=8)
+    fig.supylabel("fraction of steps", fontsize=8)
+    fig.suptitle(f"Acceptance length ({_where(report)})", fontsize=9)
+    return _save(fig, out_dir, prefix, "tau_histogram")
+
+
+def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> Path | None:
+    """``{prefix}_speedup_vs_block_size.png``: DFlash at each fixed block size, speedup (left axis)
+    and tau (right axis), one legend for both."""
+    import matplotlib.pyplot as plt
+
+    from .benchmark import Kind, kind_of
+
+    sweep = sorted((r for r in _measured_rows(report) if kind_of(r) is Kind.DFLASH), key=lambda r: r["block_size"])
+    if not sweep:
+        return None
+    sizes = [r["block_size"] for r in sweep]
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    speedup_line, = ax.plot(sizes, [r["speedup"] for r in sweep], "o-", color=DFLASH_BLUE, label="speedup (left axis)")
+    ax2 = ax.twinx()
+    tau_line, = ax2.plot(sizes, [r["tau"] for r in sweep], "s--", color=TAU_ORANGE, label="tau (right axis)")
+    ax.set_xlabel("block size B")
+    ax.set_ylabel("speedup", color=DFLASH_BLUE)
+    ax2.set_ylabel("tau", color=TAU_ORANGE)
+    ax.set_xticks(sizes)
+    ax.legend(handles=[speedup_line, tau_line], loc="lower right", fontsize=8)
+    ax.set_title(f"DFlash: speedup and tau by block size ({hardware_label(report['env'])})", fontsize=9)
+    return _save(fig, out_dir, prefix, "speedup_vs_block_size")
+
+
+def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None, prefix: str = "bench") -> Path | None:
+    """``{prefix}_cost_model.png``: per step, the model's two forwards next to the measured phases
+    (left), and the predicted speedup next to the measured one (right); legends below the bars."""
+    import matplotlib.pyplot as plt
+
+    from .benchmark import Kind, kind_of
+
     cost = (report.get("cost_model") or {}).get("rows") or []
-    if cost:
-        fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.4))
-        labels = [f"N={r['block_size'] - 1}" if kind_of(r) is Kind.DFLASH_TREE else f"B={r['block_size']}" for r in cost]
-        x = range(len(cost))
-        ms = lambda v: 1000 * v                                               # noqa: E731
-        ax.bar([i - 0.2 for i in x], [ms(r["t_target_b"]) for r in cost], 0.4, label="t_target(B)", color="#4C72B0")
-        ax.bar([i - 0.2 for i in x], [ms(r["t_draft_b"]) for r in cost], 0.4,
-               bottom=[ms(r["t_target_b"]) for r in cost], label="t_draft(B)", color="#55A868")
-        bottom = [0.0] * len(cost)
-        for phase, color in (("verify", "#8DA0CB"), ("draft", "#A6D854"), ("accept", "#FC8D62")):
-            vals = [ms(r["measured_per_step_s"].get(phase, 0.0)) for r in cost]
-            ax.bar([i + 0.2 for i in x], vals, 0.4, bottom=bottom, color=color, label=f"measured {phase}")
-            bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.axhline(ms(cost[0]["t_target_1"]), color="black", lw=0.8, ls=":", label="t_target(1)")
-        ax.set_xticks(list(x), labels)
-        ax.set_ylabel("ms per step")
-        ax.legend(fontsize=6)
-        ax.set_title("one step: model (left) vs measured (right)", fontsize=9)
-        bx.bar([i - 0.2 for i in x], [r["predicted_speedup"] for r in cost], 0.4, label="predicted", color="#BBBBBB")
-        bx.bar([i + 0.2 for i in x], [r["measured_speedup"] for r in cost], 0.4, label="measured", color="#4C72B0")
-        bx.set_xticks(list(x), labels)
-        bx.set_ylabel("speedup")
-        bx.legend(fontsize=7)
-        bx.set_title("tau * t(1) / (t(B) + t_draft(B)) vs measured", fontsize=9)
-        fig.suptitle(f"Cost model ({where})", fontsize=9)
-        save(fig, "cost_model")
-    return paths
+    if not cost:
+        return None
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.9))
+    labels = [f"N={r['block_size'] - 1}" if kind_of(r) is Kind.DFLASH_TREE else f"B={r['block_size']}" for r in cost]
+    x = range(len(cost))
+    ms = lambda v: 1000 * v                                               # noqa: E731
+    ax.bar([i - 0.2 for i in x], [ms(r["t_target_b"]) for r in cost], 0.4, label="t_target(B)", color=DFLASH_BLUE)
+    ax.bar([i - 0.2 for i in x], [ms(r["t_draft_b"]) for r in cost], 0.4,
+           bottom=[ms(r["t_target_b"]) for r in cost], label="t_draft(B)", color="#55A868")
+    bottom = [0.0] * len(cost)
+    for phase, color in (("verify", "#8DA0CB"), ("draft", "#A6D854"), ("accept", "#FC8D62")):
+        vals = [ms(r["measured_per_step_s"].get(phase, 0.0)) for r in cost]
+        ax.bar([i + 0.2 for i in x], vals, 0.4, bottom=bottom, color=color, label=f"measured {phase}")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.axhline(ms(cost[0]["t_target_1"]), color="black", lw=0.8, ls=":", label="t_target(1)")
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("ms per step")
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    ax.set_title("one step: model (left bar) vs measured (right bar)", fontsize=9)
+    bx.bar([i - 0.2 for i in x], [r["predicted_speedup"] for r in cost], 0.4, label="predicted", color="#BBBBBB")
+    bx.bar([i + 0.2 for i in x], [r["measured_speedup"] for r in cost], 0.4, label="measured", color=DFLASH_BLUE)
+    bx.set_xticks(list(x), labels)
+    bx.set_ylabel("speedup")
+    bx.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    bx.set_title("tau * t(1) / (t(B) + t_draft(B)) vs measured", fontsize=9)
+    fig.suptitle(f"Cost model ({_where(report)})", fontsize=9)
+    return _save(fig, out_dir, prefix, "cost_model")

@@ -86,7 +86,7 @@ print(f"tiny target: {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M pa
 
 
 # %% [markdown]
-# ### Reading the committed run
+# ## Reading the committed run
 #
 # The run's files are plain logs and JSON. The cost probe's log is the probe's JSON followed by
 # one status line; the compiled verify's log is one line per mode.

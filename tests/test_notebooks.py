@@ -123,7 +123,7 @@ def test_committed_outputs_are_clean(notebook):
 def test_every_saved_figure_is_shown(notebook):
     """Each cell that saves a figure shows at least one image inline."""
     nb = nbformat.read(notebook, as_version=4)
-    saving = [c for c in nb.cells if c.cell_type == "code" and re.search(r"\b(save_figure|plot_benchmark)\(", c.source)
+    saving = [c for c in nb.cells if c.cell_type == "code" and re.search(r"\b(save_figure|plot_benchmark\w*)\(", c.source)
               and "def " not in c.source.split("save_figure")[0][-200:]]
     for cell in saving:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
