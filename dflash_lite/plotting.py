@@ -119,7 +119,6 @@ def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None, pref
     """``{prefix}_speedup_by_method.png``: one bar per method, DFlash's in blue, with speedup and tau."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import DFLASH_KINDS, kind_of
 
     rows = _measured_rows(report)
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(rows) + 1.4))
@@ -142,7 +141,6 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None, pr
     the fraction of verify steps that committed 1, 2, ... tokens, with tau as a dashed line."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import DFLASH_KINDS, Kind, kind_of
 
     drafting = [r for r in _measured_rows(report) if r["tau_histogram"] and kind_of(r) is not Kind.AUTOREGRESSIVE]
     if not drafting:
@@ -174,7 +172,6 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None, 
     and tau (right axis), one legend for both."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import Kind, kind_of
 
     sweep = sorted((r for r in _measured_rows(report) if kind_of(r) is Kind.DFLASH), key=lambda r: r["block_size"])
     if not sweep:
@@ -198,7 +195,6 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None, p
     (left), and the predicted speedup next to the measured one (right); legends below the bars."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import Kind, kind_of
 
     cost = (report.get("cost_model") or {}).get("rows") or []
     if not cost:
