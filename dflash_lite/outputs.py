@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from .validate import check_output_dir
+
 try:
     import fcntl
 except ImportError:                     # not on Windows: there the lock is not taken
@@ -75,8 +77,6 @@ def holds_nothing(out: str | os.PathLike) -> bool:
 def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
     """``out`` as a run's output: writable (:func:`dflash_lite.validate.check_output_dir`), not a
     refused place, and with ``overwrite`` a real directory this project wrote (it has the marker)."""
-    from .validate import check_output_dir
-
     out = check_output_dir(out, "out")
     why = refusal(out)
     if why:
