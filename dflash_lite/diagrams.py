@@ -60,11 +60,13 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)
     ax.axvline(x, color="0.5", ls=":", lw=1)
     ax.text(x, 3.05, f"speculative done: {committed} tokens", fontsize=7, ha="center", color="0.3")
-    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4") for c in (ACCEPT, REJECT, "0.85", BONUS)]
-    ax.legend(handles, ["guess accepted", "first miss (target's token used)", "not reached", "all accepted: bonus token"],
-              fontsize=7, loc="center left", bbox_to_anchor=(0.56, 0.3), ncol=2, frameon=False,
+    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4") for c in (ACCEPT, REJECT, "0.85", BONUS, "white")]
+    ax.legend(handles, ["guess accepted", "first miss (target's token used)", "not reached", "all accepted: bonus token",
+                        "bonus slot, unused"],
+              fontsize=7, loc="center left", bbox_to_anchor=(0.6, 0.3), ncol=2, frameon=False,
               title="below each verify: the drafted guesses (D = one drafter forward)", title_fontsize=7)
     ax.set_xlim(-2.2, committed * target_time + 0.2); ax.set_ylim(-0.45, 3.2)
+    ax.set_xticks(range(0, int(committed * target_time) + 1, 2))      # time starts at 0; the row labels sit left of it
     ax.set_xlabel("time (illustrative units: a target forward = 1)")
     ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]
     ax.set_title(f"Same {committed} tokens: {committed} target forwards, or {len(accepted)} draft + verify steps")
