@@ -29,6 +29,8 @@ try:
 except ImportError:                     # not on Windows: there the lock is not taken
     fcntl = None
 
+from .validate import check_output_dir
+
 MARKER = ".dflash-lite-output"
 PACKAGE = Path(__file__).resolve().parent
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc", "/dev", "/System")
@@ -75,8 +77,6 @@ def holds_nothing(out: str | os.PathLike) -> bool:
 def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
     """``out`` as a run's output: writable (:func:`dflash_lite.validate.check_output_dir`), not a
     refused place, and with ``overwrite`` a real directory this project wrote (it has the marker)."""
-    from .validate import check_output_dir
-
     out = check_output_dir(out, "out")
     why = refusal(out)
     if why:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .validate import check_model_shape
+
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
 SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}   # the default DFlash drafter of each shipped target
@@ -119,8 +121,6 @@ def read_config(directory: Path) -> dict:
     """A target's ``config.json`` as plain JSON, checked before transformers sees it: a supported
     ``model_type`` (so no ``auto_map`` can ask to run code from the directory) and a sane shape
     (:func:`dflash_lite.validate.check_model_shape`). One :class:`LoadError` line otherwise."""
-    from .validate import check_model_shape
-
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise LoadError(f"{directory}: missing config.json")

@@ -76,7 +76,7 @@ def test_target_pretraining_runs_through_the_trainer(tmp_path, monkeypatch, caps
             super().__post_init__()
 
     monkeypatch.setattr(zoo, "Trainer", Recorded)
-    out = zoo.train_target(tmp_path / "target", "smoke", steps=3, log_every=1)
+    out = zoo.train_target(out=tmp_path / "target", preset_name="smoke", steps=3, log_every=1)
     assert len(made) == 1 and made[0].step == 3
     log = json.loads((out / "training_log.json").read_text())
     assert log["steps_done"] == 3 and log["bf16_autocast"] is True
