@@ -1,13 +1,15 @@
 """The command line: ``python -m dflash_lite demo``, ``bench`` and ``train``.
 
 Parsing lives only here and under ``__main__``; every command is a typed function that
-notebooks can call directly, and its signature is where each default is written: no option
-states one (:func:`defaults_from` fills them in and shows them in ``--help``).
+notebooks can call directly with its config dataclass (:class:`DemoConfig`,
+:class:`~dflash_lite.benchmark.BenchConfig`, :class:`~dflash_lite.train.DrafterTrainConfig`),
+whose fields are where each default is written: no option states one (:class:`Options` takes
+them from the dataclass and shows them in ``--help``).
 """
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import shlex
 import sys
 from dataclasses import dataclass
@@ -20,13 +22,13 @@ from . import corpus, signals, validate
 from .acceptance import SamplingParams
 from .benchmark import BenchConfig, bench
 from .checkpoints import load_pair
-from .drafter import CONDITIONING
+from .drafter import Conditioning, Drafting
 from .engine import Engine
 from .prompts import DATASETS, TRAIN_DATASETS
 from .report import all_dflash_failed
 from .target import DTYPES, LoadError, default_drafter_path, parse_dtype
 from .timing import interleaved
-from .train import train_draft_model, train_drafter
+from .train import DrafterTrainConfig, train_drafter
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -132,34 +134,28 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def defaults_from(parser: argparse.ArgumentParser, func, **extra) -> argparse.ArgumentParser:
-    """Give each option of ``parser`` the default of ``func``'s parameter of the same name, and show
-    it in the help: the signature is the one place a default is written, so the command line and
-    the Python API cannot differ. ``extra`` gives the default of an option that ``func`` has no
-    default for. Any other option without one is an error here, as is a switch whose default is
-    what it sets."""
-    params = inspect.signature(func).parameters
-    defaults = {}
-    for action in parser._actions:
-        if not action.option_strings or action.default is argparse.SUPPRESS or action.required:
-            continue                                      # positionals, --help, required options
-        param = params.get(action.dest)
-        has_default = param is not None and param.default is not param.empty
-        if has_default == (action.dest in extra):
-            raise TypeError(f"{parser.prog} {action.option_strings[0]}: {func.__name__}() "
-                            + ("and extra both give a default" if has_default else "has no default")
-                            + f" for {action.dest!r}")
-        default = param.default if has_default else extra[action.dest]
-        if action.nargs == 0 and default is action.const:    # store_true / store_false
-            raise TypeError(f"{parser.prog} {action.option_strings[0]} sets {action.dest}={action.const}, "
-                            f"already the default")
-        defaults[action.dest] = default
+class Options:
+    """Adds a command's flags to ``parser``, each with the default of the field of the same name of
+    its config dataclass ``config``: the dataclass is the one place a default is written, so the
+    command line and the Python API cannot differ, and ``--help`` shows it. A flag that is not a
+    field, or a switch whose default is what it sets, is an error here."""
+
+    def __init__(self, parser: argparse.ArgumentParser, config: type):
+        self.parser, self.config = parser, config
+        self.defaults = {f.name: f.default for f in dataclasses.fields(config) if f.init}
+
+    def add(self, flag: str, dest: str | None = None, help: str | None = None, **kwargs) -> None:
+        dest = dest or flag.removeprefix("--").replace("-", "_")
+        default = self.defaults.get(dest, dataclasses.MISSING)
+        if default is dataclasses.MISSING:
+            raise TypeError(f"{self.parser.prog} {flag}: {self.config.__name__} has no default for {dest!r}")
+        if (kwargs.get("action"), default) in (("store_true", True), ("store_false", False)):
+            raise TypeError(f"{self.parser.prog} {flag} sets {dest}={default}, already the default")
         shown = shown_default(default)
-        if shown is not None and "default" not in (action.help or ""):
+        if shown is not None and "default" not in (help or ""):
             shown = shown.replace("%", "%%")               # argparse %-formats help
-            action.help = f"{action.help} (default: {shown})" if action.help else f"default: {shown}"
-    parser.set_defaults(**defaults)
-    return parser
+            help = f"{help} (default: {shown})" if help else f"default: {shown}"
+        self.parser.add_argument(flag, dest=dest, default=default, help=help, **kwargs)
 
 
 # argparse types from the one validation layer (dflash_lite.validate), shared with the Python API
@@ -180,98 +176,104 @@ def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802 
 
 
 def build_parser() -> Parser:
-    """The command line. No option states a default: each comes from its command's signature
-    (:func:`defaults_from`); ``parser.commands`` maps each command to its parser."""
+    """The command line. No option states a default: each comes from its command's config
+    dataclass (:class:`Options`); ``parser.commands`` maps each command to its parser."""
     parser = Parser(prog="python -m dflash_lite",
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="complete a prompt with the shipped target and time it")
-    d.add_argument("--target", help="'tiny', a local HF directory or a hub id")
-    d.add_argument("--prompt")
-    d.add_argument("--max-new-tokens", type=POS)
-    d.add_argument("--temperature", type=TEMP)
-    d.add_argument("--top-k", type=POS)
-    d.add_argument("--top-p", type=TOP_P)
-    d.add_argument("--seed", type=SEED)
-    d.add_argument("--device", type=validate.device_arg)
-    d.add_argument("--drafter",
-                   help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
-    d.add_argument("--block-size", type=POS,
-                   help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
-    d.add_argument("--repeats", type=POS)
-    d.add_argument("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
-    defaults_from(d, DemoConfig)
-    b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
-    b.add_argument("--target")
-    b.add_argument("--drafter", help="drafter directory (own or public DFlash layout) or hub id")
-    b.add_argument("--dtype", choices=list(DTYPES),
-                   help="target and drafters (bfloat16 is how real models are served on a GPU)")
-    b.add_argument("--random-drafter-layers", type=POS,
-                   help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
-    b.add_argument("--prompts", help="JSONL file with a 'prompt' (or 'turns') field")
-    b.add_argument("--dataset", choices=list(DATASETS),
-                   help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
-    b.add_argument("--temperature", type=TEMP, help="0: greedy, with the identity check")
-    b.add_argument("--adaptive", action="store_true",
-                   help="also run DFlash with the block size chosen per step from recent acceptance")
-    b.add_argument("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree ('' for none)")
-    b.add_argument("--cost-repeats", type=POS, help="repeats of each timed forward in the cost model")
-    b.add_argument("--domain", choices=["math", "code", "mixed"], help="built-in held-out prompts")
-    b.add_argument("--num-prompts", type=POS)
-    b.add_argument("--max-new-tokens", type=POS)
-    b.add_argument("--block-sizes", type=validate.block_sizes_arg, help="e.g. 4,8,16")
-    b.add_argument("--repeats", type=POS)
-    b.add_argument("--device", type=validate.device_arg)
-    b.add_argument("--json", dest="json_out", type=OUT_FILE)
-    b.add_argument("--prompt-template",
-                   help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
-    b.add_argument("--no-chat-template", dest="chat_template", action="store_false",
-                   help="feed prompts as they are, even when the tokenizer has a chat template")
-    b.add_argument("--no-hf-dflash", dest="hf_dflash", action="store_false",
-                   help="skip transformers' DFlash path")
-    b.add_argument("--eagle", help="EAGLE-style drafter directory (default: the shipped one)")
-    b.add_argument("--draft-model", help="small draft LM directory (default: the shipped one)")
-    b.add_argument("--no-baselines", dest="baselines", action="store_false",
-                   help="skip the EAGLE-style and draft-model peers")
-    defaults_from(b, BenchConfig)
-    t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
-    t.add_argument("--target")
-    t.add_argument("--out", type=OUT_DIR, required=True,
-                   help="a new or empty directory, or a run of the same settings to resume")
-    t.add_argument("--overwrite", action="store_true", help="replace a non-empty --out as a whole")
-    t.add_argument("--block-size", type=validate.arg_type(validate.check_int, low=2, high=64))
-    t.add_argument("--layers", type=POS)
-    t.add_argument("--steps", type=POS)
-    t.add_argument("--batch-size", type=POS)
-    t.add_argument("--num-anchors", type=POS, help="blocks per sequence per step")
-    t.add_argument("--lr", type=POS_FLOAT)
-    t.add_argument("--num-math", type=COUNT, help="train-split math prompts to regenerate")
-    t.add_argument("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
-    t.add_argument("--prompts",
-                   help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
-    t.add_argument("--dataset", choices=list(TRAIN_DATASETS),
-                   help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
-    t.add_argument("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
-    t.add_argument("--max-new-tokens", type=POS)
-    t.add_argument("--num-taps", type=POS)
-    t.add_argument("--seed", type=SEED)
-    t.add_argument("--device", type=validate.device_arg)
-    t.add_argument("--dtype", choices=list(DTYPES),
-                   help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
-    t.add_argument("--cache-dir", type=OUT_DIR)
-    t.add_argument("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
-    t.add_argument("--eval-every", type=COUNT,
-                   help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
-    t.add_argument("--drafting", choices=["block", "autoregressive", "draft-model"],
-                   help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
-                        "draft-model: a small independent causal LM (classic speculative decoding)")
-    t.add_argument("--conditioning", choices=list(CONDITIONING),
-                   help="how target features reach the drafter (notebook 04); 'none' uses token embeddings only")
-    t.add_argument("--fixed-anchors", action="store_true",
-                   help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
-    defaults_from(t, train_drafter)        # --drafting draft-model runs train_draft_model, whose defaults are the same
-    parser.commands = {"demo": d, "bench": b, "train": t}
+    parser.commands = {
+        "demo": demo_options(Options(sub.add_parser("demo", help="complete a prompt with the shipped target and time it"),
+                                     DemoConfig)),
+        "bench": bench_options(Options(sub.add_parser(
+            "bench", help="every method side by side, interleaved, as ratios in one run"), BenchConfig)),
+        "train": train_options(Options(sub.add_parser(
+            "train", help="regenerate data with the target and train a DFlash drafter"), DrafterTrainConfig)),
+    }
     return parser
+
+
+def demo_options(d: Options) -> argparse.ArgumentParser:
+    d.add("--target", help="'tiny', a local HF directory or a hub id")
+    d.add("--prompt")
+    d.add("--max-new-tokens", type=POS)
+    d.add("--temperature", type=TEMP)
+    d.add("--top-k", type=POS)
+    d.add("--top-p", type=TOP_P)
+    d.add("--seed", type=SEED)
+    d.add("--device", type=validate.device_arg)
+    d.add("--drafter", help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
+    d.add("--block-size", type=POS,
+          help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
+    d.add("--repeats", type=POS)
+    d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
+    return d.parser
+
+
+def bench_options(b: Options) -> argparse.ArgumentParser:
+    b.add("--target")
+    b.add("--drafter", help="drafter directory (own or public DFlash layout) or hub id")
+    b.add("--dtype", choices=list(DTYPES), help="target and drafters (bfloat16 is how real models are served on a GPU)")
+    b.add("--random-drafter-layers", type=POS,
+          help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
+    b.add("--prompts", help="JSONL file with a 'prompt' (or 'turns') field")
+    b.add("--dataset", choices=list(DATASETS),
+          help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
+    b.add("--temperature", type=TEMP, help="0: greedy, with the identity check")
+    b.add("--adaptive", action="store_true",
+          help="also run DFlash with the block size chosen per step from recent acceptance")
+    b.add("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree ('' for none)")
+    b.add("--cost-repeats", type=POS, help="repeats of each timed forward in the cost model")
+    b.add("--domain", choices=["math", "code", "mixed"], help="built-in held-out prompts")
+    b.add("--num-prompts", type=POS)
+    b.add("--max-new-tokens", type=POS)
+    b.add("--block-sizes", type=validate.block_sizes_arg, help="e.g. 4,8,16")
+    b.add("--repeats", type=POS)
+    b.add("--device", type=validate.device_arg)
+    b.add("--json", dest="json_out", type=OUT_FILE)
+    b.add("--prompt-template", help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
+    b.add("--no-chat-template", dest="chat_template", action="store_false",
+          help="feed prompts as they are, even when the tokenizer has a chat template")
+    b.add("--no-hf-dflash", dest="hf_dflash", action="store_false", help="skip transformers' DFlash path")
+    b.add("--eagle", help="EAGLE-style drafter directory (default: the shipped one)")
+    b.add("--draft-model", help="small draft LM directory (default: the shipped one)")
+    b.add("--no-baselines", dest="baselines", action="store_false", help="skip the EAGLE-style and draft-model peers")
+    return b.parser
+
+
+def train_options(t: Options) -> argparse.ArgumentParser:
+    t.add("--target")
+    t.parser.add_argument("--out", type=OUT_DIR, required=True,
+                          help="a new or empty directory, or a run of the same settings to resume")
+    t.add("--overwrite", action="store_true", help="replace a non-empty --out as a whole")
+    t.add("--block-size", type=validate.arg_type(validate.check_int, low=2, high=64))
+    t.add("--layers", type=POS)
+    t.add("--steps", type=POS)
+    t.add("--batch-size", type=POS)
+    t.add("--num-anchors", type=POS, help="blocks per sequence per step")
+    t.add("--lr", type=POS_FLOAT)
+    t.add("--num-math", type=COUNT, help="train-split math prompts to regenerate")
+    t.add("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
+    t.add("--prompts", help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
+    t.add("--dataset", choices=list(TRAIN_DATASETS),
+          help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
+    t.add("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
+    t.add("--max-new-tokens", type=POS)
+    t.add("--num-taps", type=POS)
+    t.add("--seed", type=SEED)
+    t.add("--device", type=validate.device_arg)
+    t.add("--dtype", choices=list(DTYPES),
+          help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
+    t.add("--cache-dir", type=OUT_DIR)
+    t.add("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
+    t.add("--eval-every", type=COUNT, help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
+    t.add("--drafting", choices=[d.value for d in Drafting],
+          help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
+               "draft-model: a small independent causal LM (classic speculative decoding)")
+    t.add("--conditioning", choices=[c.value for c in Conditioning],
+          help="how target features reach the drafter (notebook 04); 'none' uses token embeddings only")
+    t.add("--fixed-anchors", action="store_true",
+          help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
+    return t.parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,13 +315,7 @@ def run_command(command: str, args: dict, command_line: str) -> int:
     if command == "demo":
         demo(DemoConfig(**args))
     elif command == "train":
-        if args["drafting"] == "draft-model":
-            if args["prompts"] or args["dataset"]:
-                raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
-            takes = inspect.signature(train_draft_model).parameters      # the DFlash-only options stay unused
-            print(train_draft_model(**{k: v for k, v in args.items() if k in takes}, command=command_line))
-        else:
-            print(train_drafter(**args, command=command_line))
+        print(train_drafter(DrafterTrainConfig(**args, command=command_line)))   # or the draft model
     elif command == "bench":
         failed = all_dflash_failed(bench(BenchConfig(**args)))
         if failed:

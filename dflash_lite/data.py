@@ -119,13 +119,14 @@ class Batch:
 
 
 def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int, num_anchors: int,
-               mask_token_id: int, pad_token_id: int, generator: torch.Generator, causal: bool = False,
-               fixed_anchors: bool = False) -> Batch | None:
+               tokenizer, generator: torch.Generator, causal: bool = False, fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have no labels).
+    ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
 
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
     (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.
     """
+    mask_token_id, pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
     n, width = len(sequences), max(map(len, sequences))
     q = num_anchors * block_size
     block_ids = torch.full((n, q), mask_token_id)
@@ -168,15 +169,14 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     return Batch(block_ids, labels, positions, seq_ids, mask)
 
 
-def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, mask_token_id: int,
-                  pad_token_id: int, generator: torch.Generator, causal: bool = False,
-                  fixed_anchors: bool = False) -> Iterator[Batch]:
+def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, tokenizer,
+                  generator: torch.Generator, causal: bool = False, fixed_anchors: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx], block_size,
-                           num_anchors, mask_token_id, pad_token_id, generator, causal, fixed_anchors)
+                           num_anchors, tokenizer, generator, causal, fixed_anchors)
         if batch is not None:
             yield batch
 

@@ -21,7 +21,8 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 TARGET, DRAFT, ACCEPT, REJECT, BONUS = "#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"
 
 
-def _box(ax, x, y, w, h, text, color, fontsize=8, text_color="white"):
+def _box(ax, rect, text, color, fontsize=8, text_color="white"):
+    x, y, w, h = rect                                               # lower-left corner, width, height
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
                                 fc=color, ec="0.25", lw=0.8))
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, color=text_color)
@@ -40,15 +41,15 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     fig, ax = plt.subplots(figsize=(10, 3.6))
     # plain decoding: one forward, one token
     for i in range(committed):
-        _box(ax, i * target_time, 2.2, target_time * 0.94, 0.6, f"target\n-> t{i + 1}", TARGET, 7)
+        _box(ax, (i * target_time, 2.2, target_time * 0.94, 0.6), f"target\n-> t{i + 1}", TARGET, 7)
     ax.text(-0.2, 2.5, "plain", ha="right", va="center", fontsize=9)
     # speculative: draft block, verify block, commit accepted + bonus
     x, token = 0.0, 1
     for step, a in enumerate(accepted):
-        _box(ax, x, 0.6, draft_time * 0.94, 0.6, "D", DRAFT, 7)
+        _box(ax, (x, 0.6, draft_time * 0.94, 0.6), "D", DRAFT, 7)
         x += draft_time
         w = target_time + verify_extra
-        _box(ax, x, 0.6, w * 0.96, 0.6, f"verify {block_size}", TARGET, 7)
+        _box(ax, (x, 0.6, w * 0.96, 0.6), f"verify {block_size}", TARGET, 7)
         for j in range(block_size - 1):                                 # the guesses and their fate
             color = ACCEPT if j < a else (REJECT if j == a else "0.85")
             ax.add_patch(plt.Rectangle((x + j * w / block_size, 0.05), w / block_size * 0.9, 0.4, fc=color, ec="0.4", lw=0.5))
@@ -82,28 +83,28 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6), 
     # the target: a stack of layers, taps highlighted
     for i in range(num_target_layers):
         tapped = i in taps
-        _box(ax, 0.2, 0.3 + i * 0.45, 1.6, 0.38, f"target layer {i}" + (" (tap)" if tapped else ""),
+        _box(ax, (0.2, 0.3 + i * 0.45, 1.6, 0.38), f"target layer {i}" + (" (tap)" if tapped else ""),
              TARGET if tapped else "#a9bcd8", 7)
         if tapped:
             _arrow(ax, (1.85, 0.49 + i * 0.45), (2.75, 2.1))
     ax.text(1.0, 0.05, "context (prompt + accepted tokens)", ha="center", fontsize=7)
-    _box(ax, 2.8, 1.75, 1.5, 0.7, f"concat {len(taps)} taps\n(C, {len(taps)}H)", "0.45", 7)
+    _box(ax, (2.8, 1.75, 1.5, 0.7), f"concat {len(taps)} taps\n(C, {len(taps)}H)", "0.45", 7)
     _arrow(ax, (4.3, 2.1), (4.8, 2.1))
-    _box(ax, 4.8, 1.75, 1.4, 0.7, "fc + RMSNorm\n(C, H), once", "0.3", 7)
+    _box(ax, (4.8, 1.75, 1.4, 0.7), "fc + RMSNorm\n(C, H), once", "0.3", 7)
     # the drafter layers, each with K/V = [context ; block], Q = block
     for j in range(drafter_layers):
         y = 0.9 + j * 1.7
-        _box(ax, 7.2, y, 2.6, 1.3, "", "#f3e3d3", 7, "black")
+        _box(ax, (7.2, y, 2.6, 1.3), "", "#f3e3d3", 7, "black")
         ax.text(8.5, y + 1.12, f"drafter layer {j}", ha="center", fontsize=8)
-        _box(ax, 7.35, y + 0.5, 1.1, 0.45, "K, V:\n[context ; block]", DRAFT, 6)
-        _box(ax, 8.6, y + 0.5, 1.05, 0.45, "Q: block only\n(no causal mask)", DRAFT, 6)
+        _box(ax, (7.35, y + 0.5, 1.1, 0.45), "K, V:\n[context ; block]", DRAFT, 6)
+        _box(ax, (8.6, y + 0.5, 1.05, 0.45), "Q: block only\n(no causal mask)", DRAFT, 6)
         ax.text(8.5, y + 0.18, "attention, MLP", ha="center", fontsize=7)
         _arrow(ax, (6.2, 2.1), (7.35, y + 0.72), color=TARGET)
     ax.text(6.7, 4.6, "the same context\nin every layer", ha="center", fontsize=7, color=TARGET)
     # the block
     slots = ["last"] + ["MASK"] * (block_size - 1)
     for k, s in enumerate(slots):
-        _box(ax, 10.3, 0.5 + k * 0.5, 0.9, 0.4, s, "0.55" if k else ACCEPT, 7)
+        _box(ax, (10.3, 0.5 + k * 0.5, 0.9, 0.4), s, "0.55" if k else ACCEPT, 7)
     _arrow(ax, (10.3, 1.3), (9.85, 1.5))
     ax.text(10.75, 0.5 + block_size * 0.5, "block queries\n(target's embedding)", ha="center", fontsize=7)
     _arrow(ax, (8.5, 0.9), (8.5, 0.35))

@@ -27,6 +27,7 @@ Two options of that layout change the attention itself, and both are honoured he
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 
@@ -36,9 +37,27 @@ from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RotaryEmbedding, rotate_half
 
 from .target import tapped_layer_ids
+from .validate import check_choice
 
 
-CONDITIONING = ("kv_injection", "input_fusion", "none")
+class Drafting(str, enum.Enum):
+    """How a drafter proposes a block (paper sections 3 and 5). The paper's is ``BLOCK``."""
+    BLOCK = "block"                        # DFlash: one forward drafts the whole block
+    AUTOREGRESSIVE = "autoregressive"      # the EAGLE-style baseline (DFlash-AR): one token per forward
+    DRAFT_MODEL = "draft-model"            # a small independent causal LM; trained, never a DrafterConfig
+
+    def __str__(self) -> str:              # "block", as the command line and the JSON files write it
+        return self.value
+
+
+class Conditioning(str, enum.Enum):
+    """How the target's features reach the drafter (paper section 3; notebook 04)."""
+    KV_INJECTION = "kv_injection"          # the paper's: projected features are keys and values of every layer
+    INPUT_FUSION = "input_fusion"          # the projected features enter once, as the context's input
+    NONE = "none"                          # no target features; the context is the target's token embeddings
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -62,12 +81,9 @@ class DrafterConfig:
     hidden_act: str = "silu"
     attention_bias: bool = False
     # which drafter this config describes (dflash_lite.variants.make_drafter builds it); the paper's
-    # is ("block", "kv_injection"), the rest are ablations:
-    #   drafting "autoregressive": the EAGLE-style baseline (DFlash-AR), one token per forward
-    #   conditioning "input_fusion": the projected features enter once, as the context's input
-    #   conditioning "none": no target features; the context is the target's token embeddings (tap -1)
-    drafting: str = "block"
-    conditioning: str = "kv_injection"
+    # is (BLOCK, KV_INJECTION), the rest are ablations; strings ("block", ...) are accepted too
+    drafting: Drafting = Drafting.BLOCK
+    conditioning: Conditioning = Conditioning.KV_INJECTION
     # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
     # {"rope_type": "linear", "factor": 2.0}; the rotary embedding is transformers' for that type
     rope_scaling: dict | None = None
@@ -83,10 +99,8 @@ class DrafterConfig:
         self.target_layer_ids = [int(i) for i in self.target_layer_ids]
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids is empty")
-        if self.drafting not in ("block", "autoregressive"):
-            raise ValueError(f"drafting must be 'block' or 'autoregressive', got {self.drafting!r}")
-        if self.conditioning not in CONDITIONING:
-            raise ValueError(f"conditioning must be one of {', '.join(CONDITIONING)}, got {self.conditioning!r}")
+        self.drafting = check_choice("drafting", self.drafting, Drafting, [Drafting.BLOCK, Drafting.AUTOREGRESSIVE])
+        self.conditioning = check_choice("conditioning", self.conditioning, Conditioning)
         if self.conditioning == "none":
             self.target_layer_ids = [-1]
         elif min(self.target_layer_ids) < 0:
@@ -144,7 +158,7 @@ class DrafterConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("num_context_features")
-        return d
+        return {**d, "drafting": self.drafting.value, "conditioning": self.conditioning.value}
 
     def rotary_config(self):
         """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and scaling)."""
@@ -314,8 +328,8 @@ class DFlashDrafter(nn.Module):
     def __init__(self, config: DrafterConfig):
         super().__init__()
         if (config.drafting, config.conditioning) not in self.variants:
-            raise ValueError(f"{type(self).__name__} does not run drafting={config.drafting!r}, conditioning="
-                             f"{config.conditioning!r}; build it with dflash_lite.variants.make_drafter")
+            raise ValueError(f"{type(self).__name__} does not run drafting={config.drafting.value!r}, conditioning="
+                             f"{config.conditioning.value!r}; build it with dflash_lite.variants.make_drafter")
         self.config = config
         self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)

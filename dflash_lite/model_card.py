@@ -17,6 +17,7 @@ import ast
 import json
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -103,10 +104,18 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
 
 
 def render_card(card: dict) -> str:
+    """The target's MODEL_CARD.md: what it is, its corpus, its training, what was measured, samples, limits."""
+    lines = card_shape_and_corpus(card) + card_training_and_measured(card)
+    for domain in ("math", "code"):
+        for row in card["samples"][domain]:
+            lines += ["```text", row["prompt"] + row["completion"], "```", ""]
+    return "\n".join(lines + TARGET_LIMITATIONS) + "\n"
+
+
+def card_shape_and_corpus(card: dict) -> list[str]:
     cfg = card["config"]
-    tr = card["training"]
     man = card["corpus_manifest"]
-    lines = [
+    return [
         "# dflash-lite `tiny` target",
         "",
         f"A `{card['architecture']}` ({card['parameters'] / 1e6:.2f}M parameters, tied embedding/LM head) trained "
@@ -132,6 +141,12 @@ def render_card(card: dict) -> str:
         "(EOS and padding) and `<|mask|>` (the DFlash drafter's mask token).",
         "- Never trained on any benchmark set (GSM8K, HumanEval): those are held-out judges.",
         "",
+    ]
+
+
+def card_training_and_measured(card: dict) -> list[str]:
+    tr = card["training"]
+    return [
         "## Training",
         "",
         f"- Seed {tr['seed']}, {tr['steps_done']} steps, {tr['train_seconds'] / 60:.1f} minutes on {tr['device']}, torch {tr['torch']}.",
@@ -159,42 +174,57 @@ def render_card(card: dict) -> str:
         "## Sample greedy completions (held out)",
         "",
     ]
-    for domain in ("math", "code"):
-        for row in card["samples"][domain]:
-            lines += ["```text", row["prompt"] + row["completion"], "```", ""]
-    lines += [
-        "## Limitations",
-        "",
-        "- Its arithmetic is unreliable (see the accuracy above): it learned the solution format better than the sums.",
-        "- It rarely writes a function body: after a docstring it usually closes the function and starts "
-        "top-level code (comments, imports), which is why the parse rate with a body is far below the plain rate.",
-        "- A toy: it knows ten templates of arithmetic word problems and the surface of stdlib Python. "
-        "It does not follow instructions, has no chat template, and real GSM8K/HumanEval prompts are out of its domain.",
-        "- Its code is plausible-looking more often than correct; the parse rate measures syntax, not behaviour.",
-        "- The corpus depends on the interpreter's stdlib version; the manifest hash records which one was used.",
-        "- Context is 1024 positions; it was trained on 256-token windows.",
-    ]
-    return "\n".join(lines) + "\n"
+
+
+TARGET_LIMITATIONS = [
+    "## Limitations",
+    "",
+    "- Its arithmetic is unreliable (see the accuracy above): it learned the solution format better than the sums.",
+    "- It rarely writes a function body: after a docstring it usually closes the function and starts "
+    "top-level code (comments, imports), which is why the parse rate with a body is far below the plain rate.",
+    "- A toy: it knows ten templates of arithmetic word problems and the surface of stdlib Python. "
+    "It does not follow instructions, has no chat template, and real GSM8K/HumanEval prompts are out of its domain.",
+    "- Its code is plausible-looking more often than correct; the parse rate measures syntax, not behaviour.",
+    "- The corpus depends on the interpreter's stdlib version; the manifest hash records which one was used.",
+    "- Context is 1024 positions; it was trained on 256-token windows.",
+]
 
 
 # ----------------------------------------------------------------------------- drafter card
-def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompts: int = 8, max_new_tokens: int = 128,
-                       repeats: int = 3, judges: str | Path | None = None, block_sizes=(16, 8)) -> dict:
-    """Benchmark a drafter against its target on held-out prompts and write its card.
+@dataclass
+class DrafterCardConfig:
+    """What ``python -m dflash_lite.zoo drafter-card`` measures (it builds one from its flags): the
+    drafter in ``path`` (a training run's directory) against ``target`` on ``num_prompts`` held-out
+    prompts per set at each of ``block_sizes``, ``repeats`` timed rounds. With ``judges`` (a folder
+    with ``gsm8k_test.jsonl`` and ``humaneval.jsonl``), also GSM8K questions in the target's
+    ``Question:`` format and HumanEval prompts as code, for evaluation only."""
+    path: str | Path
+    target: str = "tiny"
+    num_prompts: int = 8
+    max_new_tokens: int = 128
+    repeats: int = 3
+    judges: str | Path | None = None
+    block_sizes: tuple[int, ...] = (16, 8)
 
-    In-domain: held-out math problems and stdlib function headers. With ``judges`` (a folder with
-    ``gsm8k_test.jsonl`` and ``humaneval.jsonl``), also GSM8K questions in the target's
-    ``Question:`` format and HumanEval prompts as code, for evaluation only.
-    """
+    def check(self) -> DrafterCardConfig:
+        """Every option and the two folders checked (one ValueError line) before any work; returns self."""
+        for name in ("num_prompts", "max_new_tokens", "repeats"):
+            check_int(name, getattr(self, name))
+        self.path = Path(self.path)
+        if not (self.path / "training_curve.json").is_file():       # read at the end: checked before any work
+            raise ValueError(f"{self.path}: no training_curve.json (a drafter card is written for a run of "
+                             f"`python -m dflash_lite train`)")
+        if self.judges is not None and not all((Path(self.judges) / f).is_file()
+                                               for f in ("gsm8k_test.jsonl", "humaneval.jsonl")):
+            raise ValueError(f"{self.judges}: needs gsm8k_test.jsonl and humaneval.jsonl")
+        return self
 
-    drafter_dir = Path(drafter_dir)
-    for name, value in (("num_prompts", num_prompts), ("max_new_tokens", max_new_tokens), ("repeats", repeats)):
-        check_int(name, value)
-    if not (drafter_dir / "training_curve.json").is_file():       # read at the end: checked before any work
-        raise ValueError(f"{drafter_dir}: no training_curve.json (a drafter card is written for a run of "
-                         f"`python -m dflash_lite train`)")
-    if judges is not None and not all((Path(judges) / f).is_file() for f in ("gsm8k_test.jsonl", "humaneval.jsonl")):
-        raise ValueError(f"{judges}: needs gsm8k_test.jsonl and humaneval.jsonl")
+
+def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> dict:
+    """Benchmark a drafter against its target on held-out prompts and write its card:
+    ``config`` or the :class:`DrafterCardConfig` of ``options``."""
+    c = (config or DrafterCardConfig(**options)).check()
+    drafter_dir, judges = c.path, c.judges
     sets = {"math (held-out)": {"domain": "math"}, "code (held-out)": {"domain": "code"}}
     if judges is not None:
         judges = Path(judges)
@@ -204,8 +234,8 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
     reports = {}
     for name, kwargs in sets.items():
         print(f"== {name}", flush=True)
-        reports[name] = bench(target=target, drafter=str(drafter_dir), num_prompts=num_prompts,
-                              max_new_tokens=max_new_tokens, block_sizes=tuple(block_sizes), repeats=repeats,
+        reports[name] = bench(target=c.target, drafter=str(drafter_dir), num_prompts=c.num_prompts,
+                              max_new_tokens=c.max_new_tokens, block_sizes=tuple(c.block_sizes), repeats=c.repeats,
                               **kwargs)
     for report in reports.values():             # the judges' folder is local: record only the file's name
         source = report["env"].get("prompts_source", "")
@@ -216,7 +246,7 @@ def write_drafter_card(drafter_dir: str | Path, target: str = "tiny", num_prompt
             "benchmarks": reports, "command_train": curve["training"].get("command"),
             "command_card": f"python -m dflash_lite.zoo drafter-card {drafter_dir}"
                             + (" --judges JUDGES" if judges else "")    # a local folder, never recorded
-                            + f" --num-prompts {num_prompts} --max-new-tokens {max_new_tokens} --repeats {repeats}"}
+                            + f" --num-prompts {c.num_prompts} --max-new-tokens {c.max_new_tokens} --repeats {c.repeats}"}
     atomic_write_text(drafter_dir / "card.json", json.dumps(card, indent=1))
     atomic_write_text(drafter_dir / "MODEL_CARD.md", render_drafter_card(card))
     return card

@@ -31,6 +31,8 @@ try:
 except ImportError:                     # not on Windows: there the lock is not taken
     fcntl = None
 
+from .validate import check_output_dir
+
 MARKER = ".dflash-lite-output"
 PACKAGE = Path(__file__).resolve().parent
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc", "/dev", "/System")

@@ -20,17 +20,20 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from types import SimpleNamespace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from . import corpus, outputs, validate
 from .baselines import EagleProposer
 from .checkpoints import save_drafter
 from .data import Batch, IGNORE, RegeneratedData, epoch_batches, lm_batches, make_batch, regenerate
 from .decode import DFlashProposer, generate
-from .drafter import CONDITIONING, DrafterConfig
+from .drafter import Conditioning, DrafterConfig, Drafting
 from .files import atomic_write_text
 from .prompts import apply_chat_template, training_prompts, user_prompts
 from .target import context_features, load_pretrained, parse_dtype, stop_token_ids
@@ -104,8 +107,9 @@ def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int,
     if not anchor_token and drafter.autoregressive:
         raise ValueError("anchor_token=False is for block drafting: an autoregressive drafter's slot 0 is its input")
     block_size = drafter.config.block_size
-    batch = make_batch(data.sequences, data.prompt_lengths, block_size, num_anchors, drafter.config.mask_token_id,
-                       pad_token_id, torch.Generator().manual_seed(seed), causal=drafter.autoregressive)
+    tokens = SimpleNamespace(mask_token_id=drafter.config.mask_token_id, pad_token_id=pad_token_id)
+    batch = make_batch(data.sequences, data.prompt_lengths, block_size, num_anchors, tokens,
+                       torch.Generator().manual_seed(seed), causal=drafter.autoregressive)
     if batch is None:
         raise ValueError("no sequence has a response long enough for a block")
     if not anchor_token:
@@ -170,148 +174,215 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
     return measure
 
 
-def train_drafter(target: str = "tiny", out: str = "drafter", block_size: int = 16, layers: int = 2,
-                  steps: int = 1000, batch_size: int = 8, num_anchors: int = 16, lr: float = 6e-4,
-                  num_math: int = 2000, num_code: int = 400, max_new_tokens: int = 160, seed: int = 0,
-                  num_taps: int = 5, device: str = "cpu", cache_dir: str = ".cache/dflash_lite",
-                  callbacks: list[Callable] = (), command: str | None = None,
-                  time_budget_s: float | None = None, drafting: str = "block", eval_every: int | None = None,
-                  conditioning: str = "kv_injection", fixed_anchors: bool = False, overwrite: bool = False,
-                  dtype: str = "float32", prompts: str | None = None, dataset: str | None = None,
-                  num_prompts: int | None = None, probe_prompts: int = 4) -> Path:
-    """Regenerate data with the target, train a drafter, save it (own format) with its curve.
+@dataclass
+class DrafterTrainConfig:
+    """Every choice of a training run: ``python -m dflash_lite train`` builds one from its flags, a
+    notebook calls ``train_drafter(DrafterTrainConfig(steps=200))`` or ``train_drafter(steps=200)``.
 
-    Training prompts are the built-in corpus's, or your own (``prompts``: a JSONL file; ``dataset``:
-    a name in :data:`TRAIN_DATASETS`), put through the tokenizer's chat template when it has one;
-    then ``probe_prompts`` of them are held out for the tau probe. ``dtype`` is the frozen target's
-    (its regeneration and features); the drafter keeps fp32 weights and, below fp32, runs under
-    autocast in that dtype.
+    ``drafting``: DFlash (``BLOCK``), the EAGLE-style baseline (``AUTOREGRESSIVE``) or a small
+    independent causal LM (``DRAFT_MODEL``, :func:`train_draft_model`); ``conditioning``: how the
+    target's features reach the drafter. Training prompts are the built-in corpus's
+    (``num_math`` + ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
+    :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), of which
+    ``probe_prompts`` are held out for the tau probe. ``dtype`` is the frozen target's; the drafter
+    keeps fp32 weights and, below fp32, runs under autocast in that dtype. ``eval_every``: steps
+    between tau probes (None: a tenth of the run; 0: never). ``command`` is recorded in the run."""
+    target: str = "tiny"
+    out: str = "drafter"
+    overwrite: bool = False
+    drafting: Drafting = Drafting.BLOCK
+    conditioning: Conditioning = Conditioning.KV_INJECTION
+    layers: int = 2
+    block_size: int = 16
+    num_taps: int = 5
+    fixed_anchors: bool = False
+    steps: int = 1000
+    batch_size: int = 8
+    num_anchors: int = 16
+    lr: float = 6e-4
+    seed: int = 0
+    num_math: int = 2000
+    num_code: int = 400
+    prompts: str | None = None
+    dataset: str | None = None
+    num_prompts: int | None = None
+    probe_prompts: int = 4
+    max_new_tokens: int = 160
+    eval_every: int | None = None
+    time_budget_s: float | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    cache_dir: str | None = ".cache/dflash_lite"
+    command: str | None = None
 
-    Every argument and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a
-    run into ``out`` that holds a checkpoint of the same settings resumes from it."""
-    check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
-                     time_budget_s)
-    validate.check_int("block_size", block_size, 2, 64)
-    validate.check_int("num_anchors", num_anchors)
-    validate.check_int("num_taps", num_taps)
-    if eval_every is not None:
-        validate.check_int("eval_every", eval_every, 0)
-    if drafting not in ("block", "autoregressive"):
-        raise ValueError(f"drafting must be 'block' or 'autoregressive', got {drafting!r}")
-    if conditioning not in CONDITIONING:
-        raise ValueError(f"conditioning must be one of {', '.join(CONDITIONING)}, got {conditioning!r}")
-    torch_dtype = parse_dtype(dtype)
-    own = user_prompts(prompts, dataset, num_prompts) if (prompts or dataset) else None   # bad input fails first
-    run_config = dict(target=str(target), drafting=drafting, conditioning=conditioning, layers=layers,
-                      block_size=block_size, num_taps=num_taps, fixed_anchors=fixed_anchors, batch_size=batch_size,
-                      num_anchors=num_anchors, lr=lr, seed=seed, num_math=num_math, num_code=num_code,
-                      max_new_tokens=max_new_tokens, prompts=str(prompts) if prompts else None, dataset=dataset)
-    out = prepare_out(out, overwrite, run_config)
-    torch.manual_seed(seed)
-    model, tokenizer = load_pretrained(target, device=device, dtype=torch_dtype)
+    def check(self) -> DrafterTrainConfig:
+        """Every option checked (one ValueError line naming it and its range) before anything is
+        loaded; returns self."""
+        for name in ("steps", "batch_size", "max_new_tokens", "layers", "num_anchors", "num_taps", "probe_prompts"):
+            validate.check_int(name, getattr(self, name))
+        validate.check_int("num_math", self.num_math, 0)
+        validate.check_int("num_code", self.num_code, 0)
+        if self.num_math + self.num_code == 0:
+            raise ValueError("num_math and num_code are both 0: there is nothing to train on")
+        validate.check_seed(self.seed)
+        validate.check_float("lr", self.lr, 0.0, low_open=True)
+        self.device = validate.check_device(self.device)
+        if self.time_budget_s is not None:
+            validate.check_float("time_budget_s", self.time_budget_s, 0.0, low_open=True)
+        if self.cache_dir is not None:
+            validate.check_output_dir(self.cache_dir, "cache_dir")
+        validate.check_int("block_size", self.block_size, 2, 64)
+        if self.eval_every is not None:
+            validate.check_int("eval_every", self.eval_every, 0)
+        if self.num_prompts is not None:
+            validate.check_int("num_prompts", self.num_prompts)
+        self.drafting = validate.check_choice("drafting", self.drafting, Drafting)
+        self.conditioning = validate.check_choice("conditioning", self.conditioning, Conditioning)
+        if self.drafting is Drafting.DRAFT_MODEL and (self.prompts or self.dataset):
+            raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
+        parse_dtype(self.dtype)
+        return self
+
+    def run_config(self) -> dict:
+        """The settings a resumed run must share with the checkpoint it resumes."""
+        return dict(target=str(self.target), drafting=self.drafting.value, conditioning=self.conditioning.value,
+                    layers=self.layers, block_size=self.block_size, num_taps=self.num_taps,
+                    fixed_anchors=self.fixed_anchors, batch_size=self.batch_size, num_anchors=self.num_anchors,
+                    lr=self.lr, seed=self.seed, num_math=self.num_math, num_code=self.num_code,
+                    max_new_tokens=self.max_new_tokens, prompts=str(self.prompts) if self.prompts else None,
+                    dataset=self.dataset)
+
+
+class TauCurve:
+    """A trainer callback: tau on the probe prompts every ``every`` steps, printed and kept in
+    ``points``; the probe's own seconds are taken out of the training clock (``seconds``)."""
+
+    def __init__(self, measure: Callable, drafter, every: int):
+        self.measure, self.drafter, self.every = measure, drafter, every
+        self.points: list[dict] = []
+        self.seconds = 0.0
+
+    def add(self, step: int, elapsed_s: float) -> dict:
+        tau = self.measure(self.drafter)
+        self.points.append({"step": step, "elapsed_s": round(elapsed_s, 1), "tau": tau["all"],
+                            **{f"tau_{d}": v for d, v in tau.items() if d != "all"}})
+        return tau
+
+    def __call__(self, trainer, step: int, metrics: dict) -> None:
+        if step % self.every:
+            return
+        started = time.time()
+        tau = self.add(step, metrics["elapsed_s"] - self.seconds)
+        self.seconds += time.time() - started
+        per_domain = " ".join(f"{d} {v:.2f}" for d, v in tau.items() if d != "all")
+        print(f"[train] step {step}: tau {per_domain} after "
+              f"{self.points[-1]['elapsed_s'] / 60:.1f} min of training", flush=True)
+
+    def final(self, step: int, train_s: float) -> dict:
+        """The last point, on the final weights (replacing one measured at the same step)."""
+        if self.points and self.points[-1]["step"] == step:
+            self.points.pop()
+        return self.add(step, train_s)
+
+    def minutes_to(self, domain: str, tau: float = 5) -> float | None:
+        first = next((p for p in self.points if p[f"tau_{domain}"] >= tau), None)
+        return round(first["elapsed_s"] / 60, 1) if first else None
+
+
+def frozen_target(c: DrafterTrainConfig):
+    """The target and its tokenizer, with no parameter that trains."""
+    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
     for p in model.parameters():
         p.requires_grad_(False)
-    probe = None
-    if own is not None:
-        own = apply_chat_template(tokenizer, own)
-        if len(own) <= probe_prompts:
-            raise ValueError(f"{len(own)} prompts: need more than the {probe_prompts} held out for the tau probe")
-        own, probe = own[:-probe_prompts], {"held_out": own[-probe_prompts:]}
-    t0 = time.time()
-    data = regenerate(model, tokenizer, own if own is not None else training_prompts(num_math, num_code, seed),
-                      max_new_tokens, cache_dir=cache_dir)
-    regen_s = time.time() - t0
-    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
-                                       block_size=block_size, num_taps=num_taps, drafting=drafting,
-                                       conditioning=conditioning)
-    drafter = make_drafter(config).to(device).train()
-    weights = position_weights(block_size)
-    generator = torch.Generator().manual_seed(seed)
-    measure_tau = tau_probe(model, tokenizer, prompts=probe)
-    tau_curve = []
-    every = eval_every or max(1, steps // 10)
+    return model, tokenizer
 
-    eval_seconds = [0.0]                      # probe time, taken out of the training clock
 
-    def record_tau(trainer, step, metrics):
-        if step % every == 0:
-            t = time.time()
-            tau = measure_tau(drafter)
-            tau_curve.append({"step": step, "elapsed_s": round(metrics["elapsed_s"] - eval_seconds[0], 1),
-                              "tau": tau["all"], **{f"tau_{d}": v for d, v in tau.items() if d != "all"}})
-            eval_seconds[0] += time.time() - t
-            per_domain = " ".join(f"{d} {v:.2f}" for d, v in tau.items() if d != "all")
-            print(f"[train] step {step}: tau {per_domain} after "
-                  f"{tau_curve[-1]['elapsed_s'] / 60:.1f} min of training", flush=True)
+def training_texts(c: DrafterTrainConfig, tokenizer, own: list[str] | None) -> tuple[list[str], dict | None]:
+    """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own
+    through the chat template, the last ``probe_prompts`` held out; else the built-in train split."""
+    if own is None:
+        return training_prompts(c.num_math, c.num_code, c.seed), None
+    own = apply_chat_template(tokenizer, own)
+    if len(own) <= c.probe_prompts:
+        raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for the tau probe")
+    return own[:-c.probe_prompts], {"held_out": own[-c.probe_prompts:]}
 
-    callbacks = [record_tau, *callbacks] if eval_every != 0 else list(callbacks)
+
+def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData, work: Path,
+                    callbacks: list[Callable]) -> Trainer:
+    """The one :class:`~dflash_lite.trainer.Trainer`, on fresh anchors each epoch, checkpointing into ``work``."""
+    weights = position_weights(c.block_size)
+    generator = torch.Generator().manual_seed(c.seed)
+    causal = c.drafting is Drafting.AUTOREGRESSIVE
+
     def loss_fn(m, b):
         return drafter_loss(m, model, b, weights)
 
-    work = outputs.begin(out, overwrite and not outputs.holds_nothing(out), "DFlash drafter training run",
-                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT, run_config))
-    trainer = Trainer(drafter, loss_fn,
-                      lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
-                                            tokenizer.pad_token_id, generator, drafting == "autoregressive",
-                                            fixed_anchors),
-                      TrainConfig(steps=steps, lr=lr, seed=seed, checkpoint_every=max(50, steps // 10),
-                                  time_budget_s=time_budget_s, autocast_dtype=torch_dtype),
-                      callbacks, checkpoint_dir=work / "checkpoint", run_config=run_config)
+    return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size, c.num_anchors, tokenizer,
+                                                              generator, causal, c.fixed_anchors),
+                   TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, checkpoint_every=max(50, c.steps // 10),
+                               time_budget_s=c.time_budget_s, autocast_dtype=parse_dtype(c.dtype)),
+                   callbacks, checkpoint_dir=work / "checkpoint", run_config=c.run_config())
+
+
+def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_done: int, seconds: dict) -> dict:
+    """What ``training_curve.json`` and the drafter's config record of the run."""
+    return {"command": c.command, "target": c.target, "drafting": c.drafting.value, "layers": c.layers,
+            "conditioning": c.conditioning.value, "anchors": "fixed" if c.fixed_anchors else "random",
+            "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
+            "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
+            "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts, "dataset": c.dataset,
+            "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+            "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."), "time_budget_s": c.time_budget_s,
+            "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds, "seed": c.seed,
+            "device": c.device, "threads": torch.get_num_threads(), "gamma": loss_gamma(c.block_size)}
+
+
+def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (), **options) -> Path:
+    """Regenerate data with the target, train a drafter, save it (own format) with its curve, and
+    return where: ``config`` or the :class:`DrafterTrainConfig` of ``options``. ``callbacks`` are
+    the trainer's (:class:`~dflash_lite.trainer.Trainer`). ``drafting=DRAFT_MODEL`` runs
+    :func:`train_draft_model`.
+
+    Every option and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a run
+    into ``out`` that holds a checkpoint of the same settings resumes from it."""
+    c = (config or DrafterTrainConfig(**options)).check()
+    if c.drafting is Drafting.DRAFT_MODEL:
+        return train_draft_model(c)
+    own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None  # bad input first
+    out = prepare_out(c.out, c.overwrite, c.run_config())
+    torch.manual_seed(c.seed)
+    model, tokenizer = frozen_target(c)
+    texts, probe = training_texts(c, tokenizer, own)
+    t0 = time.time()
+    data = regenerate(model, tokenizer, texts, c.max_new_tokens, cache_dir=c.cache_dir)
+    regen_s = time.time() - t0
+    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.layers,
+                                       block_size=c.block_size, num_taps=c.num_taps, drafting=c.drafting,
+                                       conditioning=c.conditioning)
+    drafter = make_drafter(config).to(c.device).train()
+    taus = TauCurve(tau_probe(model, tokenizer, prompts=probe), drafter, c.eval_every or max(1, c.steps // 10))
+    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out), "DFlash drafter training run",
+                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT, c.run_config()))
+    trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
+                              [taus, *callbacks] if c.eval_every != 0 else list(callbacks))
     t1 = time.time()
     history = trainer.run()
-    train_s = time.time() - t1 - eval_seconds[0]
-    meta = {"training": {"command": command, "target": target, "drafting": drafting, "layers": layers,
-                         "conditioning": conditioning, "anchors": "fixed" if fixed_anchors else "random",
-                         "block_size": block_size,
-                         "target_layer_ids": config.target_layer_ids, "max_new_tokens": max_new_tokens,
-                         "num_math": num_math, "num_code": num_code, "steps": trainer.step, "steps_planned": steps,
-                         "prompts": prompts, "dataset": dataset, "chat_template": bool(getattr(tokenizer, "chat_template", None)),
-                         "dtype": str(torch_dtype).removeprefix("torch."),
-                         "time_budget_s": time_budget_s, "batch_size": batch_size, "num_anchors": num_anchors,
-                         "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
-                         "train_seconds": round(train_s, 1), "tau_probe_seconds": round(eval_seconds[0], 1), "seed": seed, "device": device,
-                         "threads": torch.get_num_threads(), "gamma": loss_gamma(block_size)}}
-    final = measure_tau(drafter)
-    if tau_curve and tau_curve[-1]["step"] == trainer.step:
-        tau_curve.pop()                                         # measured again just now, on the same weights
-    tau_curve.append({"step": trainer.step, "elapsed_s": round(train_s, 1), "tau": final["all"],
-                      **{f"tau_{d}": v for d, v in final.items() if d != "all"}})
-
-    def minutes_to(domain):
-        first = next((t for t in tau_curve if t[f"tau_{domain}"] >= 5), None)
-        return round(first["elapsed_s"] / 60, 1) if first else None
-
-    meta["training"].update(final_tau_probe=final,
-                            minutes_to_tau_5={d: minutes_to(d) for d in final if d != "all"})
+    train_s = time.time() - t1 - taus.seconds
+    seconds = {"sequences": len(data), "regenerate_seconds": round(regen_s, 1), "train_seconds": round(train_s, 1),
+               "tau_probe_seconds": round(taus.seconds, 1)}
+    meta = {"training": run_record(c, config, tokenizer, trainer.step, seconds)}
+    final = taus.final(trainer.step, train_s)
+    meta["training"].update(final_tau_probe=final, minutes_to_tau_5={d: taus.minutes_to(d) for d in final if d != "all"})
     save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
     atomic_write_text(work / "training_curve.json",
-                      json.dumps({**meta, "curve": history, "tau_curve": tau_curve}, indent=1))
+                      json.dumps({**meta, "curve": history, "tau_curve": taus.points}, indent=1))
     return outputs.commit(work, out)                 # with --overwrite: the old run is deleted only now
 
 
-def check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
-                     time_budget_s) -> None:
-    """The checks both trainers share: one ValueError line naming the argument and its range."""
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens),
-                        ("layers", layers)):
-        validate.check_int(name, value)
-    validate.check_int("num_math", num_math, 0)
-    validate.check_int("num_code", num_code, 0)
-    if num_math + num_code == 0:
-        raise ValueError("num_math and num_code are both 0: there is nothing to train on")
-    validate.check_seed(seed)
-    validate.check_float("lr", lr, 0.0, low_open=True)
-    validate.check_device(device)
-    if time_budget_s is not None:
-        validate.check_float("time_budget_s", time_budget_s, 0.0, low_open=True)
-    if cache_dir is not None:
-        validate.check_output_dir(cache_dir, "cache_dir")
-
-
 # ----------------------------------------------------------------------------- classic draft model
-def draft_model_config(target_config, num_layers: int = 2):
+def draft_model_config(target_config, num_layers: int = 2) -> Qwen3Config:
     """A small Qwen3 with the target's width and vocabulary and ``num_layers`` layers."""
-    from transformers import Qwen3Config
     return Qwen3Config(**{**target_config.to_dict(), "num_hidden_layers": num_layers,
                           "layer_types": ["full_attention"] * num_layers, "architectures": ["Qwen3ForCausalLM"]})
 
@@ -328,38 +399,32 @@ def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
     return loss, {"loss": loss.item(), "accuracy_per_position": [acc]}
 
 
-def train_draft_model(target: str = "tiny", out: str = "draft-model", layers: int = 2, steps: int = 1000,
-                      batch_size: int = 8, lr: float = 6e-4, num_math: int = 2000, num_code: int = 400,
-                      max_new_tokens: int = 160, seed: int = 0, device: str = "cpu",
-                      cache_dir: str = ".cache/dflash_lite", time_budget_s: float | None = None,
-                      command: str | None = None, overwrite: bool = False, dtype: str = "float32") -> Path:
-    """Classic speculative decoding's drafter: a small causal LM trained on the same regenerated data,
-    saved as a Hugging Face directory (usable by ``generate(assistant_model=...)`` too). It keeps
-    no checkpoint, so ``out`` must be new or empty, or is replaced with ``overwrite``."""
-    from transformers import Qwen3ForCausalLM
-
-
-    check_train_args(steps, batch_size, lr, num_math, num_code, max_new_tokens, layers, seed, device, cache_dir,
-                     time_budget_s)
-    out = prepare_out(out, overwrite)
-    torch.manual_seed(seed)
-    model, tokenizer = load_pretrained(target, device=device, dtype=dtype)   # the small LM trains in fp32
+def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Path:
+    """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) trained on the
+    same regenerated data, saved as a Hugging Face directory (usable by
+    ``generate(assistant_model=...)`` too). Of ``config`` it uses the target, the built-in
+    prompts and the schedule; it keeps no checkpoint, so ``out`` must be new or empty, or is
+    replaced with ``overwrite``."""
+    c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
+    out = prepare_out(c.out, c.overwrite)
+    torch.manual_seed(c.seed)
+    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=c.dtype)   # the small LM trains in fp32
     t0 = time.time()
-    data = regenerate(model, tokenizer, training_prompts(num_math, num_code, seed), max_new_tokens,
-                      cache_dir=cache_dir)
+    data = regenerate(model, tokenizer, training_prompts(c.num_math, c.num_code, c.seed), c.max_new_tokens,
+                      cache_dir=c.cache_dir)
     regen_s = time.time() - t0
-    small = Qwen3ForCausalLM(draft_model_config(model.config, layers)).to(device).train()
+    small = Qwen3ForCausalLM(draft_model_config(model.config, c.layers)).to(c.device).train()
     small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)   # start from the target's embedding
-    generator = torch.Generator().manual_seed(seed)
-    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, batch_size, tokenizer.pad_token_id, generator),
-                      TrainConfig(steps=steps, lr=lr, seed=seed, time_budget_s=time_budget_s))
+    generator = torch.Generator().manual_seed(c.seed)
+    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, c.batch_size, tokenizer.pad_token_id, generator),
+                      TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, time_budget_s=c.time_budget_s))
     t1 = time.time()
     history = trainer.run()
-    meta = {"command": command, "target": target, "layers": layers, "steps": trainer.step, "steps_planned": steps,
-            "batch_size": batch_size, "lr": lr, "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
-            "train_seconds": round(time.time() - t1, 1), "device": device, "threads": torch.get_num_threads(),
-            "time_budget_s": time_budget_s}
-    work = outputs.begin(out, overwrite and not outputs.holds_nothing(out), "draft model training run")
+    meta = {"command": c.command, "target": c.target, "layers": c.layers, "steps": trainer.step,
+            "steps_planned": c.steps, "batch_size": c.batch_size, "lr": c.lr, "sequences": len(data),
+            "regenerate_seconds": round(regen_s, 1), "train_seconds": round(time.time() - t1, 1),
+            "device": c.device, "threads": torch.get_num_threads(), "time_budget_s": c.time_budget_s}
+    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out), "draft model training run")
     small.eval().to(torch.bfloat16).save_pretrained(work)                # loaded back in fp32, exactly
     tokenizer.save_pretrained(work)
     atomic_write_text(work / "training_curve.json", json.dumps({"training": meta, "curve": history}, indent=1))

@@ -12,6 +12,7 @@ Output paths are checked here too, so that a run that could not write its result
 from __future__ import annotations
 
 import argparse
+import enum
 import math
 import numbers
 import os
@@ -95,6 +96,19 @@ def check_block_sizes(value, name: str | None = "block_sizes", high: int | None 
     for size in sizes:
         check_int(name, size, 1, high)
     return sizes
+
+
+def check_choice(name: str, value, kind: type[enum.Enum], allowed=None):
+    """``value`` (a member of the enum ``kind`` or its string) as a member; one line naming ``name``
+    and the ``allowed`` members' values (all of them by default) otherwise."""
+    allowed = list(kind) if allowed is None else list(allowed)
+    try:
+        member = kind(value)
+    except ValueError:
+        member = None
+    if member not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(m.value for m in allowed)}, got {value!r}")
+    return member
 
 
 def check_device(value, name: str | None = "device") -> str:

@@ -123,4 +123,4 @@ def make_drafter(config: DrafterConfig) -> DFlashDrafter:
     for cls in VARIANTS:
         if key in cls.variants:
             return cls(config)
-    raise ValueError(f"no drafter runs drafting={config.drafting!r} with conditioning={config.conditioning!r}")
+    raise ValueError(f"no drafter runs drafting={config.drafting.value!r} with conditioning={config.conditioning.value!r}")

@@ -28,9 +28,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from . import corpus, outputs, signals, validate
+from .cli import OUT_DIR, POS, POS_FLOAT, SEED, Options, Parser, expected_errors
 from .files import atomic_write_text
+from .model_card import DrafterCardConfig, write_card, write_drafter_card
 from .trainer import TrainConfig, Trainer
 
 
@@ -67,9 +71,6 @@ TARGET_PRESETS = {
 # ----------------------------------------------------------------------------- tokenizer
 def train_tokenizer(vocab_size: int, num_math: int):
     """A byte-level BPE over train-split code and math, with the EOS and MASK tokens reserved."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -110,7 +111,6 @@ def sample_batch(streams, preset: TargetPreset, gen: torch.Generator) -> torch.T
 
 
 def build_model(preset: TargetPreset, tokenizer):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
     eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=preset.hidden_size, intermediate_size=preset.intermediate_size,
@@ -167,63 +167,97 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
     return out
 
 
-def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, seed: int = 0,
-                 device: str = "cpu", time_budget_s: float | None = None, log_every: int = 50,
-                 bf16: bool = True, overwrite: bool = False) -> Path:
-    """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log).
+@dataclass
+class TargetTrainConfig:
+    """Every choice of ``python -m dflash_lite.zoo train-target`` (which builds one from its flags).
+
+    ``out``: a new or empty directory, or with ``overwrite`` a directory this project wrote, which
+    is replaced only once the new target is complete (:mod:`dflash_lite.outputs`). ``bf16``: mixed
+    precision (bf16 autocast, fp32 master weights), faster on a CPU with AVX512-BF16. Every
+    ``log_every`` steps a JSON line (step from 0, loss, lr, elapsed_s) is printed and kept."""
+    out: str | Path
+    preset_name: str = "tiny"
+    steps: int = 6000
+    seed: int = 0
+    device: str = "cpu"
+    time_budget_s: float | None = None
+    log_every: int = 50
+    bf16: bool = True
+    overwrite: bool = False
+
+    def check(self) -> TargetTrainConfig:
+        """Every option checked (one ValueError line) before any work; returns self."""
+        if self.preset_name not in TARGET_PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(TARGET_PRESETS)}, got {self.preset_name!r}")
+        validate.check_int("steps", self.steps)
+        validate.check_seed(self.seed)
+        validate.check_int("log_every", self.log_every)
+        self.device = validate.check_device(self.device)
+        if self.time_budget_s is not None:
+            validate.check_float("time_budget_s", self.time_budget_s, 0.0, low_open=True)
+        return self
+
+
+def prepare_target_out(c: TargetTrainConfig) -> Path:
+    """``out`` checked and locked: new or empty, or replaced as a whole with ``overwrite``."""
+    out = outputs.check_out(c.out, c.overwrite)
+    outputs.lock(out)
+    if not c.overwrite and not outputs.holds_nothing(out):
+        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target this project "
+                         f"wrote, or choose another directory")
+    return out
+
+
+def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: float, losses: dict,
+                  manifest: dict, log: list[dict]) -> dict:
+    """What ``training_log.json`` records of the run (the model card reads it)."""
+    device = c.device if c.device != "cpu" else \
+        f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
+    return {"preset": c.preset_name, "preset_fields": asdict(TARGET_PRESETS[c.preset_name]), "seed": c.seed,
+            "steps_planned": c.steps, "steps_done": steps_done, "train_seconds": round(train_seconds, 1),
+            "device": device, "torch": torch.__version__, "bf16_autocast": c.bf16,
+            "ld_preload": os.environ.get("LD_PRELOAD", ""),
+            "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
+            "held_out_loss": losses, "corpus_manifest": manifest,
+            "parameters": sum(p.numel() for p in model.parameters()), "curve": log}
+
+
+def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
+    """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log):
+    ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any work.
 
     The loop is the drafters' :class:`~dflash_lite.trainer.Trainer` with the target's recipe
     (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is kept.
-    Every ``log_every`` steps a JSON line (step from 0, loss, lr, elapsed_s) is printed and kept
-    for the ``curve`` of ``training_log.json``.
-
-    ``bf16``: mixed precision (bf16 autocast, fp32 master weights); about 1.6x faster on a CPU with
-    AVX512-BF16. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves another third on
-    glibc systems, where freeing the large logits tensor every step returns pages to the kernel.
-
-    ``out`` is checked and locked before any work: a new or empty directory, or with ``overwrite`` a
-    directory this project wrote, which is replaced only once the new target is complete
-    (:mod:`dflash_lite.outputs`); the model is written beside it and renamed into place whole.
-    """
-    if preset_name not in TARGET_PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(TARGET_PRESETS)}, got {preset_name!r}")
-    preset = TARGET_PRESETS[preset_name]
-    validate.check_int("steps", steps)
-    validate.check_seed(seed)
-    validate.check_int("log_every", log_every)
-    device = validate.check_device(device)
-    if time_budget_s is not None:
-        validate.check_float("time_budget_s", time_budget_s, 0.0, low_open=True)
-    out = outputs.check_out(out, overwrite)
-    outputs.lock(out)
-    if not overwrite and not outputs.holds_nothing(out):
-        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target this project "
-                         f"wrote, or choose another directory")
-    torch.manual_seed(seed)
-    random.seed(seed)
+    Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where freeing
+    the large logits tensor every step returns pages to the kernel. The model is written beside
+    ``out`` and renamed into place whole."""
+    c = (config or TargetTrainConfig(**options)).check()
+    preset = TARGET_PRESETS[c.preset_name]
+    out = prepare_target_out(c)
+    torch.manual_seed(c.seed)
+    random.seed(c.seed)
     t0 = time.time()
     tokenizer = train_tokenizer(preset.vocab_size, preset.num_math_problems)
     streams = token_streams(tokenizer, preset.num_math_problems)
     manifest = corpus.manifest(preset.num_math_problems)
     manifest["tokens"] = {k: len(v) for k, v in streams.items()}
-    print(f"[train-target] seed={seed} steps={steps} corpus sha256={manifest['sha256'][:16]} "
+    print(f"[train-target] seed={c.seed} steps={c.steps} corpus sha256={manifest['sha256'][:16]} "
           f"tokens={manifest['tokens']} tokenizer {time.time() - t0:.0f}s", flush=True)
 
-    model = build_model(preset, tokenizer).to(device)
-    gen = torch.Generator().manual_seed(seed)
+    model = build_model(preset, tokenizer).to(c.device)
+    gen = torch.Generator().manual_seed(c.seed)
     log = []
 
     def record(trainer, step, metrics):           # step counts steps done; the log names each from 0
-        if (step - 1) % log_every == 0:
+        if (step - 1) % c.log_every == 0:
             log.append({"step": step - 1, "loss": round(metrics["loss"], 4), "lr": metrics["lr"],
                         "elapsed_s": round(metrics["elapsed_s"], 1)})
             print(json.dumps(log[-1]), flush=True)
 
     trainer = Trainer(model, next_token_loss, lambda: windows(streams, preset, gen),
-                      train_config(preset, steps, seed, time_budget_s, log_every, bf16), [record])
+                      train_config(preset, c.steps, c.seed, c.time_budget_s, c.log_every, c.bf16), [record])
     t_train = time.time()
     trainer.run()
-    steps_done = trainer.step
     train_seconds = time.time() - t_train
     losses = held_out_loss(model, tokenizer, preset)
     print(f"[train-target] held-out loss {losses}", flush=True)
@@ -231,44 +265,36 @@ def train_target(out: str | Path, preset_name: str = "tiny", steps: int = 6000, 
     work = outputs.begin(out, True, "target trained from scratch")     # beside out, renamed into place whole
     model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
     tokenizer.save_pretrained(work)
-    info = {"preset": preset_name, "preset_fields": asdict(preset), "seed": seed, "steps_planned": steps,
-            "steps_done": steps_done, "train_seconds": round(train_seconds, 1),
-            "device": device if device != "cpu" else f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})",
-            "torch": torch.__version__, "bf16_autocast": bf16, "ld_preload": os.environ.get("LD_PRELOAD", ""),
-            "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
-            "held_out_loss": losses, "corpus_manifest": manifest,
-            "parameters": sum(p.numel() for p in model.parameters()), "curve": log}
+    info = target_record(c, model, trainer.step, train_seconds, losses, manifest, log)
     atomic_write_text(work / "training_log.json", json.dumps(info, indent=1))
     return outputs.commit(work, out)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The zoo's command line, with the main one's argparse types and one-line usage errors."""
-    from .cli import OUT_DIR, POS, POS_FLOAT, SEED, Parser, defaults_from   # no flag states a default
-    from .model_card import write_drafter_card
-
+    """The zoo's command line, with the main one's argparse types and one-line usage errors; no
+    flag states a default (each is its config dataclass's, :class:`~dflash_lite.cli.Options`)."""
     parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train-target", help="train a target like the shipped one from scratch")
-    t.add_argument("--out", type=OUT_DIR, required=True, help="a new or empty directory (never the package's)")
-    t.add_argument("--overwrite", action="store_true", help="replace a target this project wrote, once the new one is done")
-    t.add_argument("--preset", dest="preset_name", choices=sorted(TARGET_PRESETS))
-    t.add_argument("--steps", type=POS)
-    t.add_argument("--seed", type=SEED)
-    t.add_argument("--device", type=validate.device_arg)
-    t.add_argument("--time-budget-s", type=POS_FLOAT)
-    t.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
-    defaults_from(t, train_target)
+    t = Options(sub.add_parser("train-target", help="train a target like the shipped one from scratch"),
+                TargetTrainConfig)
+    t.parser.add_argument("--out", type=OUT_DIR, required=True, help="a new or empty directory (never the package's)")
+    t.add("--overwrite", action="store_true", help="replace a target this project wrote, once the new one is done")
+    t.add("--preset", dest="preset_name", choices=sorted(TARGET_PRESETS))
+    t.add("--steps", type=POS)
+    t.add("--seed", type=SEED)
+    t.add("--device", type=validate.device_arg)
+    t.add("--time-budget-s", type=POS_FLOAT)
+    t.add("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
-    dc = sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md")
-    dc.add_argument("path")
-    dc.add_argument("--target")
-    dc.add_argument("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
-    dc.add_argument("--num-prompts", type=POS)
-    dc.add_argument("--max-new-tokens", type=POS)
-    dc.add_argument("--repeats", type=POS)
-    defaults_from(dc, write_drafter_card)
+    dc = Options(sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md"),
+                 DrafterCardConfig)
+    dc.parser.add_argument("path")
+    dc.add("--target")
+    dc.add("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
+    dc.add("--num-prompts", type=POS)
+    dc.add("--max-new-tokens", type=POS)
+    dc.add("--repeats", type=POS)
     return parser
 
 
@@ -276,20 +302,17 @@ def main(argv=None) -> int:
     """Parse, run one command, and return the exit code, as :func:`dflash_lite.cli.main` does: 0, 1
     when a file could not be written, 2 for bad input (one line, before any work), 130 / 143 when
     interrupted by Ctrl-C / SIGTERM."""
-    from .cli import expected_errors
-    from .model_card import write_card, write_drafter_card
-
     with signals.handled():
         args = vars(build_parser().parse_args(argv))
         command = args.pop("command")
 
         def run() -> int:
             if command == "train-target":
-                print(train_target(**args))
+                print(train_target(TargetTrainConfig(**args)))
             elif command == "card":
                 write_card(args["path"])
             else:
-                write_drafter_card(args.pop("path"), **args)
+                write_drafter_card(DrafterCardConfig(**args))
             return 0
 
         try:

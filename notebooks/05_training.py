@@ -111,7 +111,7 @@ assert all(len(s) > p for s, p in zip(data.sequences, data.prompt_lengths))
 # %%
 g = torch.Generator().manual_seed(0)
 seq, plen = data.sequences[0], data.prompt_lengths[0]
-batch = make_batch([seq], [plen], block_size, 3, tokenizer.mask_token_id, tokenizer.pad_token_id, g)
+batch = make_batch([seq], [plen], block_size, 3, tokenizer, g)
 anchors = batch.block_positions[0, ::block_size][:3]
 print("anchors:", anchors.tolist(), "(response starts at", plen, ")")
 for j, a in enumerate(anchors.tolist()):
@@ -153,7 +153,7 @@ for j, a in enumerate(anchors.tolist()):                         # block j sees 
 config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=block_size)
 drafter = DFlashDrafter(config).to(device).train()
 batch = make_batch(data.sequences[:batch_size], data.prompt_lengths[:batch_size], block_size, num_anchors,
-                   tokenizer.mask_token_id, tokenizer.pad_token_id, torch.Generator().manual_seed(0))
+                   tokenizer, torch.Generator().manual_seed(0))
 with torch.no_grad():
     logits, labels, k = labelled_logits(drafter, target, batch, block_size)    # (M, V), (M,), (M,)
 logits = logits.float()
@@ -236,8 +236,7 @@ tau_before = measure(drafter)
 weights = position_weights(block_size)
 gen = torch.Generator().manual_seed(0)
 trainer = Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights),
-                  lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer.mask_token_id,
-                                        tokenizer.pad_token_id, gen),
+                  lambda: epoch_batches(data, batch_size, block_size, num_anchors, tokenizer, gen),
                   TrainConfig(steps=steps, lr=lr, log_every=1))
 t0 = time.perf_counter()
 history = trainer.run()

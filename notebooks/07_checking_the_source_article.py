@@ -209,7 +209,7 @@ def mse_loss(model, batch):
 
 def held_out_accuracy(model):
     g = torch.Generator().manual_seed(1)
-    batch = next(epoch_batches(held, 16, B, 4, tokenizer.mask_token_id, tokenizer.pad_token_id, g))
+    batch = next(epoch_batches(held, 16, B, 4, tokenizer, g))
     with torch.no_grad():
         return drafter_loss(model.eval(), target, batch, weights)[1]["accuracy_per_position"]
 
@@ -221,8 +221,7 @@ for name, loss_fn in (("cross-entropy (DFlash)", lambda m, b: drafter_loss(m, ta
     model = DFlashDrafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                     block_size=B)).train()
     g = torch.Generator().manual_seed(0)
-    history = Trainer(model, loss_fn, lambda: epoch_batches(data, 4, B, 8, tokenizer.mask_token_id,
-                                                            tokenizer.pad_token_id, g),
+    history = Trainer(model, loss_fn, lambda: epoch_batches(data, 4, B, 8, tokenizer, g),
                       TrainConfig(steps=train_steps, lr=3e-3, log_every=1)).run()
     curves[name] = [h["accuracy_per_position"][0] for h in history]
     accuracy[name] = held_out_accuracy(model)

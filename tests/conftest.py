@@ -3,6 +3,8 @@
 (The repository's top-level conftest.py keeps every test's outputs out of the working tree.)
 """
 import copy
+import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,3 +84,23 @@ def greedy_cases(tiny):
         ids = [tokenizer(prompt, return_tensors="pt").input_ids for prompt in prompts]
         return [(x, generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens) for x in ids]
     return make
+
+
+# ----------------------------------------------------------------------------- checkpoints never run code
+class Payload:
+    """Unpickling this creates a marker file: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+@pytest.fixture
+def planted(tmp_path):
+    run = tmp_path / "downloaded-run"
+    (run / "checkpoint").mkdir(parents=True)
+    marker = tmp_path / "code-ran"
+    (run / "checkpoint" / "trainer.pt").write_bytes(pickle.dumps(Payload(marker)))
+    return run, marker

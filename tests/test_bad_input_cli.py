@@ -1,8 +1,7 @@
-"""Bad input to the CLI, the trainer's checkpoints and the engine: one line, the right exit code,
+"""Bad input to the command line and the Python API: one line, the right exit code,
 no traceback, no work done, and no file changed that should not change (README, "Safety")."""
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -14,8 +13,6 @@ import torch
 import dflash_lite
 from dflash_lite import train as train_module
 from dflash_lite.cli import main
-from dflash_lite.engine import Engine
-from dflash_lite.files import atomic_write_text
 from dflash_lite.outputs import MARKER
 from dflash_lite.target import SHIPPED_DRAFTERS
 
@@ -127,25 +124,6 @@ def test_a_non_utf8_prompts_file_is_named(capsys, tmp_path, no_work):
 
 
 # ----------------------------------------------------------------------------- checkpoints never run code
-class Payload:
-    """Unpickling this creates a marker file: proof that code ran."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.marker),))
-
-
-@pytest.fixture
-def planted(tmp_path):
-    run = tmp_path / "downloaded-run"
-    (run / "checkpoint").mkdir(parents=True)
-    marker = tmp_path / "code-ran"
-    (run / "checkpoint" / "trainer.pt").write_bytes(pickle.dumps(Payload(marker)))
-    return run, marker
-
-
 def test_a_planted_old_checkpoint_is_never_loaded_by_train(capsys, planted, no_work):
     run, marker = planted
     before = snapshot(run)
@@ -153,13 +131,6 @@ def test_a_planted_old_checkpoint_is_never_loaded_by_train(capsys, planted, no_w
     line = the_line(err)
     assert code == 2 and "never loaded" in line and "--overwrite" in line
     assert not marker.exists() and snapshot(run) == before
-
-
-def test_a_planted_old_checkpoint_is_never_loaded_by_the_trainer(planted):
-    run, marker = planted
-    model = torch.nn.Linear(2, 2)
-    trainer = train_module.Trainer(model, None, None, train_module.TrainConfig(), checkpoint_dir=run / "checkpoint")
-    assert trainer.step == 0 and not marker.exists()
 
 
 def test_the_package_has_no_unsafe_load():
@@ -171,37 +142,6 @@ def test_the_package_has_no_unsafe_load():
         assert not re.search(r"trust_remote_code\s*=\s*(?!False\b)", text), f"{path.name} may trust remote code"
         calls = len(re.findall(r"\bAuto\w+\.from_pretrained\(", text))
         assert text.count("trust_remote_code=False") >= calls, f"{path.name}: an Auto* call without trust_remote_code=False"
-
-
-def test_trainer_checkpoint_round_trips_optimizer_and_rng(tmp_path):
-    def make():
-        torch.manual_seed(0)
-        model = torch.nn.Linear(3, 2)
-        batches = lambda: iter([torch.randn(4, 3) for _ in range(100)])
-        loss = lambda m, x: (m(x).pow(2).mean(), {"loss": 0.0, "accuracy_per_position": [0.0]})
-        return train_module.Trainer(model, loss, batches, train_module.TrainConfig(steps=3, log_every=1),
-                                    checkpoint_dir=tmp_path, run_config={"layers": 1, "block_size": 4})
-    first = make()
-    first.run()
-    rng = torch.get_rng_state()
-    torch.manual_seed(123)
-    second = make()
-    assert second.step == 3 and second.history == first.history and torch.equal(torch.get_rng_state(), rng)
-    a, b = first.optimizer.state_dict(), second.optimizer.state_dict()
-    assert a["param_groups"] == b["param_groups"]
-    for index, state in a["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, b["state"][index][key])
-    with pytest.raises(ValueError, match="block_size=4, but this run has block_size=8") as info:
-        train_module.Trainer(torch.nn.Linear(3, 2), None, None, train_module.TrainConfig(), checkpoint_dir=tmp_path,
-                             run_config={"layers": 1, "block_size": 8})
-    assert "\n" not in str(info.value)
-
-
-def test_a_trainer_without_batches_fails_instead_of_hanging():
-    trainer = train_module.Trainer(torch.nn.Linear(2, 2), None, lambda: iter([]), train_module.TrainConfig(steps=5))
-    with pytest.raises(ValueError, match="no batch"):
-        trainer.run()
 
 
 # ----------------------------------------------------------------------------- train --out: only what it wrote
@@ -324,60 +264,7 @@ def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json", "keep.tmp"]
 
 
-def test_atomic_write_never_touches_a_neighbour_and_leaves_nothing_on_failure(tmp_path):
-    (tmp_path / "keep.tmp").write_text("mine")
-    atomic_write_text(tmp_path / "keep.json", "{}")
-    with pytest.raises(ZeroDivisionError):
-        from dflash_lite.files import atomic_path
-        with atomic_path(tmp_path / "keep.json") as tmp:
-            tmp.write_text("half")
-            1 / 0
-    assert (tmp_path / "keep.json").read_text() == "{}" and (tmp_path / "keep.tmp").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json", "keep.tmp"]
-
-
 # ----------------------------------------------------------------------------- the Python API: the same checks
-@pytest.fixture(scope="module")
-def engine(tiny, random_drafter):
-    target, tokenizer = tiny
-    return Engine(target, tokenizer, random_drafter)
-
-
-@pytest.mark.parametrize("kwargs,name", [
-    ({"max_new_tokens": 2.5}, "max_new_tokens"),
-    ({"max_new_tokens": "8"}, "max_new_tokens"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"temperature": float("nan"), "stream": True}, "temperature"),
-    ({"temperature": -1.0}, "temperature"),
-    ({"top_p": 0.0}, "top_p"),
-    ({"top_k": 0}, "top_k"),
-    ({"seed": 1.5}, "seed"),
-])
-def test_engine_generate_checks_its_arguments_at_the_call(engine, kwargs, name):
-    with pytest.raises(ValueError, match=name) as info:
-        engine.generate("def f():", **{"max_new_tokens": 8, **kwargs})     # raised by the call, even when streaming
-    assert "\n" not in str(info.value) and "must be" in str(info.value)
-
-
-@pytest.mark.parametrize("block_size", [2.0, "16", 0])
-def test_engine_block_size_is_checked(tiny, random_drafter, block_size):
-    target, tokenizer = tiny
-    with pytest.raises(ValueError, match="block_size") as info:
-        Engine(target, tokenizer, random_drafter, block_size=block_size)
-    assert "\n" not in str(info.value)
-
-
-def test_engine_block_size_without_a_drafter_says_so(tiny):
-    target, tokenizer = tiny
-    with pytest.raises(ValueError, match="needs a drafter"):
-        Engine(target, tokenizer, None, block_size=16)
-
-
-def test_engine_from_pretrained_loads_the_shipped_drafter():
-    engine = Engine.from_pretrained("tiny", block_size=16)
-    assert engine.drafter is not None and engine.block_size == 16
-
-
 def test_export_onto_an_existing_file_is_one_line(tmp_path, random_drafter):
     from dflash_lite.checkpoints import export_dflash
     target = tmp_path / "taken"

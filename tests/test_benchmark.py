@@ -1,7 +1,7 @@
 """The benchmark: JSON shape, the identity check, failing methods reported, speedup arithmetic,
-rows told apart by kind (never by name), and the CLI's defaults taken from the signatures."""
-import inspect
+rows told apart by kind (never by name), and the CLI's defaults taken from the config dataclasses."""
 import json
+import os
 
 import pytest
 
@@ -337,28 +337,43 @@ def test_resolve_run_report_in_steps(tmp_path, capsys):
     assert "vs generate" in capsys.readouterr().out
 
 
-# ----------------------------------------------------------------------------- the CLI's defaults are the signatures'
-def test_every_cli_default_is_the_function_signatures():
+# ----------------------------------------------------------------------------- the CLI's defaults are the configs'
+def test_every_cli_default_is_the_config_dataclass_default():
+    from dflash_lite import zoo
     from dflash_lite.cli import DemoConfig, build_parser
-    from dflash_lite.train import train_draft_model, train_drafter
+    from dflash_lite.model_card import DrafterCardConfig
+    from dflash_lite.train import DrafterTrainConfig
 
     commands = build_parser().commands
-    for command, func in (("demo", DemoConfig), ("bench", BenchConfig), ("train", train_drafter)):
-        parser, params = commands[command], inspect.signature(func).parameters
-        options = [a for a in parser._actions if a.option_strings and a.dest != "help"]
-        assert options
-        for action in options:
-            if action.required:
-                continue
-            assert parser.get_default(action.dest) == params[action.dest].default, (command, action.dest)
-    # --drafting draft-model hands the same options to train_draft_model: its defaults must agree
-    shared = set(inspect.signature(train_draft_model).parameters) & {a.dest for a in commands["train"]._actions}
-    for name in shared - {"out"}:
-        assert inspect.signature(train_draft_model).parameters[name].default == \
-            inspect.signature(train_drafter).parameters[name].default, name
+    zoo_commands = zoo.build_parser()
+    cases = ((commands["demo"], [], set(), DemoConfig()), (commands["bench"], [], set(), BenchConfig()),
+             (commands["train"], ["--out", "x"], {"out"}, DrafterTrainConfig(out="x")),
+             (zoo_commands, ["train-target", "--out", "x"], {"out"}, zoo.TargetTrainConfig(out="x")),
+             (zoo_commands, ["drafter-card", "x"], {"path"}, DrafterCardConfig(path="x")))
+    for parser, argv, given, fresh in cases:
+        parsed = vars(parser.parse_args(argv))
+        parsed.pop("command", None)
+        type(fresh)(**parsed)                       # the parsed options build the config
+        assert len(parsed) > 2
+        for name in parsed.keys() - given:          # every option not given has the field's default
+            value = parsed[name]                    # (argparse puts a string default through the type)
+            value = os.fspath(value) if isinstance(value, os.PathLike) else value
+            assert value == getattr(fresh, name), (type(fresh).__name__, name)
 
 
-def test_cli_help_shows_the_signature_defaults():
+def test_train_and_draft_model_share_one_config():
+    from dflash_lite.drafter import Conditioning, Drafting
+    from dflash_lite.train import DrafterTrainConfig
+
+    c = DrafterTrainConfig(drafting="draft-model", conditioning="none").check()
+    assert c.drafting is Drafting.DRAFT_MODEL and c.conditioning is Conditioning.NONE
+    with pytest.raises(ValueError, match="drafting must be one of block, autoregressive, draft-model"):
+        DrafterTrainConfig(drafting="diffusion").check()
+    with pytest.raises(ValueError, match="draft model uses the built-in prompts"):
+        DrafterTrainConfig(drafting="draft-model", prompts="p.jsonl").check()
+
+
+def test_cli_help_shows_the_config_defaults():
     from dflash_lite.cli import build_parser
 
     text = " ".join(build_parser().commands["bench"].format_help().split())
@@ -366,21 +381,22 @@ def test_cli_help_shows_the_signature_defaults():
     assert "e.g. 4,8,16 (default: 16)" in text
 
 
-def test_an_option_the_function_lacks_is_refused_when_the_parser_is_built():
-    from dflash_lite.cli import Parser, defaults_from
+def test_an_option_the_config_lacks_is_refused_when_the_parser_is_built():
+    from dataclasses import dataclass
 
-    def command(size: int = 3, flag: bool = True, where: str | None = None):
-        pass
+    from dflash_lite.cli import Options, Parser
 
-    ok = Parser(prog="x")
-    ok.add_argument("--size", type=int)
-    ok.add_argument("--no-flag", dest="flag", action="store_false")
-    ok.add_argument("--colour")
-    assert vars(defaults_from(ok, command, colour="red").parse_args([])) == {"size": 3, "flag": True, "colour": "red"}
-    for flags, kwargs, extra in ((("--colour",), {}, {}),                          # no default anywhere
-                                 (("--size",), {"type": int}, {"size": 4}),       # a default stated twice
-                                 (("--flag",), {"action": "store_true"}, {})):    # a switch that changes nothing
-        bad = Parser(prog="x")
-        bad.add_argument(*flags, **kwargs)
+    @dataclass
+    class Config:
+        size: int = 3
+        flag: bool = True
+        where: str | None = None
+
+    ok = Options(Parser(prog="x"), Config)
+    ok.add("--size", type=int)
+    ok.add("--no-flag", dest="flag", action="store_false")
+    assert vars(ok.parser.parse_args([])) == {"size": 3, "flag": True}
+    for flags, kwargs in ((("--colour",), {}),                          # not a field of the config
+                          (("--flag",), {"action": "store_true"})):    # a switch that changes nothing
         with pytest.raises(TypeError):
-            defaults_from(bad, command, **extra)
+            Options(Parser(prog="x"), Config).add(*flags, **kwargs)

@@ -250,6 +250,5 @@ def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_infere
                                        sliding_window=6)
     drafter = DFlashDrafter(config).eval()
     seq = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 3).text, add_special_tokens=False).input_ids
-    batch = make_batch([seq], [10], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id,
-                       torch.Generator().manual_seed(3))
+    batch = make_batch([seq], [10], 4, 3, tokenizer, torch.Generator().manual_seed(3))
     assert_training_forward_equals_inference(drafter, target, batch)

@@ -172,7 +172,7 @@ def test_a_full_disk_for_json_is_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_an_unexpected_error_keeps_its_traceback(monkeypatch):
-    def bug(**kwargs):
+    def bug(*args, **kwargs):
         raise KeyError("a bug")
     monkeypatch.setattr("dflash_lite.benchmark.resolve", bug)
     with pytest.raises(KeyError):

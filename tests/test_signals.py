@@ -53,7 +53,7 @@ def test_two_ctrl_c_in_a_row_during_training_is_one_line_and_130(capsys, tmp_pat
 
 
 def test_sigterm_outside_training_is_one_line_and_143(capsys, monkeypatch):
-    def terminated(**kwargs):
+    def terminated(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
         raise AssertionError("SIGTERM did not stop the command")

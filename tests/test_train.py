@@ -1,5 +1,6 @@
 """Drafter training: anchors, the block mask, the loss weights, and that training learns."""
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -42,7 +43,7 @@ def test_block_mask_on_a_hand_worked_case():
 def test_blocks_never_see_their_own_labels():
     g = torch.Generator().manual_seed(1)
     seq = list(range(10, 40))
-    batch = make_batch([seq], [8], 4, 6, mask_token_id=1, pad_token_id=0, generator=g)
+    batch = make_batch([seq], [8], 4, 6, SimpleNamespace(mask_token_id=1, pad_token_id=0), g)
     q = batch.block_ids.shape[1]
     for row in range(q):
         label_pos = int(batch.block_positions[0, row])
@@ -80,7 +81,7 @@ def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditionin
                                                       block_size=4, conditioning=conditioning)).eval()
     seq, plen = toy_data.sequences[0], toy_data.prompt_lengths[0]
     g = torch.Generator().manual_seed(3)
-    batch = make_batch([seq], [plen], 4, 3, tokenizer.mask_token_id, tokenizer.pad_token_id, g)
+    batch = make_batch([seq], [plen], 4, 3, tokenizer, g)
     assert_training_forward_equals_inference(drafter, target, batch)
 
 
@@ -115,8 +116,7 @@ def test_a_few_steps_reduce_the_loss_and_only_the_drafter_trains(tiny, toy_data)
     before_target = {k: v.clone() for k, v in target.state_dict().items()}
     weights = position_weights(4)
     g = torch.Generator().manual_seed(0)
-    fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 8, tokenizer.mask_token_id,
-                       tokenizer.pad_token_id, g)
+    fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 8, tokenizer, g)
     first = drafter_loss(drafter, target, fixed, weights)[0].item()
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights), lambda: iter([fixed] * 1000),
                       TrainConfig(steps=25, lr=3e-3, log_every=5))
@@ -136,7 +136,7 @@ def test_trained_drafter_saved_and_loaded_gives_identical_logits(tiny, toy_data,
     g = torch.Generator().manual_seed(0)
     weights = position_weights(4)
     Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights),
-            lambda: epoch_batches(toy_data, 4, 4, 4, tokenizer.mask_token_id, tokenizer.pad_token_id, g),
+            lambda: epoch_batches(toy_data, 4, 4, 4, tokenizer, g),
             TrainConfig(steps=5)).run()
     drafter.eval()
     save_drafter(drafter, tmp_path)
@@ -159,8 +159,7 @@ def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
         d = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                                     block_size=4)).train()
         g = torch.Generator().manual_seed(0)
-        fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 4, tokenizer.mask_token_id,
-                           tokenizer.pad_token_id, g)
+        fixed = make_batch(toy_data.sequences, toy_data.prompt_lengths, 4, 4, tokenizer, g)
         return Trainer(d, lambda m, b: drafter_loss(m, target, b, weights), lambda: iter([fixed] * 100),
                        TrainConfig(steps=steps, log_every=1), checkpoint_dir=tmp_path)
 
@@ -181,8 +180,7 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
     drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
                                                       block_size=4, drafting="autoregressive")).eval()
     seq, plen = toy_data.sequences[2], toy_data.prompt_lengths[2]
-    batch = make_batch([seq], [plen], 4, 2, tokenizer.mask_token_id, tokenizer.pad_token_id,
-                       torch.Generator().manual_seed(4), causal=True)
+    batch = make_batch([seq], [plen], 4, 2, tokenizer, torch.Generator().manual_seed(4), causal=True)
     with torch.no_grad():
         out = target.model(batch.sequence_ids, output_hidden_states=True)
         features = context_features(out.hidden_states, drafter.config.target_layer_ids)

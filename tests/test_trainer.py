@@ -76,7 +76,7 @@ def test_target_pretraining_runs_through_the_trainer(tmp_path, monkeypatch, caps
             super().__post_init__()
 
     monkeypatch.setattr(zoo, "Trainer", Recorded)
-    out = zoo.train_target(tmp_path / "target", "smoke", steps=3, log_every=1)
+    out = zoo.train_target(out=tmp_path / "target", preset_name="smoke", steps=3, log_every=1)
     assert len(made) == 1 and made[0].step == 3
     log = json.loads((out / "training_log.json").read_text())
     assert log["steps_done"] == 3 and log["bf16_autocast"] is True
@@ -88,3 +88,42 @@ def test_target_pretraining_runs_through_the_trainer(tmp_path, monkeypatch, caps
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert printed == log["curve"]
     assert (out / "model.safetensors").is_file() and set(log["held_out_loss"]) == {"code", "math"}
+
+
+# ----------------------------------------------------------------------------- checkpoints and resume
+def test_a_planted_old_checkpoint_is_never_loaded_by_the_trainer(planted):
+    run, marker = planted
+    model = torch.nn.Linear(2, 2)
+    trainer = Trainer(model, None, None, TrainConfig(), checkpoint_dir=run / "checkpoint")
+    assert trainer.step == 0 and not marker.exists()
+
+
+def test_trainer_checkpoint_round_trips_optimizer_and_rng(tmp_path):
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        batches = lambda: iter([torch.randn(4, 3) for _ in range(100)])
+        loss = lambda m, x: (m(x).pow(2).mean(), {"loss": 0.0, "accuracy_per_position": [0.0]})
+        return Trainer(model, loss, batches, TrainConfig(steps=3, log_every=1),
+                                    checkpoint_dir=tmp_path, run_config={"layers": 1, "block_size": 4})
+    first = make()
+    first.run()
+    rng = torch.get_rng_state()
+    torch.manual_seed(123)
+    second = make()
+    assert second.step == 3 and second.history == first.history and torch.equal(torch.get_rng_state(), rng)
+    a, b = first.optimizer.state_dict(), second.optimizer.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for index, state in a["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b["state"][index][key])
+    with pytest.raises(ValueError, match="block_size=4, but this run has block_size=8") as info:
+        Trainer(torch.nn.Linear(3, 2), None, None, TrainConfig(), checkpoint_dir=tmp_path,
+                             run_config={"layers": 1, "block_size": 8})
+    assert "\n" not in str(info.value)
+
+
+def test_a_trainer_without_batches_fails_instead_of_hanging():
+    trainer = Trainer(torch.nn.Linear(2, 2), None, lambda: iter([]), TrainConfig(steps=5))
+    with pytest.raises(ValueError, match="no batch"):
+        trainer.run()

@@ -16,6 +16,21 @@ def shipped_target():
     return load_pretrained("tiny")
 
 
+def forward_inputs(model, run) -> list:
+    """The input ids of every call of ``model``'s forward while ``run()`` runs (a pre-hook records them)."""
+    seen = []
+
+    def record(module, args, kwargs):
+        seen.append(args[0] if args else kwargs.get("input_ids"))
+
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        run()
+    finally:
+        hook.remove()
+    return seen
+
+
 def not_attempted(exercise: str, what: str) -> None:
     print(f"{exercise}: not attempted yet. {what}")
 

@@ -9,7 +9,7 @@ import re
 
 import torch
 
-from . import correct, not_attempted, shipped_target
+from . import correct, forward_inputs, not_attempted, shipped_target
 from .. import corpus
 from ..acceptance import SamplingParams
 from ..baselines import generate_autoregressive
@@ -29,13 +29,7 @@ def _tour_prompt_ids():
 
 def count_target_forwards(model, run) -> int:
     """How many times ``run()`` calls ``model``'s forward (a hook on the model counts the calls)."""
-    calls = [0]
-    hook = model.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
-    try:
-        run()
-    finally:
-        hook.remove()
-    return calls[0]
+    return len(forward_inputs(model, run))
 
 
 def check_target_forwards(answer) -> bool:

@@ -6,7 +6,7 @@ against the measurements the learner passes in, so machine noise cannot fail a r
 """
 from __future__ import annotations
 
-from . import correct, not_attempted, shipped_target
+from . import correct, forward_inputs, not_attempted, shipped_target
 from .. import corpus
 from ..baselines import generate_autoregressive
 
@@ -15,18 +15,7 @@ CACHE_EXERCISE_NEW_TOKENS = 16
 
 def positions_fed(model, run) -> int:
     """Total token positions ``run()`` feeds through ``model``'s forward (summed over the calls)."""
-    fed = [0]
-
-    def count(module, args, kwargs):
-        ids = args[0] if args else kwargs.get("input_ids")
-        fed[0] += ids.shape[-1]
-
-    hook = model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
-        run()
-    finally:
-        hook.remove()
-    return fed[0]
+    return sum(ids.shape[-1] for ids in forward_inputs(model, run))
 
 
 def check_cache_positions(answer) -> bool:

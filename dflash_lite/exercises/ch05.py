@@ -71,8 +71,8 @@ def _ar_setup(target, data, tokenizer, block_size: int = 8):
     config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
                                        block_size=block_size, drafting="autoregressive")
     drafter = make_drafter(config).to(target.device)
-    batch = make_batch(data.sequences[:2], data.prompt_lengths[:2], block_size, 4, tokenizer.mask_token_id,
-                       tokenizer.pad_token_id, torch.Generator().manual_seed(0), causal=True)
+    batch = make_batch(data.sequences[:2], data.prompt_lengths[:2], block_size, 4, tokenizer,
+                       torch.Generator().manual_seed(0), causal=True)
     return drafter, batch, position_weights(block_size)
 
 
@@ -114,8 +114,8 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int, st
     differ = any(not torch.equal(states["decay"][key], states["uniform"][key]) for key in states["decay"])
     assert differ, "decay and uniform weights gave the same drafter: are the weights passed to drafter_loss?"
     # one fixed batch, the same for both drafters
-    batch = make_batch(data.sequences[-4:], data.prompt_lengths[-4:], block_size, 8, tokenizer.mask_token_id,
-                       tokenizer.pad_token_id, torch.Generator().manual_seed(1))
+    batch = make_batch(data.sequences[-4:], data.prompt_lengths[-4:], block_size, 8, tokenizer,
+                       torch.Generator().manual_seed(1))
     shown = []
     for name in ("decay", "uniform"):
         drafter = runs[name][0]

@@ -51,8 +51,7 @@ for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     generator = torch.Generator().manual_seed(0)
     weights = position_weights(config.block_size)
     trainer = Trainer(d, lambda m, b: drafter_loss(m, target, b, weights),
-                      lambda: epoch_batches(data, 8, config.block_size, 8, tokenizer.mask_token_id,
-                                            tokenizer.pad_token_id, generator),
+                      lambda: epoch_batches(data, 8, config.block_size, 8, tokenizer, generator),
                       TrainConfig(steps=40, lr=1e-3, log_every=20))
     history = trainer.run()
     print(f"{name} taps {layer_ids}: loss {history[0]['loss']:.2f} -> {history[-1]['loss']:.2f}")

@@ -60,8 +60,7 @@ def train(weights, seed, steps):
     drafter = DFlashDrafter(config).train()
     generator = torch.Generator().manual_seed(seed)
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights),
-                      lambda: epoch_batches(data, 4, block_size, 8, tokenizer.mask_token_id,
-                                            tokenizer.pad_token_id, generator),
+                      lambda: epoch_batches(data, 4, block_size, 8, tokenizer, generator),
                       TrainConfig(steps=steps, lr=3e-3, log_every=1))
     return drafter, trainer.run()
 
