@@ -200,6 +200,7 @@ def build_parser() -> Parser:
                    help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
     d.add_argument("--repeats", type=POS)
     d.add_argument("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
+    d.add_argument("--compile", action="store_true", help="decode on the static-shape path (CUDA graphs on CUDA)")
     defaults_from(d, DemoConfig)
     b = sub.add_parser("bench", help="every method side by side, interleaved, as ratios in one run")
     b.add_argument("--target")
@@ -233,6 +234,7 @@ def build_parser() -> Parser:
     b.add_argument("--draft-model", help="small draft LM directory (default: the shipped one)")
     b.add_argument("--no-baselines", dest="baselines", action="store_false",
                    help="skip the EAGLE-style and draft-model peers")
+    b.add_argument("--compile", action="store_true", help="add static-shape rows, plain and DFlash (CUDA graphs on CUDA)")
     defaults_from(b, BenchConfig)
     t = sub.add_parser("train", help="regenerate data with the target and train a DFlash drafter")
     t.add_argument("--target")
