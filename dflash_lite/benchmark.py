@@ -32,7 +32,7 @@ import platform
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import transformers
@@ -46,27 +46,13 @@ from .decode import DFlashProposer, generate
 from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
-from .report import Kind, cost_model, format_cost_model, format_table, summarise
+from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
 from .policy import AdaptiveDFlashProposer, default_policy
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
+from .static import static_methods
 from .timing import interleaved
 from .tree import DFlashTreeProposer
-
-
-@dataclass
-class Method:
-    """A way to complete ``input_ids``: ``run(ids, max_new_tokens)`` returns (new tokens,
-    GenerationResult or None). ``name`` is only shown; ``kind`` and the fields say what it is."""
-    name: str
-    run: Callable
-    kind: Kind = Kind.CUSTOM
-    block_size: int | None = None    # tokens per target forward, when fixed
-    tree_size: int | None = None     # draft nodes per step, for a draft-tree row
-    default: bool = False            # the headline DFlash row: what Engine.generate runs by default
-
-    def __post_init__(self):
-        self.kind = Kind(self.kind)
 
 
 @dataclass
@@ -281,6 +267,7 @@ class BenchConfig:
     cost_repeats: int = 10
     json_out: str | None = None
     quiet: bool = False
+    compile: bool = False          # also plain decoding and DFlash B on the static path (CUDA graphs on CUDA)
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -389,6 +376,9 @@ def resolve(config: BenchConfig) -> Setup:
     methods = standard_methods(model, tokenizer, draft, c.block_sizes, SamplingParams(temperature=c.temperature),
                                hf_dflash=c.hf_dflash, eagle=eagle, draft_model=small_lm, tree_sizes=c.tree_sizes,
                                adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None)
+    if c.compile:                     # decoders sized for the longest prompt, built here: never inside a timed run
+        methods += static_methods(model, draft, c.block_sizes, max(x.shape[1] for x in ids) + c.max_new_tokens,
+                                  SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer))
     drafter_path = c.drafter or (None if c.random_drafter_layers else default_drafter_path(c.target))
     drafter_shown = _shown(str(drafter_path) if drafter_path else None)
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),

@@ -206,6 +206,7 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
           help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
     d.add("--repeats", type=POS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
+    d.add("--compile", action="store_true", help="decode on the static-shape path (CUDA graphs on CUDA)")
     return d.parser
 
 
@@ -237,6 +238,7 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
     b.add("--eagle", help="EAGLE-style drafter directory (default: the shipped one)")
     b.add("--draft-model", help="small draft LM directory (default: the shipped one)")
     b.add("--no-baselines", dest="baselines", action="store_false", help="skip the EAGLE-style and draft-model peers")
+    b.add("--compile", action="store_true", help="add static-shape rows, plain and DFlash (CUDA graphs on CUDA)")
     return b.parser
 
 

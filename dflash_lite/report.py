@@ -1,5 +1,5 @@
 """A benchmark report's rows (docs/method.md#measuring, #the-cost-model): what kind each row is
-(:class:`Kind`) and how to select rows (:func:`rows_of`, :func:`row_of`), the summary of measured
+(:class:`Kind`), the :class:`Method` that produces one, how to select rows (:func:`rows_of`, :func:`row_of`), the summary of measured
 statistics (:func:`summarise`), the printed table, and the cost model's predicted-against-measured
 rows. :mod:`dflash_lite.benchmark` measures; this module reads and writes what it measured.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 import statistics
+from dataclasses import dataclass
+from typing import Callable
 
 from .costs import predicted_speedup
 
@@ -26,12 +28,31 @@ class Kind(str, enum.Enum):
     DFLASH_ADAPTIVE = "dflash_adaptive"    # DFlash, block size from recent acceptance
     DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
+    STATIC_AUTOREGRESSIVE = "static_autoregressive"  # block size 1 on the static path: ``speedup_vs_static``
+    STATIC_DFLASH = "static_dflash"        # DFlash at ``block_size`` on the static path (:mod:`dflash_lite.static`)
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
 
-BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE})
-DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.HF_DFLASH})
-OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loop
+BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE, Kind.STATIC_AUTOREGRESSIVE})
+DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.HF_DFLASH,
+                          Kind.STATIC_DFLASH})
+OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
+
+
+@dataclass
+class Method:
+    """A way to complete ``input_ids``: ``run(ids, max_new_tokens)`` returns (new tokens,
+    GenerationResult or None). ``name`` is only shown; ``kind`` and the fields say what it is."""
+    name: str
+    run: Callable
+    kind: Kind = Kind.CUSTOM
+    block_size: int | None = None    # tokens per target forward, when fixed
+    tree_size: int | None = None     # draft nodes per step, for a draft-tree row
+    default: bool = False            # the headline DFlash row: what Engine.generate runs by default
+
+    def __post_init__(self):
+        self.kind = Kind(self.kind)
+
 
 def kind_of(row: dict) -> Kind:
     """A report row's :class:`Kind` (its ``"kind"`` field)."""
@@ -55,9 +76,9 @@ def row_of(report: dict, kind: Kind, **fields) -> dict:
 
 
 def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, repeats: int) -> dict:
-    """The report's rows: medians, tau and its histogram, phases, and the two speedups, each the
-    ratio of tokens/s to that of the autoregressive row or the ``model.generate`` row (None
-    without that row)."""
+    """The report's rows: medians, tau and its histogram, phases, and the speedups, each the ratio
+    of tokens/s to that of the autoregressive row, the ``model.generate`` row or the static path's
+    autoregressive row (None without that row; the last only in reports that have static rows)."""
     rows = []
     for s in stats.values():
         m = s.method
@@ -79,7 +100,12 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             "steps_per_run": statistics.median(s.step_runs) if s.step_runs else None,
             "identical_to_target": s.identical, "error": s.error,
         })
-    for column, kind in (("speedup", Kind.AUTOREGRESSIVE), ("speedup_vs_hf_generate", Kind.HF_GENERATE)):
+    columns = [("speedup", Kind.AUTOREGRESSIVE), ("speedup_vs_hf_generate", Kind.HF_GENERATE)]
+    if any(r["kind"] == Kind.STATIC_AUTOREGRESSIVE for r in rows):
+        columns.append(("speedup_vs_static", Kind.STATIC_AUTOREGRESSIVE))
+        for r in rows:
+            r["speedup_vs_static"] = None
+    for column, kind in columns:
         base = next((r["tokens_per_s"] for r in rows if r["kind"] == kind and r["tokens_per_s"]), None)
         for r in rows:
             if base and r["tokens_per_s"]:
@@ -93,8 +119,9 @@ def _ratio(x: float | None, width: int) -> str:
 
 
 def format_table(report: dict) -> str:
+    static = any("speedup_vs_static" in r for r in report["methods"])     # a report with static-path rows
     header = (f"{'method':<36} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} {'vs generate':>11} "
-              f"{'tau':>6} {'identical':>9}")
+              f"{'tau':>6} {'identical':>9}" + (f" {'vs static':>10}" if static else ""))
     lines = [header]
     for r in report["methods"]:
         if r["error"]:
@@ -105,11 +132,12 @@ def format_table(report: dict) -> str:
         name = r["name"] + (" *" if r.get("default") else "")
         lines.append(f"{name:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
                      f"{_ratio(r['speedup'], 8)} {_ratio(r.get('speedup_vs_hf_generate'), 11)} {tau:>6} "
-                     f"{str(r['identical_to_target']):>9}")
+                     f"{str(r['identical_to_target']):>9}" + (f" {_ratio(r.get('speedup_vs_static'), 10)}" if static else ""))
     env = report["env"]
     lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of {env['repeats']} "
                  f"interleaved repeats; speedup: against the autoregressive loop, vs generate: against "
-                 f"model.generate; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
+                 f"model.generate" + ("; vs static: against the static path's block size 1" if static else "")
+                 + f"; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
                  + ("; * the default (cost-aware block size)" if any(r.get("default") for r in report["methods"]) else ""))
     return "\n".join(lines)

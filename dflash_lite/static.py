@@ -21,19 +21,50 @@ and replayed:
 
 With ``compile_forwards`` (the default on CUDA) the fixed-width forwards go through
 ``torch.compile``, in ``reduce-overhead`` mode (CUDA graphs) on CUDA; each width is warmed up once.
-On a CPU the same path runs eagerly, so the tests check it for losslessness there. The result is the
-same :class:`~dflash_lite.decode.GenerationResult` as :func:`dflash_lite.decode.generate`.
+On a CPU the same path runs eagerly, so the tests check it for losslessness there. Without a graph
+to record, fixed shapes buy nothing, so an eager decoder by default attends to the filled slots
+only (``prefix_only``): the same buffers and writes, without the work on empty slots and, for one
+token, without a mask. The result is the same :class:`~dflash_lite.decode.GenerationResult` as
+:func:`dflash_lite.decode.generate`.
 """
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import Cache, StaticCache, StaticLayer
 
 from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
 from .decode import GenerationResult, Step, check_request
 from .drafter import DFlashDrafter, check_compatible
+from .report import Kind, Method
 from .target import context_features
 from .timing import PhaseTimer, no_phase
 from .validate import check_int
+
+
+class PrefixStaticLayer(StaticLayer):
+    """A transformers ``StaticLayer`` whose attention can be limited to its first ``visible`` slots.
+
+    ``visible`` None: the whole buffer, with a mask from the cache positions (what a CUDA graph
+    needs). An int: the filled slots only, as a growing cache would give them, so a forward does no
+    work on empty or stale slots and one token needs no mask at all."""
+    visible: int | None = None
+
+    @property
+    def is_compileable(self) -> bool:       # transformers keeps a 1-token forward's mask only when True
+        return self.visible is None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if self.visible is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start = self.visible - key_states.shape[-2]          # the new slots end where the visible ones do
+        self.keys[:, :, start: self.visible] = key_states    # (the decoder sets the write position per forward)
+        self.values[:, :, start: self.visible] = value_states
+        return self.keys[:, :, : self.visible], self.values[:, :, : self.visible]   # (1, kv, visible, D)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return (self.max_cache_len if self.visible is None else self.visible), 0
 
 
 class StaticDrafterCache:
@@ -41,13 +72,14 @@ class StaticDrafterCache:
 
     A forward writes its new context at given positions (:meth:`writer`) and attends over the whole
     buffer; which slots hold accepted context is the mask's business (:func:`drafter_mask`), not the
-    cache's, so the shapes never change."""
+    cache's, so the shapes never change. With ``visible`` set, it attends to that many slots only."""
 
     def __init__(self, config, length: int, dtype: torch.dtype, device: torch.device):
         shape = (1, config.num_key_value_heads, length, config.head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.length = length
+        self.visible: int | None = None
 
     def writer(self, positions: torch.Tensor) -> "_CacheWriter":
         """What a drafter layer calls ``append`` on: it writes its new context at ``positions`` (C,)."""
@@ -59,11 +91,13 @@ class _CacheWriter:
         self.cache, self.positions = cache, positions
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write (1, kv, C, D) at the positions, in place; return the whole buffers (1, kv, L, D)."""
+        """Write (1, kv, C, D) at the positions, in place; return the whole buffers (1, kv, L, D),
+        or their first ``visible`` slots."""
         keys, values = self.cache.keys[layer], self.cache.values[layer]
         keys.index_copy_(2, self.positions, k)
         values.index_copy_(2, self.positions, v)
-        return keys, values
+        visible = self.cache.visible
+        return (keys, values) if visible is None else (keys[:, :, :visible], values[:, :, :visible])
 
 
 def drafter_mask(cache_length: int, block_width: int, context_end: torch.Tensor) -> torch.Tensor:
@@ -79,12 +113,13 @@ class StaticDecoder:
 
     Owns the caches and the (compiled) forwards, so build it once and call :meth:`generate` or
     :meth:`steps` many times. ``max_length``: the longest prompt + new tokens it will serve (default:
-    the target's context)."""
+    the target's context; size it tightly, every slot costs memory and, when compiled, attention).
+    ``prefix_only``: attend to the filled slots only (default: when the forwards are not compiled;
+    see the module's docstring); False keeps every shape fixed, as a compiled decoder runs."""
 
     def __init__(self, target, drafter: DFlashDrafter | None = None, block_size: int | None = None,
-                 max_length: int | None = None, compile_forwards: bool | None = None):
-        from transformers import StaticCache
-
+                 max_length: int | None = None, compile_forwards: bool | None = None,
+                 prefix_only: bool | None = None):
         self.target, self.drafter, self.device = target, drafter, target.device
         if drafter is not None:
             check_compatible(drafter.config, target.config)
@@ -97,7 +132,11 @@ class StaticDecoder:
         self.layer_ids = None if drafter is None else drafter.config.target_layer_ids
         self.max_length = check_int("max_length", max_length or target.config.max_position_embeddings)
         slots = self.max_length + self.block_size                           # room for a padded last block
-        self.cache = StaticCache(config=target.config, max_cache_len=slots)
+        compile_forwards = self.device.type == "cuda" if compile_forwards is None else compile_forwards
+        self.prefix_only = not compile_forwards if prefix_only is None else prefix_only
+        if self.prefix_only and compile_forwards:
+            raise ValueError("prefix_only changes shapes every step; it cannot go with compiled forwards")
+        self.cache = self._target_cache(slots)
         if drafter is not None:
             dtype = drafter.fc.weight.dtype
             self.draft_cache = StaticDrafterCache(drafter.config, slots, dtype, self.device)
@@ -105,13 +144,29 @@ class StaticDecoder:
                 cos, sin = drafter.rotary_emb(torch.empty(0, device=self.device), torch.arange(slots, device=self.device)[None])
             self.rope_table = (cos[0].to(dtype), sin[0].to(dtype))          # (L, D) each
             self.mask_token_id = drafter.config.mask_token_id
-        compile_forwards = self.device.type == "cuda" if compile_forwards is None else compile_forwards
         self.compiled = compile_forwards
         mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs exist on CUDA only
         wrap = (lambda fn: torch.compile(fn, mode=mode)) if compile_forwards else (lambda fn: fn)
         self.target_forward, self.draft_forward = wrap(self._target_forward), wrap(self._draft_forward)
         self.warm = False
         self.offsets = torch.arange(slots, device=self.device)             # positions p + i come from here
+
+    def _target_cache(self, slots: int):
+        """The target's static cache: transformers' own, or layers that can attend to a prefix."""
+        config = self.target.config
+        if not self.prefix_only:
+            return StaticCache(config=config, max_cache_len=slots)
+        if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+            raise ValueError("prefix_only needs a target with full attention in every layer")
+        return Cache(layers=[PrefixStaticLayer(max_cache_len=slots) for _ in range(config.num_hidden_layers)])
+
+    def _show(self, target_end: int, draft_end: int | None = None) -> None:
+        """With ``prefix_only``: the next forwards attend to slots before these ends."""
+        if self.prefix_only:
+            for layer in self.cache.layers:
+                layer.visible = target_end
+            if draft_end is not None and self.drafter is not None:
+                self.draft_cache.visible = draft_end
 
     # ------------------------------------------------------------------ the two forwards
     def _target_forward(self, ids: torch.Tensor, position: torch.Tensor):
@@ -137,7 +192,7 @@ class StaticDecoder:
         cos, sin = self.rope_table
         embeds = self.target.get_input_embeddings()(block[None]).to(cos.dtype)   # (1, B, H)
         context = drafter.project(features.to(cos.dtype))                        # (1, C, H)
-        mask = drafter_mask(self.draft_cache.length, b, context_end)
+        mask = None if self.draft_cache.visible is not None else drafter_mask(self.draft_cache.length, b, context_end)
         writer = self.draft_cache.writer(context_positions)
         x = embeds
         for i, layer in enumerate(drafter.layers):                               # the layers as they are
@@ -177,6 +232,7 @@ class StaticDecoder:
             for layer in self.cache.layers:             # the prompt from slot 0 (eager: its width is the prompt's)
                 if layer.is_initialized:
                     layer.cumulative_length.zero_()
+            self._show(ids.shape[1], ids.shape[1])
             out = self.target(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1,
                               output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
             last = choose_tokens(out.logits[0], sampling, processors, generator)  # (1,) the first new token
@@ -203,13 +259,17 @@ class StaticDecoder:
         and the drafts of the last drafter forward, accept, and run the next drafter forward.
         Returns (new tokens, n, the next last token, stopped, the next drafts); ``at`` moves on in place."""
         k = min(self.block_size, budget) - 1                                  # drafts this step may keep
+        self._show(position + (1 if self.drafter is None or k == 0 else self.block_size))
         if self.drafter is None or k == 0:               # plain decoding: a forward of width 1
             logits, hidden = self.target_forward(last[None], at)
             drafts = last[:0]
         else:                                            # drafts from the last step's forward, then verify
             drafts = drafted.argmax(dim=-1)                                       # (B-1,)
             logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
-        if sampling.greedy:                              # on the device: keep drafts while the target agrees
+        if sampling.greedy and k == 0:                   # nothing to verify: the target's own token
+            n, next_token = 0, int(logits[0].argmax())                            # the one host sync
+            step = [n, next_token]
+        elif sampling.greedy:                            # on the device: keep drafts while the target agrees
             choice = logits.argmax(dim=-1)                                        # (W,)
             agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)              # 1 until the first miss
             n = agree.sum()
@@ -226,7 +286,9 @@ class StaticDecoder:
         at.fill_(position + n + 1)                       # the verified slots before it stay
         last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
         if self.drafter is not None and not stopped and budget - len(new) > 0:
-            drafted = self.draft_forward(last, hidden, context_start, at).clone()   # the next step's drafts
+            self._show(position + n + 1, position + n + 1)
+            features = hidden[:, : n + 1] if self.prefix_only else hidden          # rejected slots: never read
+            drafted = self.draft_forward(last, features, context_start, at).clone()   # the next step's drafts
         return new, n, last, stopped, drafted
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
@@ -237,3 +299,25 @@ class StaticDecoder:
         for step in self.steps(input_ids, max_new_tokens, sampling, stop_token_ids, generator, timer):
             result.record(step)
         return result
+
+
+# ---------------------------------------------------------------------- the benchmark's rows
+def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_length: int,
+                   sampling: SamplingParams = SamplingParams(), stop_token_ids=()) -> list[Method]:
+    """``bench --compile`` (docs/method.md#measuring): plain decoding, and DFlash chains of each of
+    ``block_sizes`` when a drafter is given, on this path. Each decoder is built once, here, for
+    prompt + new tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in
+    its first run, which the benchmark's untimed warm-up pass is."""
+    def row(name: str, decoder: StaticDecoder, kind: Kind) -> Method:
+        how = "static, CUDA graphs" if decoder.compiled and decoder.device.type == "cuda" else (
+            "static, compiled" if decoder.compiled else "static")
+
+        def run(ids, n):
+            result = decoder.generate(ids, n, sampling, stop_token_ids)
+            return result.tokens, result
+        return Method(f"{name} ({how})", run, kind, block_size=decoder.block_size)
+
+    methods = [row("autoregressive", StaticDecoder(target, max_length=max_length), Kind.STATIC_AUTOREGRESSIVE)]
+    for b in block_sizes if drafter is not None else ():
+        methods.append(row(f"DFlash B={b}", StaticDecoder(target, drafter, b, max_length), Kind.STATIC_DFLASH))
+    return methods

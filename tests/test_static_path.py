@@ -12,8 +12,10 @@ from scipy.stats import chisquare
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.acceptance import target_probs
+from dflash_lite.benchmark import bench
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.engine import Engine
+from dflash_lite.report import OUR_DFLASH_KINDS, Kind, row_of
 from dflash_lite.static import StaticDecoder
 from dflash_lite.target import default_drafter_path
 
@@ -45,11 +47,26 @@ def mismatches(decoder, cases, stops) -> int:
     return wrong
 
 
+@pytest.mark.parametrize("prefix_only", [True, False], ids=["prefix", "fixed-shapes"])
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_static_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, block_size):
+def test_static_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, block_size, prefix_only):
+    """Both ways of attending: to the filled slots only (eager CPU) and to the whole buffer under
+    a mask from the cache positions (what a compiled decoder runs)."""
     target, tokenizer = tiny
-    decoder = StaticDecoder(target, shipped_drafter if block_size > 1 else None, block_size if block_size > 1 else None)
+    decoder = StaticDecoder(target, shipped_drafter if block_size > 1 else None, block_size if block_size > 1 else None,
+                            prefix_only=prefix_only)
+    assert decoder.prefix_only is prefix_only
     assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+
+
+def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
+    report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(),
+                   baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))
+    plain, dflash = row_of(report, Kind.STATIC_AUTOREGRESSIVE), row_of(report, Kind.STATIC_DFLASH, block_size=4)
+    assert Kind.STATIC_DFLASH in OUR_DFLASH_KINDS and plain["block_size"] == 1
+    assert plain["identical_to_target"] is True and dflash["identical_to_target"] is True
+    assert plain["speedup_vs_static"] == 1.0 and dflash["tau"] > 1
+    assert dflash["speedup_vs_static"] == pytest.approx(dflash["tokens_per_s"] / plain["tokens_per_s"])
 
 
 @pytest.mark.slow
@@ -59,7 +76,8 @@ def test_static_chain_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_dr
     """The random drafter is rarely right, so most steps rewind the caches over rejected slots."""
     target, tokenizer = tiny
     cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
-    decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter)
+    decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter,
+                            prefix_only=drafter == "shipped")           # both ways of attending, one each
     assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
 
 
@@ -67,7 +85,7 @@ def test_static_chain_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_dr
 def test_static_plain_decoding_equals_target_greedy_on_50_prompts(tiny, greedy_cases):
     target, tokenizer = tiny
     cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
-    assert mismatches(StaticDecoder(target), cases, stop_token_ids(target, tokenizer)) == 0
+    assert mismatches(StaticDecoder(target, prefix_only=False), cases, stop_token_ids(target, tokenizer)) == 0
 
 
 def test_engine_compile_gives_the_same_text(tiny, shipped_drafter):
@@ -96,6 +114,8 @@ def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_c
         decoder.generate(quick_cases[0][0], 64)
     with pytest.raises(ValueError, match="block_size"):
         StaticDecoder(target, shipped_drafter, block_size=1)
+    with pytest.raises(ValueError, match="prefix_only"):
+        StaticDecoder(target, shipped_drafter, compile_forwards=True, prefix_only=True)
 
 
 @pytest.mark.slow

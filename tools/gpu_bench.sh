@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One prepared GPU run of this project, at most BUDGET seconds (default 480 s = 8 minutes) on one GPU,
-# with no network: the environment, the demo, `bench` in fp32 and bf16 (the eager loop's rows),
-# tools/static_bench.py in fp32 and bf16 (plain and DFlash on the static-shape path, compiled with
-# CUDA graphs, against the eager loop, same run), the paper-scale cost probe (a random Qwen3-8B-shaped
+# with no network: the environment, the demo, `bench --compile` in fp32 and bf16
+# (the eager loop's rows and, in the same run, plain and DFlash on the static-shape path, compiled with
+# CUDA graphs, with the compiled speedup over compiled plain decoding), tools/static_bench.py in bf16
+# (the static path against the eager loop, the ratios alone), the paper-scale cost probe (a random Qwen3-8B-shaped
 # target and its drafter, eager and compiled), and the greedy identity check over everything written.
 #
 #   bash tools/gpu_bench.sh                              # from anywhere; writes results/gpu/*.json and gpu_bench.log
@@ -76,17 +77,15 @@ PY
 
 stage "demo ($DEVICE)" 45 "$PYTHON" -m dflash_lite demo --device "$DEVICE" --repeats 2 --max-new-tokens "$NEW"
 
-for dtype in float32 bfloat16; do
-    stage "bench, eager loop, $dtype" 60 "$PYTHON" -m dflash_lite bench --device "$DEVICE" --dtype "$dtype" \
+for dtype in float32 bfloat16; do      # eager rows and the static path's compiled rows, one interleaved run
+    stage "bench --compile, $dtype" 110 "$PYTHON" -m dflash_lite bench --device "$DEVICE" --dtype "$dtype" \
         --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" --block-sizes 16 \
-        --tree-sizes 16 --no-baselines --json "$OUT/bench_math_${dtype}.json"
+        --tree-sizes 16 --no-baselines --no-hf-dflash --cost-repeats 5 --compile --json "$OUT/bench_math_${dtype}.json"
 done
 
-for dtype in float32 bfloat16; do
-    stage "static path vs eager loop, $dtype" 100 "$PYTHON" tools/static_bench.py --device "$DEVICE" --dtype "$dtype" \
-        --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" \
-        --json "$OUT/static_math_${dtype}.json"
-done
+stage "static path vs eager loop, bfloat16" 70 "$PYTHON" tools/static_bench.py --device "$DEVICE" --dtype bfloat16 \
+    --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" \
+    --json "$OUT/static_math_bfloat16.json"
 
 stage "cost probe at the paper's scale" 130 "$PYTHON" tools/gpu_cost_probe.py --device "$DEVICE" $SHAPE \
     --compiled-sizes 1,16,64 --json "$OUT/cost_probe.json"
