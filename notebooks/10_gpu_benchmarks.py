@@ -35,8 +35,11 @@
 # 4. read the tokens/s and speedups of the H200 run, and what the loop around the forwards costs;
 # 5. put the paper-scale costs into the cost model and compare with the paper's Table 1.
 #
-# *Prerequisites:* notebooks 01 (the cost of a forward) and 06 (the cost model). *Time:* under
-# three minutes on a laptop CPU.
+# **Prerequisites:** chapters 01 (the cost of a forward) and 06 (the [cost model](../docs/glossary.md#cost-model));
+# [CUDA graphs](../docs/glossary.md#cuda-graphs) are explained here.
+#
+# **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
+# before the Summary prints how long the chapter took at its parameters.
 
 # %%
 import json
@@ -56,7 +59,10 @@ from dflash_lite.costs import measure_step_costs
 from dflash_lite.static import StaticDecoder
 from dflash_lite.target import SHIPPED_DRAFTERS
 
+from dflash_lite.course import chapter_clock
+
 _ = torch.manual_seed(0)
+clock = chapter_clock()                  # prints the hardware; clock.report() near the end
 
 # %% tags=["parameters"]
 # Parameters
@@ -335,7 +341,11 @@ _ = save_figure(fig, "10_cost_model_paper_scale")
 # measured average: a real serving loop adds some overhead per step beyond its two forwards, as
 # section 3 measured for this project's loop. The tiny pair reaches a higher tau on its own narrow
 # domain, but its measured point sits below its cost-model line by the loop overhead.
-#
+
+# %%
+_ = clock.report()                        # run time at this run's parameters, and the hardware
+
+# %% [markdown]
 # ## Summary
 #
 # * On a GPU a forward over b tokens costs nearly the same for every b up to 64, because a
@@ -366,19 +376,28 @@ _ = save_figure(fig, "10_cost_model_paper_scale")
 # **1. ★ A bandwidth floor.** What is the bandwidth floor, in ms, of one forward of the Qwen3-8B
 # shape in bf16 (2 bytes per parameter, `h200_8b["params_target_B"]` billion parameters) on the H200?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch10_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch10
-
+### BEGIN SOLUTION
 answer_1 = None   # milliseconds
-ch10.check_bandwidth_floor(answer_1, h200_8b)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch10_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch10.check_bandwidth_floor(answer_1, h200_8b), 1)
 
 # %% [markdown]
 # **2. ★ The tau for 5x.** With the Qwen3-8B shape's measured costs (t(1), t(16), t_draft(16)),
 # what tau would block size 16 need for the cost model to predict a 5x speedup?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch10_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_2 = None   # tau
-ch10.check_tau_for_speedup(answer_2, h200_8b, 5.0)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch10_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch10.check_tau_for_speedup(answer_2, h200_8b, 5.0), 1)
 
 # %% [markdown]
 # **3. ★★ What graphs would buy the tiny pair.** Suppose CUDA graphs made both of the tiny pair's
@@ -387,6 +406,11 @@ ch10.check_tau_for_speedup(answer_2, h200_8b, 5.0)
 # `cost_rows`, what speedup over plain decoding does the cost model then predict, if plain decoding
 # (one forward of width 1 plus the same per-step overhead) gets faster by the same ratio too?
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "ch10_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
 answer_3 = None   # speedup
-ch10.check_graphs_speedup(answer_3, cost_rows["DFlash (ours) B=16"], h200_verify)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch10_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch10.check_graphs_speedup(answer_3, cost_rows["DFlash (ours) B=16"], h200_verify), 2)
