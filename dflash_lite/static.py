@@ -29,6 +29,8 @@ token, without a mask. The result is the same :class:`~dflash_lite.decode.Genera
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from transformers.cache_utils import Cache, StaticCache, StaticLayer
 
@@ -65,6 +67,14 @@ class PrefixStaticLayer(StaticLayer):
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return (self.max_cache_len if self.visible is None else self.visible), 0
+
+
+class _Rule(NamedTuple):
+    """How one request accepts and stops: its sampling, logits processors, generator and stop tokens."""
+    sampling: SamplingParams
+    processors: object
+    generator: torch.Generator | None
+    stops: set[int]
 
 
 class StaticDrafterCache:
@@ -247,14 +257,13 @@ class StaticDecoder:
         yield Step([int(last)], None, stopped)
         while not stopped and emitted < max_new_tokens:
             with phase("steps"):
-                new, n, last, stopped, drafted = self._step(last, at, position, drafted,
-                                                            max_new_tokens - emitted, sampling, processors,
-                                                            generator, stops)
+                new, n, last, stopped, drafted = self._step(last, at, position, drafted, max_new_tokens - emitted,
+                                                            _Rule(sampling, processors, generator, stops))
             position += n + 1
             emitted += len(new)
             yield Step(new, n + 1, stopped)
 
-    def _step(self, last, at, position: int, drafted, budget: int, sampling, processors, generator, stops):
+    def _step(self, last, at, position: int, drafted, budget: int, rule: _Rule):
         """One static-shape step: verify ``last`` (at ``position``; ``at`` holds it on the device)
         and the drafts of the last drafter forward, accept, and run the next drafter forward.
         Returns (new tokens, n, the next last token, stopped, the next drafts); ``at`` moves on in place."""
@@ -266,22 +275,22 @@ class StaticDecoder:
         else:                                            # drafts from the last step's forward, then verify
             drafts = drafted.argmax(dim=-1)                                       # (B-1,)
             logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
-        if sampling.greedy and k == 0:                   # nothing to verify: the target's own token
+        if rule.sampling.greedy and k == 0:              # nothing to verify: the target's own token
             n, next_token = 0, int(logits[0].argmax())                            # the one host sync
             step = [n, next_token]
-        elif sampling.greedy:                            # on the device: keep drafts while the target agrees
+        elif rule.sampling.greedy:                       # on the device: keep drafts while the target agrees
             choice = logits.argmax(dim=-1)                                        # (W,)
             agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)              # 1 until the first miss
             n = agree.sum()
             step = torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist()   # the one host sync
             n, next_token = step[0], step[-1]
         else:                                            # the lossless point-mass rule, as in decode.accept
-            p = target_probs(logits[: k + 1], sampling, processors)              # (k+1, V)
-            n, next_token = accept_point_mass(drafts[:k], p, generator)
+            p = target_probs(logits[: k + 1], rule.sampling, rule.processors)    # (k+1, V)
+            n, next_token = accept_point_mass(drafts[:k], p, rule.generator)
             step = [n] + drafts[:k].tolist() + [next_token]
         new, stopped = step[1: n + 1] + [next_token], False
-        if stops & set(new):                             # a stop token inside the block ends the output there
-            new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
+        if rule.stops & set(new):                        # a stop token inside the block ends the output there
+            new, stopped = new[: min(new.index(s) for s in rule.stops & set(new)) + 1], True
         context_start = at.clone()
         at.fill_(position + n + 1)                       # the verified slots before it stay
         last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
