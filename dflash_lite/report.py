@@ -25,12 +25,14 @@ class Kind(str, enum.Enum):
     DFLASH_POLICY = "dflash_policy"        # DFlash, block size chosen per step from costs: the default
     DFLASH_ADAPTIVE = "dflash_adaptive"    # DFlash, block size from recent acceptance
     DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
+    DFLASH_HYBRID = "dflash_hybrid"        # that tree plus prompt lookup's continuation as a branch
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
 
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE})
-DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.HF_DFLASH})
+DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.DFLASH_HYBRID,
+                          Kind.HF_DFLASH})
 OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loop
 
 def kind_of(row: dict) -> Kind:
@@ -111,7 +113,11 @@ def format_table(report: dict) -> str:
                  f"interleaved repeats; speedup: against the autoregressive loop, vs generate: against "
                  f"model.generate; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
-                 + ("; * the default (cost-aware block size)" if any(r.get("default") for r in report["methods"]) else ""))
+                 + ("; * the default (the cost-aware policy)" if any(r.get("default") for r in report["methods"]) else ""))
+    if env.get("policy_session"):
+        lines.append(f"(cost-aware rows run as one user's session: each keeps its acceptance estimates from prompt to "
+                     f"prompt, in the order run, warm-up included; step costs measured once per row, before "
+                     f"the timed runs, in {env['policy_session']['calibration_seconds']:.1f} s)")
     return "\n".join(lines)
 
 

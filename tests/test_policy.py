@@ -89,37 +89,40 @@ def _start(proposer, target):
 
 
 def _step(proposer, target, n):
-    """Feed the proposer one verified step of its chosen size with n drafts accepted."""
-    b = proposer.block_size
-    proposer.drafted = b > 1                                 # as if propose() ran for a block
-    proposer.accepted(torch.zeros(1, b, dtype=torch.long), min(n, b - 1), 0,
-                      torch.zeros(1, b, 5 * target.config.hidden_size))
+    """One verified step of the proposer's own choice (chains and plain steps only) with n drafts accepted."""
+    draft = proposer.propose(torch.zeros(1, dtype=torch.long), 15)
+    k = len(draft.tokens)
+    proposer.accepted(torch.zeros(1, k + 1, dtype=torch.long), min(n, k), proposer.context_length,
+                      torch.zeros(1, k + 1, 5 * target.config.hidden_size))
 
 
 def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
     target, _ = tiny
     proposer = CostAwareProposer(random_drafter, target, costs=MEASURED_SHAPE)
     _start(proposer, target)
-    assert proposer.block_size > 8                           # the prior is optimistic: draft at first
     for _ in range(200):                                     # every draft is rejected
         _step(proposer, target, 0)
+    assert proposer.chosen[0].block_size > 8                 # the prior is optimistic: draft at first
     sizes = [c.block_size for c in proposer.chosen[-100:]]
     assert sizes.count(1) >= 90                              # mostly plain decoding, with rare probes
     assert any(b > 1 for b in sizes)                         # ... which do come: it can come back
     for _ in range(150):                                     # drafts are accepted again: long blocks
         _step(proposer, target, 15)
-    assert proposer.block_size >= 14 and [c.block_size for c in proposer.chosen[-20:]].count(1) == 0
+    assert proposer.chosen[-1].block_size >= 14 and [c.block_size for c in proposer.chosen[-20:]].count(1) == 0
 
 
 def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
     target, _ = tiny
+    last = torch.zeros(1, dtype=torch.long)
     expensive_tree = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 5.0}, {2: 0.1, 16: 0.2})
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), expensive_tree)
     _start(proposer, target)
+    proposer.propose(last, 15)
     assert proposer.choice.tree_size is None
     free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})    # a wide verify costs nothing
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), free_tree)
     _start(proposer, target)
+    proposer.propose(last, 15)
     assert proposer.choice.tree_size == 32 and [str(c) for c in proposer.chosen] == ["tree 32"]
 
 
@@ -144,7 +147,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
         reference = DFlashProposer(drafter, target)
         reference.start(prefix[:, :-1], hidden)
         expected = reference.propose(prefix[:, -1], 8)[0]
-        plain.block_size = 16
+        plain.costs = StepCosts({1: 1.0, 16: 1.0}, {16: 0.0})          # now a chain is free: it drafts
         assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - len(plain.cache)  # none lost or doubled
         assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
 
