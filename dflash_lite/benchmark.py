@@ -179,7 +179,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                               Kind.EAGLE, block_size=eagle.config.block_size))
     if drafter is not None:
         if policy:
-            for name, options, default in (("DFlash (ours) cost-aware + n-gram", DEFAULT_OPTIONS, True),
+            for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
                                            ("DFlash (ours) cost-aware, DFlash only", DFLASH_ONLY_OPTIONS, False)):
                 session = PolicySession(drafter, target, options, recalibrate=False)
                 methods.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,

@@ -46,26 +46,30 @@ class StepCosts:
     more per forward, and more per token of a wide verify). One target token (b = 1) is its own
     point at each length: a single-token forward takes a lighter path (no causal mask).
     ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
-    steps run with this model.
+    steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
+    Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
+    steps; hand-written ones (in other units, as in the tests) are taken as they are.
     """
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float], context_length: int = 0,
-                 calibration_seconds: float = 0.0):
+                 calibration_seconds: float = 0.0, measured: bool = False):
         self.tables = {context_length: (dict(sorted(t_target.items())), dict(sorted(t_draft.items())))}
-        self.calibration_seconds = calibration_seconds
+        self.calibration_seconds, self.measured = calibration_seconds, measured
         self._model()
 
     @classmethod
-    def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0) -> StepCosts:
+    def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
+                   measured: bool = False) -> StepCosts:
         """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
         first, *_ = sorted(tables)
-        costs = cls(*tables[first], first, calibration_seconds)
+        costs = cls(*tables[first], first, calibration_seconds, measured)
         costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items()))) for n, (t, d) in sorted(tables.items())}
         costs._model()
         return costs
 
     def _model(self) -> None:
         self.drift = DriftMonitor()
+        self.timed: dict[str, list[float]] = {}     # per kind of step: decayed [measured, predicted] seconds
         lines = {}                     # per length: the target line (b > 1), the draft line, one target token
         for n, (t_target, t_draft) in self.tables.items():
             lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target), _fit(t_draft),
@@ -100,6 +104,20 @@ class StepCosts:
             return self._one[0] + self._one[1] * n
         (a0, a1), (s0, s1) = self._target
         return (a0 + a1 * n) + (s0 + s1 * n) * b
+
+    def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
+        """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the forwards
+        alone were predicted to take ``predicted``."""
+        sums = self.timed.setdefault(kind, [0.0, 0.0])
+        sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+
+    def correction(self, kind: str) -> float:
+        """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds around
+        the forwards differs by kind (a drafter step runs more Python than a prompt-lookup step), so
+        each kind's prediction is scaled by its own ratio; a kind never timed takes the ratio over
+        all kinds (1 before any step)."""
+        measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0)
+        return measured / predicted if predicted > 0 else 1.0
 
     def draft(self, b: int, context: int | None = None) -> float:
         """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft)."""
@@ -192,7 +210,7 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
     for ids in (prompt_ids, longer):
         measured = measure_step_costs(target, drafter, ids, set(grid) | wide, [b for b in grid if b > 1], repeats)
         tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
-    return StepCosts.by_context(tables, time.perf_counter() - started)
+    return StepCosts.by_context(tables, time.perf_counter() - started, measured=True)
 
 
 @torch.inference_mode()

@@ -25,8 +25,8 @@ each its own, the probability ``a_k`` that draft k is accepted given that the dr
 were, from decayed counts (pooled over positions with a Beta prior, then per position with the
 pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
 Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
-(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the better of that and prompt
-lookup's). A tree or hybrid step also tells the chain estimate what the chain would have done
+(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
+two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the chain would have done
 (:func:`chain_accepted`), and every step with a lookup continuation tells prompt lookup's estimate
 how far its tokens would have gone, whichever option ran. The estimates outlive a request: the
 owner (:class:`PolicySession`, kept by an ``Engine``) hands them to the next request's policy,
@@ -133,7 +133,7 @@ def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = 
     """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
     full block if the drafter runs."""
     drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
-    return costs.target(choice.verify_width, context_length) + drafting
+    return (costs.target(choice.verify_width, context_length) + drafting) * costs.correction(choice.kind)
 
 
 @dataclass
@@ -222,10 +222,17 @@ class AcceptanceEstimate:
         return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
 
     def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int, depth: int | None = None) -> float:
-        """Observed mean of hybrid tree steps, pulled towards the better of the tree's estimate and
-        prompt lookup's estimate for its ``ngram_drafts`` drafts."""
-        lookup = self.ngram.expected_tokens()[ngram_drafts] if self.ngram is not None else 1.0
-        prior = max(self.expected_tree_tokens(tree_size, gain, depth), lookup)
+        """Observed mean of hybrid tree steps, pulled towards a prior: the two drafts as independent
+        tries at every depth j, ``1 + sum_j [1 - (1 - t_j)(1 - l_j)]``, with ``l_j`` prompt lookup's
+        chance to reach depth j and ``t_j`` the chain's, scaled to the tree's estimate."""
+        chain = self.expected_tokens()[: (self.depth if depth is None else depth) + 1]
+        tree = self.expected_tree_tokens(tree_size, gain, depth)
+        scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
+        lookup = self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None else [1.0]
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]          # P(reach depth j)
+        reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
+        reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
+        prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
         return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)
 
 
@@ -286,7 +293,7 @@ class CostAwareProposer(DFlashProposer):
         self.lookup = NgramProposer(o.ngram_drafts, o.max_ngram) if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(prompt_ids, target_hidden)
-        self.context_length = prompt_ids.shape[1]  # where `last` sits
+        self.context_length = self.prompt_length = prompt_ids.shape[1]   # where `last` sits
         self.drafted, self.drifted = False, False  # the prompt's features are not in the drafter's cache yet
         self.waiting = [target_hidden]             # features of positions no drafter forward has seen
         self.chosen: list[Choice] = []             # per step
@@ -315,9 +322,11 @@ class CostAwareProposer(DFlashProposer):
         return super().propose(last_token, c.block_size - 1)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        if self.started is not None:               # how long the step took against what the model said
-            seconds = time.perf_counter() - self.started
-            self.drifted |= self.costs.drift.observe(seconds, step_seconds(self.choice, self.costs, self.context_length))
+        if self.started is not None and self.costs.measured:    # how long the step took against what the model said
+            seconds, c = time.perf_counter() - self.started, self.choice
+            predicted = step_seconds(c, self.costs, self.context_length) / self.costs.correction(c.kind)
+            self.costs.observe(c.kind, seconds, predicted)
+            self.drifted |= self.costs.drift.observe(seconds, predicted)
         if self.drafted:
             super().accepted(block, n, position, target_hidden)
             self.waiting = [self.new_context]
@@ -366,14 +375,14 @@ class PolicySession:
         return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate)
 
     def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
-        """Keep what ``proposer`` learned; measure the costs again (at ``sequence_ids``, the request's
-        prompt and output, as the longer length) when they drifted."""
+        """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
+        ``sequence_ids``, its prompt and output) when they drifted."""
         self.estimate = proposer.estimate
         if self.costs is None:
             self.costs = proposer.costs
             self.calibration_seconds += proposer.costs.calibration_seconds
         elif proposer.drifted and self.recalibrate and sequence_ids is not None:
-            self._measure(sequence_ids[:, : min(self.costs.context_lengths)], sequence_ids, repeats=3)
+            self._measure(sequence_ids[:, : proposer.prompt_length], sequence_ids, repeats=3)
 
     def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None, repeats: int = 7) -> None:
         o = self.options
