@@ -235,13 +235,14 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tree_sizes", [(), (4,)], ids=["chains", "with_trees"])
-def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
+@pytest.mark.parametrize("tree_sizes,ngram", [((), 0), ((4,), 0), ((4,), 3)], ids=["chains", "with_trees", "hybrid"])
+def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram):
     """The policy chooses each step's block size (or a tree) from the acceptance so far, so its
     choices depend on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is
     often but not always right) through it with the shipped drafter, against the target's exact
     four-token distribution; the choice after the first step must vary from run to run, and with
-    trees offered, trees must be chosen."""
+    trees offered, trees must be chosen; with prompt lookup offered too (the hybrid policy), its
+    chain or the hybrid tree must be chosen."""
     from dflash_lite import corpus
     from dflash_lite.checkpoints import load_drafter
     from dflash_lite.decode import generate
@@ -268,14 +269,16 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
     g = torch.Generator().manual_seed(11)
     runs, counts, second_choices, all_choices = 600, dict.fromkeys(exact, 0), set(), set()
     for _ in range(runs):
-        proposer = CostAwareProposer(drafter, target, PolicyOptions(prior_weight=1.0, tree_sizes=tree_sizes), costs)
+        options = PolicyOptions(prior_weight=1.0, tree_sizes=tree_sizes, ngram_drafts=ngram)
+        proposer = CostAwareProposer(drafter, target, options, costs)
         tokens = tuple(generate(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1
         second_choices.update(str(c) for c in proposer.chosen[1:2])
-        all_choices.update(str(c) for c in proposer.chosen[:-1])
+        all_choices.update(proposer.chosen[:-1])
     assert "1" in second_choices and len(second_choices) > 1
-    assert any(str(c).startswith("tree") for c in all_choices) == bool(tree_sizes)
+    assert any(c.tree_size for c in all_choices) == bool(tree_sizes)
+    assert any(c.kind in ("ngram", "hybrid") for c in all_choices) == bool(ngram)
     keys = sorted(exact, key=exact.get)
     expected = np.array([exact[k] for k in keys]) * runs
     observed = np.array([counts[k] for k in keys], dtype=float)
