@@ -178,34 +178,43 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                               _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
                               Kind.EAGLE, block_size=eagle.config.block_size))
     if drafter is not None:
-        if policy:
-            for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
-                                           ("DFlash (ours) cost-aware, DFlash only", DFLASH_ONLY_OPTIONS, False)):
-                session = PolicySession(drafter, target, options, recalibrate=False)
-                methods.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
-                                      default=default, session=session))
-        for b in block_sizes:
-            methods.append(Method(f"DFlash (ours) B={b}",
-                                  _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
-                                  Kind.DFLASH, block_size=b))
-        if adaptive:
-            sizes = "/".join(map(str, sorted(adaptive)))
-            methods.append(Method(f"DFlash (ours) adaptive B in {sizes}",
-                                  _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
-                                            sampling, stops), Kind.DFLASH_ADAPTIVE))
-        for n in tree_sizes:
-            methods.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
-                                                                  sampling, stops), Kind.DFLASH_TREE, tree_size=n))
-        for n in tree_sizes:
-            methods.append(Method(f"DFlash hybrid tree N={n} + n-gram",
-                                  _spec_run(target, lambda n=n: HybridTreeProposer(drafter, target, n), sampling, stops),
-                                  Kind.DFLASH_HYBRID, tree_size=n))
+        methods += _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy, (sampling, stops))
         if hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
                                   hf(assistant_model=converted, speculation_type="dflash"),
                                   Kind.HF_DFLASH, block_size=drafter.config.block_size))
     return methods
+
+
+def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop) -> list[Method]:
+    """Our DFlash rows: the two policies (the default first), fixed block sizes, the adaptive rule,
+    draft trees and hybrid trees; ``loop``: (sampling, stop tokens) of every run."""
+    sampling, stops = loop
+    rows = []
+    if policy:
+        for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
+                                       ("DFlash (ours) cost-aware, DFlash only", DFLASH_ONLY_OPTIONS, False)):
+            session = PolicySession(drafter, target, options, recalibrate=False)
+            rows.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
+                            default=default, session=session))
+    for b in block_sizes:
+        rows.append(Method(f"DFlash (ours) B={b}",
+                        _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
+                        Kind.DFLASH, block_size=b))
+    if adaptive:
+        sizes = "/".join(map(str, sorted(adaptive)))
+        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}",
+                        _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
+                                  sampling, stops), Kind.DFLASH_ADAPTIVE))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
+                                                        sampling, stops), Kind.DFLASH_TREE, tree_size=n))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram",
+                        _spec_run(target, lambda n=n: HybridTreeProposer(drafter, target, n), sampling, stops),
+                        Kind.DFLASH_HYBRID, tree_size=n))
+    return rows
 
 
 def _spec_run(target, make_proposer, sampling, stops):
