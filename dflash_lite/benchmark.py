@@ -46,7 +46,7 @@ from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
 from .report import Kind, cost_model, format_cost_model, format_table, summarise
-from .policy import DEFAULT_OPTIONS, DFLASH_ONLY_OPTIONS, AdaptiveDFlashProposer, PolicySession
+from .policy import DEFAULT_OPTIONS, HYBRID_OPTIONS, AdaptiveDFlashProposer, PolicySession
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
 from .timing import interleaved
@@ -151,7 +151,7 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
     a small draft model, here and in transformers; prompt lookup, there and in our loop; the
     EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
-    the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes, the
+    the hybrid policy (with prompt lookup and hybrid trees), each fixed block size, draft trees of ``tree_sizes`` nodes, the
     same trees with prompt lookup's branch, and transformers' DFlash path with the same weights."""
     stops = stop_token_ids(target, tokenizer)
 
@@ -194,7 +194,7 @@ def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: boo
     rows = []
     if policy:
         for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
-                                       ("DFlash (ours) cost-aware, DFlash only", DFLASH_ONLY_OPTIONS, False)):
+                                       ("DFlash (ours) cost-aware + n-gram", HYBRID_OPTIONS, False)):
             session = PolicySession(drafter, target, options, recalibrate=False)
             rows.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
                             default=default, session=session))

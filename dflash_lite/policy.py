@@ -393,15 +393,17 @@ class PolicySession:
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
 DEFAULT_NGRAM_DRAFTS = 10       # prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
-DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)
-DFLASH_ONLY_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)   # the previous default: no prompt lookup
+DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)      # chains and the tree: no prompt lookup
+HYBRID_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)  # all five kinds
 
 
 def default_policy(drafter, target, costs: StepCosts | None = None,
                    estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
-    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the hybrid policy, which
-    chooses among plain decoding, DFlash chains, a draft tree of :data:`DEFAULT_TREE_SIZES` nodes,
-    prompt lookup and the hybrid tree, greedy or sampled (every rule is lossless, :mod:`dflash_lite.tree`)."""
+    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: :data:`DEFAULT_OPTIONS`,
+    plain decoding, DFlash chains or a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or
+    sampled (every rule is lossless, :mod:`dflash_lite.tree`). :data:`HYBRID_OPTIONS` adds prompt
+    lookup and the hybrid tree (``bench``'s "cost-aware + n-gram" row; ``PolicySession(drafter,
+    target, HYBRID_OPTIONS)`` or ``CostAwareProposer(drafter, target, HYBRID_OPTIONS)`` runs it)."""
     return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)
 
 
