@@ -503,10 +503,10 @@ for ax, domain in zip(axes, prompt_ids):
     policy = default_policy(drafter, target)
     r = generate(target, policy, x_, max_new_tokens, stop_token_ids=stops)
     assert r.tokens == greedy[domain][0]
-    choices = policy.chosen[: len(r.acceptance_lengths)]       # a Choice per step: a tree of N nodes or a block size
+    choices = policy.chosen                                    # a Choice per step that had room for a draft
     labels = [str(c) if c.tree_size else f"B={c.block_size}" for c in choices]
     steps_ = range(1, len(choices) + 1)
-    bars = ax.bar(steps_, r.acceptance_lengths,
+    bars = ax.bar(steps_, r.acceptance_lengths[: len(choices)],
                   color=["tab:orange" if c.tree_size else "tab:blue" for c in choices])
     for bar, label in zip(bars, labels):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, label.replace("tree ", "T"),
