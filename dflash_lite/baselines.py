@@ -6,8 +6,11 @@ same decode loop (:func:`dflash_lite.decode.steps`), so every speedup compares l
 * :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5): the same
   feature taps and KV injection, but one drafter forward per draft token.
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's rows.
 """
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -99,3 +102,26 @@ class DraftModelProposer:
         crop_cache(self.cache, position + n + 1)                        # drop rejected drafts
         have = self.cache.get_seq_length()                              # the last draft was never fed
         self.unseen = block[:, have - position: n + 1]
+
+
+@torch.inference_mode()
+def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(), **kwargs):
+    """transformers' ``model.generate`` on ``ids`` (1, T) for ``n`` new tokens, greedy or with our
+    sampling settings; ``kwargs``: its assisted-generation options (``assistant_model``,
+    ``prompt_lookup_num_tokens``). Returns (new tokens, None): it keeps no per-step record."""
+    if sampling.greedy:
+        kwargs["do_sample"] = False
+    else:                       # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
+                      top_k=sampling.top_k or 0)
+    # transformers' assisted generation calls the assistant's generate with a generation config and
+    # keyword arguments together, and warns about its own call; nothing here can change that
+    internal = logging.getLogger("transformers.generation.utils")
+    level = internal.level
+    internal.setLevel(logging.ERROR)
+    try:
+        out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
+                              pad_token_id=tokenizer.pad_token_id, **kwargs)
+    finally:
+        internal.setLevel(level)
+    return out[0, ids.shape[1]:].tolist(), None

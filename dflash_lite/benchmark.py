@@ -27,7 +27,6 @@ rows of their own.
 from __future__ import annotations
 
 import json
-import logging
 import platform
 import statistics
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ import transformers
 
 from . import validate
 from .acceptance import SamplingParams
-from .baselines import DraftModelProposer, EagleProposer, NoDraftProposer
+from .baselines import DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
 from .checkpoints import load_drafter, load_pair, to_transformers
 from .costs import measure_costs
 from .decode import DFlashProposer, generate
@@ -47,12 +46,12 @@ from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
 from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
-from .policy import AdaptiveDFlashProposer, default_policy
+from .policy import DEFAULT_OPTIONS, HYBRID_OPTIONS, AdaptiveDFlashProposer, PolicySession
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
 from .static import static_methods
 from .timing import interleaved
-from .tree import DFlashTreeProposer
+from .tree import DFlashTreeProposer, HybridTreeProposer
 
 
 @dataclass
@@ -135,13 +134,14 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                      prompt_lookup: int | None = 10, adaptive: tuple[int, ...] | None = None,
                      tree_sizes: tuple[int, ...] = (), policy: bool = True) -> list[Method]:
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
-    a small draft model, here and in transformers; prompt lookup; the EAGLE-style drafter), then
-    DFlash here: the default cost-aware block size (the headline row), each fixed block size, draft
-    trees of ``tree_sizes`` nodes, and transformers' DFlash path with the same weights."""
+    a small draft model, here and in transformers; prompt lookup, there and in our loop; the
+    EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
+    the hybrid policy (with prompt lookup and hybrid trees), each fixed block size, draft trees of ``tree_sizes`` nodes, the
+    same trees with prompt lookup's branch, and transformers' DFlash path with the same weights."""
     stops = stop_token_ids(target, tokenizer)
 
     def hf(**kwargs):                                   # transformers' generate, with or without a helper
-        return lambda ids, n: _hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
+        return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 
     methods = [
         Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
@@ -163,27 +163,43 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                               _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
                               Kind.EAGLE, block_size=eagle.config.block_size))
     if drafter is not None:
-        if policy:
-            methods.append(Method("DFlash (ours) cost-aware", _policy_run(target, drafter, sampling, stops),
-                                  Kind.DFLASH_POLICY, default=True))
-        for b in block_sizes:
-            methods.append(Method(f"DFlash (ours) B={b}",
-                                  _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
-                                  Kind.DFLASH, block_size=b))
-        if adaptive:
-            sizes = "/".join(map(str, sorted(adaptive)))
-            methods.append(Method(f"DFlash (ours) adaptive B in {sizes}",
-                                  _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
-                                            sampling, stops), Kind.DFLASH_ADAPTIVE))
-        for n in tree_sizes:
-            methods.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
-                                                                  sampling, stops), Kind.DFLASH_TREE, tree_size=n))
+        methods += _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy, (sampling, stops))
         if hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
                                   hf(assistant_model=converted, speculation_type="dflash"),
                                   Kind.HF_DFLASH, block_size=drafter.config.block_size))
     return methods
+
+
+def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop) -> list[Method]:
+    """Our DFlash rows: the two policies (the default first), fixed block sizes, the adaptive rule,
+    draft trees and hybrid trees; ``loop``: (sampling, stop tokens) of every run."""
+    sampling, stops = loop
+    rows = []
+    if policy:
+        for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
+                                       ("DFlash (ours) cost-aware + n-gram", HYBRID_OPTIONS, False)):
+            session = PolicySession(drafter, target, options, recalibrate=False)
+            rows.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
+                            default=default, session=session))
+    for b in block_sizes:
+        rows.append(Method(f"DFlash (ours) B={b}",
+                        _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
+                        Kind.DFLASH, block_size=b))
+    if adaptive:
+        sizes = "/".join(map(str, sorted(adaptive)))
+        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}",
+                        _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
+                                  sampling, stops), Kind.DFLASH_ADAPTIVE))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
+                                                        sampling, stops), Kind.DFLASH_TREE, tree_size=n))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram",
+                        _spec_run(target, lambda n=n: HybridTreeProposer(drafter, target, n), sampling, stops),
+                        Kind.DFLASH_HYBRID, tree_size=n))
+    return rows
 
 
 def _spec_run(target, make_proposer, sampling, stops):
@@ -194,40 +210,18 @@ def _spec_run(target, make_proposer, sampling, stops):
     return run
 
 
-def _policy_run(target, drafter, sampling, stops):
-    """The headline row's run: the default policy, with the step costs its first run measured
-    (at the first prompt, in the warm-up) kept for every later run, as an ``Engine`` keeps them."""
-    kept = {}
-
+def _policy_run(target, session: PolicySession, sampling, stops):
+    """A policy row's run, as one user's session: the step costs measured at its first run (at the
+    first prompt, in the untimed warm-up) and the acceptance estimates each run leaves, both kept
+    in ``session`` for the next run, as an ``Engine`` keeps them."""
     def run(ids, n):
-        proposer = default_policy(drafter, target, kept.get("costs"))
+        proposer = session.proposer(ids)
         result = generate(target, proposer, ids, n, sampling, stops)
-        kept["costs"] = proposer.costs
+        session.finished(proposer)
         return result.tokens, result
     return run
 
 
-@torch.inference_mode()
-def _hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(), **kwargs):
-    if sampling.greedy:
-        kwargs["do_sample"] = False
-    else:                       # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
-        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
-                      top_k=sampling.top_k or 0)
-    # transformers' assisted generation calls the assistant's generate with a generation config and
-    # keyword arguments together, and warns about its own call; nothing here can change that
-    internal = logging.getLogger("transformers.generation.utils")
-    level = internal.level
-    internal.setLevel(logging.ERROR)
-    try:
-        out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
-                              pad_token_id=tokenizer.pad_token_id, **kwargs)
-    finally:
-        internal.setLevel(level)
-    return out[0, ids.shape[1]:].tolist(), None
-
-
-# ----------------------------------------------------------------------------- prompts
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
 @dataclass
 class BenchConfig:
@@ -401,11 +395,15 @@ def run(setup: Setup) -> Measured:
         torch.manual_seed(c.seed)
     stats = measure(setup.methods, setup.prompts, c.max_new_tokens, c.repeats, device=c.device,
                     greedy=sampling.greedy)
+    env = environment(c.device)
+    sessions = [m.session for m in setup.methods if m.session is not None]
+    if sessions:
+        env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds for s in sessions)}
     costs = None
     if setup.drafter is not None:
         costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes, c.cost_repeats,
                               c.tree_sizes)
-    return Measured(stats, environment(c.device), costs)
+    return Measured(stats, env, costs)
 
 
 def report(setup: Setup, measured: Measured) -> dict:

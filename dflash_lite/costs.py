@@ -4,13 +4,16 @@ A step is one drafter forward over a block of b and one target forward over b to
 tau tokens where plain decoding commits one per target forward, so the predicted speedup is
 ``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here:
 the forwards measured (:func:`measure_step_costs`, interleaved so that load drift hits every size
-alike), :class:`StepCosts` (those seconds, and a line through them for every other size) that
-the cost-aware policy (:mod:`dflash_lite.policy`) reads, and :func:`measure_costs`, the
-benchmark's record of the same forwards.
+alike), :class:`StepCosts` (those seconds at one or more context lengths, and a model of every
+other size and length) that the cost-aware policy (:mod:`dflash_lite.policy`) reads,
+:class:`DriftMonitor` (is the model still right about the steps it times?) and
+:func:`measure_costs`, the benchmark's record of the same forwards.
 """
 from __future__ import annotations
 
 import statistics
+import time
+from collections import deque
 
 import torch
 
@@ -18,40 +21,137 @@ from .decode import crop_cache, new_cache, verify
 from .drafter import DrafterCache
 from .timing import interleaved
 
+EXTRA_CONTEXT = 256          # the second context length step_costs measures: the prompt's + this many tokens
+DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
+DRIFT_MARGIN = 1.3           # that median may move by this factor either way before the model counts as stale
+
+
+def _fit(points: dict[int, float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (x, y), slope clamped at >= 0, so that
+    timing noise can never make a longer block or a longer context look cheaper."""
+    n = len(points)
+    mean_x, mean_y = sum(points) / n, sum(points.values()) / n
+    spread = sum((x - mean_x) ** 2 for x in points)
+    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points.items()) / spread) if spread else 0.0
+    return mean_y - slope * mean_x, slope
+
 
 class StepCosts:
-    """Measured seconds of one target forward over b tokens and one drafter forward over a block of b.
+    """Measured seconds of one target forward over b tokens and one drafter forward over a block of b,
+    at one context length or several (:meth:`by_context`).
 
-    Between and beyond the measured sizes, a straight line fitted to them (least squares, slope
-    >= 0) gives the cost, so that timing noise at one size cannot make it look cheap. One target
-    token (b = 1) is its own point: a single-token forward takes a lighter path (no causal mask).
+    The model (:meth:`target`, :meth:`draft`): at each measured length, a straight line in b
+    (least squares, slope >= 0); across lengths, the line's intercept and slope are themselves
+    lines in the context length (attention reads every cached position, so a longer context costs
+    more per forward, and more per token of a wide verify). One target token (b = 1) is its own
+    point at each length: a single-token forward takes a lighter path (no causal mask).
+    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
+    steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
+    Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
+    steps; hand-written ones (in other units, as in the tests) are taken as they are.
     """
 
-    def __init__(self, t_target: dict[int, float], t_draft: dict[int, float]):
-        self.t_target, self.t_draft = dict(sorted(t_target.items())), dict(sorted(t_draft.items()))
-        self._target_line = self._fit({b: t for b, t in self.t_target.items() if b > 1} or self.t_target)
-        self._draft_line = self._fit(self.t_draft)
+    def __init__(self, t_target: dict[int, float], t_draft: dict[int, float], context_length: int = 0,
+                 calibration_seconds: float = 0.0, measured: bool = False):
+        self.tables = {context_length: (dict(sorted(t_target.items())), dict(sorted(t_draft.items())))}
+        self.calibration_seconds, self.measured = calibration_seconds, measured
+        self._model()
 
-    @staticmethod
-    def _fit(table: dict[int, float]) -> tuple[float, float]:
-        """(intercept, slope) of the least-squares line through (b, t), slope clamped at >= 0."""
-        n = len(table)
-        mean_b, mean_t = sum(table) / n, sum(table.values()) / n
-        spread = sum((b - mean_b) ** 2 for b in table)
-        slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in table.items()) / spread) if spread else 0.0
-        return mean_t - slope * mean_b, slope
+    @classmethod
+    def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
+                   measured: bool = False) -> StepCosts:
+        """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
+        first, *_ = sorted(tables)
+        costs = cls(*tables[first], first, calibration_seconds, measured)
+        costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items()))) for n, (t, d) in sorted(tables.items())}
+        costs._model()
+        return costs
 
-    def target(self, b: int) -> float:
-        if b == 1 and 1 in self.t_target:
-            return self.t_target[1]
-        intercept, slope = self._target_line
-        return intercept + slope * b
+    def _model(self) -> None:
+        self.drift = DriftMonitor()
+        self.timed: dict[str, list[float]] = {}     # per kind of step: decayed [measured, predicted] seconds
+        lines = {}                     # per length: the target line (b > 1), the draft line, one target token
+        for n, (t_target, t_draft) in self.tables.items():
+            lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target), _fit(t_draft),
+                        t_target.get(1))
+        # each coefficient as a line in the context length: (intercept, slope) per coefficient
+        self._target = [_fit({n: line[0][i] for n, line in lines.items()}) for i in (0, 1)]
+        self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
+        ones = {n: line[2] for n, line in lines.items() if line[2] is not None}
+        self._one = _fit(ones) if ones else None
 
-    def draft(self, b: int) -> float:
+    @property
+    def t_target(self) -> dict[int, float]:
+        """The measured target seconds at the shortest measured context length."""
+        return next(iter(self.tables.values()))[0]
+
+    @property
+    def t_draft(self) -> dict[int, float]:
+        return next(iter(self.tables.values()))[1]
+
+    @property
+    def context_lengths(self) -> list[int]:
+        return list(self.tables)
+
+    def _at(self, context: int | None) -> int:
+        return self.context_lengths[0] if context is None else context
+
+    def target(self, b: int, context: int | None = None) -> float:
+        """Seconds of one target forward over b tokens after ``context`` cached positions (None:
+        the shortest length measured)."""
+        n = self._at(context)
+        if b == 1 and self._one is not None:
+            return self._one[0] + self._one[1] * n
+        (a0, a1), (s0, s1) = self._target
+        return (a0 + a1 * n) + (s0 + s1 * n) * b
+
+    def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
+        """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the forwards
+        alone were predicted to take ``predicted``."""
+        sums = self.timed.setdefault(kind, [0.0, 0.0])
+        sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+
+    def correction(self, kind: str) -> float:
+        """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds around
+        the forwards differs by kind (a drafter step runs more Python than a prompt-lookup step), so
+        each kind's prediction is scaled by its own ratio; a kind never timed takes the ratio over
+        all kinds (1 before any step)."""
+        measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0)
+        return measured / predicted if predicted > 0 else 1.0
+
+    def draft(self, b: int, context: int | None = None) -> float:
+        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft)."""
         if b <= 1:
             return 0.0
-        intercept, slope = self._draft_line
-        return intercept + slope * b
+        n = self._at(context)
+        (a0, a1), (s0, s1) = self._draft
+        return (a0 + a1 * n) + (s0 + s1 * n) * b
+
+
+class DriftMonitor:
+    """Whether the cost model still describes the steps it is used for. Each timed step gives the
+    ratio measured / predicted seconds; the first :data:`DRIFT_WINDOW` steps set the reference
+    (the loop's own overhead sits on top of the two forwards, so the ratio is not 1), and the model
+    has drifted once the running median of the last ``window`` ratios leaves
+    [reference / ``margin``, reference x ``margin``] (``margin`` = :data:`DRIFT_MARGIN`). The owner of
+    the costs then measures again (:func:`step_costs` at the current context length)."""
+
+    def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
+        self.recent: deque[float] = deque(maxlen=window)
+        self.margin, self.reference = margin, None
+
+    def observe(self, measured: float, predicted: float) -> bool:
+        """Record one step; True when the model has drifted."""
+        if predicted <= 0 or measured <= 0:
+            return False
+        self.recent.append(measured / predicted)
+        if len(self.recent) < self.recent.maxlen:
+            return False
+        median = statistics.median(self.recent)
+        if self.reference is None:
+            self.reference = median
+            return False
+        return not self.reference / self.margin <= median <= self.reference * self.margin
 
 
 @torch.inference_mode()
@@ -87,15 +187,30 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
             "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}}
 
 
+def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> torch.Tensor:
+    """``ids`` (1, T) repeated to T + ``extra`` tokens, kept inside the target's context with room for
+    a block: the second length :func:`step_costs` measures at."""
+    limit = getattr(target.config, "max_position_embeddings", None) or ids.shape[1] + extra + 128
+    length = max(ids.shape[1], min(ids.shape[1] + extra, limit - 128))
+    return ids.repeat(1, -(-length // ids.shape[1]))[:, :length]
+
+
 def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, tree_sizes=(),
-               repeats: int = 7) -> StepCosts:
-    """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1 for each tree
-    size N). Measuring takes a few seconds: the owner of the target (an ``Engine``, a benchmark
-    method) measures once and passes the result to every policy it builds."""
+               repeats: int = 7, longer_ids: torch.Tensor | None = None) -> StepCosts:
+    """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1, N+1+B for each
+    tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the prompt's
+    and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
+    (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
+    once and passes the result to every policy it builds."""
+    started = time.perf_counter()
     grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size} | {max_block_size})
-    measured = measure_step_costs(target, drafter, prompt_ids, set(grid) | {n + 1 for n in tree_sizes},
-                                  [b for b in grid if b > 1], repeats)
-    return StepCosts(measured["t_target"], measured["t_draft"])
+    wide = {n + 1 for n in tree_sizes} | {n + max_block_size for n in tree_sizes}
+    longer = longer_context(target, prompt_ids) if longer_ids is None else longer_ids
+    tables = {}
+    for ids in (prompt_ids, longer):
+        measured = measure_step_costs(target, drafter, ids, set(grid) | wide, [b for b in grid if b > 1], repeats)
+        tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
+    return StepCosts.by_context(tables, time.perf_counter() - started, measured=True)
 
 
 @torch.inference_mode()

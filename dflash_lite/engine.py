@@ -8,7 +8,9 @@ The prompt goes through the tokenizer's chat template when the target has one. `
 a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
 With a drafter, each step's block size is chosen by the cost-aware policy (:mod:`dflash_lite.policy`:
 measured forward costs and the acceptance so far, down to plain decoding) unless ``block_size``
-fixes it; the engine measures the forward costs once, on its first call, and keeps them.
+fixes it; the engine keeps a :class:`~dflash_lite.policy.PolicySession`: the forward costs, measured
+on its first call (and again between calls when they drift), and the acceptance estimates, which
+each call hands on to the next.
 :func:`demo` is the engine plus the one interleaved timer (``python -m dflash_lite demo``).
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .checkpoints import load_pair
 from .costs import StepCosts
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import default_costs, default_policy
+from .policy import DEFAULT_OPTIONS, PolicySession
 from .prompts import encode
 from .static import StaticDecoder
 from .target import parse_dtype, stop_token_ids
@@ -52,7 +54,7 @@ class Engine:
             raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass drafter=DIR)")
         self.block_size = block_size if drafter is not None else 1   # None: the cost-aware policy chooses
         self.stops = stop_token_ids(target, tokenizer)
-        self.costs: StepCosts | None = None                           # the policy's, measured on the first call
+        self.session = PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None else None
         self.last_result: GenerationResult | None = None
         self.static = None              # built once: it owns the static caches and the compiled forwards
         if compile:
@@ -65,6 +67,11 @@ class Engine:
         model, tokenizer, draft = load_pair(target, drafter, check_device(device), dtype)
         return cls(model, tokenizer, draft, **kwargs)
 
+    @property
+    def costs(self) -> StepCosts | None:
+        """The policy's step costs, measured on the first call and kept (None before it)."""
+        return self.session.costs if self.session is not None else None
+
     def encode(self, prompt: str) -> torch.Tensor:
         return encode(self.tokenizer, check_prompt(prompt), self.chat_template)
 
@@ -72,14 +79,12 @@ class Engine:
         """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
         cost-aware policy, which picks each step's block size (or a draft tree) from measured costs
         and acceptance (:func:`dflash_lite.policy.default_policy`); its costs are measured at
-        ``input_ids`` the first time and kept."""
+        ``input_ids`` the first time and kept, and it starts from the estimates the last call left."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer()
         if self.block_size is not None:
             return DFlashProposer(self.drafter, self.target, self.block_size)
-        if self.costs is None and input_ids is not None:
-            self.costs = default_costs(self.drafter, self.target, input_ids.to(self.target.device))
-        return default_policy(self.drafter, self.target, self.costs)
+        return self.session.proposer(input_ids.to(self.target.device) if input_ids is not None else None)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
                  top_k: int | None = None, stream: bool = False, seed: int | None = None):
@@ -105,7 +110,8 @@ class Engine:
         if self.static is not None:
             loop = self.static.steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
         else:
-            loop = steps(self.target, self.proposer(input_ids), input_ids.to(self.target.device), max_new_tokens,
+            proposer = self.proposer(input_ids)
+            loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
                          sampling, self.stops, generator, timer)
         emitted = ""
         for step in loop:
@@ -115,6 +121,8 @@ class Engine:
                 continue
             yield text[len(emitted):]
             emitted = text
+        if self.static is None and self.session is not None and self.block_size is None:   # the next call starts from here
+            self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
         text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         if len(text) > len(emitted):
             yield text[len(emitted):]

@@ -1,96 +1,147 @@
-"""A cost-aware block size: each step drafts whatever maximises expected tokens per second.
+"""The best draft for every step: each step drafts whatever maximises expected tokens per second.
 
 The cost model the benchmark checks (:func:`dflash_lite.costs.predicted_speedup`,
-``speedup = tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a block of B pays: the
-verify of B tokens and the drafter forward must cost less than the tokens they bring. Both sides change from prompt to prompt, so the block size is chosen per
-step, as real integrations' depth controllers do:
+``speedup = tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a draft pays: its verify
+and the drafter forward must cost less than the tokens they bring. Both sides change from prompt
+to prompt and from step to step, so the draft is chosen per step, as real integrations' depth
+controllers do.
 
-* **costs**: ``t_target(b)`` (one target forward over b tokens, with the cache) and ``t_draft(b)``
-  (one drafter forward over a block of b), measured at the first prompt by the owner of the
-  target (:class:`dflash_lite.costs.StepCosts`; an ``Engine`` measures once and keeps them); a
-  least-squares line through the measured sizes gives every other size.
-* **acceptance** (:class:`AcceptanceEstimate`): the probability ``a_k`` that draft k is accepted given that the drafts before it
-  were, counted from the steps so far with exponential forgetting: pooled over positions with a
-  Beta prior, then per position with the pool as prior. A step of b - 1 drafts is then expected
-  to commit ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)`` tokens.
-* **choice** (:func:`choose`, a :class:`Choice`): the b in 1..B (b = 1 is plain decoding: no draft, one target token) with the best
-  expected tokens per second; or a draft tree (:mod:`dflash_lite.tree`) of N nodes, whose
-  expected length starts at ``tree_prior_gain`` x the full chain's and is then learned from the
-  tree steps it takes. A tree step also updates the chain's estimates: the accepted path follows
-  the chain of argmaxes as far as the chain would have been accepted (:func:`chain_accepted`).
-  The default (:func:`default_policy`) offers a 16-node tree, greedy or sampled: its verify
-  is as wide as the chain's at B = 16 (17 tokens against 16), so it costs about the same and holds
-  more of the likely paths. On the probe split it beat the 32-node tree (math and code). The
-  gain of 1.3 is the tree's tau over the chain's as measured there.
+**Options** (a :class:`Choice`, its ``kind``):
+
+* ``plain``: no draft, one target token (b = 1);
+* ``chain``: a DFlash chain of b - 1 drafts (b in 2..B), costing ``t_target(b) + t_draft(b)``;
+* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.tree`), ``t_target(N+1) + t_draft(B)``;
+* ``ngram``: prompt lookup's m drafts (:mod:`dflash_lite.ngram`), only when the matcher finds a
+  continuation: ``t_target(m+1)`` and no drafter forward at all;
+* ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
+  one verify: ``t_target(N+1+m) + t_draft(B)``.
+
+Every draft is a point mass (argmaxes, the tree's top paths, copied tokens), so each step's rule
+is exact (``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on
+tokens already committed: lossless at every temperature.
+
+**Estimates** (:class:`AcceptanceEstimate`): for the DFlash chain and for prompt lookup's chain,
+each its own, the probability ``a_k`` that draft k is accepted given that the drafts before it
+were, from decayed counts (pooled over positions with a Beta prior, then per position with the
+pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
+Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
+(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
+two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the chain would have done
+(:func:`chain_accepted`), and every step with a lookup continuation tells prompt lookup's estimate
+how far its tokens would have gone, whichever option ran. The estimates outlive a request: the
+owner (:class:`PolicySession`, kept by an ``Engine``) hands them to the next request's policy,
+whose counts are first decayed by ``request_decay``.
+
+**Costs by context** (:class:`dflash_lite.costs.StepCosts`): ``t_target(b)`` and ``t_draft(b)``
+measured at two context lengths, each a line in b whose intercept and slope are lines in the
+context length; :func:`choose` reads them at the step's context length. The policy times its own
+steps (``time.perf_counter``); when the running median of measured / predicted over
+:data:`~dflash_lite.costs.DRIFT_WINDOW` steps moves by more than :data:`~dflash_lite.costs.DRIFT_MARGIN`
+(either way) from what it was on the first steps, the policy reports ``drifted`` and the session
+measures again, between requests, at the current context length.
 
 **Coming back from 1.** A plain step observes nothing, but the counts keep decaying each step, so
 the estimates drift back to the optimistic prior and a draft is tried again after a number of
-plain steps that grows with how clearly drafting lost. It is lossless at any temperature: the
-choice depends only on tokens already committed, and each step's acceptance rule is exact.
+plain steps that grows with how clearly drafting lost.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from .costs import StepCosts, step_costs
-from .decode import DFlashProposer
-from .tree import draft_tree
+from .decode import ChainDraft, DFlashProposer
+from .ngram import NgramProposer
+from .tree import add_branch, draft_tree
 
 
 def chain_accepted(path: list[int], chain: list[int], held: int) -> tuple[int, int]:
-    """What the chain of argmaxes would have done, read off a tree step: (drafts accepted, drafts
-    judged). The tree holds the chain's first ``held`` drafts, and the accepted ``path`` follows
-    the chain as long as they agree. Where the path leaves it, or ends on it with the chain's next
-    draft in the tree, that draft was wrong (judged, rejected); where the path ends on it beyond
-    what the tree held, the next draft is unknown (not judged)."""
+    """What a chain of drafts would have done, read off a step that verified something else:
+    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
+    the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
+    on it with the chain's next draft held, that draft was wrong (judged, rejected); where the path
+    ends on it beyond what was held, the next draft is unknown (not judged)."""
     agree = next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
     return agree, agree + 1 if agree < len(path) or agree < min(held, len(chain)) else agree
 
 
 @dataclass(frozen=True)
 class PolicyOptions:
-    """How the cost-aware policy chooses. ``max_block_size``: the longest chain (None: the drafter's
-    block size); ``tree_sizes``: the draft trees it may choose; ``decay``: how much of the
-    acceptance counts a drafting step keeps; ``idle_decay``: the same for a plain step (closer to 1
-    retries drafting later); ``prior``, ``prior_weight``: the Beta prior the estimates start from
-    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
-    multiple of the full chain's."""
+    """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
+    size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
+    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
+    ``decay``: how much of the acceptance counts a drafting step keeps; ``idle_decay``: the same
+    for a plain step (closer to 1 retries drafting later); ``request_decay``: the same between
+    requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay back
+    to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a multiple of
+    the full chain's."""
     max_block_size: int | None = None
     tree_sizes: tuple[int, ...] = ()
+    ngram_drafts: int = 0
+    max_ngram: int = 3
     decay: float = 0.9
     idle_decay: float = 0.98
+    request_decay: float = 0.5
     prior: float = 0.7
     prior_weight: float = 3.0
     tree_prior_gain: float = 1.3
 
     def __post_init__(self):
-        if not (0 < self.decay < 1 and 0 < self.idle_decay < 1 and 0 < self.prior < 1) \
+        if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) or not 0 < self.request_decay <= 1 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, prior_weight > 0 "
-                             "and tree_prior_gain > 0")
-        if any(n < 1 for n in self.tree_sizes):
-            raise ValueError(f"tree sizes must be >= 1, got {tuple(self.tree_sizes)}")
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, 0 < request_decay <= 1, "
+                             "prior_weight > 0 and tree_prior_gain > 0")
+        if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
+            raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
+                             f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")
         object.__setattr__(self, "tree_sizes", tuple(sorted(self.tree_sizes)))
 
 
 @dataclass(frozen=True)
 class Choice:
-    """One step's choice: a chain of ``block_size`` tokens per target forward (1: plain decoding),
-    or a draft tree of ``tree_size`` nodes drafted at the full block."""
+    """One step's choice: ``block_size`` tokens per target forward for a chain (1: plain decoding;
+    for prompt lookup, its ``ngram`` drafts + 1), or a draft tree of ``tree_size`` nodes drafted at
+    depth ``block_size - 1``, with a prompt-lookup branch of ``ngram`` drafts for a hybrid tree."""
     block_size: int
     tree_size: int | None = None
+    ngram: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``plain``, ``chain``, ``tree``, ``ngram`` or ``hybrid``."""
+        if self.tree_size:
+            return "hybrid" if self.ngram else "tree"
+        return "ngram" if self.ngram else "chain" if self.block_size > 1 else "plain"
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.kind in ("chain", "tree", "hybrid")
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may share nodes)."""
+        return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
 
     def __str__(self) -> str:
-        return f"tree {self.tree_size}" if self.tree_size else str(self.block_size)
+        return {"tree": f"tree {self.tree_size}", "ngram": f"ngram {self.ngram}",
+                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(self.kind, str(self.block_size))
+
+
+def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
+    """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
+    full block if the drafter runs."""
+    drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
+    return (costs.target(choice.verify_width, context_length) + drafting) * costs.correction(choice.kind)
 
 
 @dataclass
 class AcceptanceEstimate:
     """Decayed counts of drafts the target accepted and judged, pooled and per draft position
-    1..``depth``, and of tokens per tree step for each tree size; with a Beta prior (``prior``,
-    ``prior_weight``) that the estimates start from and drift back to as the counts decay."""
+    1..``depth``, and of tokens per step for each tree size, alone and as a hybrid tree; with a
+    Beta prior (``prior``, ``prior_weight``) that the estimates start from and drift back to as
+    the counts decay. ``ngram``: prompt lookup's own chain estimate (None: not offered)."""
     depth: int
     tree_sizes: tuple[int, ...] = ()
     prior: float = 0.7
@@ -101,32 +152,45 @@ class AcceptanceEstimate:
     judged_at: list[float] = field(default_factory=list)
     tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
     tree_steps: dict[int, float] = field(default_factory=dict)
+    hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
+    hybrid_steps: dict[int, float] = field(default_factory=dict)
+    ngram: AcceptanceEstimate | None = None
 
     def __post_init__(self):
         self.accepted_at = self.accepted_at or [0.0] * self.depth
         self.judged_at = self.judged_at or [0.0] * self.depth
-        self.tree_tokens = self.tree_tokens or dict.fromkeys(self.tree_sizes, 0.0)
-        self.tree_steps = self.tree_steps or dict.fromkeys(self.tree_sizes, 0.0)
+        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
+            sums.update({n: sums.get(n, 0.0) for n in self.tree_sizes})
+
+    @classmethod
+    def for_options(cls, options: PolicyOptions) -> AcceptanceEstimate:
+        """A fresh estimate of every option ``options`` offers (the chain's depth: ``max_block_size - 1``)."""
+        lookup = cls(options.ngram_drafts, (), options.prior, options.prior_weight) if options.ngram_drafts else None
+        return cls(options.max_block_size - 1, options.tree_sizes, options.prior, options.prior_weight, ngram=lookup)
 
     def decay(self, factor: float) -> None:
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
         self.judged_at = [t * factor for t in self.judged_at]
-        for size in self.tree_sizes:
-            self.tree_tokens[size] *= factor
-            self.tree_steps[size] *= factor
+        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
+            for size in sums:
+                sums[size] *= factor
+        if self.ngram is not None:
+            self.ngram.decay(factor)
 
     def observe_chain(self, accepted: int, judged: int) -> None:
         """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
         self.accepted += accepted
         self.judged += judged
-        for k in range(judged):
+        for k in range(min(judged, self.depth)):
             self.accepted_at[k] += k < accepted
             self.judged_at[k] += 1
 
-    def observe_tree(self, tree_size: int, tokens: int) -> None:
-        self.tree_tokens[tree_size] += tokens
-        self.tree_steps[tree_size] += 1
+    def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
+        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
+        tokens_sum, steps = (self.hybrid_tokens, self.hybrid_steps) if hybrid else (self.tree_tokens, self.tree_steps)
+        tokens_sum[tree_size] += tokens
+        steps[tree_size] += 1
 
     def acceptance(self) -> float:
         """P(a draft is accepted | the drafts before it were), pooled over positions, with the prior."""
@@ -148,35 +212,70 @@ class AcceptanceEstimate:
             expected.append(expected[-1] + survive)
         return expected
 
-    def expected_tree_tokens(self, tree_size: int, gain: float) -> float:
-        """Observed mean of tree steps, pulled towards a prior of ``gain`` x the full chain's estimate."""
-        prior = gain * self.expected_tokens()[-1]
-        return (self.tree_tokens[tree_size] + self.prior_weight * prior) / (self.tree_steps[tree_size] + self.prior_weight)
+    def _mean(self, tokens: float, steps: float, prior: float) -> float:
+        return (tokens + self.prior_weight * prior) / (steps + self.prior_weight)
+
+    def expected_tree_tokens(self, tree_size: int, gain: float, depth: int | None = None) -> float:
+        """Observed mean of tree steps, pulled towards a prior of ``gain`` x the chain's estimate at
+        ``depth`` drafts (None: the full chain)."""
+        prior = gain * self.expected_tokens()[self.depth if depth is None else depth]
+        return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
+
+    def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int, depth: int | None = None) -> float:
+        """Observed mean of hybrid tree steps, pulled towards a prior: the two drafts as independent
+        tries at every depth j, ``1 + sum_j [1 - (1 - t_j)(1 - l_j)]``, with ``l_j`` prompt lookup's
+        chance to reach depth j and ``t_j`` the chain's, scaled to the tree's estimate."""
+        chain = self.expected_tokens()[: (self.depth if depth is None else depth) + 1]
+        tree = self.expected_tree_tokens(tree_size, gain, depth)
+        scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
+        lookup = self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None else [1.0]
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]          # P(reach depth j)
+        reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
+        reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
+        prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
+        return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)
 
 
-def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions) -> Choice:
-    """The chain length b in 1..B, or the tree, with the most expected tokens per second of step."""
-    rates = [e / (costs.target(b) + costs.draft(b)) for b, e in enumerate(estimate.expected_tokens(), 1)]
-    best_rate = max(rates)
-    choice = Choice(rates.index(best_rate) + 1)
-    full = len(rates)
-    for n in options.tree_sizes:     # a tree: one drafter forward at full depth, a verify of N+1
-        rate = estimate.expected_tree_tokens(n, options.tree_prior_gain) / (costs.target(n + 1) + costs.draft(full))
-        if rate > best_rate:
-            choice, best_rate = Choice(full, n), rate
-    return choice
+def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions, ngram_drafts: int = 0,
+           context_length: int | None = None, depth: int | None = None) -> Choice:
+    """The option with the most expected tokens per second of step (:func:`step_seconds` at
+    ``context_length``): a chain of b in 1..B, a tree, or, when prompt lookup found
+    ``ngram_drafts`` tokens, its chain of m <= ``ngram_drafts`` or a hybrid tree. ``depth``: the
+    most drafts this step may hold (None: the chain's depth). Ties go to the cheaper kind."""
+    depth = estimate.depth if depth is None else min(depth, estimate.depth)
+    gain = options.tree_prior_gain
+    candidates = [(e, Choice(b)) for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
+    lookup = min(ngram_drafts, depth) if estimate.ngram is not None else 0
+    if lookup:
+        expected = estimate.ngram.expected_tokens()
+        candidates += [(expected[m], Choice(m + 1, None, m)) for m in range(1, min(lookup, estimate.ngram.depth) + 1)]
+    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
+        candidates.append((estimate.expected_tree_tokens(n, gain, depth), Choice(depth + 1, n)))
+        if lookup:
+            m = min(lookup, estimate.ngram.depth)
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth), Choice(depth + 1, n, m)))
+    rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
+    return candidates[rates.index(max(rates))][1]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 class CostAwareProposer(DFlashProposer):
-    """DFlash with the block size (1 = plain decoding .. ``options.max_block_size``), or a draft
-    tree of one of ``options.tree_sizes`` nodes, chosen each step by :func:`choose` for the most
-    expected tokens per second. ``costs``: a :class:`StepCosts` (measured at the first prompt
-    when None; the owner of the target keeps ``self.costs`` for the next proposer it builds)."""
+    """Each step, the option :func:`choose` rates best: plain decoding, a DFlash chain of up to
+    ``options.max_block_size``, a draft tree of one of ``options.tree_sizes`` nodes, prompt lookup's
+    continuation (up to ``options.ngram_drafts``), or a hybrid tree. ``costs``: a :class:`StepCosts`
+    (measured at the first prompt when None); ``estimate``: the estimates a previous request left
+    (decayed by ``options.request_decay`` at :meth:`start`; None: the prior). The choice is made in
+    :meth:`propose`, where the last token, and so prompt lookup's continuation, is known; the loop
+    always asks for up to ``block_size`` tokens, and a plain step is an empty draft."""
 
-    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(), costs: StepCosts | None = None):
+    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(), costs: StepCosts | None = None,
+                 estimate: AcceptanceEstimate | None = None):
         super().__init__(drafter, target, options.max_block_size)
         self.options = replace(options, max_block_size=self.block_size)
-        self.costs = costs
+        self.costs, self.estimate = costs, estimate
 
     @property
     def tree_sizes(self) -> tuple[int, ...]:
@@ -187,55 +286,129 @@ class CostAwareProposer(DFlashProposer):
         o = self.options
         if self.costs is None:
             self.costs = step_costs(self.target, self.drafter, prompt_ids, o.max_block_size, o.tree_sizes)
-        self.estimate = AcceptanceEstimate(o.max_block_size - 1, o.tree_sizes, o.prior, o.prior_weight)
-        self.drafted = False                       # the prompt's features are not in the drafter's cache yet
+        if self.estimate is None:
+            self.estimate = AcceptanceEstimate.for_options(o)
+        else:                                      # what earlier requests learned, at a discount
+            self.estimate.decay(o.request_decay)
+        self.lookup = NgramProposer(o.ngram_drafts, o.max_ngram) if o.ngram_drafts else None
+        if self.lookup is not None:
+            self.lookup.start(prompt_ids, target_hidden)
+        self.context_length = self.prompt_length = prompt_ids.shape[1]   # where `last` sits
+        self.drafted, self.drifted = False, False  # the prompt's features are not in the drafter's cache yet
         self.waiting = [target_hidden]             # features of positions no drafter forward has seen
         self.chosen: list[Choice] = []             # per step
-        self._choose()
+        self._reset()
 
-    def _choose(self) -> None:
-        self.choice = choose(self.estimate, self.costs, self.options)
-        self.block_size = self.choice.block_size
-        self.chosen.append(self.choice)
+    def _reset(self) -> None:
+        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is plain."""
+        self.choice, self.continuation, self.started = Choice(1), [], None
 
     def propose(self, last_token, k):
+        self.started = time.perf_counter()
+        self.continuation = self.lookup.propose(last_token, min(k, self.lookup.block_size - 1)).tokens.tolist() \
+            if self.lookup is not None else []
+        self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation), self.context_length, k)
+        self.chosen.append(c)
+        if not c.uses_drafter:                     # plain (an empty draft) or prompt lookup's chain
+            return ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long, device=last_token.device))
         if len(self.waiting) > 1:                  # the drafter takes in every position decoded since its last forward
             self.new_context = torch.cat(self.waiting, dim=1)
         self.drafted, self.waiting = True, []
-        if self.choice.tree_size:
-            self.tree = draft_tree(self, last_token, k, self.choice.tree_size)    # read again in accepted()
+        if c.tree_size:
+            self.tree = draft_tree(self, last_token, c.block_size - 1, c.tree_size)    # read again in accepted()
+            if c.ngram:
+                self.tree = add_branch(self.tree, self.continuation[: c.ngram])
             return self.tree
-        return super().propose(last_token, k)
+        return super().propose(last_token, c.block_size - 1)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        if self.started is not None and self.costs.measured:    # how long the step took against what the model said
+            seconds, c = time.perf_counter() - self.started, self.choice
+            predicted = step_seconds(c, self.costs, self.context_length) / self.costs.correction(c.kind)
+            self.costs.observe(c.kind, seconds, predicted)
+            self.drifted |= self.costs.drift.observe(seconds, predicted)
         if self.drafted:
             super().accepted(block, n, position, target_hidden)
             self.waiting = [self.new_context]
-        else:                        # no draft this step: the features wait for the next drafter forward
+        else:                        # no drafter forward this step: the features wait for the next one
             self.waiting.append(target_hidden[:, : n + 1])
-        self.estimate.decay(self.options.decay if self.drafted else self.options.idle_decay)
-        if self.drafted and self.choice.tree_size:
-            self.estimate.observe_tree(self.choice.tree_size, n + 1)
+        if self.lookup is not None:
+            self.lookup.accepted(block, n, position, target_hidden)
+        self._observe(block[0, 1:].tolist(), n)
+        self.context_length, self.drafted = position + n + 1, False
+        self._reset()
+
+    def _observe(self, drafts: list[int], n: int) -> None:
+        """What the step tells each estimate (``drafts``: the verified chain, or the tree's accepted path)."""
+        c, e, path = self.choice, self.estimate, drafts[:n]
+        e.decay(self.options.decay if c.kind != "plain" else self.options.idle_decay)
+        if c.tree_size:
+            e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
             chain = self.tree.chain                   # what the chain would have done in the same step
-            self.estimate.observe_chain(*chain_accepted(block[0, 1: n + 1].tolist(), chain, self.tree.path_length(chain)))
-        else:                                         # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            self.estimate.observe_chain(n, min(n + 1, block.shape[1] - 1))
-        self.drafted = False
-        self._choose()
+            e.observe_chain(*chain_accepted(path, chain, self.tree.path_length(chain)))
+        elif c.kind == "chain":                       # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            e.observe_chain(n, min(n + 1, len(drafts)))
+        if e.ngram is not None and self.continuation:  # how far prompt lookup's tokens would have gone
+            held = {"plain": 0, "ngram": c.ngram, "chain": _common_prefix(drafts, self.continuation)}.get(c.kind)
+            held = self.tree.path_length(self.continuation) if held is None else held
+            e.ngram.observe_chain(*chain_accepted(path, self.continuation, held))
+
+
+@dataclass
+class PolicySession:
+    """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
+    the step costs (measured at the first request, measured again between requests when a policy
+    reports that they drifted, if ``recalibrate``) and the acceptance estimates the last request
+    left, which the next request's policy starts from."""
+    drafter: object
+    target: object
+    options: PolicyOptions
+    costs: StepCosts | None = None
+    estimate: AcceptanceEstimate | None = None
+    recalibrate: bool = True
+    calibration_seconds: float = 0.0           # every measurement of the costs so far
+
+    def proposer(self, prompt_ids: torch.Tensor | None = None) -> CostAwareProposer:
+        """The next request's policy; the costs are measured at ``prompt_ids`` the first time."""
+        if self.costs is None and prompt_ids is not None:
+            self._measure(prompt_ids)
+        return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate)
+
+    def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
+        """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
+        ``sequence_ids``, its prompt and output) when they drifted."""
+        self.estimate = proposer.estimate
+        if self.costs is None:
+            self.costs = proposer.costs
+            self.calibration_seconds += proposer.costs.calibration_seconds
+        elif proposer.drifted and self.recalibrate and sequence_ids is not None:
+            self._measure(sequence_ids[:, : proposer.prompt_length], sequence_ids, repeats=3)
+
+    def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None, repeats: int = 7) -> None:
+        o = self.options
+        block = o.max_block_size or self.drafter.config.block_size
+        self.costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats, longer)
+        self.calibration_seconds += self.costs.calibration_seconds
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
+DEFAULT_NGRAM_DRAFTS = 10       # prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
+DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)      # chains and the tree: no prompt lookup
+HYBRID_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)  # all five kinds
 
 
-def default_policy(drafter, target, costs: StepCosts | None = None) -> CostAwareProposer:
-    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: the cost-aware block size,
-    which may also choose a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or sampled
-    (both acceptance rules are lossless, :mod:`dflash_lite.tree`)."""
-    return CostAwareProposer(drafter, target, PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES), costs)
+def default_policy(drafter, target, costs: StepCosts | None = None,
+                   estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
+    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: :data:`DEFAULT_OPTIONS`,
+    plain decoding, DFlash chains or a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or
+    sampled (every rule is lossless, :mod:`dflash_lite.tree`). :data:`HYBRID_OPTIONS` adds prompt
+    lookup and the hybrid tree (``bench``'s "cost-aware + n-gram" row; ``PolicySession(drafter,
+    target, HYBRID_OPTIONS)`` or ``CostAwareProposer(drafter, target, HYBRID_OPTIONS)`` runs it)."""
+    return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)
 
 
 def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
-    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length."""
+    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and a longer one."""
     return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)
 
 

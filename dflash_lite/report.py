@@ -27,6 +27,7 @@ class Kind(str, enum.Enum):
     DFLASH_POLICY = "dflash_policy"        # DFlash, block size chosen per step from costs: the default
     DFLASH_ADAPTIVE = "dflash_adaptive"    # DFlash, block size from recent acceptance
     DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
+    DFLASH_HYBRID = "dflash_hybrid"        # that tree plus prompt lookup's continuation as a branch
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
     STATIC_AUTOREGRESSIVE = "static_autoregressive"  # block size 1 on the static path: ``speedup_vs_static``
     STATIC_DFLASH = "static_dflash"        # DFlash at ``block_size`` on the static path (:mod:`dflash_lite.static`)
@@ -34,8 +35,8 @@ class Kind(str, enum.Enum):
 
 
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE, Kind.STATIC_AUTOREGRESSIVE})
-DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.HF_DFLASH,
-                          Kind.STATIC_DFLASH})
+DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.DFLASH_HYBRID,
+                          Kind.HF_DFLASH, Kind.STATIC_DFLASH})
 OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
 
 
@@ -49,6 +50,7 @@ class Method:
     block_size: int | None = None    # tokens per target forward, when fixed
     tree_size: int | None = None     # draft nodes per step, for a draft-tree row
     default: bool = False            # the headline DFlash row: what Engine.generate runs by default
+    session: object | None = None    # a policy row's PolicySession, carried from prompt to prompt
 
     def __post_init__(self):
         self.kind = Kind(self.kind)
@@ -139,7 +141,11 @@ def format_table(report: dict) -> str:
                  f"model.generate" + ("; vs static: against the static path's block size 1" if static else "")
                  + f"; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
-                 + ("; * the default (cost-aware block size)" if any(r.get("default") for r in report["methods"]) else ""))
+                 + ("; * the default (the cost-aware policy)" if any(r.get("default") for r in report["methods"]) else ""))
+    if env.get("policy_session"):
+        lines.append(f"(cost-aware rows run as one user's session: each keeps its acceptance estimates from prompt to "
+                     f"prompt, in the order run, warm-up included; step costs measured once per row, before "
+                     f"the timed runs, in {env['policy_session']['calibration_seconds']:.1f} s)")
     return "\n".join(lines)
 
 

@@ -305,6 +305,38 @@ print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit di
       f"the per-path forwards: {worst:.1e}")
 
 # %% [markdown]
+# ### 3b. The hybrid tree
+#
+# A tree verify takes any set of paths, so the drafter's tree can carry a guess from somewhere
+# else too. Prompt lookup (`dflash_lite/ngram.py`) copies what followed the last few tokens the
+# last time they occurred; `add_branch` (`dflash_lite/tree.py`) hangs that continuation under the
+# root, sharing the nodes the tree already holds. Build the hybrid tree by hand and check that one
+# verify of it still equals the per-path forwards. The hybrid policy (`policy.HYBRID_OPTIONS`,
+# `bench`'s "cost-aware + n-gram" row) chooses this hybrid tree, or prompt lookup's chain alone,
+# when its estimates say they pay.
+
+# %%
+from dflash_lite.ngram import ngram_continuation
+from dflash_lite.tree import add_branch
+
+history = torch.cat([x[0], root.view(1)]).tolist()             # the prompt and the root token
+branch = ngram_continuation(history, max_ngram=3, k=6) or tree.chain[:1] + [int(root)] * 5
+hybrid = add_branch(tree, branch)
+print(f"prompt lookup proposes {len(branch)} tokens; the tree grows from {len(tree)} to {len(hybrid)} nodes "
+      f"({hybrid.path_length(branch)} of them on the branch's path)")
+assert hybrid.path_length(branch) == len(branch) and len(hybrid) <= len(tree) + len(branch)
+
+with torch.inference_mode():
+    hybrid_logits, _ = verify_tree(target, hybrid, cache, P, drafter.config.target_layer_ids)
+    crop_cache(cache, P)
+    for i in range(len(hybrid)):
+        path = torch.tensor([int(root)] + list(node_path(hybrid, i)), device=device)[None]
+        chain_logits = target(path, past_key_values=cache, use_cache=True).logits[0, -1]
+        crop_cache(cache, P)
+        torch.testing.assert_close(hybrid_logits[i], chain_logits, atol=1e-4, rtol=1e-4)
+print("one verify of the hybrid tree equals the per-path forwards at every node")
+
+# %% [markdown]
 # The three masks of this course side by side (`dflash_lite/diagrams.py`). What to look for: the
 # causal mask is a triangle; the block mask gives each block the context before its anchor and its
 # own block in both directions; the tree mask gives each node its ancestors only, so siblings never
@@ -471,10 +503,10 @@ for ax, domain in zip(axes, prompt_ids):
     policy = default_policy(drafter, target)
     r = generate(target, policy, x_, max_new_tokens, stop_token_ids=stops)
     assert r.tokens == greedy[domain][0]
-    choices = policy.chosen[: len(r.acceptance_lengths)]       # a Choice per step: a tree of N nodes or a block size
+    choices = policy.chosen                                    # a Choice per step that had room for a draft
     labels = [str(c) if c.tree_size else f"B={c.block_size}" for c in choices]
     steps_ = range(1, len(choices) + 1)
-    bars = ax.bar(steps_, r.acceptance_lengths,
+    bars = ax.bar(steps_, r.acceptance_lengths[: len(choices)],
                   color=["tab:orange" if c.tree_size else "tab:blue" for c in choices])
     for bar, label in zip(bars, labels):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, label.replace("tree ", "T"),
@@ -585,3 +617,16 @@ answer_4 = None   # the policy object after your run
 from dflash_lite.exercises import score
 score(ch09.check_falls_back(answer_4), 2)
 
+# %% [markdown]
+# **5. ★ How much does the branch add?** A prompt-lookup branch that starts like one of the
+# tree's paths shares those nodes. Without calling `add_branch`, how many new nodes does the
+# branch `tree.chain[:2] + [int(root)] * 3` add to `tree` (section 2's tree)?
+
+# %% nbgrader={"grade": false, "grade_id": "ch09_exercise_5", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+answer_5 = None   # the number of new nodes
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "ch09_exercise_5_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from dflash_lite.exercises import score
+score(ch09.check_branch_nodes(answer_5, tree, tree.chain[:2] + [int(root)] * 3), 1)

@@ -216,8 +216,9 @@ def test_standard_methods_carry_their_kinds(tiny, random_drafter):
         (Kind.AUTOREGRESSIVE, 1, None, False), (Kind.HF_GENERATE, 1, None, False),
         (Kind.DRAFT_MODEL, 5, None, False), (Kind.HF_DRAFT_MODEL, None, None, False),
         (Kind.PROMPT_LOOKUP, None, None, False), (Kind.NGRAM, None, None, False), (Kind.EAGLE, 16, None, False),
-        (Kind.DFLASH_POLICY, None, None, True), (Kind.DFLASH, 4, None, False), (Kind.DFLASH, 8, None, False),
-        (Kind.DFLASH_ADAPTIVE, None, None, False), (Kind.DFLASH_TREE, None, 8, False), (Kind.HF_DFLASH, 16, None, False)]
+        (Kind.DFLASH_POLICY, None, None, True), (Kind.DFLASH_POLICY, None, None, False), (Kind.DFLASH, 4, None, False),
+        (Kind.DFLASH, 8, None, False), (Kind.DFLASH_ADAPTIVE, None, None, False), (Kind.DFLASH_TREE, None, 8, False),
+        (Kind.DFLASH_HYBRID, None, 8, False), (Kind.HF_DFLASH, 16, None, False)]
 
 
 def test_report_rows_carry_the_kind_of_their_method(report):

@@ -5,10 +5,11 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.costs import StepCosts
+from dflash_lite.costs import DRIFT_MARGIN, DriftMonitor, StepCosts
 from dflash_lite.policy import (
     DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
+    PolicySession,
     Choice,
     CostAwareProposer,
     PolicyOptions,
@@ -68,20 +69,27 @@ def test_choose_is_a_pure_function_of_estimate_costs_and_options():
     assert str(Choice(16, 32)) == "tree 32" and str(Choice(4)) == "4"
 
 
-@pytest.mark.parametrize("max_block_size,tree_sizes,costs", [(2, (), CHEAP), (6, (), MEASURED_SHAPE), (16, (), CHEAP),
-                                                             (16, (8, 32), CHEAP), (8, (64,), MEASURED_SHAPE)])
+@pytest.mark.parametrize("max_block_size,tree_sizes,costs,ngram", [
+    (2, (), CHEAP, 0), (6, (), MEASURED_SHAPE, 0), (16, (), CHEAP, 0), (16, (8, 32), CHEAP, 0), (8, (64,), MEASURED_SHAPE, 0),
+    (16, (16,), CHEAP, 10), (16, (16,), MEASURED_SHAPE, 10)])
 def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, max_block_size, tree_sizes,
-                                                           costs):
+                                                           costs, ngram):
+    """Every option, the hybrid policy's included (prompt lookup and hybrid trees, ``ngram``), keeps
+    the target's greedy output; one session's estimates carry from prompt to prompt."""
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
-    wrong, chosen = 0, set()
+    session = PolicySession(random_drafter, target, PolicyOptions(max_block_size, tree_sizes, ngram), costs)
+    wrong, chosen, kinds = 0, set(), set()
     for ids, expected in cases:
-        proposer = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size, tree_sizes), costs)
+        proposer = session.proposer(ids)
         result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
+        session.finished(proposer)
         wrong += result.tokens != expected
         chosen.update(c.block_size for c in proposer.chosen)
+        kinds.update(c.kind for c in proposer.chosen)
     assert wrong == 0
     assert 1 in chosen and len(chosen) >= 2                  # it drafted, fell back to plain steps, or both
+    assert bool(kinds & {"ngram", "hybrid"}) == bool(ngram)  # prompt lookup ran only where offered
 
 
 def _start(proposer, target):
@@ -89,37 +97,40 @@ def _start(proposer, target):
 
 
 def _step(proposer, target, n):
-    """Feed the proposer one verified step of its chosen size with n drafts accepted."""
-    b = proposer.block_size
-    proposer.drafted = b > 1                                 # as if propose() ran for a block
-    proposer.accepted(torch.zeros(1, b, dtype=torch.long), min(n, b - 1), 0,
-                      torch.zeros(1, b, 5 * target.config.hidden_size))
+    """One verified step of the proposer's own choice (chains and plain steps only) with n drafts accepted."""
+    draft = proposer.propose(torch.zeros(1, dtype=torch.long), 15)
+    k = len(draft.tokens)
+    proposer.accepted(torch.zeros(1, k + 1, dtype=torch.long), min(n, k), proposer.context_length,
+                      torch.zeros(1, k + 1, 5 * target.config.hidden_size))
 
 
 def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
     target, _ = tiny
     proposer = CostAwareProposer(random_drafter, target, costs=MEASURED_SHAPE)
     _start(proposer, target)
-    assert proposer.block_size > 8                           # the prior is optimistic: draft at first
     for _ in range(200):                                     # every draft is rejected
         _step(proposer, target, 0)
+    assert proposer.chosen[0].block_size > 8                 # the prior is optimistic: draft at first
     sizes = [c.block_size for c in proposer.chosen[-100:]]
     assert sizes.count(1) >= 90                              # mostly plain decoding, with rare probes
     assert any(b > 1 for b in sizes)                         # ... which do come: it can come back
     for _ in range(150):                                     # drafts are accepted again: long blocks
         _step(proposer, target, 15)
-    assert proposer.block_size >= 14 and [c.block_size for c in proposer.chosen[-20:]].count(1) == 0
+    assert proposer.chosen[-1].block_size >= 14 and [c.block_size for c in proposer.chosen[-20:]].count(1) == 0
 
 
 def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
     target, _ = tiny
+    last = torch.zeros(1, dtype=torch.long)
     expensive_tree = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 5.0}, {2: 0.1, 16: 0.2})
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), expensive_tree)
     _start(proposer, target)
+    proposer.propose(last, 15)
     assert proposer.choice.tree_size is None
     free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})    # a wide verify costs nothing
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), free_tree)
     _start(proposer, target)
+    proposer.propose(last, 15)
     assert proposer.choice.tree_size == 32 and [str(c) for c in proposer.chosen] == ["tree 32"]
 
 
@@ -144,7 +155,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
         reference = DFlashProposer(drafter, target)
         reference.start(prefix[:, :-1], hidden)
         expected = reference.propose(prefix[:, -1], 8)[0]
-        plain.block_size = 16
+        plain.costs = StepCosts({1: 1.0, 16: 1.0}, {16: 0.0})          # now a chain is free: it drafts
         assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - len(plain.cache)  # none lost or doubled
         assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
 
@@ -185,3 +196,104 @@ def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
     assert engine.proposer().tree_sizes == DEFAULT_TREE_SIZES              # one policy for every temperature
     engine.generate("def f(x):", max_new_tokens=12, temperature=0.8, seed=0)
     assert len(engine.last_result.tokens) == 12 and engine.last_result.acceptance_lengths
+
+
+def _learned(estimate: AcceptanceEstimate, accepted: int, judged: int, times: int = 30) -> AcceptanceEstimate:
+    for _ in range(times):
+        estimate.decay(0.9)
+        estimate.observe_chain(accepted, judged)
+    return estimate
+
+
+def test_choose_takes_prompt_lookup_when_it_is_right_and_cheap():
+    """Prompt lookup costs a verify and no drafter forward: when its tokens are accepted and the
+    drafter's are not, its chain wins; with no continuation found it is not an option at all."""
+    options = PolicyOptions(max_block_size=16, ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    _learned(estimate, 0, 1)                                             # the drafter's first draft always misses
+    _learned(estimate.ngram, 10, 10)                                     # prompt lookup's ten are accepted
+    choice = choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10)
+    assert choice.kind == "ngram" and choice == Choice(11, None, 10) and str(choice) == "ngram 10"
+    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=4) == Choice(5, None, 4)   # only what it found
+    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=0).kind == "plain"
+    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10, depth=3) == Choice(4, None, 3)   # room left
+
+
+def test_choose_decodes_plainly_when_every_option_misses():
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    for _ in range(30):                                  # decay() decays every estimate, prompt lookup's too
+        estimate.decay(0.9)
+        estimate.observe_chain(0, 1)
+        estimate.ngram.observe_chain(0, 1)
+        estimate.observe_tree(16, 1)
+        estimate.observe_tree(16, 1, hybrid=True)
+    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10) == Choice(1)
+    assert Choice(1).kind == "plain" and Choice(4).kind == "chain"
+
+
+def test_choose_takes_the_hybrid_tree_when_both_drafts_are_right_and_the_verify_is_cheap():
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    _learned(estimate.ngram, 3, 4)                                       # prompt lookup: right at first
+    flat = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 64: 1.4}, {2: 0.01, 16: 0.01})       # a wide verify costs nothing
+    choice = choose(estimate, flat, options, ngram_drafts=10)
+    assert choice == Choice(16, 16, 10) and choice.kind == "hybrid" and choice.verify_width == 27
+    assert choose(estimate, flat, options, ngram_drafts=0).kind == "tree"
+
+
+def test_the_cost_model_follows_the_context_length():
+    """Lines in b at each measured length, their coefficients lines in the length: predictions at a
+    length never measured lie on them, and a noisy table cannot make a longer context cheaper."""
+    costs = StepCosts.by_context({100: ({1: 1.0, 2: 1.2, 16: 2.6}, {2: 0.5, 16: 0.6}),
+                                  300: ({1: 1.4, 2: 1.6, 16: 3.4}, {2: 0.7, 16: 0.9})}, calibration_seconds=2.5)
+    assert costs.context_lengths == [100, 300] and costs.calibration_seconds == 2.5
+    assert costs.target(16) == pytest.approx(2.6) and costs.target(16, 100) == pytest.approx(2.6)
+    assert costs.target(1, 200) == pytest.approx(1.2) and costs.target(1, 500) == pytest.approx(1.8)
+    assert costs.target(16, 200) == pytest.approx(3.0) and costs.target(9, 200) == pytest.approx(2.2)
+    assert costs.draft(16, 200) == pytest.approx(0.75) and costs.draft(1, 200) == 0.0
+    shrinking = StepCosts.by_context({100: ({1: 1.0, 16: 2.0}, {16: 0.5}), 300: ({1: 0.9, 16: 1.5}, {16: 0.4})})
+    assert shrinking.target(16, 1000) >= shrinking.target(16, 100) and shrinking.target(1, 1000) >= 0.95
+
+
+def test_drift_is_flagged_only_when_the_median_ratio_leaves_the_margin():
+    """The first window sets the reference ratio (the loop's overhead is not in the model); noise
+    inside the margin is ignored; a sustained slowdown beyond it is flagged."""
+    monitor = DriftMonitor(window=8, margin=DRIFT_MARGIN)
+    assert not any(monitor.observe(2.0, 1.0) for _ in range(8)) and monitor.reference == 2.0
+    assert not any(monitor.observe(t, 1.0) for t in [2.4, 1.7, 2.5, 1.6] * 6)          # noisy, same median
+    assert not any(monitor.observe(3.0, 1.0) for _ in range(3))                         # a few slow steps: no
+    assert any(monitor.observe(3.0, 1.0) for _ in range(8))                             # sustained: drift
+
+
+def test_a_drifted_session_measures_again_at_the_longer_context(tiny, random_drafter):
+    target, tokenizer = tiny
+    session = PolicySession(random_drafter, target, PolicyOptions(tree_sizes=(4,)), CHEAP)
+    ids = tokenizer("def f(x):\n    return", return_tensors="pt").input_ids
+    proposer = session.proposer(ids)
+    generate(target, proposer, ids, 6)
+    proposer.drifted = False
+    session.finished(proposer, torch.cat([ids, ids, ids], dim=1))
+    assert session.costs is CHEAP                                      # no drift: nothing measured
+    proposer.drifted = True
+    session.finished(proposer, torch.cat([ids, ids, ids], dim=1))
+    assert session.costs.context_lengths == [ids.shape[1], 3 * ids.shape[1]] and session.calibration_seconds > 0
+    assert session.costs.target(17, 3 * ids.shape[1]) > 0
+
+
+def test_a_second_engine_request_starts_from_the_first_ones_estimates(tiny, random_drafter):
+    from dflash_lite.engine import Engine
+
+    target, tokenizer = tiny
+    engine = Engine(target, tokenizer, random_drafter)
+    engine.session.costs = CHEAP                                       # not measured here
+    engine.generate("def f(x):", max_new_tokens=16)
+    learned = engine.session.estimate
+    assert learned is not None and learned.judged > 0                  # the first request's drafts were judged
+    judged = learned.judged
+    proposer = engine.proposer(engine.encode("def g(y):"))
+    assert proposer.estimate is learned                                # not a fresh prior
+    generate(target, proposer, engine.encode("def g(y):"), 1)          # start only: no step yet
+    assert proposer.estimate.judged == pytest.approx(judged * proposer.options.request_decay)
+    fresh = AcceptanceEstimate.for_options(proposer.options)
+    assert fresh.judged == 0 and proposer.estimate.acceptance() != fresh.acceptance()

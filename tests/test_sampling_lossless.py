@@ -235,13 +235,15 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tree_sizes", [(), (4,)], ids=["chains", "with_trees"])
-def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
+@pytest.mark.parametrize("tree_sizes,ngram", [((), 0), ((4,), 0), ((4,), 3)], ids=["chains", "with_trees", "hybrid"])
+def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram):
     """The policy chooses each step's block size (or a tree) from the acceptance so far, so its
     choices depend on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is
     often but not always right) through it with the shipped drafter, against the target's exact
-    four-token distribution; the choice after the first step must vary from run to run, and with
-    trees offered, trees must be chosen."""
+    four-token distribution; the sequence of choices must vary from run to run (plain decoding
+    after a miss included), and with
+    trees offered, trees must be chosen; with prompt lookup offered too (the hybrid policy), its
+    chain or the hybrid tree must be chosen."""
     from dflash_lite import corpus
     from dflash_lite.checkpoints import load_drafter
     from dflash_lite.decode import generate
@@ -253,6 +255,8 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
     drafter = load_drafter(default_drafter_path("tiny"))
     sampling = SamplingParams(temperature=3.0, top_k=2)
     ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt, return_tensors="pt").input_ids
+    if ngram:                                                 # a prompt that repeats itself: the lookup finds matches
+        ids = tokenizer("a = b + c\nd = b + c\na = b +", return_tensors="pt").input_ids
     exact = {(): 1.0}
     with torch.no_grad():
         for _ in range(4):                                    # P(t1..t4) by the chain rule, prefix by prefix
@@ -266,20 +270,24 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes):
     # drafting pays at the optimistic prior, not after a first-position miss (a drops to 0.4)
     costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4}, {2: 0.45, 16: 0.5})
     g = torch.Generator().manual_seed(11)
-    runs, counts, second_choices, all_choices = 600, dict.fromkeys(exact, 0), set(), set()
+    runs, counts, sequences, all_choices = 600, dict.fromkeys(exact, 0), set(), set()
     for _ in range(runs):
-        proposer = CostAwareProposer(drafter, target, PolicyOptions(prior_weight=1.0, tree_sizes=tree_sizes), costs)
+        options = PolicyOptions(prior_weight=1.0, tree_sizes=tree_sizes, ngram_drafts=ngram)
+        proposer = CostAwareProposer(drafter, target, options, costs)
         tokens = tuple(generate(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1
-        second_choices.update(str(c) for c in proposer.chosen[1:2])
-        all_choices.update(str(c) for c in proposer.chosen[:-1])
-    assert "1" in second_choices and len(second_choices) > 1
-    assert any(str(c).startswith("tree") for c in all_choices) == bool(tree_sizes)
+        sequences.add(tuple(str(c) for c in proposer.chosen))
+        all_choices.update(proposer.chosen)
+    assert len(sequences) > 1                                 # the choices follow earlier samples
+    assert ngram or any("1" in seq[1:] for seq in sequences)  # plain decoding after a miss
+    assert any(c.tree_size for c in all_choices) == bool(tree_sizes)
+    assert any(c.kind in ("ngram", "hybrid") for c in all_choices) == bool(ngram)
     keys = sorted(exact, key=exact.get)
     expected = np.array([exact[k] for k in keys]) * runs
     observed = np.array([counts[k] for k in keys], dtype=float)
     small = expected < 5                                      # pool rare outcomes into one cell
-    expected = np.append(expected[~small], expected[small].sum())
-    observed = np.append(observed[~small], observed[small].sum())
+    if small.any():
+        expected = np.append(expected[~small], expected[small].sum())
+        observed = np.append(observed[~small], observed[small].sum())
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01

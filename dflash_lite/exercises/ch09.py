@@ -5,7 +5,7 @@ import torch
 
 from . import correct, not_attempted
 from ..policy import CostAwareProposer
-from ..tree import build_tree
+from ..tree import add_branch, build_tree
 
 
 def check_visible_keys(answer, tree, context_length: int) -> bool:
@@ -54,7 +54,19 @@ def check_falls_back(policy) -> bool:
         return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, then pass the policy.")
     assert isinstance(policy, CostAwareProposer), "pass the policy object you ran: default_policy(drafter, target)"
     assert len(policy.chosen) > 1, "run generate(target, policy, ids, 48, ...) with it first"
-    steps = [c.block_size for c in policy.chosen[:-1]]  # the last entry is the choice for a step never taken
+    steps = [c.block_size for c in policy.chosen]           # one entry per step that could draft
     assert 1 in steps, ("no step was plain decoding on this prompt: try text the drafter was not trained on "
                         "(it knows generated math problems and Python functions)")
     return correct("Exercise 4", f"{steps.count(1)} of {len(steps)} steps were plain decoding.")
+
+
+def check_branch_nodes(answer, tree, branch: list[int]) -> bool:
+    """Exercise 5: the nodes ``add_branch(tree, branch)`` adds: the branch's tokens past the part of
+    it the tree already holds."""
+    if answer is None:
+        return not_attempted("Exercise 5", "Walk the branch down from the root: tree.path_length(branch) are shared.")
+    expected = len(add_branch(tree, branch)) - len(tree)
+    assert int(answer) == expected, ("the first tree.path_length(branch) tokens are already nodes; "
+                                     "every token after them is a new node")
+    return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens were shared, "
+                   f"{expected} new nodes.")

@@ -42,4 +42,7 @@ story = tokenizer("Once upon a time, in a quiet village by the sea,", return_ten
 policy = default_policy(drafter, target)
 generate(target, policy, story, 48, stop_token_ids=stop_token_ids(target, tokenizer))
 assert ch09.check_falls_back(policy)
+# 5. the branch shares the part of it the tree holds; the rest is new
+branch = tree.chain[:2] + [int(root)] * 3
+assert ch09.check_branch_nodes(len(branch) - tree.path_length(branch), tree, branch)
 print("all notebook 09 solutions check out")
