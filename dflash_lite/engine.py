@@ -89,7 +89,11 @@ class Engine:
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
                  top_k: int | None = None, stream: bool = False, seed: int | None = None):
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text pieces
-        that yields as blocks are accepted. ``self.last_result`` holds the timings and tau."""
+        that yields as blocks are accepted. ``self.last_result`` holds the timings and tau. ``seed``
+        makes a sampled call reproducible when the drafting is fixed (``block_size``): the default
+        policy chooses each step from measured step times and from estimates kept across calls, so
+        the same seed may draft, and so draw, differently (each call is a sample of the target's
+        distribution; greedy output never changes)."""
         sampling = SamplingParams(temperature, top_k, top_p)
         check_int("max_new_tokens", max_new_tokens)
         if seed is not None:

@@ -100,7 +100,11 @@ def test_chat_template_is_applied_when_the_tokenizer_has_one(tiny, random_drafte
     assert tokenizer.decode(ids[0]) == "Question: How many?\nAnswer:"
 
 
-def test_sampling_with_a_seed_is_reproducible(engine):
-    a = engine.generate("def ", 20, temperature=1.0, top_p=0.9, seed=3)
-    b = engine.generate("def ", 20, temperature=1.0, top_p=0.9, seed=3)
+def test_sampling_with_a_seed_is_reproducible(tiny, random_drafter):
+    """Same seed, same drafting, same text: a fixed block size. (The default policy chooses each
+    step from measured times and from estimates it keeps across calls, so the same seed may draft,
+    and so draw, differently; each call is still a sample of the target's distribution.)"""
+    target, tokenizer = tiny
+    a, b = (Engine(target, tokenizer, random_drafter, block_size=8).generate("def ", 20, temperature=1.0, top_p=0.9,
+                                                                             seed=3) for _ in range(2))
     assert a == b

@@ -252,6 +252,7 @@ def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated
     monkeypatch.setattr("dflash_lite.benchmark.DFlashProposer", broken)
     monkeypatch.setattr("dflash_lite.policy.CostAwareProposer", broken)      # the default row
     monkeypatch.setattr("dflash_lite.benchmark.DFlashTreeProposer", broken)  # the tree rows
+    monkeypatch.setattr("dflash_lite.benchmark.HybridTreeProposer", broken)  # the hybrid tree rows
     (tmp_path / "keep.tmp").write_text("the user's own file")
     code, out, err = run_cli(capsys, "bench", "--num-prompts", "1", "--max-new-tokens", "4", "--repeats", "1",
                              "--cost-repeats", "1", "--block-sizes", "4", "--no-baselines", "--no-hf-dflash",
