@@ -46,7 +46,7 @@ from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
 from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
-from .policy import DEFAULT_OPTIONS, HYBRID_OPTIONS, AdaptiveDFlashProposer, PolicySession
+from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, AdaptiveDFlashProposer, PolicySession
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
 from .static import static_methods
@@ -179,7 +179,7 @@ def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: boo
     rows = []
     if policy:
         for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
-                                       ("DFlash (ours) cost-aware + n-gram", HYBRID_OPTIONS, False)):
+                                       ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False)):
             session = PolicySession(drafter, target, options, recalibrate=False)
             rows.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
                             default=default, session=session))

@@ -393,17 +393,17 @@ class PolicySession:
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
 DEFAULT_NGRAM_DRAFTS = 10       # prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
-DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)      # chains and the tree: no prompt lookup
-HYBRID_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)  # all five kinds
+DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)  # all five kinds
+NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)     # chains and the tree only: no prompt lookup
 
 
 def default_policy(drafter, target, costs: StepCosts | None = None,
                    estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
     """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: :data:`DEFAULT_OPTIONS`,
-    plain decoding, DFlash chains or a draft tree of :data:`DEFAULT_TREE_SIZES` nodes, greedy or
-    sampled (every rule is lossless, :mod:`dflash_lite.tree`). :data:`HYBRID_OPTIONS` adds prompt
-    lookup and the hybrid tree (``bench``'s "cost-aware + n-gram" row; ``PolicySession(drafter,
-    target, HYBRID_OPTIONS)`` or ``CostAwareProposer(drafter, target, HYBRID_OPTIONS)`` runs it)."""
+    each step plain decoding, a DFlash chain, a draft tree of :data:`DEFAULT_TREE_SIZES` nodes,
+    prompt lookup's continuation, or the hybrid tree (the tree with that continuation as a branch),
+    greedy or sampled (every rule is lossless, :mod:`dflash_lite.tree`). :data:`NO_NGRAM_OPTIONS`
+    leaves prompt lookup out (``bench``'s "cost-aware, no n-gram" row)."""
     return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)
 
 

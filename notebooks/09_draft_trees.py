@@ -311,9 +311,9 @@ print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit di
 # else too. Prompt lookup (`dflash_lite/ngram.py`) copies what followed the last few tokens the
 # last time they occurred; `add_branch` (`dflash_lite/tree.py`) hangs that continuation under the
 # root, sharing the nodes the tree already holds. Build the hybrid tree by hand and check that one
-# verify of it still equals the per-path forwards. The hybrid policy (`policy.HYBRID_OPTIONS`,
-# `bench`'s "cost-aware + n-gram" row) chooses this hybrid tree, or prompt lookup's chain alone,
-# when its estimates say they pay.
+# verify of it still equals the per-path forwards. The default policy (`policy.DEFAULT_OPTIONS`,
+# section 6) chooses this hybrid tree, or prompt lookup's chain alone, when its estimates say
+# they pay.
 
 # %%
 from dflash_lite.ngram import ngram_continuation
