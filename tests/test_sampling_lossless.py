@@ -32,6 +32,7 @@ from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.target import default_drafter_path
 from dflash_lite.ngram import NgramProposer
 from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, accept_tree, add_branch
+from sampling_checks import assert_samples_follow
 
 V, K, RUNS = 6, 3, 20_000
 
@@ -218,20 +219,7 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
         make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
                                             sample=True, generator=g)
     g = torch.Generator().manual_seed(7)
-    counts, first_step = dict.fromkeys(exact, 0), []
-    for _ in range(RUNS_END_TO_END):
-        result = generate(target, make(g), ids, 3, sampling, generator=g)
-        assert tuple(result.tokens) in counts, "a token sequence the target cannot produce"
-        counts[tuple(result.tokens)] += 1
-        first_step.append(result.acceptance_lengths[0])         # 1: the draft was rejected, 2: accepted
-    assert first_step.count(1) > RUNS_END_TO_END // 20 and first_step.count(2) > RUNS_END_TO_END // 20
-    keys = sorted(exact)
-    expected = np.array([exact[k] for k in keys]) * RUNS_END_TO_END
-    observed = np.array([counts[k] for k in keys])
-    rare = expected < 5                                         # pooled, so the chi-square test holds
-    expected = np.append(expected[~rare], expected[rare].sum())
-    observed = np.append(observed[~rare], observed[rare].sum())
-    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.01
+    assert_samples_follow(exact, [generate(target, make(g), ids, 3, sampling, generator=g) for _ in range(RUNS_END_TO_END)])
 
 
 @pytest.mark.slow
