@@ -129,15 +129,31 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
 
 
 # ----------------------------------------------------------------------------- standard methods
-def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), sampling: SamplingParams = SamplingParams(),
-                     hf_dflash: bool = True, eagle=None, draft_model=None, draft_block_size: int = 5,
-                     prompt_lookup: int | None = 10, adaptive: tuple[int, ...] | None = None,
-                     tree_sizes: tuple[int, ...] = (), policy: bool = True) -> list[Method]:
+@dataclass
+class Rows:
+    """Which rows :func:`standard_methods` builds, and how every run samples. ``prompt_lookup``:
+    drafts per step of the prompt-lookup rows, ``adaptive``: the adaptive rule's sizes (None: no
+    such rows); ``draft_block_size``: the small draft model's; ``policy``: the cost-aware rows."""
+    block_sizes: tuple[int, ...] = (16,)
+    tree_sizes: tuple[int, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    hf_dflash: bool = True
+    draft_block_size: int = 5
+    prompt_lookup: int | None = 10
+    adaptive: tuple[int, ...] | None = None
+    policy: bool = True
+
+
+def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None, rows: Rows | None = None,
+                     **options) -> list[Method]:
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
     a small draft model, here and in transformers; prompt lookup, there and in our loop; the
     EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
-    the hybrid policy (with prompt lookup and hybrid trees), each fixed block size, draft trees of ``tree_sizes`` nodes, the
-    same trees with prompt lookup's branch, and transformers' DFlash path with the same weights."""
+    the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
+    the same trees with prompt lookup's branch, and transformers' DFlash path with the same
+    weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
+    r = rows or Rows(**options)
+    sampling, block_sizes, prompt_lookup, draft_block_size = r.sampling, r.block_sizes, r.prompt_lookup, r.draft_block_size
     stops = stop_token_ids(target, tokenizer)
 
     def hf(**kwargs):                                   # transformers' generate, with or without a helper
@@ -163,8 +179,8 @@ def standard_methods(target, tokenizer, drafter=None, block_sizes=(16,), samplin
                               _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
                               Kind.EAGLE, block_size=eagle.config.block_size))
     if drafter is not None:
-        methods += _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy, (sampling, stops))
-        if hf_dflash:
+        methods += _dflash_rows(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy, (sampling, stops))
+        if r.hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
                                   hf(assistant_model=converted, speculation_type="dflash"),
@@ -367,9 +383,9 @@ def resolve(config: BenchConfig) -> Setup:
                                            block_size=max(c.block_sizes))
         draft = DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
     eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None, None, None, None)
-    methods = standard_methods(model, tokenizer, draft, c.block_sizes, SamplingParams(temperature=c.temperature),
-                               hf_dflash=c.hf_dflash, eagle=eagle, draft_model=small_lm, tree_sizes=c.tree_sizes,
-                               adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None)
+    methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
+        c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
+        adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     if c.compile:                     # decoders sized for the longest prompt, built here: never inside a timed run
         methods += static_methods(model, draft, c.block_sizes, max(x.shape[1] for x in ids) + c.max_new_tokens,
                                   SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer))
