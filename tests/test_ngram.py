@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_lite import stop_token_ids
+from dflash_lite import generate_autoregressive, stop_token_ids
 from dflash_lite.decode import generate
 from dflash_lite.ngram import NgramProposer, ngram_continuation
-from dflash_lite.tree import DraftTree, HybridTreeProposer, add_branch, build_tree
+from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, add_branch, build_tree
 
 MAX_NEW = 32
 
@@ -125,9 +125,9 @@ def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts
 
     class Recording(NgramProposer):
         def propose(self, last_token, k):
-            drafts, q = super().propose(last_token, k)
-            short.append(len(drafts) < k)
-            return drafts, q
+            draft = super().propose(last_token, k)            # a ChainDraft, q None
+            short.append(len(draft.tokens) < k)
+            return draft
 
     for ids, expected in cases:
         proposer = Recording(max_drafts)
@@ -143,8 +143,6 @@ def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts
 def test_hybrid_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, monkeypatch):
     """An untrained drafter is rarely right, so the n-gram branch carries most accepted tokens:
     the hybrid's tau beats the plain tree's on the same prompts."""
-    from dflash_lite.tree import DFlashTreeProposer
-
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
     wrong, lengths = 0, {"tree": [], "hybrid": []}
@@ -163,8 +161,6 @@ def test_hybrid_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_draf
 @pytest.mark.parametrize("max_new", [1, 2, 7])
 def test_ngram_and_hybrid_stop_at_exactly_max_new_tokens(tiny, random_drafter, max_new):
     """A repetitive prompt, so the drafts are long and would run past the limit if not cut."""
-    from dflash_lite import generate_autoregressive
-
     target, tokenizer = tiny
     ids = tokenizer("a = 1\nb = 1\nc = 1\nd = 1\ne = 1\nf =", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, max_new).tokens
