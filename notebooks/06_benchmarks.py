@@ -174,10 +174,14 @@ for r in cost["rows"]:
 # * **cost-aware** (the default of `Engine.generate`, `demo` and the row marked `*`): each step,
 #   the block size from 1 (plain decoding) to 16 with the most expected tokens per second, from the
 #   measured forward costs and the acceptance observed so far, or a draft tree of 16 nodes
-#   when its measured verify cost is paid for by the tokens trees have been committing; it falls
-#   back to plain decoding where drafts are rarely accepted and probes again now and then;
+#   when its measured verify cost is paid for by the tokens trees have been committing, or
+#   [prompt lookup](../docs/glossary.md#prompt-lookup)'s continuation alone (no drafter forward),
+#   or the hybrid tree (the tree with that continuation as one more branch); it falls back to
+#   plain decoding where drafts are rarely accepted and probes again now and then. The row
+#   "cost-aware, no n-gram" is the same policy without prompt lookup;
 # * **draft trees**: one drafter forward, then the best-first tree of `N` likely continuations,
-#   verified in one target forward with a tree attention mask.
+#   verified in one target forward with a tree attention mask; the hybrid rows add prompt
+#   lookup's continuation as a branch (notebook 09).
 #
 # What to look for: whether the cost-aware row gets close to the best fixed size on these prompts
 # (where acceptance is high, the best fixed size is the long block, and the policy can only lose
