@@ -491,12 +491,16 @@ for domain in prompt_ids:
 # ## 6. Choosing per step: the cost-aware policy
 #
 # `policy.default_policy` (what `Engine.generate`, `demo` and `bench`'s headline row run) picks,
-# before each step, the block size from 1 (plain decoding) to B or a 16-node tree (at any temperature), for the
-# most expected tokens per second: measured costs as above, and acceptance estimated from the steps
-# so far. A tree step also tells it what the chain would have done (the tree holds the chain), so
-# both estimates keep learning whichever it picks. Its choices on one prompt of each domain:
+# before each step and at any temperature, one of five kinds for the most expected tokens per
+# second: plain decoding, a DFlash chain of b - 1 drafts, a 16-node tree, prompt lookup's
+# continuation alone, or the hybrid tree of section 3b; from measured costs as above and
+# acceptance estimated from the steps so far. A tree step also tells it what the chain would have
+# done (the tree holds the chain), and every step with a lookup continuation tells the lookup
+# estimate whether it would have held, so the estimates keep learning whichever it picks. Its
+# choices on one prompt of each domain:
 
 # %%
+KIND_COLORS = {"plain": "0.6", "chain": "tab:blue", "tree": "tab:orange", "ngram": "tab:green", "hybrid": "tab:purple"}
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), sharey=True)
 for ax, domain in zip(axes, prompt_ids):
     x_ = prompt_ids[domain][0]
@@ -504,12 +508,12 @@ for ax, domain in zip(axes, prompt_ids):
     r = generate(target, policy, x_, max_new_tokens, stop_token_ids=stops)
     assert r.tokens == greedy[domain][0]
     choices = policy.chosen                                    # a Choice per step that had room for a draft
-    labels = [str(c) if c.tree_size else f"B={c.block_size}" for c in choices]
+    labels = [f"B={c.block_size}" if c.kind in ("plain", "chain") else str(c) for c in choices]
     steps_ = range(1, len(choices) + 1)
-    bars = ax.bar(steps_, r.acceptance_lengths[: len(choices)],
-                  color=["tab:orange" if c.tree_size else "tab:blue" for c in choices])
+    bars = ax.bar(steps_, r.acceptance_lengths[: len(choices)], color=[KIND_COLORS[c.kind] for c in choices])
     for bar, label in zip(bars, labels):
-        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, label.replace("tree ", "T"),
+        short = label.replace("tree ", "T").replace(" + ngram ", "+n").replace("ngram ", "n")
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, short,
                 ha="center", va="bottom", fontsize=7, rotation=90)
     ax.set_xlabel("step"); ax.set_title(f"{domain}: tau {r.tau:.2f} over {len(choices)} steps")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -518,8 +522,10 @@ for ax, domain in zip(axes, prompt_ids):
 print(f"the prior: acceptance {policy.options.prior}, a tree expected to commit {policy.options.tree_prior_gain}x the chain's tokens")
 axes[0].set_ylabel("tokens committed")
 axes[0].set_ylim(0, B + 4)
-trees = " or ".join(f"T{n}: a {n}-node tree" for n in policy.tree_sizes)
-fig.suptitle(f"What the cost-aware policy chose, step by step (orange {trees}; blue B=b: a chain of b - 1 drafts)")
+axes[1].legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()],
+               ["plain (B=1)", "chain B=b: b - 1 drafts", "tree TN: N nodes", "prompt lookup nM: M drafts",
+                "hybrid tree TN+nM"], loc="upper right", ncol=2, fontsize=8)
+fig.suptitle("What the cost-aware policy chose, step by step")
 _ = save_figure(fig, "09_policy_choices")
 
 # %%
