@@ -16,6 +16,9 @@ controllers do.
 * ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
   one verify: ``t_target(N+1+m) + t_draft(B)``.
 
+The default (:data:`DEFAULT_OPTIONS`, :func:`default_policy`) offers all five;
+:data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (the first three).
+
 Every draft is a point mass (argmaxes, the tree's top paths, copied tokens), so each step's rule
 is exact (``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on
 tokens already committed: lossless at every temperature.
