@@ -121,7 +121,7 @@ print(f"H200, tiny target: t_target(b) for b in {sorted(h200_costs)}; verify eag
 # ## 1. t(b) / t(1): is a wide verify nearly free?
 #
 # Time one target forward over b tokens at a prompt's context, for each b, here and now
-# (`measure_step_costs`, defined in `dflash_lite/policy.py`, the same timer the cost-aware policy
+# (`measure_step_costs`, defined in `dflash_lite/costs.py`, the same timer the cost-aware policy
 # uses). On a GPU with the model re-measured live, the same call runs there.
 
 # %%
