@@ -334,7 +334,7 @@ print(f"{len(anchors)} blocks at anchors {anchors.tolist()}: one masked forward 
 
 # %% [markdown]
 # From here on we use the package: `DFlashDrafter.draft_logits` for a block, `DFlashProposer` in the
-# decode loop (`dflash_lite/decode.py`), `block_attention_mask` in training (`dflash_lite/train.py`).
+# decode loop (`dflash_lite/decode.py`), `block_attention_mask` in training (`dflash_lite/data.py`).
 #
 # ## 2. Why "diffusion", and why one step
 #
