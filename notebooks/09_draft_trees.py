@@ -370,8 +370,9 @@ print(f"accepted path: {len(path) - 1} drafts {tokenizer.decode(committed[1:-1])
       f"{tokenizer.decode([bonus])!r}; the chain alone would have kept {accepted}")
 
 # %% [markdown]
-# That is one step. `DFlashTreeProposer` runs it in the ordinary decode loop (`decode.steps`
-# calls `tree.tree_step` for it). The test that matters: on every prompt, the output is the
+# That is one step. `DFlashTreeProposer` runs it in the ordinary decode loop: its `propose`
+# returns a `DraftTree`, and `decode.steps` calls the tree's own `verify`, `accept` and `keep`,
+# as it calls a chain draft's. The test that matters: on every prompt, the output is the
 # target's greedy output, token for token (`tests/test_tree.py` does this on 50 prompts with a
 # random drafter, where wrong drafts are the rule).
 
