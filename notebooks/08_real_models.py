@@ -145,7 +145,7 @@ print(f"{'measured':<10} {target:<20} {str(dataset):<10} {measured:<20} "
 # weights, so t(n)/t(1) stays near 1 up to large n and tau turns into speed almost one for one.
 # Here the target is timed at the prompt's context length for each n in `token_counts`
 # (`measure_costs`, median of interleaved repeats), next to the curves committed in `results/`
-# (the CPU run of notebook 06 and, once a GPU run has been made, `tools/gpu_bench.sh`'s).
+# (the CPU run of notebook 06, and the GPU runs of `tools/gpu_bench.sh` under `results/gpu/`).
 # Notebook 10 shows these curves measured on an NVIDIA H200, for the tiny target and a Qwen3-8B shape.
 
 # %%
@@ -164,7 +164,7 @@ def committed_curves() -> dict:
     """label -> {n: t(n)/t(1)} from benchmark JSON committed under results/ (CPU and GPU)."""
     curves = {}
     committed = repo_dir() / "results"
-    for path in [committed / "06_benchmark_cpu.json", *sorted((committed / "gpu").glob("bench_tiny_*.json"))]:
+    for path in [committed / "06_benchmark_cpu.json", *sorted((committed / "gpu").rglob("bench_math_*.json"))]:
         if path.is_file():
             report_ = json.loads(path.read_text())
             tt = report_.get("cost_model", {}).get("costs", {}).get("t_target", {})
