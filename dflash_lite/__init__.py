@@ -33,8 +33,9 @@ The method as implemented and measured here: docs/method.md. Modules, one idea e
 import sys
 import warnings
 
+from .signals import quiet_until_main   # standard library only: imported before torch
+
 if sys.argv[:1] == ["-m"]:      # python -m dflash_lite[.zoo]: Ctrl-C while torch loads is one line, exit 130
-    from .signals import quiet_until_main
     quiet_until_main()
 
 # transformers imports tqdm.auto, which warns inside Jupyter when ipywidgets is missing. This package

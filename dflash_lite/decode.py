@@ -262,10 +262,15 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
             n = len(path) - 1                                                   # next_token is in neither yet
             proposer.accepted(block, n, position, hidden)
         new = block[0, 1: n + 1].tolist() + [next_token]
-        if stops & set(new):        # a stop token inside the block ends the output there
-            new, stopped = new[: min(new.index(s) for s in stops & set(new)) + 1], True
+        new, stopped = cut_at_stop(new, stops)   # a stop token inside the block ends the output there
         position, emitted, last = position + n + 1, emitted + len(new), torch.tensor([next_token], device=last.device)
         yield Step(new, n + 1, stopped)
+
+
+def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """``tokens`` up to and including the first stop token, and whether there was one."""
+    hit = stops & set(tokens)
+    return (tokens[: min(tokens.index(s) for s in hit) + 1], True) if hit else (tokens, False)
 
 
 def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,

@@ -35,7 +35,7 @@ import torch
 from transformers.cache_utils import Cache, StaticCache, StaticLayer
 
 from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
-from .decode import GenerationResult, Step, check_request
+from .decode import GenerationResult, Step, check_request, cut_at_stop
 from .drafter import DFlashDrafter, check_compatible
 from .report import Kind, Method
 from .target import context_features
@@ -288,9 +288,7 @@ class StaticDecoder:
             p = target_probs(logits[: k + 1], rule.sampling, rule.processors)    # (k+1, V)
             n, next_token = accept_point_mass(drafts[:k], p, rule.generator)
             step = [n] + drafts[:k].tolist() + [next_token]
-        new, stopped = step[1: n + 1] + [next_token], False
-        if rule.stops & set(new):                        # a stop token inside the block ends the output there
-            new, stopped = new[: min(new.index(s) for s in rule.stops & set(new)) + 1], True
+        new, stopped = cut_at_stop(step[1: n + 1] + [next_token], rule.stops)   # a stop ends the output there
         context_start = at.clone()
         at.fill_(position + n + 1)                       # the verified slots before it stay
         last = torch.full((1,), next_token, dtype=torch.long, device=self.device)

@@ -22,9 +22,14 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
+
+from dflash_lite.costs import measure_step_costs
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.files import atomic_write_text
+from dflash_lite.static import StaticDecoder
+from dflash_lite.timing import interleaved
 
 SHAPES = {   # hidden, intermediate, layers, heads, kv heads, head_dim, vocab
     "qwen3-8b": (4096, 12288, 36, 32, 8, 128, 151936),
@@ -40,7 +45,6 @@ def build(shape: str, device: str, dtype: torch.dtype):
     """A random target of ``shape`` and its 5-layer drafter, built on the device in ``dtype``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 
     h, inter, layers, heads, kv, hd, vocab = SHAPES[shape]
     config = Qwen3Config(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
@@ -62,8 +66,6 @@ def build(shape: str, device: str, dtype: torch.dtype):
 def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats: int) -> dict:
     """Median seconds of the static path's compiled forwards: the target over b tokens at the
     context's end (each call rewinds to the same slot), and the drafter over a block of 16."""
-    from dflash_lite.timing import interleaved
-    from dflash_lite.static import StaticDecoder
 
     length = ids.shape[1]
     decoder = StaticDecoder(target, drafter, 16, max_length=length + max(sizes), compile_forwards=True)
@@ -109,7 +111,6 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
-    from dflash_lite.costs import measure_step_costs
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     t0 = time.perf_counter()
@@ -139,8 +140,7 @@ def main(argv=None) -> dict:
     if args.device.startswith("cuda"):
         report["max_memory_GB"] = torch.cuda.max_memory_allocated() / 1e9
     if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report, indent=1))
+        atomic_write_text(args.json_out, json.dumps(report, indent=1))
     return report
 
 

@@ -13,11 +13,11 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from dflash_lite import corpus, load_pretrained
+from dflash_lite.files import atomic_write_text
 
 
 def main(argv=None) -> dict:
@@ -79,8 +79,7 @@ def main(argv=None) -> dict:
         print(f"verify of {b} tokens, {mode:>16}: {ms:.3f} ms (warm-up {compile_s[mode]:.1f} s, "
               f"max |logit diff| vs eager {agree[mode]:.2e})")
     if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report, indent=1))
+        atomic_write_text(args.json_out, json.dumps(report, indent=1))
     return report
 
 

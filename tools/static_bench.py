@@ -16,7 +16,6 @@ import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -24,6 +23,7 @@ from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_t
 from dflash_lite.timing import interleaved
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.files import atomic_write_text
 from dflash_lite.static import StaticDecoder
 from dflash_lite.target import SHIPPED_DRAFTERS
 
@@ -95,8 +95,7 @@ def main(argv=None) -> dict:
                       "setup_s": setup_s},
               "rows": rows, "ratios": ratios}
     if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(report, indent=1))
+        atomic_write_text(args.json_out, json.dumps(report, indent=1))
     return report
 
 
