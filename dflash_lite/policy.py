@@ -43,9 +43,11 @@ steps (``time.perf_counter``); when the running median of measured / predicted o
 (either way) from what it was on the first steps, the policy reports ``drifted`` and the session
 measures again, between requests, at the current context length.
 
-**Coming back from 1.** A plain step observes nothing, but the counts keep decaying each step, so
-the estimates drift back to the optimistic prior and a draft is tried again after a number of
-plain steps that grows with how clearly drafting lost.
+**Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
+counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
+draft is tried again after a number of steps that grows with how clearly drafting lost. Prompt
+lookup needs no such retry: its continuation is known every step, and the target's own next token
+judges it even when the step ran something else (:func:`chain_accepted`).
 """
 from __future__ import annotations
 
@@ -60,14 +62,22 @@ from .ngram import NgramProposer
 from .tree import add_branch, draft_tree
 
 
-def chain_accepted(path: list[int], chain: list[int], held: int) -> tuple[int, int]:
+def chain_accepted(path: list[int], chain: list[int], held: int, next_token: int | None = None) -> tuple[int, int]:
     """What a chain of drafts would have done, read off a step that verified something else:
     (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
     the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
-    on it with the chain's next draft held, that draft was wrong (judged, rejected); where the path
-    ends on it beyond what was held, the next draft is unknown (not judged)."""
+    on it with the chain's next draft held, that draft was wrong (judged, rejected). Where the path
+    ends on it beyond what was held, the target's own token after the path (``next_token``) judges
+    the chain's next draft: a point mass is accepted exactly when the target picks it (greedy), or
+    with the probability the target would pick it (sampled; after a tree step whose other branches
+    were rejected the token comes from what is left, so the read is a little optimistic). Without
+    ``next_token`` that draft is not judged."""
     agree = next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
-    return agree, agree + 1 if agree < len(path) or agree < min(held, len(chain)) else agree
+    if agree < len(path) or agree < min(held, len(chain)):
+        return agree, agree + 1
+    if next_token is not None and agree < len(chain):
+        return agree + (chain[agree] == next_token), agree + 1
+    return agree, agree
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,8 @@ class PolicyOptions:
     """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
     size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
     drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
-    ``decay``: how much of the acceptance counts a drafting step keeps; ``idle_decay``: the same
-    for a plain step (closer to 1 retries drafting later); ``request_decay``: the same between
+    ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
+    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``: the same between
     requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay back
     to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a multiple of
     the full chain's."""
@@ -85,8 +95,8 @@ class PolicyOptions:
     ngram_drafts: int = 0
     max_ngram: int = 3
     decay: float = 0.9
-    idle_decay: float = 0.98
-    request_decay: float = 0.5
+    idle_decay: float = 0.99
+    request_decay: float = 0.9
     prior: float = 0.7
     prior_weight: float = 3.0
     tree_prior_gain: float = 1.3
@@ -171,7 +181,8 @@ class AcceptanceEstimate:
         lookup = cls(options.ngram_drafts, (), options.prior, options.prior_weight) if options.ngram_drafts else None
         return cls(options.max_block_size - 1, options.tree_sizes, options.prior, options.prior_weight, ngram=lookup)
 
-    def decay(self, factor: float) -> None:
+    def decay(self, factor: float, lookup_factor: float | None = None) -> None:
+        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None: the same)."""
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
         self.judged_at = [t * factor for t in self.judged_at]
@@ -179,7 +190,7 @@ class AcceptanceEstimate:
             for size in sums:
                 sums[size] *= factor
         if self.ngram is not None:
-            self.ngram.decay(factor)
+            self.ngram.decay(factor if lookup_factor is None else lookup_factor)
 
     def observe_chain(self, accepted: int, judged: int) -> None:
         """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
@@ -300,6 +311,7 @@ class CostAwareProposer(DFlashProposer):
         self.drafted, self.drifted = False, False  # the prompt's features are not in the drafter's cache yet
         self.waiting = [target_hidden]             # features of positions no drafter forward has seen
         self.chosen: list[Choice] = []             # per step
+        self.pending: list[tuple] = []             # (estimate, path, chain, held) the next token judges further
         self._reset()
 
     def _reset(self) -> None:
@@ -308,6 +320,7 @@ class CostAwareProposer(DFlashProposer):
 
     def propose(self, last_token, k):
         self.started = time.perf_counter()
+        self.observe_pending(int(last_token))     # `last_token` is the last step's token after its path
         self.continuation = self.lookup.propose(last_token, min(k, self.lookup.block_size - 1)).tokens.tolist() \
             if self.lookup is not None else []
         self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation), self.context_length, k)
@@ -342,19 +355,32 @@ class CostAwareProposer(DFlashProposer):
         self._reset()
 
     def _observe(self, drafts: list[int], n: int) -> None:
-        """What the step tells each estimate (``drafts``: the verified chain, or the tree's accepted path)."""
-        c, e, path = self.choice, self.estimate, drafts[:n]
-        e.decay(self.options.decay if c.kind != "plain" else self.options.idle_decay)
+        """What the step tells each estimate (``drafts``: the verified chain, or the tree's accepted
+        path). An estimate the step observed keeps ``decay`` of its counts, one it did not
+        ``idle_decay``: prompt lookup's steps say nothing of the drafter, and back. Where a chain
+        would have gone on past what the step held, the next step's first token judges its next
+        draft (:func:`chain_accepted`), so that is read in :meth:`propose` (``pending``)."""
+        c, e, o, path = self.choice, self.estimate, self.options, drafts[:n]
+        looked = e.ngram is not None and bool(self.continuation)
+        e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
+        self.pending = []
         if c.tree_size:
             e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
             chain = self.tree.chain                   # what the chain would have done in the same step
-            e.observe_chain(*chain_accepted(path, chain, self.tree.path_length(chain)))
+            self.pending.append((e, path, chain, self.tree.path_length(chain)))
         elif c.kind == "chain":                       # drafts 1..n accepted; draft n+1 (if there was one) rejected
             e.observe_chain(n, min(n + 1, len(drafts)))
-        if e.ngram is not None and self.continuation:  # how far prompt lookup's tokens would have gone
+        if looked:                                    # how far prompt lookup's tokens would have gone
             held = {"plain": 0, "ngram": c.ngram, "chain": _common_prefix(drafts, self.continuation)}.get(c.kind)
             held = self.tree.path_length(self.continuation) if held is None else held
-            e.ngram.observe_chain(*chain_accepted(path, self.continuation, held))
+            self.pending.append((e.ngram, path, self.continuation, held))
+
+    def observe_pending(self, next_token: int | None = None) -> None:
+        """The last step's chains, judged up to ``next_token``, the target's own token after its path
+        (:func:`chain_accepted`; None at the end of a request: only as far as the step itself judged)."""
+        for estimate, path, chain, held in self.pending:
+            estimate.observe_chain(*chain_accepted(path, chain, held, next_token))
+        self.pending = []
 
 
 @dataclass
@@ -380,6 +406,7 @@ class PolicySession:
     def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
         """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
         ``sequence_ids``, its prompt and output) when they drifted."""
+        proposer.observe_pending()
         self.estimate = proposer.estimate
         if self.costs is None:
             self.costs = proposer.costs

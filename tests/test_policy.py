@@ -187,6 +187,45 @@ def test_a_tree_step_tells_the_policy_what_the_chain_would_have_done():
     assert chain_accepted([5, 6, 7, 8], chain, 4) == (4, 4)
 
 
+def test_the_targets_next_token_judges_the_draft_the_step_did_not_hold():
+    """Past what the step verified, the target's own next token says whether the chain's next
+    draft would have been accepted; a held draft on which the path ended was rejected whatever
+    token followed."""
+    chain = [5, 6, 7, 8]
+    assert chain_accepted([5, 6], chain, 2, next_token=7) == (3, 3)       # the third would have been right
+    assert chain_accepted([5, 6], chain, 2, next_token=9) == (2, 3)       # ... or wrong
+    assert chain_accepted([], chain, 0, next_token=5) == (1, 1)           # a plain step judges the first draft
+    assert chain_accepted([], chain, 0, next_token=4) == (0, 1)
+    assert chain_accepted([5, 6], chain, 4, next_token=7) == (2, 3)       # held and not accepted: rejected
+    assert chain_accepted([5, 9], chain, 4, next_token=7) == (1, 2)       # left the chain: nothing more to judge
+    assert chain_accepted([5, 6, 7, 8], chain, 2, next_token=1) == (4, 4)  # the chain has no fifth draft
+
+
+def test_a_step_decays_only_the_estimates_it_observed():
+    options = PolicyOptions(max_block_size=16, ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    estimate.observe_chain(3, 4)
+    estimate.ngram.observe_chain(3, 4)
+    estimate.decay(0.5, 0.9)
+    assert estimate.judged == pytest.approx(2.0) and estimate.ngram.judged == pytest.approx(3.6)
+    estimate.decay(0.5)
+    assert estimate.judged == pytest.approx(1.0) and estimate.ngram.judged == pytest.approx(1.8)
+
+
+def test_plain_steps_teach_prompt_lookup_through_the_targets_next_token(tiny, random_drafter):
+    """A policy that never drafts (an estimate too pessimistic to try anything) still learns how
+    often prompt lookup's first token is the target's: the next step's token judges it."""
+    target, tokenizer = tiny
+    options = PolicyOptions(max_block_size=16, ngram_drafts=10, prior=0.01, prior_weight=1000.0)
+    ids = tokenizer("def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):", return_tensors="pt").input_ids
+    proposer = CostAwareProposer(random_drafter, target, options, MEASURED_SHAPE)
+    result = generate(target, proposer, ids, 24)
+    assert {c.kind for c in proposer.chosen} == {"plain"} and len(result.tokens) == 24
+    lookup = proposer.estimate.ngram
+    assert lookup.judged_at[0] > 0 and lookup.judged_at[1] == 0          # first drafts judged, and nothing deeper
+    assert lookup.judged == pytest.approx(lookup.judged_at[0])
+
+
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
     from dflash_lite.engine import Engine
 
