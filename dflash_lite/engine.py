@@ -30,6 +30,8 @@ from .target import parse_dtype, stop_token_ids
 from .timing import PhaseTimer
 from .validate import check_device, check_int, check_prompt, check_seed
 
+STATIC_MIN_LENGTH = 256     # the smallest static cache Engine(compile=True) allocates (tokens)
+
 
 class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
@@ -38,7 +40,8 @@ class Engine:
         drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
         tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`). ``compile``: decode on
         the static-shape path (:mod:`dflash_lite.static`; CUDA graphs on CUDA), plain or DFlash chains of a
-        fixed block size (the policy's block size when none is given)."""
+        fixed block size (the policy's block size when none is given), on caches sized for the longest
+        call so far (:meth:`_static_for`)."""
         self.target, self.tokenizer, self.drafter, self.chat_template = target, tokenizer, drafter, chat_template
         if dtype is not None:
             target.to(parse_dtype(dtype))
@@ -56,9 +59,20 @@ class Engine:
         self.stops = stop_token_ids(target, tokenizer)
         self.session = PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None else None
         self.last_result: GenerationResult | None = None
-        self.static = None              # built once: it owns the static caches and the compiled forwards
-        if compile:
-            self.static = StaticDecoder(target, drafter if self.block_size != 1 else None, self.block_size)
+        self.compile = compile
+        self.static: StaticDecoder | None = None    # owns the static caches and the compiled forwards (_static_for)
+
+    def _static_for(self, length: int) -> StaticDecoder:
+        """The static decoder, its caches sized for ``length`` tokens (prompt + new tokens) rounded
+        up to a power of two from :data:`STATIC_MIN_LENGTH`, and capped at the target's context. It is
+        kept across calls and rebuilt larger (and, on CUDA, recompiled) only when a call needs more:
+        every slot costs memory and, in a compiled forward, attention over it."""
+        if self.static is None or self.static.max_length < length:
+            context = self.target.config.max_position_embeddings
+            size = min(max(STATIC_MIN_LENGTH, 1 << (length - 1).bit_length()), context)
+            drafter = self.drafter if self.block_size != 1 else None
+            self.static = StaticDecoder(self.target, drafter, self.block_size, size)
+        return self.static
 
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
@@ -111,8 +125,8 @@ class Engine:
     def _stream(self, input_ids, max_new_tokens, sampling, generator):
         timer = PhaseTimer(self.target.device)
         self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
-        if self.static is not None:
-            loop = self.static.steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
+        if self.compile:
+            loop = self._static_for(input_ids.shape[1] + max_new_tokens).steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
         else:
             proposer = self.proposer(input_ids)
             loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
@@ -125,7 +139,7 @@ class Engine:
                 continue
             yield text[len(emitted):]
             emitted = text
-        if self.static is None and self.session is not None and self.block_size is None:   # the next call starts from here
+        if not self.compile and self.session is not None and self.block_size is None:   # the next call starts from here
             self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
         text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         if len(text) > len(emitted):

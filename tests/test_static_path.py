@@ -95,6 +95,23 @@ def test_engine_compile_gives_the_same_text(tiny, shipped_drafter):
     assert engine.generate(prompt, max_new_tokens=32) == eager and engine.last_result.tau > 1
 
 
+def test_engine_sizes_its_static_caches_for_the_calls_it_serves(tiny):
+    """Tight caches: the first call's length rounded up to a power of two (at least
+    STATIC_MIN_LENGTH), kept while calls fit, rebuilt larger only for a longer one."""
+    from dflash_lite.engine import STATIC_MIN_LENGTH
+
+    target, tokenizer = tiny
+    engine = Engine(target, tokenizer, compile=True)
+    engine.generate("def f(x):", max_new_tokens=8)
+    first = engine.static
+    assert first.max_length == STATIC_MIN_LENGTH < target.config.max_position_embeddings
+    engine.generate("def g(x):", max_new_tokens=16)
+    assert engine.static is first                                      # it fits: the same caches
+    longer = Engine(target, tokenizer).generate("def h(x):", max_new_tokens=STATIC_MIN_LENGTH)
+    assert engine.generate("def h(x):", max_new_tokens=STATIC_MIN_LENGTH) == longer
+    assert engine.static is not first and engine.static.max_length == 2 * STATIC_MIN_LENGTH
+
+
 def test_static_caches_are_allocated_once(tiny, shipped_drafter, quick_cases):
     target, tokenizer = tiny
     decoder = StaticDecoder(target, shipped_drafter, max_length=256)
