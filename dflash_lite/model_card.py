@@ -151,6 +151,8 @@ def card_training_and_measured(card: dict) -> list[str]:
         "",
         f"- Seed {tr['seed']}, {tr['steps_done']} steps, {tr['train_seconds'] / 60:.1f} minutes on {tr['device']}, torch {tr['torch']}.",
         f"- Command: `{tr['command']}`" + (f" with `LD_PRELOAD={tr['ld_preload']}`" if tr.get("ld_preload") else "") + ".",
+        "- To train it again, give `--out` a directory of your own (`train-target` never writes into the "
+        "package) and copy the result into `dflash_lite/models/` yourself if you mean to replace a shipped target.",
         f"- bf16 autocast (fp32 master weights): {tr.get('bf16_autocast')}; AdamW, warm-up then cosine, grad-clip 1.0.",
         "- With `--time-budget-s` the cosine schedule follows wall time, so the number of steps depends on the "
         "machine; `training_log.json` records the steps done, the loss curve and the corpus manifest.",
