@@ -1,7 +1,7 @@
 """The static-shape decode path (dflash_lite.static) is lossless, like the loop it mirrors.
 
-Greedy: plain decoding and DFlash chains on static caches give the target's own greedy tokens
-(3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
+Greedy: plain decoding, DFlash chains and draft trees on static caches give the target's own
+greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
 the target's exact distribution (chi-square), with the shipped drafter's one draft both accepted
 and rejected. The caches are sized once: no buffer is reallocated by a generation.
 """
@@ -58,6 +58,24 @@ def test_static_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, 
     assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
 
 
+@pytest.mark.parametrize("prefix_only", [True, False], ids=["prefix", "fixed-shapes"])
+def test_static_tree_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, prefix_only,
+                                                              monkeypatch):
+    """A draft tree of 16 nodes verified at width 17; some accepted path must leave the first-ranked
+    spine, so that moving its K/V into consecutive slots is exercised."""
+    import dflash_lite.static as static
+
+    target, tokenizer = tiny
+    moved = []
+    original = static.keep_path
+    monkeypatch.setattr(static, "keep_path", lambda layers, position, rows: (moved.append(rows.tolist()),
+                                                                              original(layers, position, rows)))
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only)
+    assert decoder.tree_width == 17 and decoder.context_width == 17
+    assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+    assert any(rows != list(range(len(rows))) for rows in moved)
+
+
 def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
     report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(),
                    baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))
@@ -77,6 +95,18 @@ def test_static_chain_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_dr
     cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
     decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter,
                             prefix_only=drafter == "shipped")           # both ways of attending, one each
+    assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.parametrize("drafter", ["shipped", "random"])
+def test_static_tree_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_drafter, random_drafter,
+                                                               greedy_cases, drafter):
+    """Trees of 16 nodes (the shipped drafter, attending to the filled slots) and of 12 nodes at
+    block size 8 (the random drafter, whose paths are short and often leave the spine; fixed shapes)."""
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=True) if drafter == "shipped" else \
+        StaticDecoder(target, random_drafter, 8, tree_size=12, prefix_only=False)
     assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
 
 
@@ -115,13 +145,19 @@ def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_c
         StaticDecoder(target, shipped_drafter, block_size=1)
     with pytest.raises(ValueError, match="prefix_only"):
         StaticDecoder(target, shipped_drafter, compile_forwards=True, prefix_only=True)
+    with pytest.raises(ValueError, match="tree_size needs a drafter"):
+        StaticDecoder(target, tree_size=16)
+    with pytest.raises(ValueError, match="tree_size"):
+        StaticDecoder(target, shipped_drafter, tree_size=0)
 
 
 @pytest.mark.slow
-def test_static_path_samples_from_the_target(tiny, shipped_drafter):
+@pytest.mark.parametrize("tree_size", [None, 2], ids=["chain", "tree"])
+def test_static_path_samples_from_the_target(tiny, shipped_drafter, tree_size):
     """Three tokens at temperature 1, top_k 3: the prefill's, then one step that drafts one token
-    (block size 2), which must be accepted and rejected often; the counts of all three-token
-    outcomes must match the target's exact distribution."""
+    (block size 2; for the tree, the drafter's two likeliest first tokens as siblings), which must
+    be accepted and rejected often; the counts of all three-token outcomes must match the
+    target's exact distribution."""
     target, tokenizer = tiny
     sampling = SamplingParams(temperature=1.0, top_k=3)
     ids = tokenizer("The answer is", return_tensors="pt").input_ids
@@ -137,5 +173,6 @@ def test_static_path_samples_from_the_target(tiny, shipped_drafter):
             probs = p_next(torch.cat([ids, torch.tensor([list(prefix)], dtype=torch.long)], 1))
             grown.update({prefix + (t,): p * float(probs[t]) for t in probs.nonzero().flatten().tolist()})
         exact = grown
-    decoder, g = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64), torch.Generator().manual_seed(7)
+    decoder = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64, tree_size=tree_size)
+    g = torch.Generator().manual_seed(7)
     assert_samples_follow(exact, [decoder.generate(ids, 3, sampling, generator=g) for _ in range(RUNS)])
