@@ -360,11 +360,12 @@ class StaticDecoder:
 
 # ---------------------------------------------------------------------- the benchmark's rows
 def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_length: int,
-                   sampling: SamplingParams = SamplingParams(), stop_token_ids=()) -> list[Method]:
+                   sampling: SamplingParams = SamplingParams(), stop_token_ids=(), tree_sizes=()) -> list[Method]:
     """``bench --compile`` (docs/method.md#measuring): plain decoding, and DFlash chains of each of
-    ``block_sizes`` when a drafter is given, on this path. Each decoder is built once, here, for
-    prompt + new tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in
-    its first run, which the benchmark's untimed warm-up pass is."""
+    ``block_sizes`` and draft trees of each of ``tree_sizes`` nodes (at the drafter's block size)
+    when a drafter is given, on this path. Each decoder is built once, here, for prompt + new
+    tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in its first run,
+    which the benchmark's untimed warm-up pass is."""
     def row(name: str, decoder: StaticDecoder, kind: Kind) -> Method:
         how = "static, CUDA graphs" if decoder.compiled and decoder.device.type == "cuda" else (
             "static, compiled" if decoder.compiled else "static")
@@ -372,9 +373,12 @@ def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_lengt
         def run(ids, n):
             result = decoder.generate(ids, n, sampling, stop_token_ids)
             return result.tokens, result
-        return Method(f"{name} ({how})", run, kind, block_size=decoder.block_size)
+        return Method(f"{name} ({how})", run, kind, block_size=decoder.block_size, tree_size=decoder.tree_size)
 
     methods = [row("autoregressive", StaticDecoder(target, max_length=max_length), Kind.STATIC_AUTOREGRESSIVE)]
     for b in block_sizes if drafter is not None else ():
         methods.append(row(f"DFlash B={b}", StaticDecoder(target, drafter, b, max_length), Kind.STATIC_DFLASH))
+    for n in tree_sizes if drafter is not None else ():
+        methods.append(row(f"DFlash tree N={n}", StaticDecoder(target, drafter, max_length=max_length, tree_size=n),
+                           Kind.STATIC_DFLASH_TREE))
     return methods

@@ -77,11 +77,14 @@ def test_static_tree_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_draf
 
 
 def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
-    report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(),
+    report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(8,),
                    baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))
     plain, dflash = row_of(report, Kind.STATIC_AUTOREGRESSIVE), row_of(report, Kind.STATIC_DFLASH, block_size=4)
-    assert Kind.STATIC_DFLASH in OUR_DFLASH_KINDS and plain["block_size"] == 1
+    tree = row_of(report, Kind.STATIC_DFLASH_TREE, tree_size=8)
+    assert Kind.STATIC_DFLASH in OUR_DFLASH_KINDS and Kind.STATIC_DFLASH_TREE in OUR_DFLASH_KINDS
+    assert plain["block_size"] == 1 and tree["name"] == "DFlash tree N=8 (static)"
     assert plain["identical_to_target"] is True and dflash["identical_to_target"] is True
+    assert tree["identical_to_target"] is True and tree["tau"] > 1
     assert plain["speedup_vs_static"] == 1.0 and dflash["tau"] > 1
     assert dflash["speedup_vs_static"] == pytest.approx(dflash["tokens_per_s"] / plain["tokens_per_s"])
 
