@@ -19,6 +19,9 @@ and replayed:
   of N drafts (:func:`dflash_lite.tree.build_tree`), verified at width N + 1 under a tree mask and
   accepted by :func:`dflash_lite.tree.accept_tree`; the accepted path's K/V move to consecutive
   slots in place. Building the tree reads the drafter's top tokens on the host: a second sync.
+* **A policy** (``policy``, :mod:`dflash_lite.static_policy`): each step plain decoding, the chain
+  or the tree, chosen where the drafter forward would run (the end of the step before), as the
+  cost-aware policy rates them; after plain steps the drafter takes the context it missed.
 * **One host sync per step.** Greedy acceptance runs on the device; the step's only read back is
   one small tensor holding the accepted count and the tokens, which the caller needs anyway.
   (At temperature > 0 the acceptance rules of :mod:`dflash_lite.acceptance` are used as they are.)
@@ -43,6 +46,7 @@ from .decode import GenerationResult, Step, check_request, cut_at_stop
 from .drafter import DFlashDrafter, check_compatible
 from .policy import Choice
 from .report import Kind, Method
+from .static_policy import StaticPolicy
 from .static_tree import draft_static_tree, keep_path, tree_mask
 from .target import context_features
 from .tree import accept_tree
@@ -127,7 +131,9 @@ def drafter_mask(cache_length: int, block_width: int, context_end: torch.Tensor)
 
 class StaticDecoder:
     """Plain decoding (``drafter=None``), DFlash chains of ``block_size``, or (``tree_size``) draft
-    trees of N nodes at depth ``block_size - 1`` on static shapes.
+    trees of N nodes at depth ``block_size - 1`` on static shapes; with a ``policy``
+    (:class:`~dflash_lite.static_policy.StaticPolicy`), each step whichever of plain decoding, the
+    chain and the tree it rates best.
 
     Owns the caches and the (compiled) forwards, so build it once and call :meth:`generate` or
     :meth:`steps` many times. ``max_length``: the longest prompt + new tokens it will serve (default:
@@ -137,10 +143,12 @@ class StaticDecoder:
 
     def __init__(self, target, drafter: DFlashDrafter | None = None, block_size: int | None = None,
                  max_length: int | None = None, compile_forwards: bool | None = None,
-                 prefix_only: bool | None = None, tree_size: int | None = None):
-        self.target, self.drafter, self.device = target, drafter, target.device
+                 prefix_only: bool | None = None, tree_size: int | None = None, policy: StaticPolicy | None = None):
+        self.target, self.drafter, self.device, self.policy = target, drafter, target.device, policy
         if tree_size is not None and drafter is None:
             raise ValueError("tree_size needs a drafter: a draft tree is built from the drafter's logits")
+        if policy is not None and drafter is None:
+            raise ValueError("a policy needs a drafter: it chooses between plain decoding and drafting")
         if drafter is not None:
             check_compatible(drafter.config, target.config)
             if type(drafter) is not DFlashDrafter or "sliding_attention" in drafter.config.layer_types:
@@ -240,11 +248,11 @@ class StaticDecoder:
         last = torch.zeros(1, dtype=torch.long, device=self.device)
         for _ in range(3):                              # compile, then warm-up and record the graphs
             _, hidden = self.target_forward(last[None], at)
-            if self.choice.tree_size:                   # the tree's width, under a tree mask
+            if self.tree_size:                          # the tree's width, under a tree mask
                 width = self.tree_width
                 self.target_forward(last.expand(1, width), at, self.offsets[:width] * 0,
                                     torch.eye(width, dtype=torch.bool, device=self.device))
-            elif self.choice.block_size > 1:
+            if self.block_size > 1 and (self.tree_size is None or self.policy is not None):   # the chain's
                 self.target_forward(last.expand(1, self.block_size), at)
             if self.drafter is not None:
                 self.draft_forward(last, hidden.expand(1, self.context_width, -1).clone(), at, at)
@@ -263,6 +271,8 @@ class StaticDecoder:
                              f"this decoder's max_length of {self.max_length}")
         ids, stops = input_ids.to(self.device), set(stop_token_ids)
         processors = sampling.processors()
+        if self.policy is not None:
+            self.policy.start(self.block_size, self.tree_size)
         with phase("prefill"):
             for layer in self.cache.layers:             # the prompt from slot 0 (eager: its width is the prompt's)
                 if layer.is_initialized:
@@ -273,33 +283,44 @@ class StaticDecoder:
             last = choose_tokens(out.logits[0], sampling, processors, generator)  # (1,) the first new token
             position = ids.shape[1]                      # slots 0..position-1 hold accepted tokens
             self._warm_up(position)
-            drafted = None
             at = torch.tensor(position, device=self.device)   # the same, on the device, for the forwards
-            if self.drafter is not None:                 # the prompt's context into the drafter's cache (eager, once)
-                features, context_start = context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)
-                drafted = self._draft_forward(last, features, context_start, at)
+            waiting = []                                 # (features, first slot) no drafter forward has seen yet
+            if self.drafter is not None:                 # the prompt's context (eager, once)
+                waiting.append((context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)))
+            choice = self._choose(position, max_new_tokens - 1)
+            drafted = self._draft(last, waiting, at, position, eager=True) if choice.uses_drafter else None
         emitted, stopped = 1, int(last) in stops
         yield Step([int(last)], None, stopped)
         rule = _Rule(sampling, processors, generator, stops)
         while not stopped and emitted < max_new_tokens:
             with phase("steps"):
-                new, n, last, stopped, drafted = self._step(last, at, position, drafted, max_new_tokens - emitted, rule)
-            position += n + 1
-            emitted += len(new)
+                new, n, last, stopped = self._step(last, at, position, drafted, choice, max_new_tokens - emitted,
+                                                   rule, waiting)
+                position, emitted = position + n + 1, emitted + len(new)
+                if not stopped and emitted < max_new_tokens:   # the next step's choice, and its drafter forward
+                    choice = self._choose(position, max_new_tokens - emitted)
+                    drafted = self._draft(last, waiting, at, position) if choice.uses_drafter else None
             yield Step(new, n + 1, stopped)
 
-    def _step(self, last, at, position: int, drafted, budget: int, rule: _Rule):
+    def _choose(self, position: int, budget: int) -> Choice:
+        """The next step's draft: the decoder's own, or the policy's, with at most ``budget`` tokens."""
+        if self.drafter is None or budget <= 1:
+            return Choice(1)
+        return self.choice if self.policy is None else self.policy.choose(position, min(self.block_size, budget) - 1)
+
+    def _step(self, last, at, position: int, drafted, choice: Choice, budget: int, rule: _Rule, waiting: list):
         """One static-shape step: verify ``last`` (at ``position``; ``at`` holds it on the device)
-        and the drafts of the last drafter forward (a chain, or a tree built from its logits),
-        accept, and run the next drafter forward. Returns (new tokens, n, the next last token,
-        stopped, the next drafter logits); ``at`` moves on in place."""
-        k = min(self.choice.block_size, budget) - 1                          # drafts this step may keep
+        and the drafts of ``choice`` from the last drafter forward's logits (a chain, or a tree built
+        from them), accept, and add the accepted rows' features to ``waiting``. Returns (new tokens,
+        n, the next last token, stopped); ``at`` moves on in place."""
+        k = min(choice.block_size, budget) - 1                               # drafts this step may keep
+        tree = None
         if k == 0:                                       # plain decoding: a forward of width 1
             self._show(position + 1)
             logits, hidden = self.target_forward(last[None], at)
             step, rows = self._accept_chain(logits, last[:0], 0, rule)
-        elif self.choice.tree_size:                      # a tree of N drafts from the drafter's logits, width N+1
-            tree = draft_static_tree(last, drafted[:k], self.choice.tree_size, self.tree_width)   # a host read
+        elif choice.tree_size:                           # a tree of N drafts from the drafter's logits, width N+1
+            tree = draft_static_tree(last, drafted[:k], choice.tree_size, self.tree_width)   # a host read
             self._show(position + self.tree_width)
             logits, hidden = self.target_forward(tree.tokens, at, tree.depths, tree.ancestors)   # (N+1, V)
             path, next_token = accept_tree(tree.tree, logits[: len(tree.tree)], rule.sampling, rule.processors,
@@ -313,14 +334,34 @@ class StaticDecoder:
             logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
             step, rows = self._accept_chain(logits, drafts, k, rule)
         n, next_token = step[0], step[-1]
+        if self.policy is not None:
+            self.policy.observe(choice, step[1:-1] if tree is not None else step[1: k + 1], n,
+                                None if tree is None else tree.tree)
         new, stopped = cut_at_stop(step[1: n + 1] + [next_token], rule.stops)   # a stop ends the output there
-        context_start = at.clone()
+        if self.drafter is not None:                     # the accepted rows' features, for the next drafter forward
+            waiting.append((hidden[:, : n + 1] if rows is None else hidden[:, rows], at.clone()))
         at.fill_(position + n + 1)                       # the verified slots before it stay
-        last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
-        if self.drafter is not None and not stopped and budget - len(new) > 0:
-            self._show(position + n + 1, position + n + 1)
-            drafted = self.draft_forward(last, self._new_context(hidden, rows, n), context_start, at).clone()
-        return new, n, last, stopped, drafted
+        return new, n, torch.full((1,), next_token, dtype=torch.long, device=self.device), stopped
+
+    def _draft(self, last, waiting: list, at, position: int, eager: bool = False) -> torch.Tensor:
+        """The drafter forward over ``[last, MASK x (B-1)]`` at ``at``, after writing the ``waiting``
+        context (emptied): the drafts' logits (B-1, V). With fixed shapes every forward writes
+        ``context_width`` positions: a shorter context is padded (the padding lies past the mask and
+        is overwritten before it is read), and a longer one (after plain steps) goes in chunks, each
+        through a forward whose drafts are dropped. ``eager``: the prompt's, whatever its length."""
+        features, start = torch.cat([f for f, _ in waiting], dim=1), waiting[0][1]   # (1, C, K*H)
+        waiting.clear()
+        self._show(position, position)
+        if eager:
+            return self._draft_forward(last, features, start, at)
+        if self.prefix_only:
+            return self.draft_forward(last, features, start, at)
+        width = self.context_width
+        while features.shape[1] > width:                 # catching up: context only, the drafts are dropped
+            self.draft_forward(last, features[:, :width], start, start + width)
+            features, start = features[:, width:], start + width
+        features = torch.cat([features, features[:, -1:].expand(1, width - features.shape[1], -1)], dim=1)
+        return self.draft_forward(last, features, start, at).clone()
 
     def _accept_chain(self, logits, drafts, k: int, rule: _Rule):
         """Accept ``drafts[:k]`` after ``last`` from the target's ``logits`` (k+1.., V): the step as
@@ -335,18 +376,6 @@ class StaticDecoder:
         p = target_probs(logits[: k + 1], rule.sampling, rule.processors)        # the lossless point-mass rule,
         n, next_token = accept_point_mass(drafts[:k], p, rule.generator)         # as in decode.accept   (k+1, V)
         return [n] + drafts[:k].tolist() + [next_token], None
-
-    def _new_context(self, hidden: torch.Tensor, rows: torch.Tensor | None, n: int) -> torch.Tensor:
-        """The accepted rows' features (1, C, K*H) for the drafter: the first n+1 verify rows, or a
-        tree's path ``rows``. With fixed shapes C is always ``context_width``: the rows after the
-        accepted ones are written too, past the drafter's mask, and overwritten before they are read."""
-        if self.prefix_only:
-            return hidden[:, : n + 1] if rows is None else hidden[:, rows]
-        if rows is None and hidden.shape[1] == self.context_width:
-            return hidden                                # a chain's block as it is: no gather
-        rows = torch.arange(n + 1, device=self.device) if rows is None else rows
-        padded = torch.cat([rows, rows[-1:].expand(self.context_width - rows.shape[0])])   # (C,)
-        return hidden[:, padded]
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids=(), generator: torch.Generator | None = None) -> GenerationResult:

@@ -1,7 +1,7 @@
 """The static-shape decode path (dflash_lite.static) is lossless, like the loop it mirrors.
 
-Greedy: plain decoding, DFlash chains and draft trees on static caches give the target's own
-greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
+Greedy: plain decoding, DFlash chains, draft trees and the policy over them on static caches give
+the target's own greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
 the target's exact distribution (chi-square), with the shipped drafter's one draft both accepted
 and rejected. The caches are sized once: no buffer is reallocated by a generation.
 """
@@ -12,14 +12,18 @@ from dflash_lite import SamplingParams, corpus, generate_autoregressive, stop_to
 from dflash_lite.acceptance import target_probs
 from dflash_lite.benchmark import bench
 from dflash_lite.checkpoints import load_drafter
+from dflash_lite.costs import StepCosts
 from dflash_lite.engine import Engine
+from dflash_lite.policy import Choice
 from dflash_lite.report import OUR_DFLASH_KINDS, Kind, row_of
 from dflash_lite.static import StaticDecoder
+from dflash_lite.static_policy import StaticPolicy
 from dflash_lite.target import default_drafter_path
 from sampling_checks import assert_samples_follow
 
 MAX_NEW = 48
 RUNS = 800
+POLICY_COSTS = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.45}, {2: 0.45, 16: 0.5})   # drafting pays when it is right
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +80,39 @@ def test_static_tree_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_draf
     assert any(rows != list(range(len(rows))) for rows in moved)
 
 
+class ScriptedPolicy(StaticPolicy):
+    """Plain decoding for 20 steps (more new context than one fixed-width drafter forward takes),
+    then the tree, the chain, plain, the tree again, ..., cycling through the menu."""
+    SCRIPT = [0] * 20 + [2, 1, 0, 0, 2, 0, 1]
+
+    def choose(self, context_length, depth):
+        return Choice(1) if depth == 0 else self.menu[self.SCRIPT[len(self.chosen) % len(self.SCRIPT)]]
+
+
+def test_static_policy_switching_widths_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases):
+    """Scripted switches between plain decoding, the chain and the tree: every switch is lossless, and
+    the drafter's context caught up in fixed-width chunks after plain steps drafts exactly what it
+    drafts when written at once (the same acceptance lengths with fixed shapes as with the prefix)."""
+    target, tokenizer = tiny
+    lengths = {}
+    for prefix_only in (True, False):
+        policy = ScriptedPolicy(StepCosts({1: 1.0, 16: 1.4}, {16: 0.5}))
+        decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only, policy=policy)
+        assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+        assert {c.kind for c in policy.chosen} == {"plain", "chain", "tree"}
+        lengths[prefix_only] = [decoder.generate(ids, MAX_NEW).acceptance_lengths for ids, _ in quick_cases]
+    assert lengths[True] == lengths[False]
+
+
+@pytest.mark.parametrize("prefix_only", [True, False], ids=["prefix", "fixed-shapes"])
+def test_static_policy_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, prefix_only):
+    target, tokenizer = tiny
+    policy = StaticPolicy(POLICY_COSTS)
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only, policy=policy)
+    assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+    assert any(c.uses_drafter for c in policy.chosen)
+
+
 def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
     report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(8,),
                    baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))
@@ -111,6 +148,25 @@ def test_static_tree_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_dra
     decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=True) if drafter == "shipped" else \
         StaticDecoder(target, random_drafter, 8, tree_size=12, prefix_only=False)
     assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.parametrize("drafter", ["shipped", "random"])
+def test_static_policy_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_drafter, random_drafter,
+                                                                 greedy_cases, drafter):
+    """The policy over plain decoding, the chain of 16 and the tree of 16, carried from prompt to
+    prompt. The random drafter loses: the policy falls back to plain decoding and tries drafting
+    again now and then, so the drafter's context is caught up after runs of plain steps (fixed shapes)."""
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    policy, chosen = StaticPolicy(POLICY_COSTS), []
+    decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter, tree_size=16,
+                            prefix_only=drafter == "shipped", policy=policy)
+    stops, wrong = stop_token_ids(target, tokenizer), 0
+    for ids, expected in cases:
+        wrong += decoder.generate(ids, MAX_NEW, stop_token_ids=stops).tokens != expected
+        chosen += policy.chosen
+    assert len(cases) == 50 and wrong == 0
+    assert {c.kind for c in chosen} >= ({"chain", "tree"} if drafter == "shipped" else {"plain", "tree"})
 
 
 @pytest.mark.slow
@@ -152,6 +208,8 @@ def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_c
         StaticDecoder(target, tree_size=16)
     with pytest.raises(ValueError, match="tree_size"):
         StaticDecoder(target, shipped_drafter, tree_size=0)
+    with pytest.raises(ValueError, match="a policy needs a drafter"):
+        StaticDecoder(target, policy=StaticPolicy(POLICY_COSTS))
 
 
 @pytest.mark.slow
