@@ -160,7 +160,7 @@ class StaticDecoder:
         self.tree_size = None if tree_size is None else check_int("tree_size", tree_size)
         self.choice = Choice(self.block_size, self.tree_size)              # what every step drafts
         self.tree_width = None if tree_size is None else tree_size + 1      # a tree's verify: the root and N nodes
-        self.context_width = self.tree_width or self.block_size             # new drafter context per forward (fixed shapes)
+        self.context_width = max(self.block_size, self.tree_width or 1)  # drafter context per forward (fixed shapes)
         self.layer_ids = None if drafter is None else drafter.config.target_layer_ids
         self.max_length = check_int("max_length", max_length or target.config.max_position_embeddings)
         slots = self.slots = self.max_length + self.context_width           # room for a padded last block or tree

@@ -1,9 +1,9 @@
 """The static-shape decode path (dflash_lite.static) is lossless, like the loop it mirrors.
 
 Greedy: plain decoding, DFlash chains, draft trees and the policy over them on static caches give
-the target's own greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
-the target's exact distribution (chi-square), with the shipped drafter's one draft both accepted
-and rejected. The caches are sized once: no buffer is reallocated by a generation.
+the target's own greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first
+three sampled tokens follow the target's exact distribution (chi-square), with the shipped
+drafter's one draft (or a tree of two) both accepted and rejected. The caches are sized once: no buffer is reallocated by a generation.
 """
 import pytest
 import torch
