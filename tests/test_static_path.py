@@ -213,12 +213,13 @@ def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tree_size", [None, 2], ids=["chain", "tree"])
-def test_static_path_samples_from_the_target(tiny, shipped_drafter, tree_size):
+@pytest.mark.parametrize("draft", ["chain", "tree", "policy"])
+def test_static_path_samples_from_the_target(tiny, shipped_drafter, draft):
     """Three tokens at temperature 1, top_k 3: the prefill's, then one step that drafts one token
-    (block size 2; for the tree, the drafter's two likeliest first tokens as siblings), which must
-    be accepted and rejected often; the counts of all three-token outcomes must match the
-    target's exact distribution."""
+    (block size 2; for the tree, the drafter's two likeliest first tokens as siblings; the policy
+    chooses between them and plain decoding from what earlier runs accepted), which must be
+    accepted and rejected often; the counts of all three-token outcomes must match the target's
+    exact distribution."""
     target, tokenizer = tiny
     sampling = SamplingParams(temperature=1.0, top_k=3)
     ids = tokenizer("The answer is", return_tensors="pt").input_ids
@@ -234,6 +235,12 @@ def test_static_path_samples_from_the_target(tiny, shipped_drafter, tree_size):
             probs = p_next(torch.cat([ids, torch.tensor([list(prefix)], dtype=torch.long)], 1))
             grown.update({prefix + (t,): p * float(probs[t]) for t in probs.nonzero().flatten().tolist()})
         exact = grown
-    decoder = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64, tree_size=tree_size)
-    g = torch.Generator().manual_seed(7)
-    assert_samples_follow(exact, [decoder.generate(ids, 3, sampling, generator=g) for _ in range(RUNS)])
+    policy = StaticPolicy(StepCosts({1: 1.0, 2: 1.05, 3: 1.35}, {2: 0.1})) if draft == "policy" else None
+    decoder = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64,
+                            tree_size=None if draft == "chain" else 2, policy=policy)
+    g, results, kinds = torch.Generator().manual_seed(7), [], set()
+    for _ in range(RUNS):
+        results.append(decoder.generate(ids, 3, sampling, generator=g))
+        kinds |= {c.kind for c in policy.chosen} if policy else set()
+    assert_samples_follow(exact, results)
+    assert kinds == ({"chain", "tree", "plain"} if policy else set())  # plain: a last token alone
