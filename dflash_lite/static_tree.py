@@ -45,6 +45,8 @@ def draft_static_tree(last: torch.Tensor, draft_logits: torch.Tensor, tree_size:
 
 
 def pad_tree(tree: DraftTree, width: int) -> PaddedTree:
+    """``tree`` on ``width`` rows: padding rows repeat the root at depth 0 and see only themselves
+    (and the context, through :func:`tree_mask`), so no node ever attends to one."""
     device, n = tree.tokens.device, len(tree)
     if n > width:
         raise ValueError(f"a tree of {n} nodes does not fit a verify of width {width}")
