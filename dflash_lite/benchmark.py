@@ -388,7 +388,8 @@ def resolve(config: BenchConfig) -> Setup:
         adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     if c.compile:                     # decoders sized for the longest prompt, built here: never inside a timed run
         methods += static_methods(model, draft, c.block_sizes, max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                  SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer))
+                                  SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer),
+                                  c.tree_sizes)
     drafter_path = c.drafter or (None if c.random_drafter_layers else default_drafter_path(c.target))
     drafter_shown = _shown(str(drafter_path) if drafter_path else None)
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),

@@ -31,12 +31,13 @@ class Kind(str, enum.Enum):
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
     STATIC_AUTOREGRESSIVE = "static_autoregressive"  # block size 1 on the static path: ``speedup_vs_static``
     STATIC_DFLASH = "static_dflash"        # DFlash at ``block_size`` on the static path (:mod:`dflash_lite.static`)
+    STATIC_DFLASH_TREE = "static_dflash_tree"  # a DFlash tree of ``tree_size`` nodes on the static path
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
 
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE, Kind.STATIC_AUTOREGRESSIVE})
 DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.DFLASH_HYBRID,
-                          Kind.HF_DFLASH, Kind.STATIC_DFLASH})
+                          Kind.HF_DFLASH, Kind.STATIC_DFLASH, Kind.STATIC_DFLASH_TREE})
 OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
 
 

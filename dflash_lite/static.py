@@ -13,8 +13,15 @@ and replayed:
   overwrites what was rejected, and the attention masks (built from the cache positions) hide
   every slot past the accepted ones in the meantime.
 * **Fixed widths.** The target is only ever called on 1 token (plain decoding, or a last token)
-  or a block of B; the drafter on a context of B positions and a block of B. A short final block
-  is padded to B and the extra rows are ignored.
+  or a block of B (a draft tree: N + 1 rows); the drafter on a context of B (N + 1) positions and
+  a block of B. A short final block is padded to B and the extra rows are ignored.
+* **Draft trees** (``tree_size``, :mod:`dflash_lite.static_tree`): the drafter's logits give a tree
+  of N drafts (:func:`dflash_lite.tree.build_tree`), verified at width N + 1 under a tree mask and
+  accepted by :func:`dflash_lite.tree.accept_tree`; the accepted path's K/V move to consecutive
+  slots in place. Building the tree reads the drafter's top tokens on the host: a second sync.
+* **A policy** (``policy``, :mod:`dflash_lite.static_policy`): each step plain decoding, the chain
+  or the tree, chosen where the drafter forward would run (the end of the step before), as the
+  cost-aware policy rates them; after plain steps the drafter takes the context it missed.
 * **One host sync per step.** Greedy acceptance runs on the device; the step's only read back is
   one small tensor holding the accepted count and the tokens, which the caller needs anyway.
   (At temperature > 0 the acceptance rules of :mod:`dflash_lite.acceptance` are used as they are.)
@@ -37,8 +44,12 @@ from transformers.cache_utils import Cache, StaticCache, StaticLayer
 from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
 from .decode import GenerationResult, Step, check_request, cut_at_stop
 from .drafter import DFlashDrafter, check_compatible
+from .policy import Choice
 from .report import Kind, Method
+from .static_policy import StaticPolicy
+from .static_tree import draft_static_tree, keep_path, tree_mask
 from .target import context_features
+from .tree import accept_tree
 from .timing import PhaseTimer, no_phase
 from .validate import check_int
 
@@ -119,7 +130,10 @@ def drafter_mask(cache_length: int, block_width: int, context_end: torch.Tensor)
 
 
 class StaticDecoder:
-    """Plain decoding (``drafter=None``) or DFlash chains of ``block_size`` on static shapes.
+    """Plain decoding (``drafter=None``), DFlash chains of ``block_size``, or (``tree_size``) draft
+    trees of N nodes at depth ``block_size - 1`` on static shapes; with a ``policy``
+    (:class:`~dflash_lite.static_policy.StaticPolicy`), each step whichever of plain decoding, the
+    chain and the tree it rates best.
 
     Owns the caches and the (compiled) forwards, so build it once and call :meth:`generate` or
     :meth:`steps` many times. ``max_length``: the longest prompt + new tokens it will serve (default:
@@ -129,8 +143,12 @@ class StaticDecoder:
 
     def __init__(self, target, drafter: DFlashDrafter | None = None, block_size: int | None = None,
                  max_length: int | None = None, compile_forwards: bool | None = None,
-                 prefix_only: bool | None = None):
-        self.target, self.drafter, self.device = target, drafter, target.device
+                 prefix_only: bool | None = None, tree_size: int | None = None, policy: StaticPolicy | None = None):
+        self.target, self.drafter, self.device, self.policy = target, drafter, target.device, policy
+        if tree_size is not None and drafter is None:
+            raise ValueError("tree_size needs a drafter: a draft tree is built from the drafter's logits")
+        if policy is not None and drafter is None:
+            raise ValueError("a policy needs a drafter: it chooses between plain decoding and drafting")
         if drafter is not None:
             check_compatible(drafter.config, target.config)
             if type(drafter) is not DFlashDrafter or "sliding_attention" in drafter.config.layer_types:
@@ -139,9 +157,13 @@ class StaticDecoder:
             block_size = drafter.config.block_size if block_size is None else block_size
             check_int("block_size", block_size, 2, drafter.config.max_block_size)
         self.block_size = 1 if drafter is None else block_size
+        self.tree_size = None if tree_size is None else check_int("tree_size", tree_size)
+        self.choice = Choice(self.block_size, self.tree_size)              # what every step drafts
+        self.tree_width = None if tree_size is None else tree_size + 1      # a tree's verify: the root and N nodes
+        self.context_width = max(self.block_size, self.tree_width or 1)  # drafter context per forward (fixed shapes)
         self.layer_ids = None if drafter is None else drafter.config.target_layer_ids
         self.max_length = check_int("max_length", max_length or target.config.max_position_embeddings)
-        slots = self.max_length + self.block_size                           # room for a padded last block
+        slots = self.slots = self.max_length + self.context_width           # room for a padded last block or tree
         compile_forwards = self.device.type == "cuda" if compile_forwards is None else compile_forwards
         self.prefix_only = not compile_forwards if prefix_only is None else prefix_only
         if self.prefix_only and compile_forwards:
@@ -179,14 +201,20 @@ class StaticDecoder:
                 self.draft_cache.visible = draft_end
 
     # ------------------------------------------------------------------ the two forwards
-    def _target_forward(self, ids: torch.Tensor, position: torch.Tensor):
+    def _target_forward(self, ids: torch.Tensor, position: torch.Tensor, depths: torch.Tensor | None = None,
+                        ancestors: torch.Tensor | None = None):
         """The target over ``ids`` (1, W) written at ``position`` ..: logits (W, V) and the tapped
         features (1, W, K*H) (or None). Rewinding the write position is all the "crop" there is:
-        the causal mask, built from it, hides every later slot."""
+        the causal mask, built from it, hides every later slot. A tree gives its nodes' ``depths``
+        (W,) and ``ancestors`` (W, W) instead, for positions and a tree mask (:mod:`dflash_lite.static_tree`)."""
         for layer in self.cache.layers:
             layer.cumulative_length.copy_(position)
-        positions = (position + self.offsets[: ids.shape[1]])[None]       # (1, W)
-        out = self.target(ids, past_key_values=self.cache, position_ids=positions, use_cache=True,
+        width, mask = ids.shape[1], None
+        positions = (position + (self.offsets[:width] if depths is None else depths))[None]   # (1, W)
+        if ancestors is not None:
+            mask = tree_mask(ancestors, position, self.cache.layers[0].visible if self.prefix_only else self.slots)
+        out = self.target(ids, attention_mask=mask, past_key_values=self.cache, position_ids=positions,
+                          use_cache=True,
                           output_hidden_states=[i + 1 for i in self.layer_ids] if self.layer_ids else False)
         hidden = context_features(out.hidden_states, self.layer_ids) if self.layer_ids else None
         return out.logits[0], hidden
@@ -219,10 +247,15 @@ class StaticDecoder:
         at = torch.tensor(position, device=self.device)
         last = torch.zeros(1, dtype=torch.long, device=self.device)
         for _ in range(3):                              # compile, then warm-up and record the graphs
-            for width in sorted({1, self.block_size}):
-                _, hidden = self.target_forward(last.expand(1, width), at)
+            _, hidden = self.target_forward(last[None], at)
+            if self.tree_size:                          # the tree's width, under a tree mask
+                width = self.tree_width
+                self.target_forward(last.expand(1, width), at, self.offsets[:width] * 0,
+                                    torch.eye(width, dtype=torch.bool, device=self.device))
+            if self.block_size > 1 and (self.tree_size is None or self.policy is not None):   # the chain's
+                self.target_forward(last.expand(1, self.block_size), at)
             if self.drafter is not None:
-                self.draft_forward(last, hidden.clone(), at, at)
+                self.draft_forward(last, hidden.expand(1, self.context_width, -1).clone(), at, at)
         self.warm = True
 
     # ------------------------------------------------------------------ the loop
@@ -238,6 +271,8 @@ class StaticDecoder:
                              f"this decoder's max_length of {self.max_length}")
         ids, stops = input_ids.to(self.device), set(stop_token_ids)
         processors = sampling.processors()
+        if self.policy is not None:
+            self.policy.start(self.block_size, self.tree_size)
         with phase("prefill"):
             for layer in self.cache.layers:             # the prompt from slot 0 (eager: its width is the prompt's)
                 if layer.is_initialized:
@@ -248,55 +283,99 @@ class StaticDecoder:
             last = choose_tokens(out.logits[0], sampling, processors, generator)  # (1,) the first new token
             position = ids.shape[1]                      # slots 0..position-1 hold accepted tokens
             self._warm_up(position)
-            drafted = None
             at = torch.tensor(position, device=self.device)   # the same, on the device, for the forwards
-            if self.drafter is not None:                 # the prompt's context into the drafter's cache (eager, once)
-                features, context_start = context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)
-                drafted = self._draft_forward(last, features, context_start, at)
+            waiting = []                                 # (features, first slot) no drafter forward has seen yet
+            if self.drafter is not None:                 # the prompt's context (eager, once)
+                waiting.append((context_features(out.hidden_states, self.layer_ids), torch.zeros_like(at)))
+            choice = self._choose(position, max_new_tokens - 1)
+            drafted = self._draft(last, waiting, at, position, eager=True) if choice.uses_drafter else None
         emitted, stopped = 1, int(last) in stops
         yield Step([int(last)], None, stopped)
+        rule = _Rule(sampling, processors, generator, stops)
         while not stopped and emitted < max_new_tokens:
             with phase("steps"):
-                new, n, last, stopped, drafted = self._step(last, at, position, drafted, max_new_tokens - emitted,
-                                                            _Rule(sampling, processors, generator, stops))
-            position += n + 1
-            emitted += len(new)
+                new, n, last, stopped = self._step(last, at, position, drafted, choice, max_new_tokens - emitted,
+                                                   rule, waiting)
+                position, emitted = position + n + 1, emitted + len(new)
+                if not stopped and emitted < max_new_tokens:   # the next step's choice, and its drafter forward
+                    choice = self._choose(position, max_new_tokens - emitted)
+                    drafted = self._draft(last, waiting, at, position) if choice.uses_drafter else None
             yield Step(new, n + 1, stopped)
 
-    def _step(self, last, at, position: int, drafted, budget: int, rule: _Rule):
+    def _choose(self, position: int, budget: int) -> Choice:
+        """The next step's draft: the decoder's own, or the policy's, with at most ``budget`` tokens."""
+        if self.drafter is None or budget <= 1:
+            return Choice(1)
+        return self.choice if self.policy is None else self.policy.choose(position, min(self.block_size, budget) - 1)
+
+    def _step(self, last, at, position: int, drafted, choice: Choice, budget: int, rule: _Rule, waiting: list):
         """One static-shape step: verify ``last`` (at ``position``; ``at`` holds it on the device)
-        and the drafts of the last drafter forward, accept, and run the next drafter forward.
-        Returns (new tokens, n, the next last token, stopped, the next drafts); ``at`` moves on in place."""
-        k = min(self.block_size, budget) - 1                                  # drafts this step may keep
-        self._show(position + (1 if self.drafter is None or k == 0 else self.block_size))
-        if self.drafter is None or k == 0:               # plain decoding: a forward of width 1
+        and the drafts of ``choice`` from the last drafter forward's logits (a chain, or a tree built
+        from them), accept, and add the accepted rows' features to ``waiting``. Returns (new tokens,
+        n, the next last token, stopped); ``at`` moves on in place."""
+        k = min(choice.block_size, budget) - 1                               # drafts this step may keep
+        tree = None
+        if k == 0:                                       # plain decoding: a forward of width 1
+            self._show(position + 1)
             logits, hidden = self.target_forward(last[None], at)
-            drafts = last[:0]
-        else:                                            # drafts from the last step's forward, then verify
+            step, rows = self._accept_chain(logits, last[:0], 0, rule)
+        elif choice.tree_size:                           # a tree of N drafts from the drafter's logits, width N+1
+            tree = draft_static_tree(last, drafted[:k], choice.tree_size, self.tree_width)   # a host read
+            self._show(position + self.tree_width)
+            logits, hidden = self.target_forward(tree.tokens, at, tree.depths, tree.ancestors)   # (N+1, V)
+            path, next_token = accept_tree(tree.tree, logits[: len(tree.tree)], rule.sampling, rule.processors,
+                                           rule.generator)                       # the target's choices: a host read
+            step = [len(path) - 1] + [tree.node_tokens[i] for i in path[1:]] + [next_token]
+            rows = torch.tensor(path, device=self.device)
+            keep_path(self.cache.layers, position, rows)  # the path's K/V into consecutive slots
+        else:                                            # a chain: the drafts of the last drafter forward
             drafts = drafted.argmax(dim=-1)                                       # (B-1,)
+            self._show(position + self.block_size)
             logits, hidden = self.target_forward(torch.cat([last, drafts])[None], at)   # (B, V)
+            step, rows = self._accept_chain(logits, drafts, k, rule)
+        n, next_token = step[0], step[-1]
+        if self.policy is not None:
+            self.policy.observe(choice, step[1:-1] if tree is not None else step[1: k + 1], n,
+                                None if tree is None else tree.tree)
+        new, stopped = cut_at_stop(step[1: n + 1] + [next_token], rule.stops)   # a stop ends the output there
+        if self.drafter is not None:                     # the accepted rows' features, for the next drafter forward
+            waiting.append((hidden[:, : n + 1] if rows is None else hidden[:, rows], at.clone()))
+        at.fill_(position + n + 1)                       # the verified slots before it stay
+        return new, n, torch.full((1,), next_token, dtype=torch.long, device=self.device), stopped
+
+    def _draft(self, last, waiting: list, at, position: int, eager: bool = False) -> torch.Tensor:
+        """The drafter forward over ``[last, MASK x (B-1)]`` at ``at``, after writing the ``waiting``
+        context (emptied): the drafts' logits (B-1, V). With fixed shapes every forward writes
+        ``context_width`` positions: a shorter context is padded (the padding lies past the mask and
+        is overwritten before it is read), and a longer one (after plain steps) goes in chunks, each
+        through a forward whose drafts are dropped. ``eager``: the prompt's, whatever its length."""
+        features, start = torch.cat([f for f, _ in waiting], dim=1), waiting[0][1]   # (1, C, K*H)
+        waiting.clear()
+        self._show(position, position)
+        if eager:
+            return self._draft_forward(last, features, start, at)
+        if self.prefix_only:
+            return self.draft_forward(last, features, start, at)
+        width = self.context_width
+        while features.shape[1] > width:                 # catching up: context only, the drafts are dropped
+            self.draft_forward(last, features[:, :width], start, start + width)
+            features, start = features[:, width:], start + width
+        features = torch.cat([features, features[:, -1:].expand(1, width - features.shape[1], -1)], dim=1)
+        return self.draft_forward(last, features, start, at).clone()
+
+    def _accept_chain(self, logits, drafts, k: int, rule: _Rule):
+        """Accept ``drafts[:k]`` after ``last`` from the target's ``logits`` (k+1.., V): the step as
+        [n, d1..dn, next token] (the one host read) and the verify rows that stay (None: the first n+1)."""
         if rule.sampling.greedy and k == 0:              # nothing to verify: the target's own token
-            n, next_token = 0, int(logits[0].argmax())                            # the one host sync
-            step = [n, next_token]
-        elif rule.sampling.greedy:                       # on the device: keep drafts while the target agrees
+            return [0, int(logits[0].argmax())], None
+        if rule.sampling.greedy:                         # on the device: keep drafts while the target agrees
             choice = logits.argmax(dim=-1)                                        # (W,)
             agree = (drafts[:k] == choice[:k]).long().cumprod(dim=0)              # 1 until the first miss
             n = agree.sum()
-            step = torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist()   # the one host sync
-            n, next_token = step[0], step[-1]
-        else:                                            # the lossless point-mass rule, as in decode.accept
-            p = target_probs(logits[: k + 1], rule.sampling, rule.processors)    # (k+1, V)
-            n, next_token = accept_point_mass(drafts[:k], p, rule.generator)
-            step = [n] + drafts[:k].tolist() + [next_token]
-        new, stopped = cut_at_stop(step[1: n + 1] + [next_token], rule.stops)   # a stop ends the output there
-        context_start = at.clone()
-        at.fill_(position + n + 1)                       # the verified slots before it stay
-        last = torch.full((1,), next_token, dtype=torch.long, device=self.device)
-        if self.drafter is not None and not stopped and budget - len(new) > 0:
-            self._show(position + n + 1, position + n + 1)
-            features = hidden[:, : n + 1] if self.prefix_only else hidden          # rejected slots: never read
-            drafted = self.draft_forward(last, features, context_start, at).clone()   # the next step's drafts
-        return new, n, last, stopped, drafted
+            return torch.cat([n[None], drafts[:k], choice.gather(0, n[None])]).tolist(), None   # the one host sync
+        p = target_probs(logits[: k + 1], rule.sampling, rule.processors)        # the lossless point-mass rule,
+        n, next_token = accept_point_mass(drafts[:k], p, rule.generator)         # as in decode.accept   (k+1, V)
+        return [n] + drafts[:k].tolist() + [next_token], None
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids=(), generator: torch.Generator | None = None) -> GenerationResult:
@@ -310,11 +389,12 @@ class StaticDecoder:
 
 # ---------------------------------------------------------------------- the benchmark's rows
 def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_length: int,
-                   sampling: SamplingParams = SamplingParams(), stop_token_ids=()) -> list[Method]:
+                   sampling: SamplingParams = SamplingParams(), stop_token_ids=(), tree_sizes=()) -> list[Method]:
     """``bench --compile`` (docs/method.md#measuring): plain decoding, and DFlash chains of each of
-    ``block_sizes`` when a drafter is given, on this path. Each decoder is built once, here, for
-    prompt + new tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in
-    its first run, which the benchmark's untimed warm-up pass is."""
+    ``block_sizes`` and draft trees of each of ``tree_sizes`` nodes (at the drafter's block size)
+    when a drafter is given, on this path. Each decoder is built once, here, for prompt + new
+    tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in its first run,
+    which the benchmark's untimed warm-up pass is."""
     def row(name: str, decoder: StaticDecoder, kind: Kind) -> Method:
         how = "static, CUDA graphs" if decoder.compiled and decoder.device.type == "cuda" else (
             "static, compiled" if decoder.compiled else "static")
@@ -322,9 +402,12 @@ def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_lengt
         def run(ids, n):
             result = decoder.generate(ids, n, sampling, stop_token_ids)
             return result.tokens, result
-        return Method(f"{name} ({how})", run, kind, block_size=decoder.block_size)
+        return Method(f"{name} ({how})", run, kind, block_size=decoder.block_size, tree_size=decoder.tree_size)
 
     methods = [row("autoregressive", StaticDecoder(target, max_length=max_length), Kind.STATIC_AUTOREGRESSIVE)]
     for b in block_sizes if drafter is not None else ():
         methods.append(row(f"DFlash B={b}", StaticDecoder(target, drafter, b, max_length), Kind.STATIC_DFLASH))
+    for n in tree_sizes if drafter is not None else ():
+        methods.append(row(f"DFlash tree N={n}", StaticDecoder(target, drafter, max_length=max_length, tree_size=n),
+                           Kind.STATIC_DFLASH_TREE))
     return methods

@@ -1,9 +1,9 @@
 """The static-shape decode path (dflash_lite.static) is lossless, like the loop it mirrors.
 
-Greedy: plain decoding and DFlash chains on static caches give the target's own greedy tokens
-(3 prompts always, 50 prompts in the slow set). Sampling: the first three sampled tokens follow
-the target's exact distribution (chi-square), with the shipped drafter's one draft both accepted
-and rejected. The caches are sized once: no buffer is reallocated by a generation.
+Greedy: plain decoding, DFlash chains, draft trees and the policy over them on static caches give
+the target's own greedy tokens (3 prompts always, 50 prompts in the slow set). Sampling: the first
+three sampled tokens follow the target's exact distribution (chi-square), with the shipped
+drafter's one draft (or a tree of two) both accepted and rejected. The caches are sized once: no buffer is reallocated by a generation.
 """
 import pytest
 import torch
@@ -12,14 +12,18 @@ from dflash_lite import SamplingParams, corpus, generate_autoregressive, stop_to
 from dflash_lite.acceptance import target_probs
 from dflash_lite.benchmark import bench
 from dflash_lite.checkpoints import load_drafter
+from dflash_lite.costs import StepCosts
 from dflash_lite.engine import Engine
+from dflash_lite.policy import Choice
 from dflash_lite.report import OUR_DFLASH_KINDS, Kind, row_of
 from dflash_lite.static import StaticDecoder
+from dflash_lite.static_policy import StaticPolicy
 from dflash_lite.target import default_drafter_path
 from sampling_checks import assert_samples_follow
 
 MAX_NEW = 48
 RUNS = 800
+POLICY_COSTS = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.45}, {2: 0.45, 16: 0.5})   # drafting pays when it is right
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +62,66 @@ def test_static_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, 
     assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
 
 
+@pytest.mark.parametrize("prefix_only", [True, False], ids=["prefix", "fixed-shapes"])
+def test_static_tree_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, prefix_only,
+                                                              monkeypatch):
+    """A draft tree of 16 nodes verified at width 17; some accepted path must leave the first-ranked
+    spine, so that moving its K/V into consecutive slots is exercised."""
+    import dflash_lite.static as static
+
+    target, tokenizer = tiny
+    moved = []
+    original = static.keep_path
+    monkeypatch.setattr(static, "keep_path", lambda layers, position, rows: (moved.append(rows.tolist()),
+                                                                              original(layers, position, rows)))
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only)
+    assert decoder.tree_width == 17 and decoder.context_width == 17
+    assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+    assert any(rows != list(range(len(rows))) for rows in moved)
+
+
+class ScriptedPolicy(StaticPolicy):
+    """Plain decoding for 20 steps (more new context than one fixed-width drafter forward takes),
+    then the tree, the chain, plain, the tree again, ..., cycling through the menu."""
+    SCRIPT = [0] * 20 + [2, 1, 0, 0, 2, 0, 1]
+
+    def choose(self, context_length, depth):
+        return Choice(1) if depth == 0 else self.menu[self.SCRIPT[len(self.chosen) % len(self.SCRIPT)]]
+
+
+def test_static_policy_switching_widths_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases):
+    """Scripted switches between plain decoding, the chain and the tree: every switch is lossless, and
+    the drafter's context caught up in fixed-width chunks after plain steps drafts exactly what it
+    drafts when written at once (the same acceptance lengths with fixed shapes as with the prefix)."""
+    target, tokenizer = tiny
+    lengths = {}
+    for prefix_only in (True, False):
+        policy = ScriptedPolicy(StepCosts({1: 1.0, 16: 1.4}, {16: 0.5}))
+        decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only, policy=policy)
+        assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+        assert {c.kind for c in policy.chosen} == {"plain", "chain", "tree"}
+        lengths[prefix_only] = [decoder.generate(ids, MAX_NEW).acceptance_lengths for ids, _ in quick_cases]
+    assert lengths[True] == lengths[False]
+
+
+@pytest.mark.parametrize("prefix_only", [True, False], ids=["prefix", "fixed-shapes"])
+def test_static_policy_greedy_equals_target_greedy_on_3_prompts(tiny, shipped_drafter, quick_cases, prefix_only):
+    target, tokenizer = tiny
+    policy = StaticPolicy(POLICY_COSTS)
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=prefix_only, policy=policy)
+    assert mismatches(decoder, quick_cases, stop_token_ids(target, tokenizer)) == 0
+    assert any(c.uses_drafter for c in policy.chosen)
+
+
 def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
-    report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(),
+    report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(8,),
                    baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))
     plain, dflash = row_of(report, Kind.STATIC_AUTOREGRESSIVE), row_of(report, Kind.STATIC_DFLASH, block_size=4)
-    assert Kind.STATIC_DFLASH in OUR_DFLASH_KINDS and plain["block_size"] == 1
+    tree = row_of(report, Kind.STATIC_DFLASH_TREE, tree_size=8)
+    assert Kind.STATIC_DFLASH in OUR_DFLASH_KINDS and Kind.STATIC_DFLASH_TREE in OUR_DFLASH_KINDS
+    assert plain["block_size"] == 1 and tree["name"] == "DFlash tree N=8 (static)"
     assert plain["identical_to_target"] is True and dflash["identical_to_target"] is True
+    assert tree["identical_to_target"] is True and tree["tau"] > 1
     assert plain["speedup_vs_static"] == 1.0 and dflash["tau"] > 1
     assert dflash["speedup_vs_static"] == pytest.approx(dflash["tokens_per_s"] / plain["tokens_per_s"])
 
@@ -78,6 +136,37 @@ def test_static_chain_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_dr
     decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter,
                             prefix_only=drafter == "shipped")           # both ways of attending, one each
     assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.parametrize("drafter", ["shipped", "random"])
+def test_static_tree_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_drafter, random_drafter,
+                                                               greedy_cases, drafter):
+    """Trees of 16 nodes (the shipped drafter, attending to the filled slots) and of 12 nodes at
+    block size 8 (the random drafter, whose paths are short and often leave the spine; fixed shapes)."""
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    decoder = StaticDecoder(target, shipped_drafter, tree_size=16, prefix_only=True) if drafter == "shipped" else \
+        StaticDecoder(target, random_drafter, 8, tree_size=12, prefix_only=False)
+    assert len(cases) == 50 and mismatches(decoder, cases, stop_token_ids(target, tokenizer)) == 0
+
+
+@pytest.mark.parametrize("drafter", ["shipped", "random"])
+def test_static_policy_greedy_equals_target_greedy_on_50_prompts(tiny, shipped_drafter, random_drafter,
+                                                                 greedy_cases, drafter):
+    """The policy over plain decoding, the chain of 16 and the tree of 16, carried from prompt to
+    prompt. The random drafter loses: the policy falls back to plain decoding and tries drafting
+    again now and then, so the drafter's context is caught up after runs of plain steps (fixed shapes)."""
+    target, tokenizer = tiny
+    cases = greedy_cases(MAX_NEW, math_start=900, code_seed=3)
+    policy, chosen = StaticPolicy(POLICY_COSTS), []
+    decoder = StaticDecoder(target, shipped_drafter if drafter == "shipped" else random_drafter, tree_size=16,
+                            prefix_only=drafter == "shipped", policy=policy)
+    stops, wrong = stop_token_ids(target, tokenizer), 0
+    for ids, expected in cases:
+        wrong += decoder.generate(ids, MAX_NEW, stop_token_ids=stops).tokens != expected
+        chosen += policy.chosen
+    assert len(cases) == 50 and wrong == 0
+    assert {c.kind for c in chosen} >= ({"chain", "tree"} if drafter == "shipped" else {"plain", "tree"})
 
 
 @pytest.mark.slow
@@ -132,13 +221,22 @@ def test_static_path_refuses_what_it_cannot_serve(tiny, shipped_drafter, quick_c
         StaticDecoder(target, shipped_drafter, block_size=1)
     with pytest.raises(ValueError, match="prefix_only"):
         StaticDecoder(target, shipped_drafter, compile_forwards=True, prefix_only=True)
+    with pytest.raises(ValueError, match="tree_size needs a drafter"):
+        StaticDecoder(target, tree_size=16)
+    with pytest.raises(ValueError, match="tree_size"):
+        StaticDecoder(target, shipped_drafter, tree_size=0)
+    with pytest.raises(ValueError, match="a policy needs a drafter"):
+        StaticDecoder(target, policy=StaticPolicy(POLICY_COSTS))
 
 
 @pytest.mark.slow
-def test_static_path_samples_from_the_target(tiny, shipped_drafter):
+@pytest.mark.parametrize("draft", ["chain", "tree", "policy"])
+def test_static_path_samples_from_the_target(tiny, shipped_drafter, draft):
     """Three tokens at temperature 1, top_k 3: the prefill's, then one step that drafts one token
-    (block size 2), which must be accepted and rejected often; the counts of all three-token
-    outcomes must match the target's exact distribution."""
+    (block size 2; for the tree, the drafter's two likeliest first tokens as siblings; the policy
+    chooses between them and plain decoding from what earlier runs accepted), which must be
+    accepted and rejected often; the counts of all three-token outcomes must match the target's
+    exact distribution."""
     target, tokenizer = tiny
     sampling = SamplingParams(temperature=1.0, top_k=3)
     ids = tokenizer("The answer is", return_tensors="pt").input_ids
@@ -154,5 +252,12 @@ def test_static_path_samples_from_the_target(tiny, shipped_drafter):
             probs = p_next(torch.cat([ids, torch.tensor([list(prefix)], dtype=torch.long)], 1))
             grown.update({prefix + (t,): p * float(probs[t]) for t in probs.nonzero().flatten().tolist()})
         exact = grown
-    decoder, g = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64), torch.Generator().manual_seed(7)
-    assert_samples_follow(exact, [decoder.generate(ids, 3, sampling, generator=g) for _ in range(RUNS)])
+    policy = StaticPolicy(StepCosts({1: 1.0, 2: 1.05, 3: 1.35}, {2: 0.1})) if draft == "policy" else None
+    decoder = StaticDecoder(target, shipped_drafter, block_size=2, max_length=64,
+                            tree_size=None if draft == "chain" else 2, policy=policy)
+    g, results, kinds = torch.Generator().manual_seed(7), [], set()
+    for _ in range(RUNS):
+        results.append(decoder.generate(ids, 3, sampling, generator=g))
+        kinds |= {c.kind for c in policy.chosen} if policy else set()
+    assert_samples_follow(exact, results)
+    assert kinds == ({"chain", "tree", "plain"} if policy else set())  # plain: a last token alone
