@@ -23,9 +23,10 @@ from .checkpoints import load_pair
 from .costs import StepCosts
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import DEFAULT_OPTIONS, PolicySession
+from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, NO_NGRAM_OPTIONS, PolicySession
 from .prompts import encode
 from .static import StaticDecoder
+from .static_policy import StaticPolicy
 from .target import parse_dtype, stop_token_ids
 from .timing import PhaseTimer
 from .validate import check_device, check_int, check_prompt, check_seed
@@ -39,9 +40,9 @@ class Engine:
         """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
         drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
         tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`). ``compile``: decode on
-        the static-shape path (:mod:`dflash_lite.static`; CUDA graphs on CUDA), plain or DFlash chains of a
-        fixed block size (the policy's block size when none is given), on caches sized for the longest
-        call so far (:meth:`_static_for`)."""
+        the static-shape path (:mod:`dflash_lite.static`; CUDA graphs on CUDA): plain decoding, DFlash
+        chains of a fixed ``block_size``, or by default the static path's policy over plain decoding,
+        the chain and the tree, on caches sized for the longest call so far (:meth:`_static_for`)."""
         self.target, self.tokenizer, self.drafter, self.chat_template = target, tokenizer, drafter, chat_template
         if dtype is not None:
             target.to(parse_dtype(dtype))
@@ -62,16 +63,24 @@ class Engine:
         self.compile = compile
         self.static: StaticDecoder | None = None    # owns the static caches and the compiled forwards (_static_for)
 
-    def _static_for(self, length: int) -> StaticDecoder:
+    def _static_for(self, input_ids: torch.Tensor, length: int) -> StaticDecoder:
         """The static decoder, its caches sized for ``length`` tokens (prompt + new tokens) rounded
         up to a power of two from :data:`STATIC_MIN_LENGTH`, and capped at the target's context. It is
         kept across calls and rebuilt larger (and, on CUDA, recompiled) only when a call needs more:
-        every slot costs memory and, in a compiled forward, attention over it."""
+        every slot costs memory and, in a compiled forward, attention over it. With the default policy
+        (no ``block_size``), each step is plain decoding, the chain or the tree of
+        :data:`~dflash_lite.policy.DEFAULT_TREE_SIZES`, as a :class:`~dflash_lite.static_policy.StaticPolicy`
+        rates them from the session's step costs (measured at ``input_ids`` the first time) and
+        its own estimates, which every call hands on to the next."""
         if self.static is None or self.static.max_length < length:
             context = self.target.config.max_position_embeddings
             size = min(max(STATIC_MIN_LENGTH, 1 << (length - 1).bit_length()), context)
             drafter = self.drafter if self.block_size != 1 else None
-            self.static = StaticDecoder(self.target, drafter, self.block_size, size)
+            policy = self.static.policy if self.static is not None else None       # its estimates carry over
+            if drafter is not None and self.block_size is None and policy is None:
+                policy = StaticPolicy(self.session.measured_costs(input_ids), NO_NGRAM_OPTIONS)
+            tree_size = max(DEFAULT_TREE_SIZES) if policy is not None else None
+            self.static = StaticDecoder(self.target, drafter, self.block_size, size, tree_size=tree_size, policy=policy)
         return self.static
 
     @classmethod
@@ -126,7 +135,8 @@ class Engine:
         timer = PhaseTimer(self.target.device)
         self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
         if self.compile:
-            loop = self._static_for(input_ids.shape[1] + max_new_tokens).steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
+            decoder = self._static_for(input_ids.to(self.target.device), input_ids.shape[1] + max_new_tokens)
+            loop = decoder.steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
         else:
             proposer = self.proposer(input_ids)
             loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,

@@ -403,6 +403,13 @@ class PolicySession:
             self._measure(prompt_ids)
         return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate)
 
+    def measured_costs(self, prompt_ids: torch.Tensor) -> StepCosts:
+        """The step costs, measured at ``prompt_ids`` the first time and kept (for a policy that
+        is not a :class:`CostAwareProposer`, as the static path's)."""
+        if self.costs is None:
+            self._measure(prompt_ids)
+        return self.costs
+
     def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
         """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
         ``sequence_ids``, its prompt and output) when they drifted."""

@@ -32,12 +32,14 @@ class Kind(str, enum.Enum):
     STATIC_AUTOREGRESSIVE = "static_autoregressive"  # block size 1 on the static path: ``speedup_vs_static``
     STATIC_DFLASH = "static_dflash"        # DFlash at ``block_size`` on the static path (:mod:`dflash_lite.static`)
     STATIC_DFLASH_TREE = "static_dflash_tree"  # a DFlash tree of ``tree_size`` nodes on the static path
+    STATIC_DFLASH_POLICY = "static_dflash_policy"  # the static path's policy: plain, the chain or the tree per step
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
 
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE, Kind.STATIC_AUTOREGRESSIVE})
 DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.DFLASH_HYBRID,
-                          Kind.HF_DFLASH, Kind.STATIC_DFLASH, Kind.STATIC_DFLASH_TREE})
+                          Kind.HF_DFLASH, Kind.STATIC_DFLASH, Kind.STATIC_DFLASH_TREE,
+                          Kind.STATIC_DFLASH_POLICY})
 OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
 
 

@@ -36,15 +36,17 @@ token, without a mask. The result is the same :class:`~dflash_lite.decode.Genera
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import Cache, StaticCache, StaticLayer
 
 from .acceptance import SamplingParams, accept_point_mass, choose_tokens, target_probs
+from .costs import step_costs
 from .decode import GenerationResult, Step, check_request, cut_at_stop
 from .drafter import DFlashDrafter, check_compatible
-from .policy import Choice
+from .policy import NO_NGRAM_OPTIONS, Choice
 from .report import Kind, Method
 from .static_policy import StaticPolicy
 from .static_tree import draft_static_tree, keep_path, tree_mask
@@ -391,8 +393,9 @@ class StaticDecoder:
 def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_length: int,
                    sampling: SamplingParams = SamplingParams(), stop_token_ids=(), tree_sizes=()) -> list[Method]:
     """``bench --compile`` (docs/method.md#measuring): plain decoding, and DFlash chains of each of
-    ``block_sizes`` and draft trees of each of ``tree_sizes`` nodes (at the drafter's block size)
-    when a drafter is given, on this path. Each decoder is built once, here, for prompt + new
+    ``block_sizes``, draft trees of each of ``tree_sizes`` nodes (at the drafter's block size) and,
+    with trees, the static policy over plain decoding, the chain and the largest tree, when a
+    drafter is given, on this path. Each decoder is built once, here, for prompt + new
     tokens up to ``max_length``; on CUDA its forwards are compiled and recorded in its first run,
     which the benchmark's untimed warm-up pass is."""
     def row(name: str, decoder: StaticDecoder, kind: Kind) -> Method:
@@ -410,4 +413,20 @@ def static_methods(target, drafter: DFlashDrafter | None, block_sizes, max_lengt
     for n in tree_sizes if drafter is not None else ():
         methods.append(row(f"DFlash tree N={n}", StaticDecoder(target, drafter, max_length=max_length, tree_size=n),
                            Kind.STATIC_DFLASH_TREE))
+    if drafter is not None and tree_sizes:          # the policy over plain, the chain and the largest tree
+        decoder = StaticDecoder(target, drafter, max_length=max_length, tree_size=max(tree_sizes))
+        policy_row = row("DFlash (ours) cost-aware", decoder, Kind.STATIC_DFLASH_POLICY)
+        methods.append(replace(policy_row, run=_with_policy(decoder, policy_row.run)))
     return methods
+
+
+def _with_policy(decoder: StaticDecoder, run):
+    """``run``, with the decoder's :class:`~dflash_lite.static_policy.StaticPolicy` made at its first
+    call: step costs measured at that prompt (in the benchmark's untimed warm-up), the default's
+    options less prompt lookup; its estimates then carry from prompt to prompt, as an Engine's."""
+    def first_then_run(ids, n):
+        if decoder.policy is None:
+            costs = step_costs(decoder.target, decoder.drafter, ids, decoder.block_size, (decoder.tree_size,), 3)
+            decoder.policy = StaticPolicy(costs, NO_NGRAM_OPTIONS)
+        return run(ids, n)
+    return first_then_run

@@ -124,6 +124,8 @@ def test_bench_compile_adds_static_rows_with_the_targets_output(tmp_path):
     assert tree["identical_to_target"] is True and tree["tau"] > 1
     assert plain["speedup_vs_static"] == 1.0 and dflash["tau"] > 1
     assert dflash["speedup_vs_static"] == pytest.approx(dflash["tokens_per_s"] / plain["tokens_per_s"])
+    policy = row_of(report, Kind.STATIC_DFLASH_POLICY)                 # plain, the chain of 16 or the tree of 8
+    assert policy["identical_to_target"] is True and policy["speedup_vs_static"] is not None
 
 
 @pytest.mark.slow
@@ -182,6 +184,21 @@ def test_engine_compile_gives_the_same_text(tiny, shipped_drafter):
     eager = Engine(target, tokenizer, shipped_drafter, block_size=16).generate(prompt, max_new_tokens=32)
     engine = Engine(target, tokenizer, shipped_drafter, block_size=16, compile=True)
     assert engine.generate(prompt, max_new_tokens=32) == eager and engine.last_result.tau > 1
+
+
+def test_engine_compile_runs_the_static_policy_by_default(tiny, shipped_drafter):
+    """Without a block size, Engine(compile=True) chooses each static step (plain, chain or tree)
+    with one StaticPolicy whose estimates carry from call to call; the text is the target's."""
+    target, tokenizer = tiny
+    prompts = corpus.prompts("held_out", "math", 2)
+    engine = Engine(target, tokenizer, shipped_drafter, compile=True)
+    engine.session.costs = POLICY_COSTS                                # not measured here
+    for prompt in prompts:
+        eager = Engine(target, tokenizer, block_size=1).generate(prompt, max_new_tokens=24)
+        assert engine.generate(prompt, max_new_tokens=24) == eager
+    policy = engine.static.policy
+    assert policy is not None and engine.static.tree_size and policy.costs is POLICY_COSTS
+    assert policy.chosen and policy.estimate.judged > 0 and engine.last_result.tau > 1
 
 
 def test_engine_sizes_its_static_caches_for_the_calls_it_serves(tiny):
