@@ -95,8 +95,8 @@ class PolicyOptions:
     ngram_drafts: int = 0
     max_ngram: int = 3
     decay: float = 0.9
-    idle_decay: float = 0.99
-    request_decay: float = 0.9
+    idle_decay: float = 0.98
+    request_decay: float = 0.5
     prior: float = 0.7
     prior_weight: float = 3.0
     tree_prior_gain: float = 1.3
