@@ -95,7 +95,7 @@ class PolicyOptions:
     ngram_drafts: int = 0
     max_ngram: int = 3
     decay: float = 0.9
-    idle_decay: float = 0.98
+    idle_decay: float = 0.99
     request_decay: float = 0.5
     prior: float = 0.7
     prior_weight: float = 3.0
