@@ -70,6 +70,7 @@ class StepCosts:
     def _model(self) -> None:
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind of step: decayed [measured, predicted] seconds
+        self._ratios: dict[str, float] = {}         # correction() per kind, until the next observe()
         lines = {}                     # per length: the target line (b > 1), the draft line, one target token
         for n, (t_target, t_draft) in self.tables.items():
             lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target), _fit(t_draft),
@@ -110,14 +111,17 @@ class StepCosts:
         alone were predicted to take ``predicted``."""
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+        self._ratios.clear()
 
     def correction(self, kind: str) -> float:
         """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds around
         the forwards differs by kind (a drafter step runs more Python than a prompt-lookup step), so
         each kind's prediction is scaled by its own ratio; a kind never timed takes the ratio over
         all kinds (1 before any step)."""
-        measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0)
-        return measured / predicted if predicted > 0 else 1.0
+        if kind not in self._ratios:            # read once per kind between observations (the policy asks per option)
+            measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0)
+            self._ratios[kind] = measured / predicted if predicted > 0 else 1.0
+        return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None) -> float:
         """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft)."""

@@ -168,6 +168,7 @@ class AcceptanceEstimate:
     hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
     hybrid_steps: dict[int, float] = field(default_factory=dict)
     ngram: AcceptanceEstimate | None = None
+    _expected: list[float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.accepted_at = self.accepted_at or [0.0] * self.depth
@@ -183,6 +184,7 @@ class AcceptanceEstimate:
 
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
         """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None: the same)."""
+        self._expected = None
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
         self.judged_at = [t * factor for t in self.judged_at]
@@ -194,6 +196,7 @@ class AcceptanceEstimate:
 
     def observe_chain(self, accepted: int, judged: int) -> None:
         """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
+        self._expected = None
         self.accepted += accepted
         self.judged += judged
         for k in range(min(judged, self.depth)):
@@ -219,12 +222,14 @@ class AcceptanceEstimate:
 
     def expected_tokens(self) -> list[float]:
         """Tokens a chain step of b tokens is expected to commit, bonus included, for b = 1..depth+1:
-        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``."""
-        expected, survive = [1.0], 1.0
-        for a in self.acceptance_by_position():
-            survive *= a
-            expected.append(expected[-1] + survive)
-        return expected
+        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the counts change."""
+        if self._expected is None:
+            expected, survive = [1.0], 1.0
+            for a in self.acceptance_by_position():
+                survive *= a
+                expected.append(expected[-1] + survive)
+            self._expected = expected
+        return list(self._expected)
 
     def _mean(self, tokens: float, steps: float, prior: float) -> float:
         return (tokens + self.prior_weight * prior) / (steps + self.prior_weight)
