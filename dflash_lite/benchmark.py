@@ -38,7 +38,7 @@ import transformers
 
 from . import validate
 from .acceptance import SamplingParams
-from .baselines import DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
+from .baselines import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
 from .checkpoints import load_drafter, load_pair, to_transformers
 from .costs import measure_costs
 from .decode import DFlashProposer, generate
@@ -46,7 +46,7 @@ from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
 from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
-from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, AdaptiveDFlashProposer, PolicySession
+from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
 from .static import static_methods

@@ -452,29 +452,3 @@ def default_policy(drafter, target, costs: StepCosts | None = None,
 def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
     """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and a longer one."""
     return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)
-
-
-# ----------------------------------------------------------------------------- the source article's rule
-class AdaptiveDFlashProposer(DFlashProposer):
-    """DFlash with the block size chosen per step from recent acceptance (the source article's
-    section 5.3): the smallest of ``sizes`` that is at least ``headroom`` x the mean acceptance
-    length of the last ``window`` steps. Low acceptance -> short, cheap blocks; high -> long ones.
-    An option only: notebook 06 measures it against fixed sizes."""
-
-    def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
-        sizes = sorted(set(sizes))
-        super().__init__(drafter, target, sizes[-1])
-        if sizes[0] < 2 or window < 1 or headroom <= 0:
-            raise ValueError("adaptive block sizes must be >= 2, with window >= 1 and headroom > 0")
-        self.sizes, self.window, self.headroom = sizes, window, headroom
-
-    def start(self, prompt_ids, target_hidden) -> None:
-        super().start(prompt_ids, target_hidden)
-        self.recent, self.block_size, self.chosen = [], self.sizes[-1], []
-
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        super().accepted(block, n, position, target_hidden)
-        self.chosen.append(block.shape[1])
-        self.recent = (self.recent + [n + 1])[-self.window:]
-        want = self.headroom * sum(self.recent) / len(self.recent)
-        self.block_size = next((b for b in self.sizes if b >= want), self.sizes[-1])

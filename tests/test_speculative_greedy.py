@@ -111,7 +111,7 @@ def test_refinement_passes_stay_lossless(tiny, random_drafter, cases):
 def test_adaptive_block_size_is_lossless_and_adapts(tiny, random_drafter):
     """The adaptive proposer changes B between steps (a random drafter accepts little, so it falls
     to the smallest size) and the output still equals the target's greedy output."""
-    from dflash_lite.policy import AdaptiveDFlashProposer
+    from dflash_lite.baselines import AdaptiveDFlashProposer
 
     target, tokenizer = tiny
     ids = tokenizer("def parse(line):\n", return_tensors="pt").input_ids
