@@ -63,8 +63,12 @@ class NgramProposer:
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
         self.history = prompt_ids[0].cpu().numpy()                     # (T,): committed tokens before `last`
 
+    def continuation(self, last_token: int, k: int) -> list[int]:
+        """Up to ``k`` drafts after ``last_token``, as token ids on the host (:func:`ngram_continuation`)."""
+        return ngram_continuation(np.append(self.history, last_token), self.max_ngram, k)
+
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
-        drafts = ngram_continuation(np.append(self.history, int(last_token)), self.max_ngram, k)
+        drafts = self.continuation(int(last_token), k)
         return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))   # (<= k,), a point mass
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:

@@ -62,6 +62,10 @@ from .ngram import NgramProposer
 from .tree import add_branch, draft_tree
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def chain_accepted(path: list[int], chain: list[int], held: int, next_token: int | None = None) -> tuple[int, int]:
     """What a chain of drafts would have done, read off a step that verified something else:
     (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
@@ -72,7 +76,7 @@ def chain_accepted(path: list[int], chain: list[int], held: int, next_token: int
     with the probability the target would pick it (sampled; after a tree step whose other branches
     were rejected the token comes from what is left, so the read is a little optimistic). Without
     ``next_token`` that draft is not judged."""
-    agree = next((k for k, (a, b) in enumerate(zip(path, chain)) if a != b), min(len(path), len(chain)))
+    agree = _common_prefix(path, chain)
     if agree < len(path) or agree < min(held, len(chain)):
         return agree, agree + 1
     if next_token is not None and agree < len(chain):
@@ -277,10 +281,6 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     return candidates[rates.index(max(rates))][1]
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 class CostAwareProposer(DFlashProposer):
     """Each step, the option :func:`choose` rates best: plain decoding, a DFlash chain of up to
     ``options.max_block_size``, a draft tree of one of ``options.tree_sizes`` nodes, prompt lookup's
@@ -325,8 +325,9 @@ class CostAwareProposer(DFlashProposer):
 
     def propose(self, last_token, k):
         self.started = time.perf_counter()
-        self.observe_pending(int(last_token))     # `last_token` is the last step's token after its path
-        self.continuation = self.lookup.propose(last_token, min(k, self.lookup.block_size - 1)).tokens.tolist() \
+        last = int(last_token)
+        self.observe_pending(last)                 # `last_token` is the last step's token after its path
+        self.continuation = self.lookup.continuation(last, min(k, self.lookup.block_size - 1)) \
             if self.lookup is not None else []
         self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation), self.context_length, k)
         self.chosen.append(c)
@@ -404,9 +405,8 @@ class PolicySession:
 
     def proposer(self, prompt_ids: torch.Tensor | None = None) -> CostAwareProposer:
         """The next request's policy; the costs are measured at ``prompt_ids`` the first time."""
-        if self.costs is None and prompt_ids is not None:
-            self._measure(prompt_ids)
-        return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate)
+        costs = self.measured_costs(prompt_ids) if prompt_ids is not None else self.costs
+        return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate)
 
     def measured_costs(self, prompt_ids: torch.Tensor) -> StepCosts:
         """The step costs, measured at ``prompt_ids`` the first time and kept (for a policy that
