@@ -67,12 +67,20 @@ def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
 # (position i scores the token after the i-th block token), and returns how many drafts are
 # accepted and the token the target adds after them. So one step commits n + 1 tokens.
 
+def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[int]:
+    """The tokens a point-mass draft commits when the target's token after block position i is
+    ``choices[i]`` (k+1,): drafts are kept while they equal the target's, and the accepted drafts
+    *are* the target's tokens, so the step commits ``choices[0..n]``. Computed on the device and
+    read back once (n and every choice in one tensor)."""
+    agree = (draft_tokens == choices[:-1]).int().cumprod(dim=0)            # 1 until the first miss
+    read = torch.cat([agree.sum()[None], choices]).tolist()                # the one host read
+    return read[1: read[0] + 2]
+
+
 def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
     """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its token."""
-    choice = target_logits.argmax(dim=-1)                                  # (k+1,)
-    agree = (draft_tokens == choice[:-1]).int().cumprod(dim=0)             # 1 until the first miss
-    n = int(agree.sum())
-    return n, int(choice[n])
+    tokens = committed_tokens(draft_tokens, target_logits.argmax(dim=-1))
+    return len(tokens) - 1, tokens[-1]
 
 
 def accept_point_mass(draft_tokens: torch.Tensor, target_p: torch.Tensor,
@@ -82,9 +90,8 @@ def accept_point_mass(draft_tokens: torch.Tensor, target_p: torch.Tensor,
     accept with probability p(x), and on rejection the sample is p conditioned on != x, which
     is exactly normalise(max(p - q, 0)). So it is lossless."""
     samples = torch.multinomial(target_p, 1, generator=generator).squeeze(-1)   # (k+1,)
-    agree = (draft_tokens == samples[:-1]).int().cumprod(dim=0)
-    n = int(agree.sum())
-    return n, int(samples[n])
+    tokens = committed_tokens(draft_tokens, samples)
+    return len(tokens) - 1, tokens[-1]
 
 
 def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,

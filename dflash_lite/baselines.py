@@ -17,7 +17,9 @@ import logging
 import torch
 
 from .acceptance import SamplingParams, target_probs
-from .decode import ChainDraft, DFlashProposer, GenerationResult, crop_cache, generate, new_cache
+from .cache import SlotCache
+from .decode import ChainDraft, DFlashProposer, GenerationResult, generate
+from .shapes import EAGER, Shapes
 from .validate import check_int
 
 
@@ -25,6 +27,9 @@ class NoDraftProposer:
     """Block size 1: nothing is drafted; each step is one target forward that commits one token."""
     layer_ids = None
     block_size = 1
+
+    def __init__(self, shapes: Shapes = EAGER):
+        self.shapes = shapes
 
     def start(self, prompt_ids, target_hidden) -> None:
         pass
@@ -54,12 +59,13 @@ class EagleProposer(DFlashProposer):
     def propose(self, last_token: torch.Tensor, k: int):
         token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
         context, context_start, drafts = self.new_context, self.new_context_start, []
+        self.cache.rewind(context_start)               # the accepted context ends here
         for i in range(k):
             logits = self.drafter.next_token_logits(self.target, token, context, context_start, position + i, self.cache)
             token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
             drafts.append(token[0])
             context, context_start = context[:, :0], position                      # the context is cached now
-        self.cache.truncate(position)                  # keep the accepted context 0..position-1, not the drafts
+        self.cache.rewind(position)                    # keep the accepted context 0..position-1, not the drafts
         return ChainDraft(torch.cat(drafts))
 
 
@@ -82,7 +88,7 @@ class DraftModelProposer:
         self.processors = sampling.processors()
 
     def start(self, prompt_ids, target_hidden) -> None:
-        self.cache = new_cache(self.model)
+        self.cache = SlotCache.for_target(self.model)
         self.unseen = prompt_ids                                        # tokens not yet in the draft cache
 
     def propose(self, last_token: torch.Tensor, k: int):
@@ -101,8 +107,8 @@ class DraftModelProposer:
         return ChainDraft(torch.cat(tokens), torch.stack(probs) if self.sample else None)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        crop_cache(self.cache, position + n + 1)                        # drop rejected drafts
-        have = self.cache.get_seq_length()                              # the last draft was never fed
+        have = min(self.cache.position, position + n + 1)               # the last draft was never fed
+        self.cache.rewind(have)                                         # rejected drafts are overwritten
         self.unseen = block[:, have - position: n + 1]
 
 
@@ -146,9 +152,12 @@ class AdaptiveDFlashProposer(DFlashProposer):
         super().start(prompt_ids, target_hidden)
         self.recent, self.block_size, self.chosen = [], self.sizes[-1], []
 
+    def propose(self, last_token: torch.Tensor, k: int):
+        self.chosen.append(k + 1)                  # the block this step verifies
+        return super().propose(last_token, k)
+
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         super().accepted(block, n, position, target_hidden)
-        self.chosen.append(block.shape[1])
         self.recent = (self.recent + [n + 1])[-self.window:]
         want = self.headroom * sum(self.recent) / len(self.recent)
         self.block_size = next((b for b in self.sizes if b >= want), self.sizes[-1])

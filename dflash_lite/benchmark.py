@@ -47,9 +47,9 @@ from .files import atomic_write_text
 from .ngram import NgramProposer
 from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
 from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
+from .shapes import EAGER, FixedShapes, Shapes
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
-from .static import static_methods
 from .timing import interleaved
 from .tree import DFlashTreeProposer, HybridTreeProposer
 
@@ -188,33 +188,54 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     return methods
 
 
-def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop) -> list[Method]:
-    """Our DFlash rows: the two policies (the default first), fixed block sizes, the adaptive rule,
-    draft trees and hybrid trees; ``loop``: (sampling, stop tokens) of every run."""
+def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop,
+                 shapes: Shapes = EAGER) -> list[Method]:
+    """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
+    fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
+    tokens) of every run; ``shapes``: what every proposer runs on (:mod:`dflash_lite.shapes`)."""
     sampling, stops = loop
     rows = []
-    if policy:
-        for name, options, default in (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
-                                       ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False)):
-            session = PolicySession(drafter, target, options, recalibrate=False)
-            rows.append(Method(name, _policy_run(target, session, sampling, stops), Kind.DFLASH_POLICY,
-                            default=default, session=session))
+    policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
+                ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False))
+    for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
+        session = PolicySession(drafter, target, options, recalibrate=False)
+        rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes), Kind.DFLASH_POLICY,
+                           default=default and not shapes.fixed, session=session))
     for b in block_sizes:
-        rows.append(Method(f"DFlash (ours) B={b}",
-                        _spec_run(target, lambda b=b: DFlashProposer(drafter, target, b), sampling, stops),
-                        Kind.DFLASH, block_size=b))
+        rows.append(Method(f"DFlash (ours) B={b}", _spec_run(target, lambda b=b: DFlashProposer(
+            drafter, target, b, shapes=shapes), sampling, stops), Kind.DFLASH, block_size=b))
     if adaptive:
         sizes = "/".join(map(str, sorted(adaptive)))
         rows.append(Method(f"DFlash (ours) adaptive B in {sizes}",
-                        _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
-                                  sampling, stops), Kind.DFLASH_ADAPTIVE))
+                           _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
+                                     sampling, stops), Kind.DFLASH_ADAPTIVE))
     for n in tree_sizes:
-        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(drafter, target, n),
-                                                        sampling, stops), Kind.DFLASH_TREE, tree_size=n))
+        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(
+            drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_TREE, tree_size=n))
     for n in tree_sizes:
-        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram",
-                        _spec_run(target, lambda n=n: HybridTreeProposer(drafter, target, n), sampling, stops),
-                        Kind.DFLASH_HYBRID, tree_size=n))
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(target, lambda n=n: HybridTreeProposer(
+            drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_HYBRID, tree_size=n))
+    return rows
+
+
+def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int, sampling: SamplingParams,
+                     stops) -> list[Method]:
+    """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
+    lookup and, with a drafter, the default policy, each fixed block size, the draft trees and
+    the hybrid trees, all on one :class:`~dflash_lite.shapes.FixedShapes` of ``length`` tokens
+    with compiled forwards (CUDA graphs on CUDA), recorded in the untimed warm-up. Each row is
+    marked ``compiled`` and named so."""
+    buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
+    shapes = FixedShapes(length, compile=True, buckets=buckets)
+    rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes), sampling, stops),
+                   Kind.AUTOREGRESSIVE, block_size=1),
+            Method("prompt lookup (ours) k=10", _spec_run(target, lambda: NgramProposer(10, shapes=shapes),
+                                                          sampling, stops), Kind.NGRAM)]
+    if drafter is not None:
+        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True, (sampling, stops), shapes)
+    how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
+    for row in rows:
+        row.name, row.compiled = f"{row.name} ({how})", True
     return rows
 
 
@@ -226,12 +247,12 @@ def _spec_run(target, make_proposer, sampling, stops):
     return run
 
 
-def _policy_run(target, session: PolicySession, sampling, stops):
+def _policy_run(target, session: PolicySession, sampling, stops, shapes: Shapes = EAGER):
     """A policy row's run, as one user's session: the step costs measured at its first run (at the
     first prompt, in the untimed warm-up) and the acceptance estimates each run leaves, both kept
     in ``session`` for the next run, as an ``Engine`` keeps them."""
     def run(ids, n):
-        proposer = session.proposer(ids)
+        proposer = session.proposer(ids, shapes)
         result = generate(target, proposer, ids, n, sampling, stops)
         session.finished(proposer)
         return result.tokens, result
@@ -277,7 +298,7 @@ class BenchConfig:
     cost_repeats: int = 10
     json_out: str | None = None
     quiet: bool = False
-    compile: bool = False          # also plain decoding and DFlash B on the static path (CUDA graphs on CUDA)
+    compile: bool = False          # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -386,10 +407,10 @@ def resolve(config: BenchConfig) -> Setup:
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
         c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
         adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
-    if c.compile:                     # decoders sized for the longest prompt, built here: never inside a timed run
-        methods += static_methods(model, draft, c.block_sizes, max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                  SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer),
-                                  c.tree_sizes)
+    if c.compile:                     # shapes sized for the longest prompt, built here: never inside a timed run
+        methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
+                                    max(x.shape[1] for x in ids) + c.max_new_tokens,
+                                    SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer))
     drafter_path = c.drafter or (None if c.random_drafter_layers else default_drafter_path(c.target))
     drafter_shown = _shown(str(drafter_path) if drafter_path else None)
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),

@@ -17,8 +17,8 @@ from collections import deque
 
 import torch
 
-from .decode import crop_cache, new_cache, verify
-from .drafter import DrafterCache
+from .cache import SlotCache
+from .decode import new_cache, prefill, verify
 from .timing import interleaved
 
 EXTRA_CONTEXT = 256          # the second context length step_costs measures: the prompt's + this many tokens
@@ -169,19 +169,17 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     length = ids.shape[1]
     layer_ids = drafter.config.target_layer_ids
     cache = new_cache(target)
-    _, features = verify(target, ids, cache, layer_ids, logits_to_keep=1)
-    dcache = DrafterCache(drafter.config.num_layers)
+    _, features = prefill(target, ids, cache, layer_ids)
+    dcache = SlotCache(drafter.config.num_layers, device=device)
     mask_id = drafter.config.mask_token_id
     drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1], 0, dcache)
-    saved = (list(dcache.keys), list(dcache.values))
 
-    def target_step(b):
+    def target_step(b):             # b tokens after the prompt; the next one overwrites them
+        cache.rewind(length)
         verify(target, ids[:, -1:].expand(1, b), cache, layer_ids)
-        crop_cache(cache, length)
 
-    def draft_step(b):
+    def draft_step(b):              # one new context position, written at the same slot each time
         drafter.draft_logits(target, torch.full((1, b), mask_id, device=device), features[:, -1:], length - 1, dcache)
-        dcache.keys, dcache.values = list(saved[0]), list(saved[1])       # forget the new context again
 
     fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
     fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})

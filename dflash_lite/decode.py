@@ -18,13 +18,14 @@ import torch
 
 from .acceptance import (
     SamplingParams,
-    accept_greedy,
-    accept_point_mass,
     accept_speculative,
     choose_tokens,
+    committed_tokens,
     target_probs,
 )
-from .drafter import DrafterCache, check_compatible
+from .cache import SlotCache
+from .drafter import check_compatible
+from .shapes import EAGER, Shapes
 from .target import context_features
 from .timing import PhaseTimer, no_phase
 from .validate import check_int
@@ -97,43 +98,46 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
                          f"exceeds the target's context of {limit} tokens")
 
 
-def new_cache(model):
-    from transformers import DynamicCache
-    return DynamicCache(config=model.config)
-
-
-def crop_cache(cache, keep: int) -> None:
-    """Keep the first ``keep`` positions of a transformers cache (its ``crop`` takes a negative count)."""
-    remove = cache.get_seq_length() - keep
-    if remove > 0:
-        cache.crop(-remove)
+def new_cache(model, length: int | None = None) -> SlotCache:
+    """The target's cache for one request (:class:`~dflash_lite.cache.SlotCache`, eager)."""
+    return SlotCache.for_target(model, length)
 
 
 @torch.inference_mode()
-def prefill(target, input_ids: torch.Tensor, cache, layer_ids: list[int] | None = None):
-    """The prompt through the target, filling ``cache``: the last position's logits (1, V), and
-    the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks for them."""
+def prefill(target, input_ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None):
+    """The prompt through the target, filling ``cache`` from slot 0: the last position's logits
+    (1, V), and the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks."""
+    cache.rewind(0)
     return verify(target, input_ids, cache, layer_ids, logits_to_keep=1)
 
 
-def verify(target, block: torch.Tensor, cache, layer_ids: list[int] | None, logits_to_keep: int = 0):
-    """One target forward over ``block`` (1, k+1) with the cache: logits (k+1, V) (the last
-    ``logits_to_keep`` when given), and the tapped features of every position (1, k+1, K*H) or None."""
-    out = target(block, past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
+def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
+           logits_to_keep: int = 0, depths: torch.Tensor | None = None,
+           ancestors: torch.Tensor | None = None):
+    """One target forward over ``block`` (1, W) written at the cache's write position: logits
+    (W, V) (the last ``logits_to_keep`` when given) and the tapped features (1, W, K*H) or None.
+    A chain by default; a tree gives each row's ``depths`` (W,) and ``ancestors`` (W, W)."""
+    window = getattr(target.config, "sliding_window", None) \
+        if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
+    masks = cache.verify_mask(block.shape[1], ancestors, depths, window)
+    out = target(block, attention_mask=masks if window is not None else masks["full_attention"], position_ids=cache.positions(block.shape[1], depths),
+                 past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
                  output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
-    return out.logits[0], (context_features(out.hidden_states, layer_ids) if layer_ids is not None else None)
+    features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
+    return out.logits[0], features
 
 
-def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors, generator) -> tuple[int, int]:
-    """How many of the k drafts stay (n), and the target's own token after them: greedy, point-mass
-    sampling, or the general rule with the draft's distributions q. All three are lossless
-    (paper section 2; docs/method.md#verification-and-acceptance)."""
-    if sampling.greedy:
-        return accept_greedy(draft_tokens, target_logits)
+def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
+           generator) -> list[int]:
+    """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
+    after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
+    rule with the draft's distributions q (paper section 2; docs/method.md#verification-and-acceptance)."""
+    if draft_q is None:             # a point mass: the target's own tokens while they agree
+        return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
+                                                            generator))
     p = target_probs(target_logits, sampling, processors)                          # (k+1, V)
-    if draft_q is None:
-        return accept_point_mass(draft_tokens, p, generator)
-    return accept_speculative(draft_tokens, draft_q, p, generator)
+    n, next_token = accept_speculative(draft_tokens, draft_q, p, generator)
+    return draft_tokens[:n].tolist() + [next_token]
 
 
 # ============================================================================= drafts
@@ -141,39 +145,40 @@ class ChainDraft(NamedTuple):
     """k drafts in a row after the last committed token, and their distributions (k, V) when they
     were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
     A draft knows how it is verified, accepted and kept; :class:`dflash_lite.tree.DraftTree` is
-    the other shape, and :func:`steps` calls the same four methods on either."""
+    the other shape, and :func:`steps` calls the same three methods on either."""
     tokens: torch.Tensor                    # (k,)
     q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
 
-    def block(self, last: torch.Tensor) -> torch.Tensor:
-        return torch.cat([last, self.tokens])[None]                     # (1, k+1): [last, d1..dk]
-
-    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids):
+    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
         """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
         choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
-        return verify(target, self.block(last), cache, layer_ids)
+        block = torch.cat([last, self.tokens])[None]                    # (1, k+1): [last, d1..dk]
+        return shapes.verify(lambda ids, depths, ancestors: verify(
+            target, ids, cache, layer_ids, depths=depths, ancestors=ancestors), block,
+            key=("verify", tuple(layer_ids or ())))
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]:
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator):
         """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
-        target's own token after it (:func:`accept`)."""
-        n, next_token = accept(self.tokens, self.q, target_logits, sampling, processors, generator)
-        return list(range(n + 1)), next_token
+        tokens it commits, d1..dn and the target's own token after them (:func:`accept`)."""
+        tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator)
+        return list(range(len(tokens))), tokens
 
-    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden):
-        """The target's cache keeps last + the accepted drafts; returns the verified block (1, k+1)
-        and its features, whose first ``len(path)`` positions stay (for the proposer's ``accepted``)."""
-        crop_cache(cache, position + len(path))
-        return self.block(last), target_hidden
+    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden):
+        """The target's cache keeps last + the accepted drafts (the next write starts after them);
+        the path's features (1, n+1, K*H) or None."""
+        cache.rewind(position + len(path))
+        return None if target_hidden is None else target_hidden[:, : len(path)]
 
 
 class Draft(Protocol):
     """What :func:`steps` asks of a draft: :class:`ChainDraft` or :class:`dflash_lite.tree.DraftTree`."""
 
-    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids): ...
+    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes): ...
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]: ...
+    def accept(self, target_logits, sampling: SamplingParams, processors,
+               generator) -> tuple[list[int], list[int]]: ...
 
-    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden): ...
+    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden): ...
 
 
 # ============================================================================= proposers
@@ -190,7 +195,8 @@ class Proposer(Protocol):
         """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a tree."""
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden: torch.Tensor | None) -> None:
-        """The verified ``block`` (1, k+1) sat at ``position``; its first n + 1 tokens stay."""
+        """The committed ``block`` (1, n+1) (last and the accepted drafts) sat at ``position``;
+        ``target_hidden``: its features (1, n+1, K*H) when the proposer reads them."""
 
 
 class DFlashProposer:
@@ -199,7 +205,8 @@ class DFlashProposer:
 
     autoregressive = False                  # the kind of drafter this proposer runs (see baselines.EagleProposer)
 
-    def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1):
+    def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
+                 shapes: Shapes = EAGER):
         check_compatible(drafter.config, target.config)
         if drafter.autoregressive != self.autoregressive:
             kind = {True: "an autoregressive", False: "a block"}
@@ -210,17 +217,23 @@ class DFlashProposer:
         check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
         check_int("passes", passes)
         self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
+        self.shapes = shapes                # what the loop runs this proposer's steps on
 
     def start(self, prompt_ids, target_hidden) -> None:
-        self.cache = DrafterCache(self.drafter.config.num_layers)
+        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
         self.new_context, self.new_context_start = target_hidden, 0     # (1, T, K*H) of positions 0..T-1
 
     def block_logits(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One drafter forward over ``[last, MASK x k]`` with the new context: the block (1, k+1)
-        and the drafter's logits at its k masked slots (1, k, V)."""
-        block = torch.full((1, k + 1), self.drafter.config.mask_token_id, dtype=torch.long, device=last_token.device)
+        and the drafter's logits at its k masked slots (1, k, V). With fixed shapes the block is
+        always the proposer's full block, and its first k drafts are read."""
+        width = self.block_size if self.shapes.fixed else k + 1
+        block = torch.full((1, width), self.drafter.config.mask_token_id, dtype=torch.long,
+                           device=last_token.device)
         block[0, 0] = last_token                                        # [last, MASK x k]
-        return block, self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
+        logits = self.shapes.draft(self.drafter, self.target, self.cache, block, self.new_context,
+                                   self.new_context_start)
+        return block[:, : k + 1], logits[:, :k]
 
     def propose(self, last_token: torch.Tensor, k: int):
         block, logits = self.block_logits(last_token, k)
@@ -238,33 +251,39 @@ class DFlashProposer:
 # ============================================================================= the loop
 @torch.inference_mode()
 def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
-          sampling: SamplingParams = SamplingParams(), stop_token_ids=(), generator: torch.Generator | None = None,
-          phase=no_phase):
+          sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+          generator: torch.Generator | None = None, phase=no_phase):
     """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one :class:`Step` per
     target forward, each yielded as it is committed. ``phase(name)`` is an optional observer
-    wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`)."""
-    stops, processors, cache = set(stop_token_ids), sampling.processors(), new_cache(target)
+    wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`). The proposer's ``shapes``
+    (:mod:`dflash_lite.shapes`; default eager) say how wide each forward runs, and compile them."""
+    shapes = getattr(proposer, "shapes", EAGER)
+    stops, processors = set(stop_token_ids), sampling.processors()
+    cache = shapes.target_cache(target, input_ids.shape[1] + max_new_tokens)
     with phase("prefill"):          # the prompt through the target; every prompt position's features to the drafter
         logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
         last = choose_tokens(logits, sampling, processors, generator)      # (1,) the first new token
         proposer.start(input_ids, hidden)
-    position, emitted, stopped = input_ids.shape[1], 1, int(last) in stops   # the target's cache holds 0..position-1
+    position = input_ids.shape[1]   # the target's cache holds 0..position-1
+    emitted = 1
+    stopped = int(last) in stops
     yield Step([int(last)], None, stopped)
     while not stopped and emitted < max_new_tokens:
         k = min(proposer.block_size, max_new_tokens - emitted) - 1          # never past the limit
         with phase("draft"):        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
             draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
         with phase("verify"):       # ONE target forward scores `last` and every draft
-            logits, hidden = draft.verify(target, last, cache, position, proposer.layer_ids)
+            logits, hidden = draft.verify(target, last, cache, proposer.layer_ids, shapes)
         with phase("accept"):       # keep the drafts the target agrees with (a path), then add its own token;
-            path, next_token = draft.accept(logits, sampling, processors, generator)
-            block, hidden = draft.keep(cache, position, path, last, hidden)   # both caches keep the path,
-            n = len(path) - 1                                                   # next_token is in neither yet
-            proposer.accepted(block, n, position, hidden)
-        new = block[0, 1: n + 1].tolist() + [next_token]
-        new, stopped = cut_at_stop(new, stops)   # a stop token inside the block ends the output there
-        position, emitted, last = position + n + 1, emitted + len(new), torch.tensor([next_token], device=last.device)
-        yield Step(new, n + 1, stopped)
+            path, tokens = draft.accept(logits, sampling, processors, generator)   # one host read
+            hidden = draft.keep(cache, position, path, hidden)     # both caches keep the path
+            block = torch.tensor([[int(last)] + tokens[:-1]], device=last.device)   # (1, n+1)
+            proposer.accepted(block, len(path) - 1, position, hidden)
+        new, stopped = cut_at_stop(tokens, stops)   # a stop token inside the block ends the output there
+        position += len(path)
+        emitted += len(new)
+        last = block.new_tensor([tokens[-1]])
+        yield Step(new, len(path), stopped)
 
 
 def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:

@@ -11,8 +11,9 @@ drafter sees
 Every layer is a Qwen3 layer with **KV injection**: queries come from the block only, keys and
 values from ``[context ; block]``, attention is bidirectional inside the block and sees all of the
 context, RoPE at absolute positions. The output goes through the **target's frozen LM head**; the
-B-1 masked positions give the draft. Context K/V are kept in a :class:`DrafterCache` that grows as
-tokens are accepted; the block's own K/V are never stored.
+B-1 masked positions give the draft. Context K/V are kept in the loop's one cache,
+:class:`~dflash_lite.cache.SlotCache`, written at the context's positions; the block's own K/V
+are never stored.
 
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ...), so :mod:`dflash_lite.checkpoints` maps them 1:1.
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RotaryEmbedding, rotate_half
 
+from .cache import SlotCache
 from .target import tapped_layer_ids
 from .validate import check_choice
 
@@ -220,34 +222,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 
-class DrafterCache:
-    """Per-layer K/V of the context (accepted positions), after k-norm and RoPE.
-
-    A block drafter never stores its block: the next block is a new guess. (The autoregressive
-    baseline in :mod:`dflash_lite.variants` stores each draft for the next one and cuts the cache
-    back with :meth:`truncate` after the round.)
-    """
-
-    def __init__(self, num_layers: int):
-        self.keys: list[torch.Tensor | None] = [None] * num_layers
-        self.values: list[torch.Tensor | None] = [None] * num_layers
-
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add (N, kv, T, D) to one layer's store along T; return the whole store."""
-        if self.keys[layer] is not None:
-            k, v = torch.cat([self.keys[layer], k], dim=2), torch.cat([self.values[layer], v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-    def truncate(self, length: int) -> None:
-        """Keep the first ``length`` positions of every layer."""
-        self.keys = [None if k is None else k[:, :, :length] for k in self.keys]
-        self.values = [None if v is None else v[:, :, :length] for v in self.values]
-
-    def __len__(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
-
-
 class KVInjectionAttention(nn.Module):
     """Queries from the block; keys/values from [context ; block]; SDPA."""
 
@@ -268,7 +242,7 @@ class KVInjectionAttention(nn.Module):
         v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
 
-    def forward(self, block, context, block_rope, context_rope, cache: DrafterCache | None, layer: int,
+    def forward(self, block, context, block_rope, context_rope, cache: SlotCache | None, layer: int,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
         all keys, [cached context ; new context ; block]; None: every block position sees every
@@ -323,6 +297,7 @@ class DFlashDrafter(nn.Module):
 
     variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) this class runs
     autoregressive = False                      # True: drafts one token per forward (variants only)
+    fixed_shapes = True                         # its forward runs on a fixed-shape cache (the paper's only)
     layer = DrafterLayer
 
     def __init__(self, config: DrafterConfig):
@@ -351,22 +326,29 @@ class DFlashDrafter(nn.Module):
         same numbers, a gather instead of a dozen ops per call); the others call the embedding."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
             return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
-        needed = int(positions.max()) + 1 if positions.numel() else 1
         table = getattr(self, "_rope_table", None)
-        if table is None or table[0].shape[0] < needed or table[0].device != positions.device:
-            size = max(256, 1 << (needed - 1).bit_length())
-            with torch.no_grad():
-                cos, sin = self.rotary_emb(torch.empty(0, device=positions.device),
-                                           torch.arange(size, device=positions.device)[None])
-            self._rope_table = table = (cos[0], sin[0])                               # (size, D) each, fp32
+        if not torch.compiler.is_compiling():   # a compiled forward reads the table rope_table made
+            needed = int(positions.max()) + 1 if positions.numel() else 1
+            if table is None or table[0].shape[0] < needed or table[0].device != positions.device:
+                table = self.rope_table(needed, positions.device)
         return table[0][positions].to(dtype), table[1][positions].to(dtype)
+
+    def rope_table(self, needed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin table of positions ``0 .. needed - 1`` (at least; a power of two from 256),
+        made once and kept: :meth:`rope` reads its rows."""
+        size = max(256, 1 << (needed - 1).bit_length())
+        with torch.no_grad():
+            cos, sin = self.rotary_emb(torch.empty(0, device=device),
+                                       torch.arange(size, device=device)[None])
+        self._rope_table = (cos[0], sin[0])                                     # (size, D), fp32
+        return self._rope_table
 
     def project(self, target_hidden: torch.Tensor) -> torch.Tensor:
         """Tapped target features (N, C, K*H) -> context (N, C, H)."""
         return self.hidden_norm(self.fc(target_hidden))
 
     def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor, block_positions: torch.Tensor,
-                context_positions: torch.Tensor, cache: DrafterCache | None = None,
+                context_positions: torch.Tensor, cache: SlotCache | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states of the block, final-normed.
 
@@ -380,42 +362,56 @@ class DFlashDrafter(nn.Module):
         context_rope = self.rope(context_positions, context.dtype)         # (N, C, D)
         masks = {"full_attention": attn_mask}
         if "sliding_attention" in self.config.layer_types:
-            window = self.window_mask(block_positions, context_positions, 0 if cache is None else len(cache))
+            keys = context_positions if cache is None else cache.key_positions(context.shape[1])
+            keys = torch.cat([keys.to(block_positions.device), block_positions], dim=1)
+            window = self.window_mask(block_positions, keys)
             masks["sliding_attention"] = window if attn_mask is None else window & attn_mask
         x = block_embeds
         for i, layer in enumerate(self.layers):
             x = layer(x, context, block_rope, context_rope, cache, i, masks[self.config.layer_types[i]])
         return self.norm(x)                                                # (N, B, H)
 
-    def window_mask(self, block_positions: torch.Tensor, context_positions: torch.Tensor, cached: int) -> torch.Tensor:
-        """Sliding-window layers: block position q may see key position k iff |q - k| <= sliding_window.
-
-        Keys are ``[cached context ; new context ; block]``; the ``cached`` context positions are the
-        ones right before the new context (the cache grows one accepted position at a time).
-        Returns a boolean (N, 1, B, cached + C + B) mask, True where attention is allowed."""
-        n = block_positions.shape[0]
-        first = context_positions[:, :1].expand(n, 1)                                         # (N, 1)
-        cached_positions = first - torch.arange(cached, 0, -1, device=first.device)[None]    # (N, cached)
-        keys = torch.cat([cached_positions, context_positions.expand(n, -1), block_positions], dim=1)
-        distance = (block_positions[:, :, None] - keys[:, None, :]).abs()                    # (N, B, K)
+    def window_mask(self, block_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """Sliding-window layers: block position q may see key position k iff |q - k| <=
+        sliding_window. ``key_positions`` (N, K): every key's position, context then block.
+        Returns a boolean (N, 1, B, K) mask, True where attention is allowed."""
+        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()          # (N, B, K)
         return (distance <= self.config.sliding_window)[:, None]
 
     @torch.inference_mode()
-    def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start: int,
-                     cache: DrafterCache | None = None) -> torch.Tensor:
-        """Logits for the B-1 masked positions of ``block_ids`` (1, B) -> (1, B-1, V).
+    def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
+                     cache: SlotCache | None = None, block_start=None) -> torch.Tensor:
+        """:meth:`draft_forward` without autograd (what every caller outside a compiled region wants)."""
+        return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start)
 
-        ``target_hidden`` holds the features of positions ``start .. start+C-1`` (new context);
-        the block's first token sits right after them. With a cache, earlier context is in it.
+    def draft_forward(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
+                      cache: SlotCache | None = None, block_start=None) -> torch.Tensor:
+        """Logits for the B-1 masked positions of ``block_ids`` (N, B) -> (N, B-1, V).
+
+        ``target_hidden`` holds the features of the new context positions ``start .. start+C-1``
+        (``start``: an int, or (N,) on the device); with a cache they are written there, and the
+        earlier context is read from it. The block's first token sits at ``block_start`` (default:
+        right after the new context); a fixed-shape cache masks what lies past the context.
         """
-        c = target_hidden.shape[1]
-        device = block_ids.device
-        context_positions = torch.arange(start, start + c, device=device)[None]                    # (1, C)
-        block_positions = torch.arange(start + c, start + c + block_ids.shape[1], device=device)[None]  # (1, B)
+        n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
+        block_start = start + c if block_start is None else block_start
+        context_positions = _offsets(start, c, block_ids.device, n)                               # (N, C)
+        block_positions = _offsets(block_start, b, block_ids.device, n)                           # (N, B)
+        mask = None
+        if cache is not None:
+            cache.rewind(start, block_start)
+            mask = cache.context_mask(b)
         dtype = self.fc.weight.dtype                               # the drafter's; the target's may differ
-        embeds = target.get_input_embeddings()(block_ids).to(dtype)                                # (1, B, H)
-        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache)
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)                                # (N, B, H)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache, mask)
         head = target.get_output_embeddings()
-        b = block_ids.shape[1]
         first = 0 if b % 4 == 0 else 1       # a row count of a multiple of 4 runs the head's product faster on CPU
-        return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]                       # (1, B-1, V)
+        return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]                       # (N, B-1, V)
+
+
+def _offsets(start, width: int, device, rows: int) -> torch.Tensor:
+    """(rows, width) positions ``start + 0 .. width - 1``; ``start`` an int or a (rows,) tensor."""
+    steps = torch.arange(width, device=device)
+    if isinstance(start, torch.Tensor):
+        return start.view(-1, 1) + steps
+    return (steps + start)[None].expand(rows, -1)

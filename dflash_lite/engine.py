@@ -15,6 +15,8 @@ each call hands on to the next.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .acceptance import SamplingParams
@@ -23,15 +25,14 @@ from .checkpoints import load_pair
 from .costs import StepCosts
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, NO_NGRAM_OPTIONS, PolicySession
+from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
 from .prompts import encode
-from .static import StaticDecoder
-from .static_policy import StaticPolicy
+from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
 from .target import parse_dtype, stop_token_ids
 from .timing import PhaseTimer
 from .validate import check_device, check_int, check_prompt, check_seed
 
-STATIC_MIN_LENGTH = 256     # the smallest static cache Engine(compile=True) allocates (tokens)
+FIXED_MIN_LENGTH = 256      # the smallest fixed-shape cache Engine(compile=True) allocates (tokens)
 
 
 class Engine:
@@ -39,10 +40,10 @@ class Engine:
                  dtype: str | torch.dtype | None = None, chat_template: bool = True, compile: bool = False):
         """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
         drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
-        tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`). ``compile``: decode on
-        the static-shape path (:mod:`dflash_lite.static`; CUDA graphs on CUDA): plain decoding, DFlash
-        chains of a fixed ``block_size``, or by default the static path's policy over plain decoding,
-        the chain and the tree, on caches sized for the longest call so far (:meth:`_static_for`)."""
+        tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`).
+        ``compile``: the same loop on fixed shapes with compiled forwards
+        (:class:`~dflash_lite.shapes.FixedShapes`; CUDA graphs on CUDA), on caches sized for the
+        longest call so far (:meth:`shapes_for`); one call at a time."""
         self.target, self.tokenizer, self.drafter, self.chat_template = target, tokenizer, drafter, chat_template
         if dtype is not None:
             target.to(parse_dtype(dtype))
@@ -61,28 +62,24 @@ class Engine:
         self.session = PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None else None
         self.last_result: GenerationResult | None = None
         self.compile = compile
-        self.static: StaticDecoder | None = None    # owns the static caches and the compiled forwards (_static_for)
+        self.shapes: Shapes = EAGER       # fixed shapes own their caches and compiled forwards (shapes_for)
+        self._busy = threading.Lock()
 
-    def _static_for(self, input_ids: torch.Tensor, length: int) -> StaticDecoder:
-        """The static decoder, its caches sized for ``length`` tokens (prompt + new tokens) rounded
-        up to a power of two from :data:`STATIC_MIN_LENGTH`, and capped at the target's context. It is
-        kept across calls and rebuilt larger (and, on CUDA, recompiled) only when a call needs more:
-        every slot costs memory and, in a compiled forward, attention over it. With the default policy
-        (no ``block_size``), each step is plain decoding, the chain or the tree of
-        :data:`~dflash_lite.policy.DEFAULT_TREE_SIZES`, as a :class:`~dflash_lite.static_policy.StaticPolicy`
-        rates them from the session's step costs (measured at ``input_ids`` the first time) and
-        its own estimates, which every call hands on to the next."""
-        if self.static is None or self.static.max_length < length:
+    def shapes_for(self, length: int) -> Shapes:
+        """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
+        tokens (prompt + new tokens) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`
+        and capped at the target's context. They are kept across calls and rebuilt larger (and
+        compiled again) only when a call needs more: every slot costs memory and, in a compiled
+        forward, attention over it. The verify widths are :data:`~dflash_lite.shapes.BUCKETS`
+        and the default's draft trees."""
+        if not self.compile:
+            return EAGER
+        if not isinstance(self.shapes, FixedShapes) or self.shapes.length < length:
             context = self.target.config.max_position_embeddings
-            size = min(max(STATIC_MIN_LENGTH, 1 << (length - 1).bit_length()), context)
-            drafter = self.drafter if self.block_size != 1 else None
-            policy = self.static.policy if self.static is not None else None       # its estimates carry over
-            if drafter is not None and self.block_size is None and policy is None:
-                policy = StaticPolicy(self.session.measured_costs(input_ids), NO_NGRAM_OPTIONS)
-            tree_size = max(DEFAULT_TREE_SIZES) if policy is not None else None
-            self.static = StaticDecoder(self.target, drafter, self.block_size, size, tree_size=tree_size, policy=policy)
-        return self.static
-
+            size = min(max(FIXED_MIN_LENGTH, 1 << (length - 1).bit_length()), context)
+            buckets = {*BUCKETS, *(n + 1 for n in DEFAULT_TREE_SIZES)}
+            self.shapes = FixedShapes(size, compile=True, buckets=buckets)
+        return self.shapes
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | None = None, **kwargs):
@@ -98,16 +95,17 @@ class Engine:
     def encode(self, prompt: str) -> torch.Tensor:
         return encode(self.tokenizer, check_prompt(prompt), self.chat_template)
 
-    def proposer(self, input_ids: torch.Tensor | None = None):
+    def proposer(self, input_ids: torch.Tensor | None = None, shapes: Shapes = EAGER):
         """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
         cost-aware policy, which picks each step's block size (or a draft tree) from measured costs
         and acceptance (:func:`dflash_lite.policy.default_policy`); its costs are measured at
         ``input_ids`` the first time and kept, and it starts from the estimates the last call left."""
         if self.drafter is None or self.block_size == 1:
-            return NoDraftProposer()
+            return NoDraftProposer(shapes)
         if self.block_size is not None:
-            return DFlashProposer(self.drafter, self.target, self.block_size)
-        return self.session.proposer(input_ids.to(self.target.device) if input_ids is not None else None)
+            return DFlashProposer(self.drafter, self.target, self.block_size, shapes=shapes)
+        ids = input_ids.to(self.target.device) if input_ids is not None else None
+        return self.session.proposer(ids, shapes)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
                  top_k: int | None = None, stream: bool = False, seed: int | None = None):
@@ -132,15 +130,22 @@ class Engine:
         return pieces if stream else "".join(pieces)
 
     def _stream(self, input_ids, max_new_tokens, sampling, generator):
+        if self.compile and not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Engine(compile=True) is serving another call (its fixed-shape "
+                               "caches hold one request); use one Engine per thread")
+        try:
+            yield from self._decode(input_ids, max_new_tokens, sampling, generator)
+        finally:
+            if self.compile:
+                self._busy.release()
+
+    def _decode(self, input_ids, max_new_tokens, sampling, generator):
         timer = PhaseTimer(self.target.device)
         self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
-        if self.compile:
-            decoder = self._static_for(input_ids.to(self.target.device), input_ids.shape[1] + max_new_tokens)
-            loop = decoder.steps(input_ids, max_new_tokens, sampling, self.stops, generator, timer)
-        else:
-            proposer = self.proposer(input_ids)
-            loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
-                         sampling, self.stops, generator, timer)
+        shapes = self.shapes_for(input_ids.shape[1] + max_new_tokens)
+        proposer = self.proposer(input_ids, shapes)
+        loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
+                     sampling, self.stops, generator, timer)
         emitted = ""
         for step in loop:
             result.record(step)
@@ -149,7 +154,7 @@ class Engine:
                 continue
             yield text[len(emitted):]
             emitted = text
-        if not self.compile and self.session is not None and self.block_size is None:   # the next call starts from here
+        if self.session is not None and self.block_size is None:   # the next call starts from here
             self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
         text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         if len(text) > len(emitted):

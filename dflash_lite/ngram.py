@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .decode import ChainDraft
+from .shapes import EAGER, Shapes
 from .validate import check_int
 
 
@@ -55,7 +56,8 @@ class NgramProposer:
 
     layer_ids = None
 
-    def __init__(self, max_drafts: int = 10, max_ngram: int = 3):
+    def __init__(self, max_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
+        self.shapes = shapes
         check_int("max_drafts", max_drafts)
         check_int("max_ngram", max_ngram)
         self.block_size, self.max_ngram = max_drafts + 1, max_ngram

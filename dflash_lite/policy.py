@@ -59,6 +59,7 @@ import torch
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft, DFlashProposer
 from .ngram import NgramProposer
+from .shapes import EAGER, Shapes
 from .tree import add_branch, draft_tree
 
 
@@ -291,8 +292,8 @@ class CostAwareProposer(DFlashProposer):
     always asks for up to ``block_size`` tokens, and a plain step is an empty draft."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(), costs: StepCosts | None = None,
-                 estimate: AcceptanceEstimate | None = None):
-        super().__init__(drafter, target, options.max_block_size)
+                 estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER):
+        super().__init__(drafter, target, options.max_block_size, shapes=shapes)
         self.options = replace(options, max_block_size=self.block_size)
         self.costs, self.estimate = costs, estimate
 
@@ -341,7 +342,8 @@ class CostAwareProposer(DFlashProposer):
             if c.ngram:
                 self.tree = add_branch(self.tree, self.continuation[: c.ngram])
             return self.tree
-        return super().propose(last_token, c.block_size - 1)
+        self.proposed = super().propose(last_token, c.block_size - 1)
+        return self.proposed
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         if self.started is not None and self.costs.measured:    # how long the step took against what the model said
@@ -356,9 +358,17 @@ class CostAwareProposer(DFlashProposer):
             self.waiting.append(target_hidden[:, : n + 1])
         if self.lookup is not None:
             self.lookup.accepted(block, n, position, target_hidden)
-        self._observe(block[0, 1:].tolist(), n)
+        self._observe(self._verified(block), n)
         self.context_length, self.drafted = position + n + 1, False
         self._reset()
+
+    def _verified(self, block) -> list[int]:
+        """The drafts the step verified: a chain's (read back), prompt lookup's (on the host
+        already), or for a tree the accepted path (the committed ``block`` after ``last``)."""
+        c = self.choice
+        if c.tree_size:
+            return block[0, 1:].tolist()
+        return self.proposed.tokens.tolist() if c.kind == "chain" else self.continuation[: c.ngram]
 
     def _observe(self, drafts: list[int], n: int) -> None:
         """What the step tells each estimate (``drafts``: the verified chain, or the tree's accepted
@@ -403,17 +413,13 @@ class PolicySession:
     recalibrate: bool = True
     calibration_seconds: float = 0.0           # every measurement of the costs so far
 
-    def proposer(self, prompt_ids: torch.Tensor | None = None) -> CostAwareProposer:
-        """The next request's policy; the costs are measured at ``prompt_ids`` the first time."""
-        costs = self.measured_costs(prompt_ids) if prompt_ids is not None else self.costs
-        return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate)
-
-    def measured_costs(self, prompt_ids: torch.Tensor) -> StepCosts:
-        """The step costs, measured at ``prompt_ids`` the first time and kept (for a policy that
-        is not a :class:`CostAwareProposer`, as the static path's)."""
-        if self.costs is None:
+    def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER) -> CostAwareProposer:
+        """The next request's policy, on ``shapes``; the costs are measured at ``prompt_ids`` the
+        first time."""
+        if prompt_ids is not None and self.costs is None:
             self._measure(prompt_ids)
-        return self.costs
+        return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate,
+                                 shapes)
 
     def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
         """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at

@@ -29,17 +29,12 @@ class Kind(str, enum.Enum):
     DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
     DFLASH_HYBRID = "dflash_hybrid"        # that tree plus prompt lookup's continuation as a branch
     HF_DFLASH = "hf_dflash"                # transformers' DFlash path with the same drafter weights
-    STATIC_AUTOREGRESSIVE = "static_autoregressive"  # block size 1 on the static path: ``speedup_vs_static``
-    STATIC_DFLASH = "static_dflash"        # DFlash at ``block_size`` on the static path (:mod:`dflash_lite.static`)
-    STATIC_DFLASH_TREE = "static_dflash_tree"  # a DFlash tree of ``tree_size`` nodes on the static path
-    STATIC_DFLASH_POLICY = "static_dflash_policy"  # the static path's policy: plain, the chain or the tree per step
     CUSTOM = "custom"                      # a method built by hand: neither a baseline nor DFlash
 
 
-BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE, Kind.STATIC_AUTOREGRESSIVE})
-DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE, Kind.DFLASH_HYBRID,
-                          Kind.HF_DFLASH, Kind.STATIC_DFLASH, Kind.STATIC_DFLASH_TREE,
-                          Kind.STATIC_DFLASH_POLICY})
+BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE})
+DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE,
+                          Kind.DFLASH_HYBRID, Kind.HF_DFLASH})
 OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
 
 
@@ -54,6 +49,7 @@ class Method:
     tree_size: int | None = None     # draft nodes per step, for a draft-tree row
     default: bool = False            # the headline DFlash row: what Engine.generate runs by default
     session: object | None = None    # a policy row's PolicySession, carried from prompt to prompt
+    compiled: bool = False           # the loop on fixed shapes with compiled forwards (bench --compile)
 
     def __post_init__(self):
         self.kind = Kind(self.kind)
@@ -82,8 +78,8 @@ def row_of(report: dict, kind: Kind, **fields) -> dict:
 
 def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, repeats: int) -> dict:
     """The report's rows: medians, tau and its histogram, phases, and the speedups, each the ratio
-    of tokens/s to that of the autoregressive row, the ``model.generate`` row or the static path's
-    autoregressive row (None without that row; the last only in reports that have static rows)."""
+    of tokens/s to that of the autoregressive row, the ``model.generate`` row or the compiled
+    autoregressive row (None without that row; the last only in reports with compiled rows)."""
     rows = []
     for s in stats.values():
         m = s.method
@@ -93,7 +89,7 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             hist[a - 1] += 1
         rows.append({
             "name": m.name, "kind": m.kind.value, "block_size": m.block_size, "tree_size": m.tree_size,
-            "baseline": m.kind in BASELINE_KINDS, "default": m.default,
+            "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS, "default": m.default,
             "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None, "speedup_vs_hf_generate": None,
@@ -105,13 +101,14 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             "steps_per_run": statistics.median(s.step_runs) if s.step_runs else None,
             "identical_to_target": s.identical, "error": s.error,
         })
-    columns = [("speedup", Kind.AUTOREGRESSIVE), ("speedup_vs_hf_generate", Kind.HF_GENERATE)]
-    if any(r["kind"] == Kind.STATIC_AUTOREGRESSIVE for r in rows):
-        columns.append(("speedup_vs_static", Kind.STATIC_AUTOREGRESSIVE))
+    columns = [("speedup", Kind.AUTOREGRESSIVE, False), ("speedup_vs_hf_generate", Kind.HF_GENERATE, False)]
+    if any(r["compiled"] for r in rows):
+        columns.append(("speedup_vs_compiled", Kind.AUTOREGRESSIVE, True))
         for r in rows:
-            r["speedup_vs_static"] = None
-    for column, kind in columns:
-        base = next((r["tokens_per_s"] for r in rows if r["kind"] == kind and r["tokens_per_s"]), None)
+            r["speedup_vs_compiled"] = None
+    for column, kind, compiled in columns:
+        base = next((r["tokens_per_s"] for r in rows
+                     if r["kind"] == kind and r["compiled"] == compiled and r["tokens_per_s"]), None)
         for r in rows:
             if base and r["tokens_per_s"]:
                 r[column] = r["tokens_per_s"] / base
@@ -124,9 +121,9 @@ def _ratio(x: float | None, width: int) -> str:
 
 
 def format_table(report: dict) -> str:
-    static = any("speedup_vs_static" in r for r in report["methods"])     # a report with static-path rows
+    compiled = any("speedup_vs_compiled" in r for r in report["methods"])   # a report with compiled rows
     header = (f"{'method':<36} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} {'vs generate':>11} "
-              f"{'tau':>6} {'identical':>9}" + (f" {'vs static':>10}" if static else ""))
+              f"{'tau':>6} {'identical':>9}" + (f" {'vs compiled':>11}" if compiled else ""))
     lines = [header]
     for r in report["methods"]:
         if r["error"]:
@@ -137,11 +134,12 @@ def format_table(report: dict) -> str:
         name = r["name"] + (" *" if r.get("default") else "")
         lines.append(f"{name:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} {spread:>15} "
                      f"{_ratio(r['speedup'], 8)} {_ratio(r.get('speedup_vs_hf_generate'), 11)} {tau:>6} "
-                     f"{str(r['identical_to_target']):>9}" + (f" {_ratio(r.get('speedup_vs_static'), 10)}" if static else ""))
+                     f"{str(r['identical_to_target']):>9}"
+                     + (f" {_ratio(r.get('speedup_vs_compiled'), 11)}" if compiled else ""))
     env = report["env"]
     lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of {env['repeats']} "
                  f"interleaved repeats; speedup: against the autoregressive loop, vs generate: against "
-                 f"model.generate" + ("; vs static: against the static path's block size 1" if static else "")
+                 f"model.generate" + ("; vs compiled: against compiled plain decoding" if compiled else "")
                  + f"; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
                  + ("; * the default (the cost-aware policy)" if any(r.get("default") for r in report["methods"]) else ""))
@@ -167,7 +165,7 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step
     phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
     rows = []
-    for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE):
+    for r in [r for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE) if not r.get("compiled")]:
         kind = kind_of(r)
         if kind is Kind.DFLASH_TREE:               # a tree: verify N+1 tokens, draft one full block
             b, draft_b = r["tree_size"] + 1, costs.get("tree_block_size")

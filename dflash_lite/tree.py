@@ -17,8 +17,9 @@ verify all of them at once:
 * **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
   choice at the node (its argmax, or at temperature > 0 a sample from its processed
   distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
-* **keep** (:func:`keep_path`): the target's KV entries of the accepted path are gathered into
-  consecutive slots and the rest cropped; only the path's features go to the drafter's context.
+* **keep** (:meth:`dflash_lite.cache.SlotCache.keep_path`): the target's K/V of the accepted path
+  move to consecutive slots and the next write starts after them; only the path's features go
+  to the drafter's context.
 * **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
   paths, so prompt lookup's continuation (:mod:`dflash_lite.ngram`) joins the drafter's tree as one
   more branch, sharing the nodes the tree already holds, and both are checked in the one forward.
@@ -39,9 +40,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .acceptance import SamplingParams, choose_tokens
-from .decode import DFlashProposer
+from .cache import SlotCache
+from .decode import DFlashProposer, verify
 from .ngram import NgramProposer
-from .target import context_features
+from .shapes import EAGER, Shapes
 
 
 @dataclass
@@ -51,6 +53,7 @@ class DraftTree:
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
     chain: list[int] = field(default_factory=list)   # the top token at each depth: the chain drafting would take
+    _host: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.parents)
@@ -78,18 +81,29 @@ class DraftTree:
         return kids
 
     # the draft interface the decode loop calls (dflash_lite.decode.Draft), as ChainDraft has it
-    def verify(self, target, last: torch.Tensor, cache, position: int, layer_ids):
+    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
         """The whole tree in one target forward (:func:`verify_tree`); the root already holds ``last``."""
-        return verify_tree(target, self, cache, position, layer_ids)
+        return verify_tree(target, self, cache, layer_ids, shapes)
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator) -> tuple[list[int], int]:
-        return accept_tree(self, target_logits, sampling, processors, generator)
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator):
+        """The accepted path (node indices, root first) and the tokens it commits: its drafts
+        and the target's token after it (:func:`accept_tree`)."""
+        path, next_token = accept_tree(self, target_logits, sampling, processors, generator)
+        tokens = self.token_list
+        return path, [tokens[i] for i in path[1:]] + [next_token]
 
-    def keep(self, cache, position: int, path: list[int], last: torch.Tensor, target_hidden):
-        """The target's cache keeps the path (:func:`keep_path`); returns the path's tokens (1, n+1)
-        and features (1, n+1, K*H), laid out as a chain all of which stays."""
-        keep_path(cache, position, path)
-        return self.tokens[path].view(1, -1), target_hidden[:, path]
+    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden):
+        """The target's cache keeps the path, moved to consecutive slots; returns the path's
+        features (1, n+1, K*H), laid out as a chain all of which stays."""
+        cache.keep_path(position, path)
+        return target_hidden[:, path]
+
+    @property
+    def token_list(self) -> list[int]:
+        """The node tokens on the host (read once per tree)."""
+        if self._host is None:
+            self._host = self.tokens.tolist()
+        return self._host
 
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
@@ -113,7 +127,7 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
         if d + 1 < depth_limit:                       # first child: the top token one position on
             heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
     return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths,
-                     [row[0] for row in top_ids] if width else [])
+                     [row[0] for row in top_ids] if width else [], tokens)
 
 
 def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
@@ -121,7 +135,7 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
     holds is shared (siblings never share a token), the rest hangs below it as new nodes, so the
     tree grows by at most ``len(tokens)`` nodes. ``chain`` stays the drafter's."""
     kids, node = tree.children(), 0
-    all_tokens, parents, depths = tree.tokens.tolist(), list(tree.parents), list(tree.depths)
+    all_tokens, parents, depths = list(tree.token_list), list(tree.parents), list(tree.depths)
     for token in tokens:
         child = kids[node].get(token) if node < len(kids) else None    # new nodes have no children yet
         if child is None:                                              # leave the tree: a new node
@@ -131,20 +145,18 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
             depths.append(depths[node] + 1)
         node = child
     return DraftTree(torch.tensor(all_tokens, dtype=tree.tokens.dtype, device=tree.tokens.device),
-                     parents, depths, list(tree.chain))
+                     parents, depths, list(tree.chain), all_tokens)
 
 
-def verify_tree(target, tree: DraftTree, cache, position: int, layer_ids):
-    """One target forward over the whole tree: logits (N+1, V) and tapped features (1, N+1, K*H).
-    ``position``: where the root sits (the cache holds positions 0..position-1)."""
+def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
+    """One target forward over the whole tree, written at the cache's write position (the root's
+    slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
+    and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
     device = tree.tokens.device
-    n = len(tree)
-    mask = torch.ones(1, 1, n, position + n, dtype=torch.bool, device=device)  # the context: all visible
-    mask[0, 0, :, position:] = tree.ancestor_mask().to(device)                  # the tree: ancestors only
-    position_ids = (position + torch.tensor(tree.depths, device=device)).view(1, n)
-    out = target(tree.tokens.view(1, n), attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                 use_cache=True, output_hidden_states=[i + 1 for i in layer_ids])
-    return out.logits[0], context_features(out.hidden_states, layer_ids)
+    depths = torch.tensor(tree.depths, device=device)
+    return shapes.verify(lambda ids, d, a: verify(target, ids, cache, layer_ids, depths=d, ancestors=a),
+                         tree.tokens.view(1, -1), depths, tree.ancestor_mask().to(device),
+                         key=("verify", tuple(layer_ids or ())))
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams = SamplingParams(),
@@ -160,18 +172,6 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor, sampling: Sampling
     return path, choice[path[-1]]
 
 
-def keep_path(cache, position: int, path: list[int]) -> None:
-    """Move the KV entries of the accepted ``path`` to slots position..position+len(path)-1 in every
-    layer, then crop the rest of the tree away."""
-    index = torch.tensor(path, device=cache.layers[0].keys.device) + position
-    for layer in cache.layers:
-        layer.keys[:, :, position: position + len(path)] = layer.keys[:, :, index]
-        layer.values[:, :, position: position + len(path)] = layer.values[:, :, index]
-    remove = cache.get_seq_length() - (position + len(path))
-    if remove > 0:
-        cache.crop(-remove)
-
-
 def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int, tree_size: int) -> DraftTree:
     """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
     ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache)."""
@@ -183,8 +183,9 @@ class DFlashTreeProposer(DFlashProposer):
     """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
     block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
 
-    def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None):
-        super().__init__(drafter, target, block_size)
+    def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None,
+                 shapes: Shapes = EAGER):
+        super().__init__(drafter, target, block_size, shapes=shapes)
         if tree_size < 1:
             raise ValueError(f"tree_size must be >= 1, got {tree_size}")
         self.tree_size = tree_size
@@ -200,8 +201,8 @@ class HybridTreeProposer(DFlashTreeProposer):
     Both drafts are deterministic, so the tree's rule stays lossless at every temperature."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
-                 ngram_drafts: int = 10, max_ngram: int = 3):
-        super().__init__(drafter, target, tree_size, block_size)
+                 ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
+        super().__init__(drafter, target, tree_size, block_size, shapes)
         self.ngram = NgramProposer(ngram_drafts, max_ngram)
 
     def start(self, prompt_ids, target_hidden) -> None:

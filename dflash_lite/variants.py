@@ -59,6 +59,7 @@ class InputFusionLayer(DrafterLayer):
 
 class InputFusionDrafter(DFlashDrafter):
     variants = {("block", "input_fusion")}
+    fixed_shapes = False
     layer = InputFusionLayer
 
     def forward(self, block_embeds, target_hidden, block_positions, context_positions, cache=None, attn_mask=None):
@@ -96,6 +97,7 @@ class AutoregressiveDrafter(DFlashDrafter):
     """The EAGLE-style baseline; trained with a causal mask over the block (:mod:`dflash_lite.train`)."""
     variants = {("autoregressive", "kv_injection"), ("autoregressive", "none")}
     autoregressive = True
+    fixed_shapes = False
     layer = AutoregressiveLayer
 
     @torch.inference_mode()

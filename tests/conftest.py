@@ -16,10 +16,23 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 def pytest_collection_modifyitems(items):
     """A test that decodes the 50 greedy cases (directly or through a module's ``cases``) is one of
-    the 50-prompt identity grids: slow. ``python -m pytest -m "not slow"`` leaves them out."""
+    the 50-prompt identity grids: slow. ``python -m pytest -m "not slow"`` leaves them out. A test
+    marked ``gpu`` is skipped without CUDA."""
+    no_cuda = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "greedy_cases" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_cuda)
+
+
+@pytest.fixture(params=["eager", "fixed"])
+def shapes(request):
+    """The one decode loop's two modes (dflash_lite.shapes): eager, and fixed shapes (padded
+    verify widths, whole-buffer masks, chunked drafter context) with eager forwards. The compiled
+    forwards have tests of their own (tests/test_fixed_shapes.py)."""
+    from dflash_lite.shapes import EAGER, FixedShapes
+    return EAGER if request.param == "eager" else FixedShapes(512)
 
 
 @pytest.fixture(scope="session")

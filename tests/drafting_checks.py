@@ -1,7 +1,7 @@
 """A check two test files share: the block-masked training forward equals drafting at inference."""
 import torch
 
-from dflash_lite.drafter import DrafterCache
+from dflash_lite.cache import SlotCache
 from dflash_lite.target import context_features
 
 
@@ -20,7 +20,7 @@ def assert_training_forward_equals_inference(drafter, target, batch, num_blocks:
             first = block_size * j
             block = batch.block_ids[:, first: first + block_size]
             anchor = int(batch.block_positions[0, first])
-            cache, split = DrafterCache(drafter.config.num_layers), anchor // 2
+            cache, split = SlotCache(drafter.config.num_layers), anchor // 2
             drafter.draft_logits(target, block, features[:, :split], 0, cache)
             inference = drafter.draft_logits(target, block, features[:, split:anchor], split, cache)[0]
             torch.testing.assert_close(trained[first + 1: first + block_size], inference, atol=1e-4, rtol=1e-4)

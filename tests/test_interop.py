@@ -21,7 +21,7 @@ from dflash_lite.checkpoints import (
     to_transformers,
 )
 from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.drafter import DrafterCache
+from dflash_lite.cache import SlotCache
 from dflash_lite.target import context_features
 
 
@@ -99,9 +99,9 @@ def test_drafter_cache_equals_recomputing_the_context(tiny, random_drafter, bloc
     target, _ = tiny
     block, features = block_inputs
     split = features.shape[1] // 2
-    cache = DrafterCache(random_drafter.config.num_layers)
+    cache = SlotCache(random_drafter.config.num_layers)
     random_drafter.draft_logits(target, block[:, :2], features[:, :split], 0, cache)   # fills the first half
-    assert len(cache) == split
+    assert cache.position == split
     cached = random_drafter.draft_logits(target, block, features[:, split:], split, cache)
     torch.testing.assert_close(cached, draft_logits(random_drafter, target, block_inputs), atol=1e-5, rtol=1e-5)
 

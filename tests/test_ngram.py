@@ -117,7 +117,7 @@ def cases(greedy_cases):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("max_drafts", [1, 4, 10])
-def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts):
+def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts, shapes):
     """Also: some steps draft nothing (no match), some fewer than asked, and some accept drafts."""
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
@@ -130,7 +130,7 @@ def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts
             return draft
 
     for ids, expected in cases:
-        proposer = Recording(max_drafts)
+        proposer = Recording(max_drafts, shapes=shapes)
         result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         lengths += result.acceptance_lengths
@@ -140,15 +140,16 @@ def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts
 
 
 @pytest.mark.slow
-def test_hybrid_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, monkeypatch):
+def test_hybrid_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, shapes):
     """An untrained drafter is rarely right, so the n-gram branch carries most accepted tokens:
     the hybrid's tau beats the plain tree's on the same prompts."""
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
     wrong, lengths = 0, {"tree": [], "hybrid": []}
     for ids, expected in cases:
-        for name, proposer in (("tree", DFlashTreeProposer(random_drafter, target, 8, block_size=8)),
-                               ("hybrid", HybridTreeProposer(random_drafter, target, 8, block_size=8, ngram_drafts=6))):
+        for name, proposer in (("tree", DFlashTreeProposer(random_drafter, target, 8, block_size=8, shapes=shapes)),
+                               ("hybrid", HybridTreeProposer(random_drafter, target, 8, block_size=8, ngram_drafts=6,
+                                                             shapes=shapes))):
             result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
             wrong += result.tokens != expected
             assert all(1 <= a <= 8 for a in result.acceptance_lengths)

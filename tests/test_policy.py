@@ -73,7 +73,7 @@ def test_choose_is_a_pure_function_of_estimate_costs_and_options():
     (2, (), CHEAP, 0), (6, (), MEASURED_SHAPE, 0), (16, (), CHEAP, 0), (16, (8, 32), CHEAP, 0), (8, (64,), MEASURED_SHAPE, 0),
     (16, (16,), CHEAP, 10), (16, (16,), MEASURED_SHAPE, 10)])
 def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, max_block_size, tree_sizes,
-                                                           costs, ngram):
+                                                           costs, ngram, shapes):
     """Every option, the hybrid policy's included (prompt lookup and hybrid trees, ``ngram``), keeps
     the target's greedy output; one session's estimates carry from prompt to prompt."""
     target, tokenizer = tiny
@@ -81,7 +81,7 @@ def test_policy_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, 
     session = PolicySession(random_drafter, target, PolicyOptions(max_block_size, tree_sizes, ngram), costs)
     wrong, chosen, kinds = 0, set(), set()
     for ids, expected in cases:
-        proposer = session.proposer(ids)
+        proposer = session.proposer(ids, shapes)
         result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         session.finished(proposer)
         wrong += result.tokens != expected
@@ -156,7 +156,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
         reference.start(prefix[:, :-1], hidden)
         expected = reference.propose(prefix[:, -1], 8)[0]
         plain.costs = StepCosts({1: 1.0, 16: 1.0}, {16: 0.0})          # now a chain is free: it drafts
-        assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - len(plain.cache)  # none lost or doubled
+        assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - plain.cache.position  # none lost or doubled
         assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
 
 

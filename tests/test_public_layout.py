@@ -18,7 +18,8 @@ from dflash_lite.checkpoints import (
     load_drafter,
     to_transformers,
 )
-from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
+from dflash_lite.cache import SlotCache
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 
 HIDDEN, CONTEXT, BLOCK, VOCAB = 64, 20, 8, 50
 LINEAR_2 = {"rope_type": "linear", "factor": 2.0}
@@ -78,7 +79,7 @@ def test_draft_logits_equal_transformers_drafter(fields, inputs):
 def test_sliding_window_with_a_growing_cache_equals_recomputing(inputs):
     drafter = small_drafter(rope_scaling=LINEAR_2, **SLIDING)
     embeds, features, head = inputs
-    cache = DrafterCache(drafter.config.num_layers)
+    cache = SlotCache(drafter.config.num_layers)
     with torch.no_grad():
         drafter(embeds[:, :2], features[:, :12], torch.arange(12, 14)[None], torch.arange(12)[None], cache)
         hidden = drafter(embeds, features[:, 12:], torch.arange(CONTEXT, CONTEXT + BLOCK)[None],

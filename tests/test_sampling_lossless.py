@@ -191,7 +191,7 @@ def three_token_distribution(tiny):
 @pytest.mark.slow
 @pytest.mark.parametrize("draft", ["dflash", "dflash_tree", "noisy_sampled", "ngram",
                                    "hybrid_tree"])
-def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft):
+def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_token_distribution, draft, shapes):
     """End to end with the shipped target: three sampled tokens (top_k=3). The first comes from the
     prefill; the next two from one speculative step that drafts one token, so that token is
     accepted or rejected. None of the drafts is the target: the shipped DFlash drafter (a point
@@ -206,16 +206,18 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
     sampling = SamplingParams(temperature=1.0, top_k=3)
     if draft == "dflash":
         drafter = load_drafter(default_drafter_path("tiny"))
-        make = lambda g: DFlashProposer(drafter, target, 2)
+        make = lambda g: DFlashProposer(drafter, target, 2, shapes=shapes)
     elif draft == "dflash_tree":
         drafter = load_drafter(default_drafter_path("tiny"))
-        make = lambda g: DFlashTreeProposer(drafter, target, 2, block_size=2)
+        make = lambda g: DFlashTreeProposer(drafter, target, 2, block_size=2, shapes=shapes)
     elif draft == "ngram":
-        make = lambda g: NgramProposer(max_drafts=1)
+        make = lambda g: NgramProposer(max_drafts=1, shapes=shapes)
     elif draft == "hybrid_tree":
         drafter = load_drafter(default_drafter_path("tiny"))
-        make = lambda g: HybridTreeProposer(drafter, target, 2, block_size=2, ngram_drafts=1)
+        make = lambda g: HybridTreeProposer(drafter, target, 2, block_size=2, ngram_drafts=1, shapes=shapes)
     else:
+        if shapes.fixed:
+            pytest.skip("the small draft model is an eager proposer (its own transformers forward)")
         make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
                                             sample=True, generator=g)
     g = torch.Generator().manual_seed(7)
@@ -224,7 +226,7 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tree_sizes,ngram", [((), 0), ((4,), 0), ((4,), 3)], ids=["chains", "with_trees", "hybrid"])
-def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram):
+def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram, shapes):
     """The policy chooses each step's block size (or a tree) from the acceptance so far, so its
     choices depend on earlier samples. Four sampled tokens (temperature 3, top_k=2: the drafter is
     often but not always right) through it with the shipped drafter, against the target's exact
@@ -261,7 +263,7 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram):
     runs, counts, sequences, all_choices = 600, dict.fromkeys(exact, 0), set(), set()
     for _ in range(runs):
         options = PolicyOptions(prior_weight=1.0, tree_sizes=tree_sizes, ngram_drafts=ngram)
-        proposer = CostAwareProposer(drafter, target, options, costs)
+        proposer = CostAwareProposer(drafter, target, options, costs, shapes=shapes)
         tokens = tuple(generate(target, proposer, ids, 4, sampling, generator=g).tokens)
         assert tokens in counts
         counts[tokens] += 1

@@ -173,7 +173,7 @@ def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
 def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tiny, toy_data):
     """EAGLE-style drafter: under teacher forcing, block position j of the causal training forward
     gives the logits that autoregressive drafting computes one token at a time."""
-    from dflash_lite.drafter import DrafterCache
+    from dflash_lite.cache import SlotCache
 
     target, tokenizer = tiny
     torch.manual_seed(0)
@@ -189,7 +189,7 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
                          batch.attn_mask)
         trained = target.get_output_embeddings()(hidden)[0, :3]
     anchor = int(batch.block_positions[0, 0])
-    cache = DrafterCache(2)
+    cache = SlotCache(2)
     steps, context = [], features[:, :anchor]
     for j in range(3):
         steps.append(drafter.next_token_logits(target, batch.block_ids[:, j:j + 1], context, 0, anchor + j, cache)[0])

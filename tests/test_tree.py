@@ -13,7 +13,6 @@ from dflash_lite.tree import (
     DraftTree,
     accept_tree,
     build_tree,
-    keep_path,
     verify_tree,
 )
 
@@ -68,7 +67,7 @@ def test_tree_verify_equals_one_target_forward_per_path(tiny):
         last = prefill(target, ids, cache)[0].argmax(dim=-1)
         logp = torch.log_softmax(torch.randn(5, target.config.vocab_size, generator=torch.Generator().manual_seed(1)), -1)
         tree = build_tree(last[0], logp, 20)
-        logits, hidden = verify_tree(target, tree, cache, ids.shape[1], [1, 3])
+        logits, hidden = verify_tree(target, tree, cache, [1, 3])
         assert hidden.shape == (1, len(tree), 2 * target.config.hidden_size)
         for i in range(len(tree)):
             path, node = [], i
@@ -88,19 +87,20 @@ def test_keep_path_leaves_the_cache_of_the_path_only(tiny):
         prefill(target, ids, cache)
         logp = torch.log_softmax(torch.randn(3, target.config.vocab_size, generator=torch.Generator().manual_seed(2)), -1)
         tree = build_tree(torch.tensor(5), logp, 10)
-        verify_tree(target, tree, cache, ids.shape[1], [1])
+        verify_tree(target, tree, cache, [1])
         node = max(range(len(tree)), key=lambda i: (tree.depths[i], i))     # a deep node that is not first
         path = []
         while node >= 0:
             path.insert(0, node)
             node = tree.parents[node]
         assert path != list(range(len(path)))                               # the gather is not a no-op
-        keep_path(cache, ids.shape[1], path)
+        cache.keep_path(ids.shape[1], path)
         target(torch.cat([ids, tree.tokens[path].view(1, -1)], dim=1), past_key_values=reference, use_cache=True)
-    assert cache.get_seq_length() == reference.get_seq_length() == ids.shape[1] + len(path)
+    kept = ids.shape[1] + len(path)
+    assert cache.position == reference.position == kept
     for mine, theirs in zip(cache.layers, reference.layers):
-        torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(mine.values, theirs.values, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mine.keys[:, :, :kept], theirs.keys[:, :, :kept], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mine.values[:, :, :kept], theirs.values[:, :, :kept], atol=1e-5, rtol=1e-5)
 
 
 def test_accept_tree_follows_the_target_argmax():
@@ -114,13 +114,13 @@ def test_accept_tree_follows_the_target_argmax():
 
 
 @pytest.mark.parametrize("tree_size", [1, 12, 64])
-def test_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, tree_size):
+def test_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, cases, tree_size, shapes):
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
     wrong = 0
     for ids, expected in cases:
-        result = generate(target, DFlashTreeProposer(random_drafter, target, tree_size, block_size=8),
-                                      ids, MAX_NEW, stop_token_ids=stops)
+        result = generate(target, DFlashTreeProposer(random_drafter, target, tree_size, block_size=8, shapes=shapes),
+                          ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         assert all(1 <= a <= 8 for a in result.acceptance_lengths)
     assert wrong == 0

@@ -61,7 +61,7 @@ def test_eagle_drafts_leave_only_accepted_context_in_the_drafter_cache(tiny):
         def propose(self, last_token, k):
             position = self.new_context_start + self.new_context.shape[1]
             draft = super().propose(last_token, k)
-            assert len(self.cache) == position and len(draft.tokens) == k
+            assert self.cache.position == position and len(draft.tokens) == k
             return draft
 
     for prompt in corpus.prompts("held_out", "math", 2):

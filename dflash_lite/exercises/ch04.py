@@ -8,7 +8,8 @@ import torch
 
 from . import correct, not_attempted, shipped_target
 from ..checkpoints import load_drafter
-from ..drafter import DrafterCache, DrafterConfig
+from ..cache import SlotCache
+from ..drafter import DrafterConfig
 from ..target import context_features, default_drafter_path
 from ..train import tau_probe
 
@@ -38,18 +39,19 @@ def check_tap_indices(answer) -> bool:
 def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
     """Numbers the drafter's cache holds per context position, over all its layers (keys and values),
     measured by drafting once with ``context`` positions and counting what the cache kept."""
-    cache = DrafterCache(drafter.config.num_layers)
+    cache = SlotCache(drafter.config.num_layers)
     features = torch.randn(1, context, drafter.config.num_context_features)
     block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
     drafter.draft_logits(target, block, features, 0, cache)
-    stored = sum(t.numel() for t in cache.keys + cache.values if t is not None)
-    assert len(cache) == context
+    assert cache.position == context
+    stored = sum(layer.keys[:, :, :context].numel() + layer.values[:, :, :context].numel()
+                 for layer in cache.layers)
     return stored // context
 
 
 def check_cache_numbers(answer) -> bool:
     """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position that its
-    ``DrafterCache`` holds (all layers, keys and values), and the width of the raw tapped features."""
+    ``SlotCache`` holds (all layers, keys and values), and the width of the raw tapped features."""
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give a pair (numbers cached per position, raw tapped numbers per position).")
