@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import transformers
 
-from . import validate
+from . import outputs, validate
 from .acceptance import SamplingParams
 from .baselines import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
 from .checkpoints import load_drafter, load_pair, to_transformers
@@ -239,6 +239,9 @@ def _policy_run(target, session: PolicySession, sampling, stops):
 
 
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))     # what --json replaces without --overwrite
+
+
 @dataclass
 class BenchConfig:
     """Every choice of a benchmark run (``python -m dflash_lite bench`` builds one from its flags).
@@ -251,7 +254,8 @@ class BenchConfig:
     each prompt becomes a user turn of the tokenizer's chat template when it has one
     (:func:`dflash_lite.prompts.encode`). ``baselines`` adds the EAGLE-style drafter and the small
     draft model (``eagle``, ``draft_model``, else the target's shipped ones). ``repeats``: timed
-    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model."""
+    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model.
+    ``json_out`` replaces an existing file only when it is a bench report, or with ``overwrite``."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None
@@ -276,6 +280,7 @@ class BenchConfig:
     repeats: int = 3
     cost_repeats: int = 10
     json_out: str | None = None
+    overwrite: bool = False        # json_out may replace a file that is not a bench report
     quiet: bool = False
     compile: bool = False          # also plain decoding and DFlash B on the static path (CUDA graphs on CUDA)
 
@@ -296,8 +301,8 @@ class BenchConfig:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
             raise ValueError("pass --prompts or --dataset, not both")
-        if self.json_out is not None:
-            validate.check_output_file(self.json_out, "json_out")
+        if self.json_out is not None:            # the one output guard: never the package, never a foreign file
+            outputs.guard_output_file(self.json_out, "json_out", self.overwrite, own=IS_BENCH_REPORT)
         return self
 
 

@@ -229,8 +229,8 @@ class DrafterTrainConfig:
         self.device = validate.check_device(self.device)
         if self.time_budget_s is not None:
             validate.check_float("time_budget_s", self.time_budget_s, 0.0, low_open=True)
-        if self.cache_dir is not None:
-            validate.check_output_dir(self.cache_dir, "cache_dir")
+        if self.cache_dir is not None:             # the one output guard: never the package, a system folder, ...
+            outputs.guard_output_dir(self.cache_dir, "cache_dir")
         validate.check_int("block_size", self.block_size, 2, 64)
         if self.eval_every is not None:
             validate.check_int("eval_every", self.eval_every, 0)

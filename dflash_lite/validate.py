@@ -16,6 +16,7 @@ import enum
 import math
 import numbers
 import os
+import stat
 from pathlib import Path
 
 import torch
@@ -210,6 +211,21 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
+NAME_MAX, PATH_MAX = 255, 4096      # the usual limits of Linux and macOS file systems
+
+
+def check_path_length(path: Path, name: str | None) -> Path:
+    """A path the file system can name: no part longer than :data:`NAME_MAX` bytes and the whole
+    under :data:`PATH_MAX`, so a typo is a usage error rather than ``OSError: File name too long``."""
+    encoded = os.fsencode(str(path))
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX or len(encoded) > PATH_MAX:
+        shown = str(path) if len(str(path)) <= 60 else f"{str(path)[:40]}...{str(path)[-12:]}"
+        raise ValueError(f"{_named(name)}{shown!r} is too long a path ({len(encoded)} bytes, a name of "
+                         f"{longest}); names may have at most {NAME_MAX} bytes, paths {PATH_MAX}")
+    return path
+
+
 def _check_creatable(path: Path, name: str | None) -> None:
     """``path`` can be created or replaced: its nearest existing ancestor is a writable directory."""
     base = _nearest_existing(path.parent)
@@ -223,9 +239,12 @@ def check_output_file(value, name: str | None = "output file") -> Path:
     """A file path that can be written (it is not a directory, and its folder can be made or written)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty file path", value)
-    path = Path(value)
+    path = check_path_length(Path(value), name)
     if path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is a directory; give a file path")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{_named(name)}{str(path)!r} is not a regular file (a device, FIFO or socket); "
+                         f"give a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission")
     _check_creatable(path, name)
@@ -236,7 +255,7 @@ def check_output_dir(value, name: str | None = "output directory") -> Path:
     """A directory path that can be written (it is not an existing file)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty directory path", value)
-    path = Path(value)
+    path = check_path_length(Path(value), name)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is an existing file, not a directory")
     _check_creatable(path / "x", name)
