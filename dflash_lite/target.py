@@ -33,10 +33,31 @@ class LoadError(RuntimeError):
     """A model or checkpoint could not be loaded; the message says why in one line."""
 
 
+# weight formats other than safetensors (torch's, TensorFlow's, Flax's, joblib's, numpy's): never
+# loaded, and a directory that holds one is refused whole, so no loader can pick it instead
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz", ".npy")
+
+
+def _other_weights(directory: Path) -> list[str]:
+    """Names in ``directory`` of weights in another format than safetensors (index files included)."""
+    found = []
+    for file in directory.iterdir():
+        name = file.name.lower().removesuffix(".index.json")
+        if any(name.endswith(ext) for ext in OTHER_WEIGHTS):
+            found.append(file.name)
+    return sorted(found)
+
+
 def _check_safetensors(directory: Path) -> None:
-    """Open every safetensors file's header, so corrupt or truncated files fail here, clearly."""
+    """Refuse a directory holding weights in any other format (a torch file beside the safetensors
+    is how code gets run), then open every safetensors file's header, so corrupt or truncated files
+    fail here, clearly."""
     from safetensors import safe_open
 
+    other = _other_weights(directory)
+    if other:
+        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}, weights in "
+                        f"a format that can run code; only safetensors are loaded: remove it or use another folder")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
@@ -161,11 +182,18 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     _check_safetensors(directory)
     try:
         with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa",
-                                                         trust_remote_code=False)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False,
+                use_safetensors=True, output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as e:
         raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
+    missing = sorted(info.get("missing_keys") or ())
+    mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
+    if missing or mismatched:                       # never run on the random weights transformers fills in
+        names = missing or mismatched
+        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} tensors missing, "
+                        f"{len(mismatched)} of another shape, e.g. {names[0]}); refusing random weights")
     model.to(device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
     return model, tokenizer
@@ -173,14 +201,17 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
 
 @contextmanager
 def _no_progress_bar():
-    """Silence transformers' weight-loading progress bar, restoring its previous state."""
+    """Silence transformers' weight-loading progress bar and its load report (a missing tensor is
+    refused with one line instead), restoring their previous state."""
     from transformers.utils import logging
 
-    was_enabled = logging.is_progress_bar_enabled()
+    was_enabled, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
     logging.disable_progress_bar()
+    logging.set_verbosity_error()
     try:
         yield
     finally:
+        logging.set_verbosity(verbosity)
         if was_enabled:
             logging.enable_progress_bar()
 
