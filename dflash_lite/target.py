@@ -147,7 +147,7 @@ def read_config(directory: Path) -> dict:
         raise LoadError(f"{directory}: missing config.json")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise LoadError(f"{path}: not valid JSON ({type(e).__name__})") from None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -194,9 +194,26 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
         names = missing or mismatched
         raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} tensors missing, "
                         f"{len(mismatched)} of another shape, e.g. {names[0]}); refusing random weights")
+    _check_tokenizer(model, tokenizer, directory)
+    from .prompts import check_chat_template
+    try:
+        check_chat_template(tokenizer, str(directory))  # rendered once here, in a sandbox with limits
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     model.to(device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _check_tokenizer(model, tokenizer, directory: Path) -> None:
+    """Every id the tokenizer can produce (its vocabulary, added and special tokens) has a row in
+    the model's embedding, so no prompt can index past it."""
+    rows = model.get_input_embeddings().num_embeddings
+    ids = [len(tokenizer) - 1, *(i for i in tokenizer.all_special_ids if i is not None)]
+    largest = max(ids)
+    if largest >= rows:
+        raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's embedding of "
+                        f"{rows} rows (vocab_size); the tokenizer does not belong to these weights")
 
 
 @contextmanager

@@ -153,11 +153,15 @@ def check_prompt(value, name: str = "prompt") -> str:
     return value
 
 
-def text_file_lines(value, name: str = "file") -> list[str]:
-    """The lines of a UTF-8 text file (a leading byte-order mark is dropped); one line naming the
-    cause when it is missing, a directory, not a regular file (a FIFO, a device), or not UTF-8."""
-    import stat
+MAX_LINE_BYTES = 4 << 20      # a line of a prompts file: far more than any context holds
 
+
+def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
+    """``(number, line)`` of a UTF-8 text file, read one line at a time (a leading byte-order mark
+    is dropped), so a caller that needs the first N lines never reads the rest of a huge file. One
+    line naming the cause when it is missing, a directory, not a regular file (a FIFO, a device),
+    not UTF-8, or has a line longer than ``max_line`` bytes. The file is checked when this is
+    called; its lines are read as they are iterated."""
     path = Path(value)
     if not path.exists():
         raise ValueError(f"{value}: no such {name}")
@@ -165,10 +169,34 @@ def text_file_lines(value, name: str = "file") -> list[str]:
         raise ValueError(f"{value}: is a directory, not a {name}")
     if not stat.S_ISREG(path.stat().st_mode):
         raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); give a {name}")
-    try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{value}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    check_path_length(path, name)
+
+    def lines():
+        with open(path, "rb") as fh:
+            number, offset = 0, 0
+            while True:
+                raw = fh.readline(max_line + 1)
+                if not raw:
+                    return
+                number += 1
+                if len(raw) > max_line:
+                    raise ValueError(f"{value}:{number}: a line longer than {max_line >> 20} MiB; "
+                                     f"one prompt per line")
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                    offset = 3
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{value}: not UTF-8 text (byte {offset + e.start}: {e.reason})") from None
+                offset += len(raw)
+                yield number, text.rstrip("\r\n")
+    return lines()
+
+
+def text_file_lines(value, name: str = "file") -> list[str]:
+    """All the lines of a UTF-8 text file, checked as :func:`text_file_stream` checks them."""
+    return [line for _, line in text_file_stream(value, name)]
 
 
 # ----------------------------------------------------------------------------- model shapes
