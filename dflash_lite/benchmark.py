@@ -39,7 +39,7 @@ import transformers
 from . import outputs, validate
 from .acceptance import SamplingParams
 from .baselines import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
-from .checkpoints import load_drafter, load_pair, to_transformers
+from .checkpoints import check_pair, load_drafter, load_pair, to_transformers
 from .costs import measure_costs
 from .decode import DFlashProposer, generate
 from .drafter import DFlashDrafter, DrafterConfig
@@ -286,8 +286,10 @@ class BenchConfig:
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
-        for name in ("num_prompts", "max_new_tokens", "repeats", "cost_repeats"):
+        for name in ("num_prompts", "max_new_tokens"):
             validate.check_int(name, getattr(self, name))
+        for name in ("repeats", "cost_repeats"):        # each round keeps its results: bounded
+            validate.check_int(name, getattr(self, name), 1, validate.MAX_REPEATS)
         self.block_sizes = validate.check_block_sizes(self.block_sizes)
         self.tree_sizes = tuple(self.tree_sizes)
         self.temperature = validate.check_temperature(self.temperature)
@@ -365,6 +367,20 @@ def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str 
     return eagle_drafter, small_lm, eagle, small
 
 
+def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDrafter:
+    """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
+    free memory) before it is built."""
+    if tokenizer.mask_token_id is None:
+        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token; a DFlash drafter "
+                         "needs one")
+    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.random_drafter_layers,
+                                       block_size=max(c.block_sizes))
+    parameters = validate.check_model_shape(config.to_dict(), embeddings=0)
+    validate.check_memory(f"a random drafter of {c.random_drafter_layers} layers", parameters * 4, c.device,
+                          f"{parameters / 1e9:.2f}B parameters")
+    return DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
+
+
 def resolve(config: BenchConfig) -> Setup:
     """Load the target, the drafters and the prompts, and build the :func:`standard_methods`.
     A bad drafter name fails before the target loads; a prompt that does not fit the target's
@@ -384,10 +400,10 @@ def resolve(config: BenchConfig) -> Setup:
     _check_context(model, ids, c.max_new_tokens)
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
-        config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.random_drafter_layers,
-                                           block_size=max(c.block_sizes))
-        draft = DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
+        draft = _random_drafter(c, model, tokenizer, torch_dtype)
     eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None, None, None, None)
+    if eagle is not None:                       # checked against the target as the DFlash drafter is
+        check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
         c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
         adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))

@@ -29,7 +29,7 @@ from .benchmark import bench
 from .files import atomic_write_text
 from .report import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 from .target import load_pretrained, stop_token_ids
-from .validate import check_int
+from .validate import MAX_REPEATS, check_int
 
 CARD_FILES = ("card.json", "MODEL_CARD.md")     # what a card writes into its model's folder (never the package's)
 
@@ -213,8 +213,9 @@ class DrafterCardConfig:
 
     def check(self) -> DrafterCardConfig:
         """Every option and the two folders checked (one ValueError line) before any work; returns self."""
-        for name in ("num_prompts", "max_new_tokens", "repeats"):
+        for name in ("num_prompts", "max_new_tokens"):
             check_int(name, getattr(self, name))
+        check_int("repeats", self.repeats, 1, MAX_REPEATS)
         self.path = Path(self.path)
         if not (self.path / "training_curve.json").is_file():       # read at the end: checked before any work
             raise ValueError(f"{self.path}: no training_curve.json (a drafter card is written for a run of "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .validate import check_model_shape
+from .validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
@@ -178,8 +178,15 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
 
     dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
-    read_config(directory)                          # model type and shape, before any Auto* call
+    raw = read_config(directory)                    # model type and shape, before any Auto* call
     _check_safetensors(directory)
+    parameters = check_model_shape(raw, "num_hidden_layers", 1 if raw.get("tie_word_embeddings") else 2)
+    try:                                            # the weights in dtype must fit before they are read
+        for where in {"cpu", str(device)}:
+            check_memory(f"{directory}: the model", parameters * dtype.itemsize, where,
+                         f"{parameters / 1e9:.2f}B parameters in {str(dtype).removeprefix('torch.')}")
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     try:
         with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
             model, info = AutoModelForCausalLM.from_pretrained(

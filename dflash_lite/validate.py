@@ -36,6 +36,9 @@ def _bounds(low, high) -> str:
     return f"in {low}..{high}"
 
 
+MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its results in memory
+
+
 def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
     """An integer (not a bool or float) in ``[low, high]``; ``low=None``: any integer."""
     expected = "an integer" + (f" {_bounds(low, high)}" if low is not None else "")
@@ -229,6 +232,41 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
                          f"{MAX_PARAMETERS / 1e9:.0f}B this package builds ({num_layers_key}={layers}, "
                          f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
     return parameters
+
+
+def available_memory(device: str | torch.device = "cpu") -> int | None:
+    """Bytes that can still be allocated on ``device`` (CPU: the kernel's ``MemAvailable``; CUDA:
+    the free device memory), or None when this machine does not say."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.mem_get_info(device.index or 0)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2 ** 30:.1f} GiB" if nbytes >= 2 ** 30 else f"{nbytes / 2 ** 20:.0f} MiB"
+
+
+def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu", how: str = "") -> float:
+    """Refuse, with one line, to allocate ``nbytes`` for ``what`` when ``device`` has less free
+    memory than that, before anything is allocated (``how``: what the estimate counts)."""
+    free = available_memory(device)
+    if free is not None and nbytes > free:
+        raise ValueError(f"{what} needs about {_size(nbytes)}{f' ({how})' if how else ''}, more than the "
+                         f"{_size(free)} free on {device}; choose a smaller setting")
+    return nbytes
 
 
 # ----------------------------------------------------------------------------- output paths
