@@ -239,7 +239,7 @@ def _policy_run(target, session: PolicySession, sampling, stops):
 
 
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
-IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))     # what --json replaces without --overwrite
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # --json replaces it without --overwrite
 
 
 @dataclass
@@ -303,8 +303,9 @@ class BenchConfig:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
             raise ValueError("pass --prompts or --dataset, not both")
-        if self.json_out is not None:            # the one output guard: never the package, never a foreign file
-            outputs.guard_output_file(self.json_out, "json_out", self.overwrite, own=IS_BENCH_REPORT)
+        if self.json_out is not None:       # the one output guard: not the package, not a foreign file
+            outputs.guard_output_file(self.json_out, "json_out", self.overwrite,
+                                      own=IS_BENCH_REPORT)
         return self
 
 
@@ -371,12 +372,13 @@ def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDraf
     """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
     free memory) before it is built."""
     if tokenizer.mask_token_id is None:
-        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token; a DFlash drafter "
-                         "needs one")
-    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.random_drafter_layers,
+        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token; a "
+                         "DFlash drafter needs one")
+    layers = c.random_drafter_layers
+    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
                                        block_size=max(c.block_sizes))
     parameters = validate.check_model_shape(config.to_dict(), embeddings=0)
-    validate.check_memory(f"a random drafter of {c.random_drafter_layers} layers", parameters * 4, c.device,
+    validate.check_memory(f"a random drafter of {layers} layers", parameters * 4, c.device,
                           f"{parameters / 1e9:.2f}B parameters")
     return DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
 
@@ -402,7 +404,7 @@ def resolve(config: BenchConfig) -> Setup:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
     eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None, None, None, None)
-    if eagle is not None:                       # checked against the target as the DFlash drafter is
+    if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
         c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,

@@ -56,7 +56,8 @@ def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDr
     except ValueError as e:
         raise LoadError(f"{source}: bad drafter config ({e})") from None
     try:                                          # built in fp32, then given its tensors
-        check_memory(f"{source}: the drafter", parameters * 4, "cpu", f"{parameters / 1e9:.2f}B parameters")
+        check_memory(f"{source}: the drafter", parameters * 4, "cpu",
+                     f"{parameters / 1e9:.2f}B parameters")
     except ValueError as e:
         raise LoadError(str(e)) from None
     drafter = make_drafter(config)
@@ -88,7 +89,8 @@ def _read(directory: Path, weights_name: str, config_name: str) -> tuple[dict, d
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise LoadError(f"{directory / config_name}: not valid JSON ({type(e).__name__})") from None
     if not isinstance(config, dict):
-        raise LoadError(f"{directory / config_name}: must be a JSON object, got {type(config).__name__}")
+        raise LoadError(f"{directory / config_name}: must be a JSON object, "
+                        f"got {type(config).__name__}")
     return config, load_file(str(directory / weights_name))
 
 
@@ -110,17 +112,19 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
         drafter = default_drafter_path(target)
     draft = load_drafter(drafter, dtype=dtype) if drafter is not None else None
     model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
-    if draft is not None:                          # as the Engine checks it: at load, not at the first draft
+    if draft is not None:                          # as the Engine does: at load, not at the first draft
         check_pair(draft, model, tokenizer, drafter)
     return model, tokenizer, (draft.to(device) if draft is not None else None)
 
 
-def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter", mask: bool = True) -> None:
+def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
+               mask: bool = True) -> None:
     """One :class:`LoadError` line when ``drafter`` cannot run against ``target``: another width or
     vocabulary, tapped layers the target does not have, or (with ``mask``) another mask token."""
     mask_token_id = tokenizer.mask_token_id if mask else None
     if mask and mask_token_id is None and not drafter.autoregressive:
-        raise LoadError(f"{where}: the target's tokenizer has no mask token; a DFlash drafter needs one")
+        raise LoadError(f"{where}: the target's tokenizer has no mask token; a DFlash drafter "
+                        f"needs one")
     try:
         check_compatible(drafter.config, target.config, mask_token_id)
     except ValueError as e:
@@ -138,8 +142,9 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
     if raw.get("format") != FORMAT:
         raise LoadError(f"{directory / OWN_CONFIG}: not a {FORMAT} config")
     if not isinstance(raw.get("config"), dict):
-        raise LoadError(f"{directory / OWN_CONFIG}: its 'config' must be a JSON object of the drafter's "
-                        f"shape, got {type(raw.get('config')).__name__}")
+        got = type(raw.get("config")).__name__
+        raise LoadError(f"{directory / OWN_CONFIG}: its 'config' must be a JSON object of the "
+                        f"drafter's shape, got {got}")
     try:
         config = DrafterConfig(**raw["config"])
     except (TypeError, ValueError) as e:

@@ -231,8 +231,10 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
     b.add("--block-sizes", type=validate.block_sizes_arg, help="e.g. 4,8,16")
     b.add("--repeats", type=REPEATS)
     b.add("--device", type=validate.device_arg)
-    b.add("--json", dest="json_out", type=OUT_FILE, help="write the report here (never inside the package)")
-    b.add("--overwrite", action="store_true", help="let --json replace a file that is not a bench report")
+    b.add("--json", dest="json_out", type=OUT_FILE,
+          help="write the report here (never inside the package)")
+    b.add("--overwrite", action="store_true",
+          help="let --json replace a file that is not a bench report")
     b.add("--prompt-template", help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add("--no-chat-template", dest="chat_template", action="store_false",
           help="feed prompts as they are, even when the tokenizer has a chat template")

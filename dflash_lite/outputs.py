@@ -100,36 +100,41 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
             raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} file); "
                              f"--overwrite replaces only a run's own directory: remove it yourself or choose another")
     for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
-        if os.path.lexists(beside) and (beside.is_symlink() or not beside.is_dir() or not is_marked(beside)):
-            raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not written by "
-                             f"dflash-lite (no {MARKER} file); remove or rename it yourself")
+        if os.path.lexists(beside) and not _own_dir(beside):
+            raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "
+                             f"written by dflash-lite (no {MARKER} file); remove or rename it")
     return out
 
 
-# ----------------------------------------------------------------------------- the one guard for every output
+def _own_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and is_marked(path)
+
+
+# ------------------------------------------------------------------- the one guard for every output
 def guard_output_file(path: str | os.PathLike, name: str = "output file", overwrite: bool = False,
                       own: Callable[[Path], bool] | None = None) -> Path:
-    """``path`` as a file a command may write (replacing it whole, :func:`dflash_lite.files.atomic_path`),
-    checked before any work, one ``ValueError`` line otherwise: a path the file system can name, in a
-    folder that can be written, not inside the package or a system folder (:func:`refusal`), not a
-    directory, device, FIFO or symbolic link, and, when it exists, this project's own output
-    (``own(path)`` is true) unless ``overwrite`` is given. An existing file keeps its mode."""
+    """``path`` as a file a command may write (replaced whole, :func:`dflash_lite.files.atomic_path`),
+    checked before any work, one ``ValueError`` line otherwise: a path the file system can name,
+    in a folder that can be written, not inside the package or a system folder (:func:`refusal`),
+    not a directory, device, FIFO or symbolic link, and, when it exists, this project's own
+    output (``own(path)`` is true) unless ``overwrite`` is given. A replaced file keeps its mode."""
     path = check_output_file(path, name)
     why = refusal(path)
     if why:
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")
     if os.path.lexists(path):
         if path.is_symlink() and not overwrite:
-            raise ValueError(f"{name} {str(path)!r} is a symbolic link; pass --overwrite to replace the link "
-                             f"with the file, or choose another name")
+            raise ValueError(f"{name} {str(path)!r} is a symbolic link; pass --overwrite to replace "
+                             f"the link with the file, or choose another name")
         if not overwrite and own is not None and not _owned(own, path):
             raise ValueError(f"{name} {str(path)!r} exists and is not this project's output; pass "
                              f"--overwrite to replace it, or choose another name")
     return path
 
 
-def guard_output_dir(path: str | os.PathLike, name: str = "output directory", writes: tuple[str, ...] = (),
-                     overwrite: bool = False, own: Callable[[Path], bool] | None = None) -> Path:
+def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
+                     writes: tuple[str, ...] = (), overwrite: bool = False,
+                     own: Callable[[Path], bool] | None = None) -> Path:
     """``path`` as a directory a command writes the files ``writes`` into, checked before any work
     (one ``ValueError`` line): a path the file system can name, a directory (or one that can be
     made) with write permission, never the package, a system folder, the home, root or working
@@ -170,7 +175,7 @@ def lock_path(out: str | os.PathLike) -> Path:
 
 
 LOCK_TEXT = "dflash-lite lock, pid {pid}\n"
-_OWN_LOCK = re.compile(rb"(dflash-lite lock, pid )?\d*\n?")      # also an older run's bare pid, or empty
+_OWN_LOCK = re.compile(rb"(dflash-lite lock, pid )?\d*\n?")   # or an older run's bare pid, or empty
 
 
 def lock(out: str | os.PathLike) -> Path:
@@ -187,9 +192,11 @@ def lock(out: str | os.PathLike) -> Path:
     foreign = (f"{str(path)!r} is in the way of out {str(out)!r} and is not a dflash-lite lock; "
                f"remove or rename it yourself")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o644)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO, errno.EACCES, errno.EPERM):
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO, errno.EACCES,
+                       errno.EPERM):
             raise ValueError(foreign) from None
         raise
     try:
@@ -258,13 +265,13 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
     work, out = Path(work), Path(out)
     if _resolved(work) != _resolved(out):
         old = out.parent / f".{out.name}.old"
-        if os.path.lexists(old) and (old.is_symlink() or not old.is_dir() or not is_marked(old)):
-            raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not written by "
-                             f"dflash-lite; remove or rename it yourself (the new run is in {str(work)!r})")
+        if os.path.lexists(old) and not _own_dir(old):
+            raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not written "
+                             f"by dflash-lite; remove or rename it (the new run is in {str(work)!r})")
         if old.exists() and not out.exists():
             os.replace(old, out)               # a run died between the two renames: the old one goes back
         elif old.exists():
-            shutil.rmtree(old)                 # a run died before deleting the old one (it has the marker)
+            shutil.rmtree(old)                 # a run died before deleting the old one (it is marked)
         if out.exists():
             os.replace(out, old)
         os.replace(work, out)

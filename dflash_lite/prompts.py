@@ -25,13 +25,14 @@ def _render(tokenizer, prompt: str) -> str:
 
 
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
-    """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's answer,
-    thinking off; unchanged without a template. A template that fails is one ``ValueError`` line."""
+    """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
+    answer, thinking off; unchanged without a template. A template that fails is one
+    ``ValueError`` line."""
     if not getattr(tokenizer, "chat_template", None):
         return list(prompts)
     try:
         return [_render(tokenizer, p) for p in prompts]
-    except Exception as e:                      # jinja2's errors, and whatever the template calls raises
+    except Exception as e:                      # jinja2's errors, and what the template's calls raise
         raise ValueError(f"the tokenizer's chat template failed ({_reason(e)})") from None
 
 
@@ -40,7 +41,7 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
 
 
-TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # the limits of a test render
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a test render's limits
 
 
 def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
@@ -57,7 +58,8 @@ def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
     else:
         problem = _render_in_child(tokenizer)
     if problem:
-        raise ValueError(f"{where}: the chat template {problem}; fix it, or remove it from the tokenizer's files")
+        raise ValueError(f"{where}: the chat template {problem}; fix it, or remove it from the "
+                         f"tokenizer's files")
 
 
 def _render_problem(tokenizer) -> str | None:
@@ -65,7 +67,7 @@ def _render_problem(tokenizer) -> str | None:
         text = _render(tokenizer, "Hello")
     except MemoryError:
         return "ran out of memory"
-    except Exception as e:                      # jinja2's errors, and whatever the template calls raises
+    except Exception as e:                      # jinja2's errors, and what the template's calls raise
         return f"failed ({_reason(e)})"
     if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > TEMPLATE_BYTES:
         return f"wrote more than {TEMPLATE_BYTES >> 20} MiB for one short prompt"
@@ -80,18 +82,19 @@ def _render_in_child(tokenizer) -> str | None:
 
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:                                # the child: limits first, then the render, then a line
+    if pid == 0:                                # the child: limits, then the render, then a line
         code = 0
         try:
             os.close(read)
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)          # the alarm ends it, whatever runs
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)      # the alarm ends it, whatever runs
             signal.setitimer(signal.ITIMER_REAL, TEMPLATE_SECONDS + 1)
             try:
                 with open("/proc/self/statm") as fh:
                     used = int(fh.read().split()[0]) * resource.getpagesize()
-                resource.setrlimit(resource.RLIMIT_AS, (used + TEMPLATE_MEMORY, resource.RLIM_INFINITY))
+                limit = (used + TEMPLATE_MEMORY, resource.RLIM_INFINITY)
+                resource.setrlimit(resource.RLIMIT_AS, limit)
             except (OSError, ValueError):
-                pass                            # no /proc or no limit here: the time limit still holds
+                pass                            # no /proc or no limit here: the time limit holds
             os.write(write, (_render_problem(tokenizer) or "").encode("utf-8", "replace")[:400])
         except BaseException:
             code = 1
@@ -133,9 +136,9 @@ def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
     """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used): the
     first ``limit`` of them, read as a stream (the rest of the file is never read)."""
-    lines = validate.text_file_stream(path, "prompts file")      # a BOM is accepted; a FIFO is named
+    lines = validate.text_file_stream(path, "prompts file")   # a BOM is accepted; a FIFO is named
     prompts = []
-    for number, line in lines:                                   # read only up to the limit-th prompt
+    for number, line in lines:                                # read only up to the limit-th prompt
         if not line.strip():
             continue
         try:

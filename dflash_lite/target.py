@@ -35,11 +35,12 @@ class LoadError(RuntimeError):
 
 # weight formats other than safetensors (torch's, TensorFlow's, Flax's, joblib's, numpy's): never
 # loaded, and a directory that holds one is refused whole, so no loader can pick it instead
-OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz", ".npy")
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz",
+                 ".npy")
 
 
 def _other_weights(directory: Path) -> list[str]:
-    """Names in ``directory`` of weights in another format than safetensors (index files included)."""
+    """Names in ``directory`` of weights in other formats than safetensors (and their indexes)."""
     found = []
     for file in directory.iterdir():
         name = file.name.lower().removesuffix(".index.json")
@@ -56,8 +57,9 @@ def _check_safetensors(directory: Path) -> None:
 
     other = _other_weights(directory)
     if other:
-        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}, weights in "
-                        f"a format that can run code; only safetensors are loaded: remove it or use another folder")
+        more = " ..." if len(other) > 3 else ""
+        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format that "
+                        f"can run code; only safetensors are loaded: remove it or use another folder")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
@@ -180,11 +182,13 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     directory = _resolve(name_or_path)
     raw = read_config(directory)                    # model type and shape, before any Auto* call
     _check_safetensors(directory)
-    parameters = check_model_shape(raw, "num_hidden_layers", 1 if raw.get("tie_word_embeddings") else 2)
+    embeddings = 1 if raw.get("tie_word_embeddings") else 2
+    parameters = check_model_shape(raw, "num_hidden_layers", embeddings)
     try:                                            # the weights in dtype must fit before they are read
         for where in {"cpu", str(device)}:
             check_memory(f"{directory}: the model", parameters * dtype.itemsize, where,
-                         f"{parameters / 1e9:.2f}B parameters in {str(dtype).removeprefix('torch.')}")
+                         f"{parameters / 1e9:.2f}B parameters in "
+                         f"{str(dtype).removeprefix('torch.')}")
     except ValueError as e:
         raise LoadError(str(e)) from None
     try:
@@ -197,14 +201,15 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
         raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
     missing = sorted(info.get("missing_keys") or ())
     mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
-    if missing or mismatched:                       # never run on the random weights transformers fills in
+    if missing or mismatched:                       # never run on random weights filled in for them
         names = missing or mismatched
-        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} tensors missing, "
-                        f"{len(mismatched)} of another shape, e.g. {names[0]}); refusing random weights")
+        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} tensors "
+                        f"missing, {len(mismatched)} of another shape, e.g. {names[0]}); refusing "
+                        f"to run on random weights")
     _check_tokenizer(model, tokenizer, directory)
     from .prompts import check_chat_template
     try:
-        check_chat_template(tokenizer, str(directory))  # rendered once here, in a sandbox with limits
+        check_chat_template(tokenizer, str(directory))  # rendered once here, in a sandbox
     except ValueError as e:
         raise LoadError(str(e)) from None
     model.to(device).eval()
@@ -219,8 +224,8 @@ def _check_tokenizer(model, tokenizer, directory: Path) -> None:
     ids = [len(tokenizer) - 1, *(i for i in tokenizer.all_special_ids if i is not None)]
     largest = max(ids)
     if largest >= rows:
-        raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's embedding of "
-                        f"{rows} rows (vocab_size); the tokenizer does not belong to these weights")
+        raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's "
+                        f"embedding of {rows} rows (vocab_size); it does not belong to these weights")
 
 
 @contextmanager

@@ -149,21 +149,24 @@ def check_sizes(c: DrafterTrainConfig) -> None:
     raw = read_config(resolve_target(c.target))
     context = raw.get("max_position_embeddings")
     if isinstance(context, int) and c.max_new_tokens >= context:
-        raise ValueError(f"max_new_tokens ({c.max_new_tokens}) does not fit the target's context of {context} "
-                         f"tokens (a prompt needs room too); lower --max-new-tokens")
+        raise ValueError(f"max_new_tokens ({c.max_new_tokens}) does not fit the target's context "
+                         f"of {context} tokens (a prompt needs room too); lower --max-new-tokens")
     if c.num_anchors > c.max_new_tokens:
-        raise ValueError(f"num_anchors ({c.num_anchors}) is more than the {c.max_new_tokens} tokens of a response "
-                         f"(max_new_tokens): anchors sit on response tokens; lower --num-anchors")
+        raise ValueError(f"num_anchors ({c.num_anchors}) is more than the {c.max_new_tokens} "
+                         f"tokens of a response (max_new_tokens): anchors sit on response tokens; "
+                         f"lower --num-anchors")
     shape = {k: raw.get(k) for k in validate.SHAPE_KEYS + ("head_dim",)}
     own_embedding = c.drafting is Drafting.DRAFT_MODEL
-    parameters = validate.check_model_shape({**shape, "num_layers": c.layers}, embeddings=int(own_embedding))
+    parameters = validate.check_model_shape({**shape, "num_layers": c.layers},
+                                            embeddings=int(own_embedding))
     validate.check_memory(f"a drafter of {c.layers} layers", parameters * 16, c.device,
                           f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and AdamW state")
-    width, blocks = context if isinstance(context, int) else c.max_new_tokens * 2, c.num_anchors * c.block_size
-    hidden, vocab = shape["hidden_size"], shape["vocab_size"]
-    batch = c.batch_size * blocks * ((width + blocks) + 3 * 8 + 3 * 4 * vocab + 4 * hidden * (c.num_taps + 2))
-    validate.check_memory(f"one batch ({c.batch_size} x {c.num_anchors} anchors x {c.block_size} tokens)", batch,
-                          c.device, "block attention mask, ids, labels, logits and features")
+    width = context if isinstance(context, int) else c.max_new_tokens * 2
+    blocks, hidden, vocab = c.num_anchors * c.block_size, shape["hidden_size"], shape["vocab_size"]
+    per_block_token = (width + blocks) + 3 * 8 + 3 * 4 * vocab + 4 * hidden * (c.num_taps + 2)
+    validate.check_memory(f"one batch ({c.batch_size} x {c.num_anchors} anchors x {c.block_size} "
+                          f"tokens)", c.batch_size * blocks * per_block_token, c.device,
+                          "block attention mask, ids, labels, logits and features")
 
 
 def same_run(checkpoint: Path, run_config: dict) -> bool:
@@ -255,7 +258,7 @@ class DrafterTrainConfig:
         self.device = validate.check_device(self.device)
         if self.time_budget_s is not None:
             validate.check_float("time_budget_s", self.time_budget_s, 0.0, low_open=True)
-        if self.cache_dir is not None:             # the one output guard: never the package, a system folder, ...
+        if self.cache_dir is not None:             # the one output guard: not the package, ...
             outputs.guard_output_dir(self.cache_dir, "cache_dir")
         validate.check_int("block_size", self.block_size, 2, 64)
         if self.eval_every is not None:

@@ -191,7 +191,8 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise ValueError(f"{value}: not UTF-8 text (byte {offset + e.start}: {e.reason})") from None
+                    raise ValueError(f"{value}: not UTF-8 text (byte {offset + e.start}: "
+                                     f"{e.reason})") from None
                 offset += len(raw)
                 yield number, text.rstrip("\r\n")
     return lines()
@@ -259,12 +260,14 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 2 ** 30:.1f} GiB" if nbytes >= 2 ** 30 else f"{nbytes / 2 ** 20:.0f} MiB"
 
 
-def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu", how: str = "") -> float:
+def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu",
+                 how: str = "") -> float:
     """Refuse, with one line, to allocate ``nbytes`` for ``what`` when ``device`` has less free
     memory than that, before anything is allocated (``how``: what the estimate counts)."""
     free = available_memory(device)
     if free is not None and nbytes > free:
-        raise ValueError(f"{what} needs about {_size(nbytes)}{f' ({how})' if how else ''}, more than the "
+        counted = f" ({how})" if how else ""
+        raise ValueError(f"{what} needs about {_size(nbytes)}{counted}, more than the "
                          f"{_size(free)} free on {device}; choose a smaller setting")
     return nbytes
 
@@ -282,13 +285,14 @@ NAME_MAX, PATH_MAX = 255, 4096      # the usual limits of Linux and macOS file s
 
 def check_path_length(path: Path, name: str | None) -> Path:
     """A path the file system can name: no part longer than :data:`NAME_MAX` bytes and the whole
-    under :data:`PATH_MAX`, so a typo is a usage error rather than ``OSError: File name too long``."""
+    under :data:`PATH_MAX`, so a typo is a usage error, not ``OSError: File name too long``."""
     encoded = os.fsencode(str(path))
     longest = max((len(part) for part in encoded.split(b"/")), default=0)
     if longest > NAME_MAX or len(encoded) > PATH_MAX:
         shown = str(path) if len(str(path)) <= 60 else f"{str(path)[:40]}...{str(path)[-12:]}"
-        raise ValueError(f"{_named(name)}{shown!r} is too long a path ({len(encoded)} bytes, a name of "
-                         f"{longest}); names may have at most {NAME_MAX} bytes, paths {PATH_MAX}")
+        raise ValueError(f"{_named(name)}{shown!r} is too long a path ({len(encoded)} bytes, a "
+                         f"name of {longest}); names may have at most {NAME_MAX} bytes, "
+                         f"paths {PATH_MAX}")
     return path
 
 
@@ -309,8 +313,8 @@ def check_output_file(value, name: str | None = "output file") -> Path:
     if path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is a directory; give a file path")
     if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        raise ValueError(f"{_named(name)}{str(path)!r} is not a regular file (a device, FIFO or socket); "
-                         f"give a file path")
+        raise ValueError(f"{_named(name)}{str(path)!r} is not a regular file (a device, FIFO or "
+                         f"socket); give a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission")
     _check_creatable(path, name)
