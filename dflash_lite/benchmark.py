@@ -239,7 +239,7 @@ def _policy_run(target, session: PolicySession, sampling, stops):
 
 
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
-IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # --json replaces it without --overwrite
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # --json replaces only these freely
 
 
 @dataclass
@@ -303,7 +303,7 @@ class BenchConfig:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
             raise ValueError("pass --prompts or --dataset, not both")
-        if self.json_out is not None:       # the one output guard: not the package, not a foreign file
+        if self.json_out is not None:       # the one output guard: not the package, no foreign file
             outputs.guard_output_file(self.json_out, "json_out", self.overwrite,
                                       own=IS_BENCH_REPORT)
         return self

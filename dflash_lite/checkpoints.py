@@ -112,7 +112,7 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
         drafter = default_drafter_path(target)
     draft = load_drafter(drafter, dtype=dtype) if drafter is not None else None
     model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
-    if draft is not None:                          # as the Engine does: at load, not at the first draft
+    if draft is not None:                  # as the Engine does: at load, not at the first draft
         check_pair(draft, model, tokenizer, drafter)
     return model, tokenizer, (draft.to(device) if draft is not None else None)
 

@@ -24,7 +24,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     error and is removed otherwise. The parent directory is created if missing, and removed again
     if the write fails, so a failed write (a full disk) leaves no empty folder behind."""
     path = Path(path)
-    mode = 0o666 & ~_UMASK                        # a new file's usual mode; a replaced one keeps its own
+    mode = 0o666 & ~_UMASK                  # a new file's usual mode; a replaced one keeps its own
     if os.path.lexists(path):
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):

@@ -31,7 +31,7 @@ from .report import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 from .target import load_pretrained, stop_token_ids
 from .validate import MAX_REPEATS, check_int
 
-CARD_FILES = ("card.json", "MODEL_CARD.md")     # written into the model's folder (not the package's)
+CARD_FILES = ("card.json", "MODEL_CARD.md")   # written into the model's folder (not the package's)
 
 
 def complete(model, tokenizer, prompt: str, max_new_tokens: int) -> str:

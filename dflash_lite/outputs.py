@@ -113,7 +113,7 @@ def _own_dir(path: Path) -> bool:
 # ------------------------------------------------------------------- the one guard for every output
 def guard_output_file(path: str | os.PathLike, name: str = "output file", overwrite: bool = False,
                       own: Callable[[Path], bool] | None = None) -> Path:
-    """``path`` as a file a command may write (replaced whole, :func:`dflash_lite.files.atomic_path`),
+    """``path`` as a file a command may write (replaced whole, as ``files.atomic_path`` does),
     checked before any work, one ``ValueError`` line otherwise: a path the file system can name,
     in a folder that can be written, not inside the package or a system folder (:func:`refusal`),
     not a directory, device, FIFO or symbolic link, and, when it exists, this project's own
@@ -124,8 +124,8 @@ def guard_output_file(path: str | os.PathLike, name: str = "output file", overwr
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")
     if os.path.lexists(path):
         if path.is_symlink() and not overwrite:
-            raise ValueError(f"{name} {str(path)!r} is a symbolic link; pass --overwrite to replace "
-                             f"the link with the file, or choose another name")
+            raise ValueError(f"{name} {str(path)!r} is a symbolic link; pass --overwrite to "
+                             f"replace the link with the file, or choose another name")
         if not overwrite and own is not None and not _owned(own, path):
             raise ValueError(f"{name} {str(path)!r} exists and is not this project's output; pass "
                              f"--overwrite to replace it, or choose another name")
@@ -134,12 +134,14 @@ def guard_output_file(path: str | os.PathLike, name: str = "output file", overwr
 
 def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
                      writes: tuple[str, ...] = (), overwrite: bool = False,
-                     own: Callable[[Path], bool] | None = None) -> Path:
+                     own: Callable[[Path], bool] | None = None, exclusive: bool = False) -> Path:
     """``path`` as a directory a command writes the files ``writes`` into, checked before any work
     (one ``ValueError`` line): a path the file system can name, a directory (or one that can be
     made) with write permission, never the package, a system folder, the home, root or working
     directory itself or ``~/.cache`` (:func:`refusal`); and each of ``writes`` that exists is
-    checked as :func:`guard_output_file` checks it (regular, and ``own`` unless ``overwrite``)."""
+    checked as :func:`guard_output_file` checks it (regular, and ``own`` unless ``overwrite``).
+    With ``exclusive`` (and ``own``), every file already in the directory must be ``own`` (or
+    the :data:`MARKER`), unless ``overwrite``: a folder of someone else's files is refused whole."""
     directory = check_output_dir(path, name)
     why = refusal(directory)
     if why:
@@ -148,6 +150,13 @@ def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
         raise ValueError(f"{name} {str(directory)!r} cannot be written: no write permission")
     for file in writes:
         guard_output_file(directory / file, name, overwrite, own)
+    if exclusive and own is not None and not overwrite and directory.is_dir():
+        foreign = next((p for p in sorted(directory.rglob("*")) if not p.is_dir()
+                        and p.name != MARKER and not _owned(own, p)), None)
+        if foreign is not None:
+            shown = str(foreign.relative_to(directory))
+            raise ValueError(f"{name} {str(directory)!r} holds {shown!r}, which it did not write; "
+                             f"choose an empty or new directory")
     return directory
 
 
@@ -207,8 +216,9 @@ def lock(out: str | os.PathLike) -> Path:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise ValueError(f"out {str(out)!r} is being written by another run (it holds {path.name}); "
-                             f"wait for it to finish or choose another directory") from None
+            raise ValueError(f"out {str(out)!r} is being written by another run (it holds "
+                             f"{path.name}); wait for it to finish or choose another directory"
+                             ) from None
     except BaseException:
         os.close(fd)
         raise
@@ -266,12 +276,13 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
     if _resolved(work) != _resolved(out):
         old = out.parent / f".{out.name}.old"
         if os.path.lexists(old) and not _own_dir(old):
-            raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not written "
-                             f"by dflash-lite; remove or rename it (the new run is in {str(work)!r})")
+            raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not "
+                             f"written by dflash-lite; remove or rename it (the new run is in "
+                             f"{str(work)!r})")
         if old.exists() and not out.exists():
             os.replace(old, out)               # a run died between the two renames: the old one goes back
         elif old.exists():
-            shutil.rmtree(old)                 # a run died before deleting the old one (it is marked)
+            shutil.rmtree(old)                 # a run died before deleting the old one (marked)
         if out.exists():
             os.replace(out, old)
         os.replace(work, out)

@@ -32,7 +32,7 @@ def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
         return list(prompts)
     try:
         return [_render(tokenizer, p) for p in prompts]
-    except Exception as e:                      # jinja2's errors, and what the template's calls raise
+    except Exception as e:                  # jinja2's errors, and what the template's calls raise
         raise ValueError(f"the tokenizer's chat template failed ({_reason(e)})") from None
 
 
@@ -67,7 +67,7 @@ def _render_problem(tokenizer) -> str | None:
         text = _render(tokenizer, "Hello")
     except MemoryError:
         return "ran out of memory"
-    except Exception as e:                      # jinja2's errors, and what the template's calls raise
+    except Exception as e:                  # jinja2's errors, and what the template's calls raise
         return f"failed ({_reason(e)})"
     if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > TEMPLATE_BYTES:
         return f"wrote more than {TEMPLATE_BYTES >> 20} MiB for one short prompt"

@@ -58,8 +58,9 @@ def _check_safetensors(directory: Path) -> None:
     other = _other_weights(directory)
     if other:
         more = " ..." if len(other) > 3 else ""
-        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format that "
-                        f"can run code; only safetensors are loaded: remove it or use another folder")
+        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format "
+                        f"that can run code; only safetensors are loaded: remove it or use "
+                        f"another folder")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
@@ -184,7 +185,7 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     _check_safetensors(directory)
     embeddings = 1 if raw.get("tie_word_embeddings") else 2
     parameters = check_model_shape(raw, "num_hidden_layers", embeddings)
-    try:                                            # the weights in dtype must fit before they are read
+    try:                                    # the weights in dtype must fit before they are read
         for where in {"cpu", str(device)}:
             check_memory(f"{directory}: the model", parameters * dtype.itemsize, where,
                          f"{parameters / 1e9:.2f}B parameters in "
@@ -203,9 +204,9 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
     if missing or mismatched:                       # never run on random weights filled in for them
         names = missing or mismatched
-        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} tensors "
-                        f"missing, {len(mismatched)} of another shape, e.g. {names[0]}); refusing "
-                        f"to run on random weights")
+        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} "
+                        f"tensors missing, {len(mismatched)} of another shape, e.g. {names[0]}); "
+                        f"refusing to run on random weights")
     _check_tokenizer(model, tokenizer, directory)
     from .prompts import check_chat_template
     try:
@@ -225,7 +226,8 @@ def _check_tokenizer(model, tokenizer, directory: Path) -> None:
     largest = max(ids)
     if largest >= rows:
         raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's "
-                        f"embedding of {rows} rows (vocab_size); it does not belong to these weights")
+                        f"embedding of {rows} rows (vocab_size); it does not belong to these "
+                        f"weights")
 
 
 @contextmanager

@@ -160,7 +160,8 @@ def check_sizes(c: DrafterTrainConfig) -> None:
     parameters = validate.check_model_shape({**shape, "num_layers": c.layers},
                                             embeddings=int(own_embedding))
     validate.check_memory(f"a drafter of {c.layers} layers", parameters * 16, c.device,
-                          f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and AdamW state")
+                          f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and "
+                          f"AdamW state")
     width = context if isinstance(context, int) else c.max_new_tokens * 2
     blocks, hidden, vocab = c.num_anchors * c.block_size, shape["hidden_size"], shape["vocab_size"]
     per_block_token = (width + blocks) + 3 * 8 + 3 * 4 * vocab + 4 * hidden * (c.num_taps + 2)

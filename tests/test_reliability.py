@@ -158,6 +158,21 @@ def test_json_replaces_its_own_report_keeps_its_mode_and_a_foreign_file_needs_ov
     assert outputs.guard_output_file(foreign, "json_out", True, IS_BENCH_REPORT) == foreign
 
 
+def test_the_guard_for_a_folder_of_outputs_refuses_files_it_did_not_write(tmp_path):
+    own = outputs.is_json_with(("written_by",))
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps({"written_by": "dflash-lite"}))
+    assert outputs.guard_output_dir(folder, "release", ("a.json",), own=own, exclusive=True)
+    shutil.copy(NOTEBOOK, folder / NOTEBOOK.name)                       # an instructor's source
+    for writes in ((), (NOTEBOOK.name,)):
+        with pytest.raises(ValueError, match=NOTEBOOK.name) as info:
+            outputs.guard_output_dir(folder, "release", writes, own=own, exclusive=True)
+        one_line(info.value)
+    with pytest.raises(ValueError, match="inside the dflash_lite package"):
+        outputs.guard_output_dir(PACKAGE / "exercises", "release", own=own, exclusive=True)
+
+
 def test_a_device_is_never_replaced_by_the_atomic_writer(tmp_path):
     from dflash_lite.files import atomic_write_text
     fifo = tmp_path / "fifo"
