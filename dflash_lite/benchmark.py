@@ -36,10 +36,10 @@ from typing import Any
 import torch
 import transformers
 
-from . import validate
+from . import outputs, validate
 from .acceptance import SamplingParams
 from .baselines import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
-from .checkpoints import load_drafter, load_pair, to_transformers
+from .checkpoints import check_pair, load_drafter, load_pair, to_transformers
 from .costs import measure_costs
 from .decode import DFlashProposer, generate
 from .drafter import DFlashDrafter, DrafterConfig
@@ -260,6 +260,9 @@ def _policy_run(target, session: PolicySession, sampling, stops, shapes: Shapes 
 
 
 # ----------------------------------------------------------------------------- bench = resolve -> run -> report
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # --json replaces only these freely
+
+
 @dataclass
 class BenchConfig:
     """Every choice of a benchmark run (``python -m dflash_lite bench`` builds one from its flags).
@@ -272,7 +275,8 @@ class BenchConfig:
     each prompt becomes a user turn of the tokenizer's chat template when it has one
     (:func:`dflash_lite.prompts.encode`). ``baselines`` adds the EAGLE-style drafter and the small
     draft model (``eagle``, ``draft_model``, else the target's shipped ones). ``repeats``: timed
-    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model."""
+    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model.
+    ``json_out`` replaces an existing file only when it is a bench report, or with ``overwrite``."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None
@@ -297,13 +301,16 @@ class BenchConfig:
     repeats: int = 3
     cost_repeats: int = 10
     json_out: str | None = None
+    overwrite: bool = False        # json_out may replace a file that is not a bench report
     quiet: bool = False
     compile: bool = False          # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
-        for name in ("num_prompts", "max_new_tokens", "repeats", "cost_repeats"):
+        for name in ("num_prompts", "max_new_tokens"):
             validate.check_int(name, getattr(self, name))
+        for name in ("repeats", "cost_repeats"):        # each round keeps its results: bounded
+            validate.check_int(name, getattr(self, name), 1, validate.MAX_REPEATS)
         self.block_sizes = validate.check_block_sizes(self.block_sizes)
         self.tree_sizes = tuple(self.tree_sizes)
         self.temperature = validate.check_temperature(self.temperature)
@@ -317,8 +324,9 @@ class BenchConfig:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
             raise ValueError("pass --prompts or --dataset, not both")
-        if self.json_out is not None:
-            validate.check_output_file(self.json_out, "json_out")
+        if self.json_out is not None:       # the one output guard: not the package, no foreign file
+            outputs.guard_output_file(self.json_out, "json_out", self.overwrite,
+                                      own=IS_BENCH_REPORT)
         return self
 
 
@@ -381,6 +389,21 @@ def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str 
     return eagle_drafter, small_lm, eagle, small
 
 
+def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDrafter:
+    """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
+    free memory) before it is built."""
+    if tokenizer.mask_token_id is None:
+        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token; a "
+                         "DFlash drafter needs one")
+    layers = c.random_drafter_layers
+    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
+                                       block_size=max(c.block_sizes))
+    parameters = validate.check_model_shape(config.to_dict(), embeddings=0)
+    validate.check_memory(f"a random drafter of {layers} layers", parameters * 4, c.device,
+                          f"{parameters / 1e9:.2f}B parameters")
+    return DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
+
+
 def resolve(config: BenchConfig) -> Setup:
     """Load the target, the drafters and the prompts, and build the :func:`standard_methods`.
     A bad drafter name fails before the target loads; a prompt that does not fit the target's
@@ -400,10 +423,10 @@ def resolve(config: BenchConfig) -> Setup:
     _check_context(model, ids, c.max_new_tokens)
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
-        config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.random_drafter_layers,
-                                           block_size=max(c.block_sizes))
-        draft = DFlashDrafter(config).to(device=c.device, dtype=torch_dtype).eval()
+        draft = _random_drafter(c, model, tokenizer, torch_dtype)
     eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None, None, None, None)
+    if eagle is not None:                   # checked against the target as the DFlash drafter is
+        check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
         c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
         adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))

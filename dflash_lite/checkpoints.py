@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafter import DFlashDrafter, DrafterConfig
+from .drafter import DFlashDrafter, DrafterConfig, check_compatible
 from .files import atomic_path
 from .target import LoadError, _check_safetensors, default_drafter_path, load_pretrained, parse_dtype, resolve_checkpoint
-from .validate import check_model_shape
+from .validate import check_memory, check_model_shape
 from .variants import make_drafter
 
 FORMAT = "dflash-lite-drafter"
@@ -52,9 +52,14 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
     try:                                          # sizes and parameter count, before anything is allocated
-        check_model_shape(config.to_dict(), embeddings=0)
+        parameters = check_model_shape(config.to_dict(), embeddings=0)
     except ValueError as e:
         raise LoadError(f"{source}: bad drafter config ({e})") from None
+    try:                                          # built in fp32, then given its tensors
+        check_memory(f"{source}: the drafter", parameters * 4, "cpu",
+                     f"{parameters / 1e9:.2f}B parameters")
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     drafter = make_drafter(config)
     expected = drafter.state_dict()
     missing = sorted(set(expected) - set(tensors))
@@ -81,8 +86,11 @@ def _read(directory: Path, weights_name: str, config_name: str) -> tuple[dict, d
     _check_safetensors(directory)
     try:
         config = json.loads((directory / config_name).read_text())
-    except json.JSONDecodeError as e:
-        raise LoadError(f"{directory / config_name}: not valid JSON ({e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise LoadError(f"{directory / config_name}: not valid JSON ({type(e).__name__})") from None
+    if not isinstance(config, dict):
+        raise LoadError(f"{directory / config_name}: must be a JSON object, "
+                        f"got {type(config).__name__}")
     return config, load_file(str(directory / weights_name))
 
 
@@ -104,7 +112,23 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
         drafter = default_drafter_path(target)
     draft = load_drafter(drafter, dtype=dtype) if drafter is not None else None
     model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
+    if draft is not None:                  # as the Engine does: at load, not at the first draft
+        check_pair(draft, model, tokenizer, drafter)
     return model, tokenizer, (draft.to(device) if draft is not None else None)
+
+
+def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
+               mask: bool = True) -> None:
+    """One :class:`LoadError` line when ``drafter`` cannot run against ``target``: another width or
+    vocabulary, tapped layers the target does not have, or (with ``mask``) another mask token."""
+    mask_token_id = tokenizer.mask_token_id if mask else None
+    if mask and mask_token_id is None and not drafter.autoregressive:
+        raise LoadError(f"{where}: the target's tokenizer has no mask token; a DFlash drafter "
+                        f"needs one")
+    try:
+        check_compatible(drafter.config, target.config, mask_token_id)
+    except ValueError as e:
+        raise LoadError(f"{where}: does not belong to this target ({e})") from None
 
 
 def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = None) -> DFlashDrafter:
@@ -117,6 +141,10 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
     raw, tensors = _read(directory, OWN_WEIGHTS, OWN_CONFIG)
     if raw.get("format") != FORMAT:
         raise LoadError(f"{directory / OWN_CONFIG}: not a {FORMAT} config")
+    if not isinstance(raw.get("config"), dict):
+        got = type(raw.get("config")).__name__
+        raise LoadError(f"{directory / OWN_CONFIG}: its 'config' must be a JSON object of the "
+                        f"drafter's shape, got {got}")
     try:
         config = DrafterConfig(**raw["config"])
     except (TypeError, ValueError) as e:
@@ -207,6 +235,9 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
     raw, tensors = _read(directory, "model.safetensors", "config.json")
     try:
         dflash = raw["dflash_config"]
+        for key in ("dflash_config", "rope_parameters", "rope_scaling"):
+            if raw.get(key) is not None and not isinstance(raw[key], dict):
+                raise TypeError(f"{key} must be a JSON object, got {type(raw[key]).__name__}")
         for where in (raw, dflash, raw.get("rope_parameters") or {}, raw.get("rope_scaling") or {}):
             for key, off in NEUTRAL.items():
                 if where.get(key) is not None and where[key] not in off:     # None is always "off"
@@ -226,7 +257,7 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
             attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
             sliding_window=sliding_window, public_config=raw,
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code can honour "
                         f"({type(e).__name__}: {e})") from None
     tensors = {k.removeprefix("model."): v for k, v in tensors.items()}

@@ -64,7 +64,7 @@ class DemoConfig:
     def check(self) -> DemoConfig:
         validate.check_prompt(self.prompt)
         validate.check_int("max_new_tokens", self.max_new_tokens)
-        validate.check_int("repeats", self.repeats)
+        validate.check_int("repeats", self.repeats, 1, validate.MAX_REPEATS)
         validate.check_seed(self.seed)
         if self.block_size is not None:
             validate.check_int("block_size", self.block_size)
@@ -160,6 +160,7 @@ class Options:
 
 # argparse types from the one validation layer (dflash_lite.validate), shared with the Python API
 POS = validate.arg_type(validate.check_int)                       # an integer >= 1
+REPEATS = validate.arg_type(validate.check_int, high=validate.MAX_REPEATS)
 COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
 ANY_INT = validate.arg_type(validate.check_int, low=None)
 SEED = validate.arg_type(validate.check_seed)
@@ -204,7 +205,7 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
     d.add("--drafter", help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
     d.add("--block-size", type=POS,
           help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
-    d.add("--repeats", type=POS)
+    d.add("--repeats", type=REPEATS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     d.add("--compile", action="store_true", help="decode on the static-shape path (CUDA graphs on CUDA)")
     return d.parser
@@ -223,14 +224,17 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
     b.add("--adaptive", action="store_true",
           help="also run DFlash with the block size chosen per step from recent acceptance")
     b.add("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree ('' for none)")
-    b.add("--cost-repeats", type=POS, help="repeats of each timed forward in the cost model")
+    b.add("--cost-repeats", type=REPEATS, help="repeats of each timed forward in the cost model")
     b.add("--domain", choices=["math", "code", "mixed"], help="built-in held-out prompts")
     b.add("--num-prompts", type=POS)
     b.add("--max-new-tokens", type=POS)
     b.add("--block-sizes", type=validate.block_sizes_arg, help="e.g. 4,8,16")
-    b.add("--repeats", type=POS)
+    b.add("--repeats", type=REPEATS)
     b.add("--device", type=validate.device_arg)
-    b.add("--json", dest="json_out", type=OUT_FILE)
+    b.add("--json", dest="json_out", type=OUT_FILE,
+          help="write the report here (never inside the package)")
+    b.add("--overwrite", action="store_true",
+          help="let --json replace a file that is not a bench report")
     b.add("--prompt-template", help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add("--no-chat-template", dest="chat_template", action="store_false",
           help="feed prompts as they are, even when the tokenizer has a chat template")

@@ -126,6 +126,10 @@ class DrafterConfig:
             if self.drafting != "block" or self.conditioning != "kv_injection":
                 raise ValueError("sliding_attention layers are implemented for the DFlash drafter "
                                  "(block drafting, kv_injection) only")
+        from transformers.activations import ACT2FN
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not an activation transformers "
+                             f"knows (e.g. silu, gelu, relu)")
         self.rotary_config()                      # an unsupported rope type fails here, in one line
 
     @property

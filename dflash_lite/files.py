@@ -2,11 +2,13 @@
 
 A file is written under a unique temporary name (``tempfile.mkstemp``) in its own directory and
 renamed onto its final name only when complete, so an interrupted run never leaves a file that
-looks finished, and the temporary name can never be a file the user already had.
+looks finished, and the temporary name can never be a file the user already had. A file that is
+replaced keeps its mode, and a device, FIFO or socket is never replaced.
 """
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     error and is removed otherwise. The parent directory is created if missing, and removed again
     if the write fails, so a failed write (a full disk) leaves no empty folder behind."""
     path = Path(path)
+    mode = 0o666 & ~_UMASK                  # a new file's usual mode; a replaced one keeps its own
+    if os.path.lexists(path):
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{str(path)!r} is not a regular file (a device, FIFO or socket); "
+                             f"it is never replaced")
+        mode = stat.S_IMODE(info.st_mode)
     made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     done = False
@@ -30,7 +39,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.close(fd)
         try:
             yield Path(tmp)
-            os.chmod(tmp, 0o666 & ~_UMASK)        # mkstemp makes it private; give it the usual mode
+            os.chmod(tmp, mode)                   # mkstemp makes it private: the file's mode
             os.replace(tmp, path)
             done = True
         finally:

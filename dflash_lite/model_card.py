@@ -23,13 +23,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import corpus
+from . import corpus, outputs
 from .baselines import generate_autoregressive
 from .benchmark import bench
 from .files import atomic_write_text
 from .report import OUR_DFLASH_KINDS, format_cost_model, format_table, rows_of
 from .target import load_pretrained, stop_token_ids
-from .validate import check_int
+from .validate import MAX_REPEATS, check_int
+
+CARD_FILES = ("card.json", "MODEL_CARD.md")   # written into the model's folder (not the package's)
 
 
 def complete(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
@@ -72,6 +74,7 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
     if not (path / "training_log.json").is_file():                # read after loading: checked first
         raise ValueError(f"{path}: no training_log.json (a card is written for a target of "
                          f"`python -m dflash_lite.zoo train-target`)")
+    outputs.guard_output_dir(path, "card", writes=CARD_FILES)    # before the evaluation, not after
     model, tokenizer = load_pretrained(path)
     log = json.loads((path / "training_log.json").read_text())
     torch.manual_seed(0)
@@ -210,12 +213,14 @@ class DrafterCardConfig:
 
     def check(self) -> DrafterCardConfig:
         """Every option and the two folders checked (one ValueError line) before any work; returns self."""
-        for name in ("num_prompts", "max_new_tokens", "repeats"):
+        for name in ("num_prompts", "max_new_tokens"):
             check_int(name, getattr(self, name))
+        check_int("repeats", self.repeats, 1, MAX_REPEATS)
         self.path = Path(self.path)
         if not (self.path / "training_curve.json").is_file():       # read at the end: checked before any work
             raise ValueError(f"{self.path}: no training_curve.json (a drafter card is written for a run of "
                              f"`python -m dflash_lite train`)")
+        outputs.guard_output_dir(self.path, "drafter-card", writes=CARD_FILES)   # before any bench
         if self.judges is not None and not all((Path(self.judges) / f).is_file()
                                                for f in ("gsm8k_test.jsonl", "humaneval.jsonl")):
             raise ValueError(f"{self.judges}: needs gsm8k_test.jsonl and humaneval.jsonl")

@@ -18,20 +18,21 @@ Only the standard library is used here, so that the lock can be taken before any
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Callable
-
-from .validate import check_output_dir
 
 try:
     import fcntl
 except ImportError:                     # not on Windows: there the lock is not taken
     fcntl = None
 
-from .validate import check_output_dir
+from .validate import check_output_dir, check_output_file
 
 MARKER = ".dflash-lite-output"
 PACKAGE = Path(__file__).resolve().parent
@@ -73,7 +74,16 @@ def holds_nothing(out: str | os.PathLike) -> bool:
     out = Path(out)
     if not out.is_dir():
         return True
-    return all(p.is_dir() or p.name == MARKER for p in out.rglob("*"))
+    return all(p.is_dir() or p.name == MARKER or is_temporary(p) for p in out.rglob("*"))
+
+
+_TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")      # dflash_lite.files.atomic_path's names
+
+
+def is_temporary(path: Path) -> bool:
+    """``path`` is a temporary file that :func:`dflash_lite.files.atomic_path` names, left by a
+    killed run (empty or partial, never renamed into place): it does not make a folder non-empty."""
+    return bool(_TEMPORARY.fullmatch(path.name)) and path.is_file() and not path.is_symlink()
 
 
 def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
@@ -89,7 +99,83 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
         if not is_marked(out):
             raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} file); "
                              f"--overwrite replaces only a run's own directory: remove it yourself or choose another")
+    for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
+        if os.path.lexists(beside) and not _own_dir(beside):
+            raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "
+                             f"written by dflash-lite (no {MARKER} file); remove or rename it")
     return out
+
+
+def _own_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and is_marked(path)
+
+
+# ------------------------------------------------------------------- the one guard for every output
+def guard_output_file(path: str | os.PathLike, name: str = "output file", overwrite: bool = False,
+                      own: Callable[[Path], bool] | None = None) -> Path:
+    """``path`` as a file a command may write (replaced whole, as ``files.atomic_path`` does),
+    checked before any work, one ``ValueError`` line otherwise: a path the file system can name,
+    in a folder that can be written, not inside the package or a system folder (:func:`refusal`),
+    not a directory, device, FIFO or symbolic link, and, when it exists, this project's own
+    output (``own(path)`` is true) unless ``overwrite`` is given. A replaced file keeps its mode."""
+    path = check_output_file(path, name)
+    why = refusal(path)
+    if why:
+        raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")
+    if os.path.lexists(path):
+        if path.is_symlink() and not overwrite:
+            raise ValueError(f"{name} {str(path)!r} is a symbolic link; pass --overwrite to "
+                             f"replace the link with the file, or choose another name")
+        if not overwrite and own is not None and not _owned(own, path):
+            raise ValueError(f"{name} {str(path)!r} exists and is not this project's output; pass "
+                             f"--overwrite to replace it, or choose another name")
+    return path
+
+
+def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
+                     writes: tuple[str, ...] = (), overwrite: bool = False,
+                     own: Callable[[Path], bool] | None = None, exclusive: bool = False) -> Path:
+    """``path`` as a directory a command writes the files ``writes`` into, checked before any work
+    (one ``ValueError`` line): a path the file system can name, a directory (or one that can be
+    made) with write permission, never the package, a system folder, the home, root or working
+    directory itself or ``~/.cache`` (:func:`refusal`); and each of ``writes`` that exists is
+    checked as :func:`guard_output_file` checks it (regular, and ``own`` unless ``overwrite``).
+    With ``exclusive`` (and ``own``), every file already in the directory must be ``own`` (or
+    the :data:`MARKER`), unless ``overwrite``: a folder of someone else's files is refused whole."""
+    directory = check_output_dir(path, name)
+    why = refusal(directory)
+    if why:
+        raise ValueError(f"{name} {str(directory)!r} {why}; choose a directory of its own")
+    if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {str(directory)!r} cannot be written: no write permission")
+    for file in writes:
+        guard_output_file(directory / file, name, overwrite, own)
+    if exclusive and own is not None and not overwrite and directory.is_dir():
+        foreign = next((p for p in sorted(directory.rglob("*")) if not p.is_dir()
+                        and p.name != MARKER and not _owned(own, p)), None)
+        if foreign is not None:
+            shown = str(foreign.relative_to(directory))
+            raise ValueError(f"{name} {str(directory)!r} holds {shown!r}, which it did not write; "
+                             f"choose an empty or new directory")
+    return directory
+
+
+def _owned(own: Callable[[Path], bool], path: Path) -> bool:
+    try:
+        return bool(own(path))
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def is_json_with(keys: tuple[str, ...], limit: int = 64 << 20) -> Callable[[Path], bool]:
+    """An ``own`` test for :func:`guard_output_file`: the file is a JSON object with all of ``keys``
+    (and at most ``limit`` bytes), as this project's reports are."""
+    def own(path: Path) -> bool:
+        if not path.is_file() or path.stat().st_size > limit:
+            return False
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(data, dict) and all(k in data for k in keys)
+    return own
 
 
 def lock_path(out: str | os.PathLike) -> Path:
@@ -97,22 +183,47 @@ def lock_path(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
+LOCK_TEXT = "dflash-lite lock, pid {pid}\n"
+_OWN_LOCK = re.compile(rb"(dflash-lite lock, pid )?\d*\n?")   # or an older run's bare pid, or empty
+
+
 def lock(out: str | os.PathLike) -> Path:
     """Hold ``out``'s lock until :func:`release` or the end of the process; one line naming the
-    other run when it is held elsewhere. Taking it again in the same process is a no-op."""
+    other run when it is held elsewhere. Taking it again in the same process is a no-op.
+
+    The lock file is opened without following a symbolic link (``O_NOFOLLOW``), and one that is
+    not this project's own (a link, a hard link, something else than a regular file, or a file
+    holding anything but a lock's pid) is refused: it is never written, truncated or deleted."""
     path = lock_path(out)
     if path in _HELD or fcntl is None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    foreign = (f"{str(path)!r} is in the way of out {str(out)!r} and is not a dflash-lite lock; "
+               f"remove or rename it yourself")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.ENXIO, errno.EACCES,
+                       errno.EPERM):
+            raise ValueError(foreign) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > 64 \
+                or not _OWN_LOCK.fullmatch(os.pread(fd, 65, 0)):
+            raise ValueError(foreign)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"out {str(out)!r} is being written by another run (it holds "
+                             f"{path.name}); wait for it to finish or choose another directory"
+                             ) from None
+    except BaseException:
         os.close(fd)
-        raise ValueError(f"out {str(out)!r} is being written by another run (it holds {path.name}); "
-                         f"wait for it to finish or choose another directory") from None
+        raise
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.pwrite(fd, LOCK_TEXT.format(pid=os.getpid()).encode(), 0)
     _HELD[path] = fd
     return path
 
@@ -128,6 +239,11 @@ def release(out: str | os.PathLike) -> None:
 def staging_path(out: str | os.PathLike) -> Path:
     out = _resolved(Path(out))
     return out.parent / f".{out.name}.new"
+
+
+def old_path(out: str | os.PathLike) -> Path:
+    out = _resolved(Path(out))
+    return out.parent / f".{out.name}.old"
 
 
 def mark(directory: Path, what: str) -> Path:
@@ -159,10 +275,14 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
     work, out = Path(work), Path(out)
     if _resolved(work) != _resolved(out):
         old = out.parent / f".{out.name}.old"
+        if os.path.lexists(old) and not _own_dir(old):
+            raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not "
+                             f"written by dflash-lite; remove or rename it (the new run is in "
+                             f"{str(work)!r})")
         if old.exists() and not out.exists():
             os.replace(old, out)               # a run died between the two renames: the old one goes back
         elif old.exists():
-            shutil.rmtree(old)                 # a run died before deleting the old one
+            shutil.rmtree(old)                 # a run died before deleting the old one (marked)
         if out.exists():
             os.replace(out, old)
         os.replace(work, out)

@@ -11,6 +11,7 @@ tokenized as they are.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -18,13 +19,109 @@ import torch
 from . import corpus, validate
 
 
+def _render(tokenizer, prompt: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
+
+
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
-    """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's answer,
-    thinking off; unchanged without a template."""
+    """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
+    answer, thinking off; unchanged without a template. A template that fails is one
+    ``ValueError`` line."""
     if not getattr(tokenizer, "chat_template", None):
         return list(prompts)
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                          add_generation_prompt=True, enable_thinking=False) for p in prompts]
+    try:
+        return [_render(tokenizer, p) for p in prompts]
+    except Exception as e:                  # jinja2's errors, and what the template's calls raise
+        raise ValueError(f"the tokenizer's chat template failed ({_reason(e)})") from None
+
+
+def _reason(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
+
+
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a test render's limits
+
+
+def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
+    """Render the tokenizer's chat template once (a short user turn), in a child process with a
+    time limit (:data:`TEMPLATE_SECONDS`), a memory limit (:data:`TEMPLATE_MEMORY` more than the
+    parent's) and an output limit (:data:`TEMPLATE_BYTES`), so a template that raises, includes
+    a file, loops for minutes or allocates without bound is one ``ValueError`` line at load, not a
+    traceback, a hang or an exhausted machine on the first prompt. Without ``os.fork`` it is
+    rendered here, with only the output limit."""
+    if not getattr(tokenizer, "chat_template", None):
+        return
+    if not hasattr(os, "fork"):
+        problem = _render_problem(tokenizer)
+    else:
+        problem = _render_in_child(tokenizer)
+    if problem:
+        raise ValueError(f"{where}: the chat template {problem}; fix it, or remove it from the "
+                         f"tokenizer's files")
+
+
+def _render_problem(tokenizer) -> str | None:
+    try:
+        text = _render(tokenizer, "Hello")
+    except MemoryError:
+        return "ran out of memory"
+    except Exception as e:                  # jinja2's errors, and what the template's calls raise
+        return f"failed ({_reason(e)})"
+    if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > TEMPLATE_BYTES:
+        return f"wrote more than {TEMPLATE_BYTES >> 20} MiB for one short prompt"
+    return None
+
+
+def _render_in_child(tokenizer) -> str | None:
+    import resource
+    import select
+    import signal
+    import time
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                # the child: limits, then the render, then a line
+        code = 0
+        try:
+            os.close(read)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)      # the alarm ends it, whatever runs
+            signal.setitimer(signal.ITIMER_REAL, TEMPLATE_SECONDS + 1)
+            try:
+                with open("/proc/self/statm") as fh:
+                    used = int(fh.read().split()[0]) * resource.getpagesize()
+                limit = (used + TEMPLATE_MEMORY, resource.RLIM_INFINITY)
+                resource.setrlimit(resource.RLIMIT_AS, limit)
+            except (OSError, ValueError):
+                pass                            # no /proc or no limit here: the time limit holds
+            os.write(write, (_render_problem(tokenizer) or "").encode("utf-8", "replace")[:400])
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    deadline, message = time.monotonic() + TEMPLATE_SECONDS, b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            ready = select.select([read], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return f"took more than {TEMPLATE_SECONDS:.0f} s to render one short prompt"
+            chunk = os.read(read, 4096)
+            if not chunk:
+                break
+            message += chunk
+    finally:
+        os.close(read)
+    _, status = os.waitpid(pid, 0)
+    if message:
+        return message.decode("utf-8", "replace")
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return "could not be rendered (it ran out of memory or time)"
+    return None
 
 
 def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:
@@ -37,16 +134,19 @@ def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:
 
 
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
-    """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used)."""
-    lines = validate.text_file_lines(path, "prompts file")       # a BOM is accepted; a FIFO is named
+    """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used): the
+    first ``limit`` of them, read as a stream (the rest of the file is never read)."""
+    lines = validate.text_file_stream(path, "prompts file")   # a BOM is accepted; a FIFO is named
     prompts = []
-    for number, line in enumerate(lines, 1):
+    for number, line in lines:                                # read only up to the limit-th prompt
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             raise ValueError(f"{path}:{number}: not a JSON line") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{number}: JSON nested too deeply") from None
         text = row.get("prompt") if isinstance(row, dict) else None
         turns = row.get("turns") if isinstance(row, dict) else None
         if text is None and turns is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .validate import check_model_shape
+from .validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
@@ -33,10 +33,34 @@ class LoadError(RuntimeError):
     """A model or checkpoint could not be loaded; the message says why in one line."""
 
 
+# weight formats other than safetensors (torch's, TensorFlow's, Flax's, joblib's, numpy's): never
+# loaded, and a directory that holds one is refused whole, so no loader can pick it instead
+OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz",
+                 ".npy")
+
+
+def _other_weights(directory: Path) -> list[str]:
+    """Names in ``directory`` of weights in other formats than safetensors (and their indexes)."""
+    found = []
+    for file in directory.iterdir():
+        name = file.name.lower().removesuffix(".index.json")
+        if any(name.endswith(ext) for ext in OTHER_WEIGHTS):
+            found.append(file.name)
+    return sorted(found)
+
+
 def _check_safetensors(directory: Path) -> None:
-    """Open every safetensors file's header, so corrupt or truncated files fail here, clearly."""
+    """Refuse a directory holding weights in any other format (a torch file beside the safetensors
+    is how code gets run), then open every safetensors file's header, so corrupt or truncated files
+    fail here, clearly."""
     from safetensors import safe_open
 
+    other = _other_weights(directory)
+    if other:
+        more = " ..." if len(other) > 3 else ""
+        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format "
+                        f"that can run code; only safetensors are loaded: remove it or use "
+                        f"another folder")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
@@ -126,7 +150,7 @@ def read_config(directory: Path) -> dict:
         raise LoadError(f"{directory}: missing config.json")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise LoadError(f"{path}: not valid JSON ({type(e).__name__})") from None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -157,30 +181,68 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
 
     dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
-    read_config(directory)                          # model type and shape, before any Auto* call
+    raw = read_config(directory)                    # model type and shape, before any Auto* call
     _check_safetensors(directory)
+    embeddings = 1 if raw.get("tie_word_embeddings") else 2
+    parameters = check_model_shape(raw, "num_hidden_layers", embeddings)
+    try:                                    # the weights in dtype must fit before they are read
+        for where in {"cpu", str(device)}:
+            check_memory(f"{directory}: the model", parameters * dtype.itemsize, where,
+                         f"{parameters / 1e9:.2f}B parameters in "
+                         f"{str(dtype).removeprefix('torch.')}")
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     try:
         with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
-            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa",
-                                                         trust_remote_code=False)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                directory, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False,
+                use_safetensors=True, output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as e:
         raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
+    missing = sorted(info.get("missing_keys") or ())
+    mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
+    if missing or mismatched:                       # never run on random weights filled in for them
+        names = missing or mismatched
+        raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} "
+                        f"tensors missing, {len(mismatched)} of another shape, e.g. {names[0]}); "
+                        f"refusing to run on random weights")
+    _check_tokenizer(model, tokenizer, directory)
+    from .prompts import check_chat_template
+    try:
+        check_chat_template(tokenizer, str(directory))  # rendered once here, in a sandbox
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     model.to(device).eval()
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
     return model, tokenizer
 
 
+def _check_tokenizer(model, tokenizer, directory: Path) -> None:
+    """Every id the tokenizer can produce (its vocabulary, added and special tokens) has a row in
+    the model's embedding, so no prompt can index past it."""
+    rows = model.get_input_embeddings().num_embeddings
+    ids = [len(tokenizer) - 1, *(i for i in tokenizer.all_special_ids if i is not None)]
+    largest = max(ids)
+    if largest >= rows:
+        raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's "
+                        f"embedding of {rows} rows (vocab_size); it does not belong to these "
+                        f"weights")
+
+
 @contextmanager
 def _no_progress_bar():
-    """Silence transformers' weight-loading progress bar, restoring its previous state."""
+    """Silence transformers' weight-loading progress bar and its load report (a missing tensor is
+    refused with one line instead), restoring their previous state."""
     from transformers.utils import logging
 
-    was_enabled = logging.is_progress_bar_enabled()
+    was_enabled, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
     logging.disable_progress_bar()
+    logging.set_verbosity_error()
     try:
         yield
     finally:
+        logging.set_verbosity(verbosity)
         if was_enabled:
             logging.enable_progress_bar()
 

@@ -36,7 +36,8 @@ from .decode import DFlashProposer, generate
 from .drafter import Conditioning, DrafterConfig, Drafting
 from .files import atomic_write_text
 from .prompts import apply_chat_template, training_prompts, user_prompts
-from .target import context_features, load_pretrained, parse_dtype, stop_token_ids
+from .target import _resolve as resolve_target
+from .target import context_features, load_pretrained, parse_dtype, read_config, stop_token_ids
 from .trainer import CHECKPOINT, TrainConfig, Trainer, check_same_run, read_checkpoint
 from .variants import make_drafter
 
@@ -140,6 +141,35 @@ def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) ->
                      f"pass --overwrite to replace it as a whole, or choose another directory")
 
 
+def check_sizes(c: DrafterTrainConfig) -> None:
+    """What the run will allocate, from the target's ``config.json`` before anything is loaded (one
+    ``ValueError`` line): ``max_new_tokens`` inside the target's context, at most one anchor per
+    response token, the drafter (``layers`` deep: parameters, and fp32 weights, gradients and AdamW
+    state) and one batch (blocks, attention mask, logits) within the device's free memory."""
+    raw = read_config(resolve_target(c.target))
+    context = raw.get("max_position_embeddings")
+    if isinstance(context, int) and c.max_new_tokens >= context:
+        raise ValueError(f"max_new_tokens ({c.max_new_tokens}) does not fit the target's context "
+                         f"of {context} tokens (a prompt needs room too); lower --max-new-tokens")
+    if c.num_anchors > c.max_new_tokens:
+        raise ValueError(f"num_anchors ({c.num_anchors}) is more than the {c.max_new_tokens} "
+                         f"tokens of a response (max_new_tokens): anchors sit on response tokens; "
+                         f"lower --num-anchors")
+    shape = {k: raw.get(k) for k in validate.SHAPE_KEYS + ("head_dim",)}
+    own_embedding = c.drafting is Drafting.DRAFT_MODEL
+    parameters = validate.check_model_shape({**shape, "num_layers": c.layers},
+                                            embeddings=int(own_embedding))
+    validate.check_memory(f"a drafter of {c.layers} layers", parameters * 16, c.device,
+                          f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and "
+                          f"AdamW state")
+    width = context if isinstance(context, int) else c.max_new_tokens * 2
+    blocks, hidden, vocab = c.num_anchors * c.block_size, shape["hidden_size"], shape["vocab_size"]
+    per_block_token = (width + blocks) + 3 * 8 + 3 * 4 * vocab + 4 * hidden * (c.num_taps + 2)
+    validate.check_memory(f"one batch ({c.batch_size} x {c.num_anchors} anchors x {c.block_size} "
+                          f"tokens)", c.batch_size * blocks * per_block_token, c.device,
+                          "block attention mask, ids, labels, logits and features")
+
+
 def same_run(checkpoint: Path, run_config: dict) -> bool:
     """``checkpoint`` is a readable trainer checkpoint of a run with ``run_config``."""
     try:
@@ -229,8 +259,8 @@ class DrafterTrainConfig:
         self.device = validate.check_device(self.device)
         if self.time_budget_s is not None:
             validate.check_float("time_budget_s", self.time_budget_s, 0.0, low_open=True)
-        if self.cache_dir is not None:
-            validate.check_output_dir(self.cache_dir, "cache_dir")
+        if self.cache_dir is not None:             # the one output guard: not the package, ...
+            outputs.guard_output_dir(self.cache_dir, "cache_dir")
         validate.check_int("block_size", self.block_size, 2, 64)
         if self.eval_every is not None:
             validate.check_int("eval_every", self.eval_every, 0)
@@ -349,6 +379,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     c = (config or DrafterTrainConfig(**options)).check()
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)
+    check_sizes(c)
     own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None  # bad input first
     out = prepare_out(c.out, c.overwrite, c.run_config())
     torch.manual_seed(c.seed)
@@ -406,6 +437,7 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     prompts and the schedule; it keeps no checkpoint, so ``out`` must be new or empty, or is
     replaced with ``overwrite``."""
     c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
+    check_sizes(c)
     out = prepare_out(c.out, c.overwrite)
     torch.manual_seed(c.seed)
     model, tokenizer = load_pretrained(c.target, device=c.device, dtype=c.dtype)   # the small LM trains in fp32

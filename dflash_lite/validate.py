@@ -16,6 +16,7 @@ import enum
 import math
 import numbers
 import os
+import stat
 from pathlib import Path
 
 import torch
@@ -33,6 +34,9 @@ def _bounds(low, high) -> str:
     if high is None:
         return f">= {low}"
     return f"in {low}..{high}"
+
+
+MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its results in memory
 
 
 def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
@@ -152,11 +156,15 @@ def check_prompt(value, name: str = "prompt") -> str:
     return value
 
 
-def text_file_lines(value, name: str = "file") -> list[str]:
-    """The lines of a UTF-8 text file (a leading byte-order mark is dropped); one line naming the
-    cause when it is missing, a directory, not a regular file (a FIFO, a device), or not UTF-8."""
-    import stat
+MAX_LINE_BYTES = 4 << 20      # a line of a prompts file: far more than any context holds
 
+
+def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
+    """``(number, line)`` of a UTF-8 text file, read one line at a time (a leading byte-order mark
+    is dropped), so a caller that needs the first N lines never reads the rest of a huge file. One
+    line naming the cause when it is missing, a directory, not a regular file (a FIFO, a device),
+    not UTF-8, or has a line longer than ``max_line`` bytes. The file is checked when this is
+    called; its lines are read as they are iterated."""
     path = Path(value)
     if not path.exists():
         raise ValueError(f"{value}: no such {name}")
@@ -164,10 +172,35 @@ def text_file_lines(value, name: str = "file") -> list[str]:
         raise ValueError(f"{value}: is a directory, not a {name}")
     if not stat.S_ISREG(path.stat().st_mode):
         raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); give a {name}")
-    try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{value}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    check_path_length(path, name)
+
+    def lines():
+        with open(path, "rb") as fh:
+            number, offset = 0, 0
+            while True:
+                raw = fh.readline(max_line + 1)
+                if not raw:
+                    return
+                number += 1
+                if len(raw) > max_line:
+                    raise ValueError(f"{value}:{number}: a line longer than {max_line >> 20} MiB; "
+                                     f"one prompt per line")
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                    offset = 3
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{value}: not UTF-8 text (byte {offset + e.start}: "
+                                     f"{e.reason})") from None
+                offset += len(raw)
+                yield number, text.rstrip("\r\n")
+    return lines()
+
+
+def text_file_lines(value, name: str = "file") -> list[str]:
+    """All the lines of a UTF-8 text file, checked as :func:`text_file_stream` checks them."""
+    return [line for _, line in text_file_stream(value, name)]
 
 
 # ----------------------------------------------------------------------------- model shapes
@@ -202,12 +235,65 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
     return parameters
 
 
+def available_memory(device: str | torch.device = "cpu") -> int | None:
+    """Bytes that can still be allocated on ``device`` (CPU: the kernel's ``MemAvailable``; CUDA:
+    the free device memory), or None when this machine does not say."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.mem_get_info(device.index or 0)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2 ** 30:.1f} GiB" if nbytes >= 2 ** 30 else f"{nbytes / 2 ** 20:.0f} MiB"
+
+
+def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu",
+                 how: str = "") -> float:
+    """Refuse, with one line, to allocate ``nbytes`` for ``what`` when ``device`` has less free
+    memory than that, before anything is allocated (``how``: what the estimate counts)."""
+    free = available_memory(device)
+    if free is not None and nbytes > free:
+        counted = f" ({how})" if how else ""
+        raise ValueError(f"{what} needs about {_size(nbytes)}{counted}, more than the "
+                         f"{_size(free)} free on {device}; choose a smaller setting")
+    return nbytes
+
+
 # ----------------------------------------------------------------------------- output paths
 def _nearest_existing(path: Path) -> Path:
     for folder in (path, *path.parents):
         if folder.exists():
             return folder
     return Path(".")
+
+
+NAME_MAX, PATH_MAX = 255, 4096      # the usual limits of Linux and macOS file systems
+
+
+def check_path_length(path: Path, name: str | None) -> Path:
+    """A path the file system can name: no part longer than :data:`NAME_MAX` bytes and the whole
+    under :data:`PATH_MAX`, so a typo is a usage error, not ``OSError: File name too long``."""
+    encoded = os.fsencode(str(path))
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX or len(encoded) > PATH_MAX:
+        shown = str(path) if len(str(path)) <= 60 else f"{str(path)[:40]}...{str(path)[-12:]}"
+        raise ValueError(f"{_named(name)}{shown!r} is too long a path ({len(encoded)} bytes, a "
+                         f"name of {longest}); names may have at most {NAME_MAX} bytes, "
+                         f"paths {PATH_MAX}")
+    return path
 
 
 def _check_creatable(path: Path, name: str | None) -> None:
@@ -223,9 +309,12 @@ def check_output_file(value, name: str | None = "output file") -> Path:
     """A file path that can be written (it is not a directory, and its folder can be made or written)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty file path", value)
-    path = Path(value)
+    path = check_path_length(Path(value), name)
     if path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is a directory; give a file path")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        raise ValueError(f"{_named(name)}{str(path)!r} is not a regular file (a device, FIFO or "
+                         f"socket); give a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission")
     _check_creatable(path, name)
@@ -236,7 +325,7 @@ def check_output_dir(value, name: str | None = "output directory") -> Path:
     """A directory path that can be written (it is not an existing file)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty directory path", value)
-    path = Path(value)
+    path = check_path_length(Path(value), name)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is an existing file, not a directory")
     _check_creatable(path / "x", name)

@@ -32,7 +32,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from . import corpus, outputs, signals, validate
-from .cli import OUT_DIR, POS, POS_FLOAT, SEED, Options, Parser, expected_errors
+from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, expected_errors
 from .files import atomic_write_text
 from .model_card import DrafterCardConfig, write_card, write_drafter_card
 from .trainer import TrainConfig, Trainer
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")
     dc.add("--num-prompts", type=POS)
     dc.add("--max-new-tokens", type=POS)
-    dc.add("--repeats", type=POS)
+    dc.add("--repeats", type=REPEATS)
     return parser
 
 
