@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One prepared GPU run of this project, at most BUDGET seconds (default 480 s = 8 minutes) on one GPU,
-# with no network: the environment, the demo, `bench --compile` in fp32 and bf16
-# (the eager loop's rows and, in the same run, plain and DFlash on the static-shape path, compiled with
-# CUDA graphs, with the compiled speedup over compiled plain decoding), tools/static_bench.py in bf16
-# (the static path against the eager loop, the ratios alone), the paper-scale cost probe (a random Qwen3-8B-shaped
-# target and its drafter, eager and compiled), and the greedy identity check over everything written.
+# with no network: the environment, the demo, `bench --compile` in fp32 and bf16 (every row of the
+# one decode loop eager and, in the same interleaved run, on fixed shapes with its forwards recorded as
+# CUDA graphs, with the compiled speedup over compiled plain decoding), the paper-scale cost probe (a
+# random Qwen3-8B-shaped target and its drafter, eager and compiled), and the greedy identity check
+# over everything written.
 #
 #   bash tools/gpu_bench.sh                              # from anywhere; writes results/gpu/*.json and gpu_bench.log
 #   OUT=/tmp/run DEVICE=cpu QUICK=1 bash tools/gpu_bench.sh   # every stage with tiny settings on a CPU (a check)
@@ -77,15 +77,11 @@ PY
 
 stage "demo ($DEVICE)" 45 "$PYTHON" -m dflash_lite demo --device "$DEVICE" --repeats 2 --max-new-tokens "$NEW"
 
-for dtype in float32 bfloat16; do      # eager rows and the static path's compiled rows, one interleaved run
+for dtype in float32 bfloat16; do      # every row eager and compiled (fixed shapes), one interleaved run
     stage "bench --compile, $dtype" 110 "$PYTHON" -m dflash_lite bench --device "$DEVICE" --dtype "$dtype" \
         --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" --block-sizes 16 \
         --tree-sizes 16 --no-baselines --no-hf-dflash --cost-repeats 5 --compile --json "$OUT/bench_math_${dtype}.json"
 done
-
-stage "static path vs eager loop, bfloat16" 70 "$PYTHON" tools/static_bench.py --device "$DEVICE" --dtype bfloat16 \
-    --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" \
-    --json "$OUT/static_math_bfloat16.json"
 
 stage "cost probe at the paper's scale" 130 "$PYTHON" tools/gpu_cost_probe.py --device "$DEVICE" $SHAPE \
     --compiled-sizes 1,16,64 --json "$OUT/cost_probe.json"

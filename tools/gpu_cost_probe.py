@@ -6,8 +6,8 @@ b tokens (t_target(b)) and one drafter forward over a block of 16 (t_draft(16)) 
 length:
 
 * **eager**: the decode loop's own forwards, timed by ``dflash_lite.policy.measure_step_costs``;
-* **compiled** (``--compiled-sizes``, on CUDA): the static-shape forwards of
-  ``dflash_lite.static.StaticDecoder`` through ``torch.compile(mode="reduce-overhead")``.
+* **compiled** (``--compiled-sizes``, on CUDA): the decode loop's forwards on fixed shapes
+  (``dflash_lite.shapes.FixedShapes``) through ``torch.compile(mode="reduce-overhead")``.
 
 Random weights make acceptance meaningless, but the costs are the real ones: with the paper's tau
 they give the cost model's speedup at that scale (docs/method.md, notebook 10), and the bytes of
@@ -26,9 +26,10 @@ import time
 import torch
 
 from dflash_lite.costs import measure_step_costs
+from dflash_lite.decode import prefill, verify
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.files import atomic_write_text
-from dflash_lite.static import StaticDecoder
+from dflash_lite.shapes import FixedShapes
 from dflash_lite.timing import interleaved
 
 SHAPES = {   # hidden, intermediate, layers, heads, kv heads, head_dim, vocab
@@ -64,24 +65,28 @@ def build(shape: str, device: str, dtype: torch.dtype):
 
 @torch.inference_mode()
 def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats: int) -> dict:
-    """Median seconds of the static path's compiled forwards: the target over b tokens at the
-    context's end (each call rewinds to the same slot), and the drafter over a block of 16."""
+    """Median seconds of the decode loop's compiled forwards on fixed shapes
+    (``dflash_lite.shapes.FixedShapes``): the target over b tokens at the context's end (each call
+    rewinds to the same slot), and the drafter over a block of 16 after 16 new context positions."""
+    length, layer_ids = ids.shape[1], drafter.config.target_layer_ids
+    shapes = FixedShapes(length + 16, compile=True, buckets=sizes, context_width=16)
+    cache = shapes.target_cache(target, length)
+    _, features = prefill(target, ids, cache, layer_ids)
+    dcache = shapes.drafter_cache(drafter, ids.device)
+    block = torch.full((1, 16), drafter.config.mask_token_id, device=ids.device)
 
-    length = ids.shape[1]
-    decoder = StaticDecoder(target, drafter, 16, max_length=length + max(sizes), compile_forwards=True)
-    out = target(ids, past_key_values=decoder.cache, use_cache=True, logits_to_keep=1,
-                 output_hidden_states=[i + 1 for i in decoder.layer_ids])
-    at = torch.tensor(length, device=ids.device)
-    features = torch.randn(1, 16, drafter.config.num_context_features, device=ids.device, dtype=target.dtype)
-    last = ids[0, -1:]
-    runs = {("target", b): (lambda b=b: decoder.target_forward(ids[:, -1:].expand(1, b), at)) for b in sizes}
-    runs[("draft", 16)] = lambda: decoder.draft_forward(last, features, at - 16, at)
+    def target_step(b):
+        cache.rewind(length)
+        shapes.verify(lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
+                      ids[:, -1:].expand(1, b), key=("verify", tuple(layer_ids)))
+
+    runs = {("target", b): (lambda b=b: target_step(b)) for b in sizes}
+    runs[("draft", 16)] = lambda: shapes.draft(drafter, target, dcache, block, features[:, -16:], length - 16)
     t0 = time.perf_counter()
     interleaved(runs, repeats=0, warmup=3, device=ids.device)               # compile and record every width
     warmup_s = time.perf_counter() - t0
     timed = interleaved(runs, repeats=repeats, warmup=0, device=ids.device)
     medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
-    del out
     return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
             "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}, "warmup_s": warmup_s}
 
