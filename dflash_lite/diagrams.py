@@ -81,39 +81,42 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6), 
                  block_size: int = 4) -> plt.Figure:
     """The target's hidden states at the ``taps`` are concatenated, projected (fc + RMSNorm) once per
     context position, and appended to the keys and values of every drafter layer; the queries are
-    the block ``[last, MASK, ...]`` alone."""
-    fig, ax = plt.subplots(figsize=(10, 4.6))
+    the block ``[last, MASK, ...]`` alone. Drawn 7 inches wide with 9-point text."""
+    fig, ax = plt.subplots(figsize=(7, 5.4))
     # the target: a stack of layers, taps highlighted
     for i in range(num_target_layers):
         tapped = i in taps
-        _box(ax, (0.2, 0.3 + i * 0.45, 1.6, 0.38), f"target layer {i}" + (" (tap)" if tapped else ""),
-             TARGET if tapped else "#a9bcd8", 7)
+        _box(ax, (0.2, 0.6 + i * 0.5, 1.6, 0.42), f"layer {i}", TARGET if tapped else "#a9bcd8", 9,
+             "white" if tapped else "black")
         if tapped:
-            _arrow(ax, (1.85, 0.49 + i * 0.45), (2.75, 2.1))
-    ax.text(1.0, 0.05, "context (prompt + accepted tokens)", ha="center", fontsize=7)
-    _box(ax, (2.8, 1.75, 1.5, 0.7), f"concat {len(taps)} taps\n(C, {len(taps)}H)", "0.45", 7)
-    _arrow(ax, (4.3, 2.1), (4.8, 2.1))
-    _box(ax, (4.8, 1.75, 1.4, 0.7), "fc + RMSNorm\n(C, H), once", "0.3", 7)
+            _arrow(ax, (1.85, 0.81 + i * 0.5), (2.75, 2.45))
+    top = 0.6 + num_target_layers * 0.5 + 0.1
+    ax.text(1.0, top, "target\n(dark: tapped)", ha="center", fontsize=9)
+    ax.text(1.0, 0.05, "context (prompt +\naccepted tokens)", ha="center", fontsize=9)
+    _box(ax, (2.8, 2.0, 1.5, 0.9), f"concat\n{len(taps)} taps\n(C, {len(taps)}H)", "0.45", 9)
+    _arrow(ax, (4.3, 2.45), (4.8, 2.45))
+    _box(ax, (4.8, 2.0, 1.4, 0.9), "fc + RMS-\nNorm, once\n(C, H)", "0.3", 9)
     # the drafter layers, each with K/V = [context ; block], Q = block
     for j in range(drafter_layers):
-        y = 0.9 + j * 1.7
-        _box(ax, (7.2, y, 2.6, 1.3), "", "#f3e3d3", 7, "black")
-        ax.text(8.5, y + 1.12, f"drafter layer {j}", ha="center", fontsize=8)
-        _box(ax, (7.35, y + 0.5, 1.1, 0.45), "K, V:\n[context ; block]", DRAFT, 6)
-        _box(ax, (8.6, y + 0.5, 1.05, 0.45), "Q: block only\n(no causal mask)", DRAFT, 6)
-        ax.text(8.5, y + 0.18, "attention, MLP", ha="center", fontsize=7)
-        _arrow(ax, (6.2, 2.1), (7.35, y + 0.72), color=TARGET)
-    ax.text(6.7, 4.6, "the same context\nin every layer", ha="center", fontsize=7, color=TARGET)
+        y = 0.9 + j * 2.0
+        _box(ax, (7.0, y, 2.9, 1.75), "", "#f3e3d3", 9, "black")
+        ax.text(8.45, y + 1.5, f"drafter layer {j}", ha="center", fontsize=9)
+        _box(ax, (7.1, y + 0.45, 1.3, 0.9), "K, V:\ncontext\n+ block", DRAFT, 9, "black")
+        _box(ax, (8.5, y + 0.45, 1.35, 0.9), "Q: block\nonly, no\ncausal mask", DRAFT, 9, "black")
+        ax.text(8.45, y + 0.12, "attention, MLP", ha="center", fontsize=9)
+        _arrow(ax, (6.2, 2.45), (7.1, y + 0.9), color=TARGET)
+    ax.text(6.55, 4.9, "the same context\nin every layer", ha="center", fontsize=9, color=TARGET)
     # the block
     slots = ["last"] + ["MASK"] * (block_size - 1)
     for k, s in enumerate(slots):
-        _box(ax, (10.3, 0.5 + k * 0.5, 0.9, 0.4), s, "0.55" if k else ACCEPT, 7)
-    _arrow(ax, (10.3, 1.3), (9.85, 1.5))
-    ax.text(10.75, 0.5 + block_size * 0.5, "block queries\n(target's embedding)", ha="center", fontsize=7)
-    _arrow(ax, (8.5, 0.9), (8.5, 0.35))
-    ax.text(8.5, 0.1, f"target's LM head -> {block_size - 1} draft tokens in one forward", ha="center", fontsize=7)
-    ax.set_xlim(0, 11.6); ax.set_ylim(-0.1, 4.9); ax.axis("off")
-    ax.set_title("KV injection: the target's features become keys and values of every drafter layer")
+        _box(ax, (10.3, 0.6 + k * 0.5, 1.1, 0.42), s, "0.55" if k else ACCEPT, 9)
+    _arrow(ax, (10.3, 1.4), (9.95, 1.6))
+    ax.text(10.85, 0.7 + block_size * 0.5, "block\n(queries)", ha="center", fontsize=9)
+    _arrow(ax, (8.45, 0.9), (8.45, 0.55))
+    ax.text(8.45, 0.2, f"LM head: {block_size - 1} drafts\nin one forward", ha="center", fontsize=9)
+    ax.set_xlim(-0.1, 11.6); ax.set_ylim(-0.05, 5.5); ax.axis("off")
+    ax.set_title("KV injection: the target's features become\n"
+                 "keys and values of every drafter layer")
     return fig
 
 
@@ -161,7 +164,8 @@ def attention_masks() -> plt.Figure:
     ]
     for ax, (mask, title, xl, yl) in zip(axes, panels):
         ax.imshow(mask, cmap="Greys", vmin=0, vmax=1, aspect="auto")
-        ax.set_title(title, fontsize=10); ax.set_xlabel(xl, fontsize=9); ax.set_ylabel(yl, fontsize=9)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xl, fontsize=9); ax.set_ylabel(yl, fontsize=9)
         ax.tick_params(labelsize=9)
     axes[1].axvline(11.5, color=REJECT, lw=1.2)
     for j in range(1, 3):
@@ -190,17 +194,19 @@ def tree_verification() -> plt.Figure:
         ax.text(depth[i], rows[i], repr(t), ha="center", va="center", fontsize=10, zorder=2,
                 bbox=dict(boxstyle="round", fc=color, ec=ACCEPT if i in accepted_path else "0.6"))
         if i in target_choice:
-            ax.text(depth[i], rows[i] - 0.4, f"target: {target_choice[i]!r}", ha="center", fontsize=9,
-                    color=TARGET)
+            ax.text(depth[i], rows[i] - 0.4, f"target: {target_choice[i]!r}", ha="center",
+                    fontsize=9, color=TARGET)
     end = accepted_path[-1]
-    ax.text(depth[end] + 1, rows[end], repr(target_choice[end]), ha="center", va="center", fontsize=10,
+    ax.text(depth[end] + 1, rows[end], repr(target_choice[end]), ha="center", va="center",
+            fontsize=10,
             bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
     _arrow(ax, (depth[end] + 0.25, rows[end]), (depth[end] + 0.78, rows[end]), color=BONUS)
     ax.text(depth[end] + 1, rows[end] - 0.4, "bonus", ha="center", fontsize=9, color=BONUS)
     ax.set_xlim(-0.5, max(depth) + 1.6); ax.set_ylim(-1.6, 2.1)
-    ax.set_xticks(range(max(depth) + 2), ["root"] + [f"depth {d}" for d in range(1, max(depth) + 2)],
-                  fontsize=9)
+    depths = ["root"] + [f"depth {d}" for d in range(1, max(depth) + 2)]
+    ax.set_xticks(range(max(depth) + 2), depths, fontsize=9)
     ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]
-    ax.set_title(f"One target forward scores all {len(tokens)} nodes (tree mask);\nthe walk accepts "
-                 f"{len(accepted_path) - 1} drafts and adds the bonus token", fontsize=10)
+    ax.set_title(f"One target forward scores all {len(tokens)} nodes (tree mask);\n"
+                 f"the walk accepts {len(accepted_path) - 1} drafts and adds the bonus token",
+                 fontsize=10)
     return fig
