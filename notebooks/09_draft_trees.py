@@ -252,8 +252,8 @@ def draw_tree(tree, ax, title):
         ax.plot([tree.depths[p], tree.depths[i]], [-y[p], -y[i]], color="0.6", zorder=1)
     for i in range(len(tree)):
         label = tokenizer.decode([int(tree.tokens[i])]).replace("\n", "\\n") or "·"
-        ax.text(tree.depths[i], -y[i], f" {label} ", ha="center", va="center", fontsize=10, zorder=2,
-                bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue", ec="0.5"))
+        ax.text(tree.depths[i], -y[i], f" {label} ", ha="center", va="center", fontsize=10,
+                zorder=2, bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue", ec="0.5"))
     ax.set_xlim(-0.5, max(tree.depths) + 0.5); ax.set_ylim(-leaves[0] + 0.5, 0.5)
     ax.set_xlabel("depth = block position"); ax.set_yticks([]); ax.set_title(title)
 
