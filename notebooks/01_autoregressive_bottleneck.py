@@ -42,7 +42,7 @@
 # [glossary](../docs/glossary.md) at first use.
 
 # %%
-import random, statistics, time
+import statistics, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -50,7 +50,8 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.decode import crop_cache, new_cache, prefill
-from dflash_lite.plotting import save_figure
+from dflash_lite.plotting import save_figure, subplots
+from dflash_lite.timing import interleaved
 
 from dflash_lite.course import chapter_clock
 
@@ -117,8 +118,10 @@ def step_anatomy(repeats):
             lambda m, a, o, key=key: linear_time.__setitem__(0, linear_time[0] + after(key))))
     cache = new_cache(model)
     prefill(model, context_ids, cache)
+    model(context_ids[:, -1:], past_key_values=cache, use_cache=True)   # a warm-up step, untimed
+    crop_cache(cache, context_ids.shape[1])
     for name in times:
-        times[name].clear()                  # keep the decode steps only
+        times[name].clear()                  # keep the timed decode steps only
     totals, in_linear = [], []
     for _ in range(repeats):
         linear_time[0] = 0.0
@@ -130,10 +133,11 @@ def step_anatomy(repeats):
         crop_cache(cache, context_ids.shape[1])          # back to the same cached context
     for h in hooks:
         h.remove()
+    calls = {name: len(v) for name, v in times.items()}
     return ({name: statistics.median(v) for name, v in times.items()}, statistics.median(totals),
-            statistics.median(in_linear))
+            statistics.median(in_linear), calls)
 
-anatomy, step_total, linear_total = step_anatomy(repeats)
+anatomy, step_total, linear_total, calls = step_anatomy(repeats)
 layers = sum(v for k, v in anatomy.items() if k.startswith("layer"))
 outside = step_total - layers - anatomy["LM head"] - anatomy["embedding"] - anatomy["final norm"]
 print(f"one decode step: {step_total * 1e3:.2f} ms (median of {repeats})")
@@ -145,7 +149,7 @@ print(f"in the weight matrices (every nn.Linear, LM head included): {linear_tota
       f"= {linear_total / step_total:.0%} of the step")
 print(f"everything else (attention, norms, RoPE, dispatch, Python): {(step_total - linear_total) * 1e3:.2f} ms "
       f"= {1 - linear_total / step_total:.0%} of the step")
-assert layers < step_total and 0 < linear_total < step_total
+assert all(n == repeats for n in calls.values()), "every module runs once per decode step"
 
 # %% [markdown]
 # Read the last two lines. The first share is the arithmetic on the weights; on a GPU, for a large
@@ -160,9 +164,12 @@ assert layers < step_total and 0 < linear_total < step_total
 # of one decode step. Speculative decoding wins when this ratio is well below the number of tokens a
 # block commits on average (tau).
 #
-# Timings of a few milliseconds on a shared machine are noisy, so each size is timed many times,
-# in a fresh random order every round (so a burst of machine load hits all sizes alike), and we keep
-# the median and the interquartile range (the middle half of the samples).
+# Timings of a few milliseconds on a shared machine are noisy, so each size is timed many times
+# with the project's one interleaved timer (`dflash_lite/timing.py`): a warm-up round, then rounds
+# that visit every size in turn, each round starting one size further along (so a burst of machine
+# load hits all sizes alike). We keep the median and the interquartile range (the middle half of
+# the samples). `t(1)` is one decode step, like section 1's; the cell prints the two side by side,
+# and how far apart they are is a measure of the machine's noise (and of the hooks' overhead).
 
 # %%
 @torch.inference_mode()
@@ -171,19 +178,14 @@ def forward_times(token_counts, rounds):
     prefill(model, context_ids, cache)
     blocks = {n: torch.randint(10, len(tokenizer), (1, n), generator=torch.Generator().manual_seed(n)).to(device)
               for n in token_counts}
-    samples = {n: [] for n in token_counts}
-    order = list(token_counts)
-    for r in range(rounds + 1):
-        random.Random(r).shuffle(order)
-        for n in order:
-            sync()
-            t0 = time.perf_counter()
-            model(blocks[n], past_key_values=cache, use_cache=True)
-            sync()
-            if r > 0:                                        # round 0 is the warm-up
-                samples[n].append(time.perf_counter() - t0)
-            crop_cache(cache, context_ids.shape[1])
-    return samples
+
+    def forward(n):
+        model(blocks[n], past_key_values=cache, use_cache=True)
+        crop_cache(cache, context_ids.shape[1])                   # back to the same cached context
+
+    timed = interleaved({n: (lambda n=n: forward(n)) for n in token_counts}, repeats=rounds,
+                        warmup=1, device=device)
+    return {n: [seconds for seconds, _ in timed[n]] for n in token_counts}
 
 samples = forward_times(token_counts, 3 * repeats)
 t = {n: statistics.median(v) for n, v in samples.items()}
@@ -194,11 +196,15 @@ for n in token_counts:
           f"t(n)/t(1) = {t[n] / t[1]:5.2f}   per token {t[n] / n * 1e3:6.3f} ms")
 spread = (quartiles[1][1] - quartiles[1][0]) / t[1]
 print(f"spread of t(1): the middle half of its {len(samples[1])} samples spans {spread:.0%} of its median")
+print(f"t(1) = {t[1] * 1e3:.2f} ms here; section 1's decode step (with its hooks) took "
+      f"{step_total * 1e3:.2f} ms: {max(t[1], step_total) / min(t[1], step_total):.1f}x apart")
 largest = max(token_counts)
-assert t[largest] / t[1] < largest, "verifying n tokens at once must beat n single steps"
+print(f"verifying {largest} tokens at once cost {t[largest] / t[1]:.2f} decode steps "
+      f"({'fewer' if t[largest] / t[1] < largest else 'not fewer'} than {largest} single steps)")
+assert all(len(v) == 3 * repeats for v in samples.values())     # every size timed in every round
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 3.5))
+fig, ax = subplots(height=3.8)
 ratio = [t[n] / t[1] for n in token_counts]
 ax.fill_between(token_counts, [quartiles[n][0] / t[1] for n in token_counts],
                 [quartiles[n][1] / t[1] for n in token_counts], alpha=0.25, label="middle half of the samples")
@@ -207,7 +213,7 @@ ax.plot(token_counts, token_counts, ls="--", color="grey", label="n separate dec
 ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)
 ax.set_xlabel("tokens processed in one forward (n)"); ax.set_ylabel("cost in decode steps")
 ax.set_title(f"Verifying a block: {target_name} target on {device}")
-ax.legend(fontsize=8); fig.tight_layout()
+ax.legend()
 _ = save_figure(fig, "01_forward_time_vs_tokens")
 
 # %% [markdown]
@@ -243,13 +249,11 @@ def hf(x):
     return model.generate(x, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=stops,
                           pad_token_id=tokenizer.pad_token_id)[0, x.shape[1]:].tolist()
 
-assert all(ours(x) == hf(x) for x in ids)            # warm-up and the identity check
-rates = {"ours": [], "generate": []}
-for r in range(3):
-    for name, fn in (("ours", ours), ("generate", hf)) if r % 2 == 0 else (("generate", hf), ("ours", ours)):
-        t0 = time.perf_counter(); n = sum(len(fn(x)) for x in ids); sync()
-        rates[name].append(n / (time.perf_counter() - t0))
-median = {k: statistics.median(v) for k, v in rates.items()}
+assert all(ours(x) == hf(x) for x in ids)            # the identity check
+timed = interleaved({"ours": lambda: [ours(x) for x in ids],
+                     "generate": lambda: [hf(x) for x in ids]}, repeats=3, warmup=1, device=device)
+median = {name: statistics.median(sum(map(len, out)) / seconds for seconds, out in rounds)
+          for name, rounds in timed.items()}
 print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} tokens/s, "
       f"ratio {median['ours'] / median['generate']:.2f}x")
 

@@ -44,7 +44,7 @@
 # [glossary](../docs/glossary.md) at first use.
 
 # %%
-import json, statistics, time
+import json, statistics, textwrap, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -56,7 +56,8 @@ from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.baselines import generate_autoregressive
 from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
-from dflash_lite.plotting import repo_dir, save_figure
+from dflash_lite.plotting import repo_dir, save_figure, subplots
+from dflash_lite.timing import interleaved
 from dflash_lite.variants import make_drafter
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
 from dflash_lite.data import regenerate
@@ -125,7 +126,7 @@ ax.plot(range(N + 1), nxt, "s-", label="names the target's next token")
 for l in drafter.config.target_layer_ids:
     ax.axvline(l + 1, color="grey", lw=0.6, ls=":")
 ax.set_xlabel("hidden state index (0 = embeddings; dotted = tapped layers' outputs)")
-ax.set_ylabel("share of positions"); ax.legend(fontsize=8); ax.set_title("Logit lens on the target")
+ax.set_ylabel("share of positions"); ax.legend(); ax.set_title("Logit lens on the target")
 save_figure(fig, "04_logit_lens")
 print("current-token share by index:", np.round(current, 2))
 print("next-token share by index:   ", np.round(nxt, 2))
@@ -156,7 +157,7 @@ fig, ax = plt.subplots(figsize=(5, 3))
 xs = np.arange(K)
 ax.bar(xs - 0.2, initial, 0.4, label="untrained", color="lightgrey")
 ax.bar(xs + 0.2, norms, 0.4, label="trained")
-ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids]); ax.legend(fontsize=8)
+ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids]); ax.legend()
 ax.set_xlabel("tapped target layer"); ax.set_ylabel("||fc block||"); ax.set_title("What the trained projection reads")
 _ = save_figure(fig, "04_projection_norms")
 
@@ -215,13 +216,14 @@ for domain in ("math", "code"):
     print(f"{domain}, accuracy of draft position 1: " +
           ", ".join(f"{name} {acc[0]:.2f}" for name, acc in reads[domain].items()))
 
-fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+fig, axes = subplots(1, 2, height=3.6, sharey=True)
 for ax, (domain, rows) in zip(axes, reads.items()):
     for name, acc in rows.items():
         ax.plot(range(1, len(acc) + 1), acc, marker="o", ms=3, label=name)
     ax.set_title(f"held-out {domain}"); ax.set_xlabel("draft position"); ax.set_ylim(0, 1.02)
-axes[0].set_ylabel("teacher-forced accuracy"); axes[1].legend(fontsize=7)
-fig.tight_layout()
+axes[0].set_ylabel("teacher-forced accuracy")
+fig.legend(*axes[1].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
+           ncol=2, frameon=False)
 _ = save_figure(fig, "04_slot0")
 
 # %% [markdown]
@@ -261,19 +263,21 @@ for key, label in names.items():
     taps = "embeddings" if r["options"].get("conditioning") == "none" else \
         str(tapped_layer_ids(N, r["options"].get("num_taps", 5)))
     print(f"{label:<32} {taps:<16} {r['final_loss']:>10.3f} {t['math']:>9.2f} {t['code']:>9.2f}")
-fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.6))
+fig, (ax, bx) = subplots(2, 1, height=7.4)
 xs = np.arange(len(names))
 ax.bar(xs - 0.2, [v[k]["tau_by_inference_block_size"]["16"]["math"] for k in names], 0.4, label="math")
 ax.bar(xs + 0.2, [v[k]["tau_by_inference_block_size"]["16"]["code"] for k in names], 0.4, label="code")
-ax.set_xticks(xs, [n.replace(", ", "\n") for n in names.values()], fontsize=7)
-ax.set_ylim(0, 1.3 * max(v[k]["tau_by_inference_block_size"]["16"]["math"] for k in names))  # room for the legend
-ax.set_ylabel("tau (held-out, B=16)"); ax.legend(ncol=2, loc="upper center", fontsize=8)
+ax.set_xticks(xs, [textwrap.fill(n.replace(",", ""), 13) for n in names.values()])
+ax.set_ylabel("tau (held-out, B=16)")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
 ax.set_title("Conditioning variants, equal budget")
 window = 5                                   # trailing mean of 5 logged points: no padding, no look-ahead
 for k, label in names.items():
     steps, losses = zip(*v[k]["loss_curve"])
     bx.plot(steps[window - 1:], np.convolve(losses, np.ones(window) / window, mode="valid"), label=label)
-bx.set_xlabel("step"); bx.set_ylabel(f"training loss (mean of last {window} logs)"); bx.legend(fontsize=7)
+bx.set_xlabel("step"); bx.set_ylabel(f"training loss\n(mean of last {window} logs)")
+bx.legend(loc="upper right", frameon=False)
+bx.set_title("Training loss of each variant")
 save_figure(fig, "04_conditioning_variants")
 ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
 assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math   # see below
@@ -325,7 +329,7 @@ for name, run in long.items():
           f"code {final['tau_code']:.2f}; minutes to tau >= 5 on math: {run['training']['minutes_to_tau_5']['math']}")
 ax.axhline(5, color="grey", lw=0.6, ls=":")
 ax.set_xlabel("training minutes (1 CPU thread, probes excluded)"); ax.set_ylabel("tau (held-out, B=16)")
-ax.legend(fontsize=7); ax.set_title("With and without the target's features, shipped budget")
+ax.legend(); ax.set_title("With and without the target's features, shipped budget")
 save_figure(fig, "04_features_at_full_budget")
 finals = {name: run["tau_curve"][-1]["tau_math"] for name, run in long.items()}
 assert finals["no_target_features"] > 0.8 * finals["kv_injection"]                           # see below
@@ -344,22 +348,35 @@ assert finals["no_target_features"] > 0.8 * finals["kv_injection"]              
 x = ids[0]
 with torch.inference_mode():
     out = target(x, output_hidden_states=True)
-cost = {}
+drafters = {}
 for label, kw in (("KV injection", {}), ("input fusion", {"conditioning": "input_fusion"}),
                   ("no target features", {"conditioning": "none"})):
     d = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
                                                block_size=16, **kw)).to(device).eval()
-    f = context_features(out.hidden_states, d.config.target_layer_ids)
-    block = torch.full((1, 16), tokenizer.mask_token_id, device=device)
-    def once():
-        cache = DrafterCache(2)
-        d.draft_logits(target, block, f[:, :-4], 0, cache)                    # the cached context
-        t0 = time.perf_counter()
-        d.draft_logits(target, block, f[:, -4:], f.shape[1] - 4, cache)       # one step
-        return time.perf_counter() - t0
-    once()
-    cost[label] = statistics.median(once() for _ in range(timing_repeats))
-    print(f"{label:<20} {cost[label] * 1e3:.2f} ms per draft")
+    drafters[label] = d, context_features(out.hidden_states, d.config.target_layer_ids)
+block = torch.full((1, 16), tokenizer.mask_token_id, device=device)
+
+
+def one_step(d, f):
+    """One step's drafter forward on a cached context; returns its own seconds (the cache fill
+    before it is not timed)."""
+    cache = DrafterCache(2)
+    d.draft_logits(target, block, f[:, :-4], 0, cache)                    # the cached context
+    t0 = time.perf_counter()
+    d.draft_logits(target, block, f[:, -4:], f.shape[1] - 4, cache)       # one step
+    return time.perf_counter() - t0
+
+
+# the one interleaved timer (dflash_lite/timing.py): a warm-up, then the variants in turn
+with torch.inference_mode():
+    timed = interleaved({label: (lambda d=d, f=f: one_step(d, f))
+                         for label, (d, f) in drafters.items()},
+                        repeats=timing_repeats, warmup=1, device=device)
+cost = {label: statistics.median(step for _, step in rounds) for label, rounds in timed.items()}
+for label, seconds in cost.items():
+    print(f"{label:<20} {seconds * 1e3:.2f} ms per draft "
+          f"(median of {timing_repeats} interleaved rounds)")
+print(f"the dearest variant costs {max(cost.values()) / min(cost.values()):.2f}x the cheapest")
 
 # %%
 _ = clock.report()                        # run time at this run's parameters, and the hardware

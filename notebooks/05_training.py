@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 from dflash_lite import load_pretrained
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
-from dflash_lite.plotting import cache_dir, repo_dir, save_figure
+from dflash_lite.plotting import cache_dir, repo_dir, save_figure, subplots
 from dflash_lite.data import IGNORE, epoch_batches, make_batch, regenerate, sample_anchors
 from dflash_lite.prompts import training_prompts
 from dflash_lite.train import drafter_loss, labelled_logits, loss_gamma, position_weights, tau_probe
@@ -120,13 +120,14 @@ for j, a in enumerate(anchors.tolist()):
     print(f"block {j}: input {tokenizer.convert_ids_to_tokens(ids.tolist())[:3]}... "
           f"labels {tokenizer.decode([t for t in labels.tolist() if t >= 0])!r}")
 mask = batch.attn_mask[0, 0].int()
-fig, ax = plt.subplots(figsize=(8, 3))
+fig, ax = subplots(height=3.2)
 ax.imshow(mask, cmap="Greys", aspect="auto", interpolation="nearest")
 ax.axvline(len(seq) - 0.5, color="red", lw=1)
 for a in anchors.tolist():
     ax.axvline(a - 0.5, color="tab:blue", lw=0.6, ls=":")
 ax.set_xlabel(f"keys: {len(seq)} context positions | {3 * block_size} block tokens"); ax.set_ylabel("block queries")
-ax.set_title("Block attention mask of one training sequence (black = may attend; dotted = anchors)")
+ax.set_title("Block attention mask of one training sequence\n"
+             "(black = may attend; dotted = anchors)")
 save_figure(fig, "05_anchors_and_mask")
 assert (anchors >= plen).all() and (anchors <= len(seq) - 2).all()
 for j, a in enumerate(anchors.tolist()):                         # block j sees exactly the context before it
@@ -250,19 +251,19 @@ print(f"tau (held-out, B={block_size}): math {tau_before['math']:.2f} -> {tau_af
 assert history[-1]["loss"] < history[0]["loss"]
 
 # %%
-fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.4))
+fig, (ax, bx) = subplots(1, 2, height=3.6)
 n = min(5, len(history))
 smooth = lambda v: np.convolve(v, np.ones(n) / n, mode="valid")                 # trailing n-step mean
 steps_seen = [h["step"] for h in history]
 ax.plot(steps_seen, [h["loss"] for h in history], alpha=0.3, color="tab:blue")
 ax.plot(steps_seen[n - 1:], smooth([h["loss"] for h in history]), color="tab:blue")
 ax.axhline(math.log(config.vocab_size), color="grey", lw=0.6, ls=":", label="ln V (uniform guess)")
-ax.set_yscale("log"); ax.legend(fontsize=8)
+ax.set_yscale("log"); ax.legend()
 ax.set_xlabel("step"); ax.set_ylabel("weighted CE (log scale)"); ax.set_title("training loss")
 acc = np.array([h["accuracy_per_position"] for h in history])
 for j in range(min(4, block_size - 1)):
     bx.plot(steps_seen[n - 1:], smooth(acc[:, j]), label=f"position {j + 1}")
-bx.set_xlabel("step"); bx.set_ylabel(f"accuracy ({n}-step mean)"); bx.legend(fontsize=8)
+bx.set_xlabel("step"); bx.set_ylabel(f"accuracy ({n}-step mean)"); bx.legend()
 bx.set_title("per-position accuracy")
 save_figure(fig, "05_training_curves")
 last_accuracy = acc[-n:].mean(0)
@@ -333,12 +334,14 @@ rows = [("random anchors (reference), B=16", v["reference"]["tau_by_inference_bl
 print(f"{'variant':<36} {'tau math':>9} {'tau code':>9}")
 for name, t in rows:
     print(f"{name:<36} {t['math']:>9.2f} {t['code']:>9.2f}")
-fig, ax = plt.subplots(figsize=(7, 3.2))
-xs = np.arange(len(rows))
-ax.bar(xs - 0.2, [t["math"] for _, t in rows], 0.4, label="math")
-ax.bar(xs + 0.2, [t["code"] for _, t in rows], 0.4, label="code")
-ax.set_xticks(xs, [n.replace(", ", "\n") for n, _ in rows], fontsize=7)
-ax.set_ylabel("tau (held-out)"); ax.legend(); ax.set_title("Anchors and block sizes at an equal training budget")
+fig, ax = subplots(height=3.6)
+ys = np.arange(len(rows))
+ax.barh(ys - 0.2, [t["math"] for _, t in rows], 0.4, label="math")
+ax.barh(ys + 0.2, [t["code"] for _, t in rows], 0.4, label="code")
+ax.set_yticks(ys, [n for n, _ in rows]); ax.invert_yaxis()
+ax.set_xlabel("tau (held-out)")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+ax.set_title("Anchors and block sizes at an equal training budget")
 save_figure(fig, "05_ablations")
 anchor_gap = rows[0][1]["math"] - rows[1][1]["math"]
 size_gaps = [rows[0][1]["math"] - rows[2][1]["math"], rows[3][1]["math"] - rows[4][1]["math"]]

@@ -97,9 +97,9 @@ print("hardware:", hardware_label(report["env"]))
 _ = plot_benchmark_speedup(report, prefix=f"06_{device}")
 
 # %% [markdown]
-# **Acceptance length, one panel per method.** Each panel is the fraction of verify steps that
-# committed 1, 2, ... tokens; the dashed line is tau, the mean. Look at the bar at 1 (a miss on the
-# first guess: a wasted draft) and at the bar at the block's last slot (the whole block accepted):
+# **Acceptance length, one row per method.** Each row shades the fraction of verify steps that
+# committed 1, 2, ... tokens; the white tick is tau, the mean. Look at the column at 1 (a miss on
+# the first guess: a wasted draft) and at the block's last slot (the whole block accepted):
 # compare B=4, 8 and 16: a bigger block can move mass to the right, while misses on the first
 # guess do not go away.
 
@@ -114,11 +114,12 @@ _ = plot_benchmark_histogram(report, prefix=f"06_{device}")
 _ = plot_benchmark_block_sizes(report, prefix=f"06_{device}")
 
 # %% [markdown]
-# **The cost model.** Left: for each block size (B) or tree size (N), the model's step (the two
-# forwards timed in isolation, left bar) next to the measured step split into its phases (right bar);
-# the dotted line is one plain forward. Right: the speedup the model predicts next to the measured
-# one. Look at whether the two bars of a pair agree in height, and whether the predicted and measured
-# speedups rank the sizes the same way; the next section explains the gap.
+# **The cost model.** Top: for each block size (B) or tree size (N), the model's step (the two
+# forwards timed in isolation, solid left bar) next to the measured step split into its phases
+# (hatched right bar), one colour per phase; the dotted line is one plain forward. Bottom: the
+# speedup the model predicts next to the measured one. Look at whether the two bars of a pair agree
+# in height, and whether the predicted and measured speedups rank the sizes the same way; the next
+# section explains the gap.
 
 # %%
 _ = plot_benchmark_cost_model(report, prefix=f"06_{device}")
@@ -133,12 +134,14 @@ _ = plot_benchmark_cost_model(report, prefix=f"06_{device}")
 #
 # Each *t* below is measured (median of interleaved repeats at the first prompt's context length),
 # and the prediction sits next to the speedup measured in the run above. Three things separate
-# them, and the cell prints the size of each where it can: the loop's per-step overhead (the
-# phases measured inside the loop; "accept" is the acceptance rule, the cache crop and the
-# drafter's context update); the prefill, which both decoders pay once per prompt; and the
-# baseline itself: the measured speedup divides by the plain loop's time per token, the prediction
-# by `t_target(1)` timed in isolation at one context length. When the two differ, the prediction
-# is off by their ratio before any overhead (the last lines print it).
+# them, and the last table puts them in one at a time: the loop's per-step overhead (the phases
+# measured inside the loop, in place of the two isolated forwards; "accept" is the acceptance
+# rule, the cache crop and the drafter's context update); the prefill, which both decoders pay
+# once per prompt (measured in the run, `phase_times`); and the baseline itself: the measured
+# speedup divides by the plain loop's time per token, the prediction by `t_target(1)` timed in
+# isolation at one context length. The `left` column is the measured speedup over the last
+# estimate: what the three terms do not explain (for instance the last step's tokens cut at
+# `max_new_tokens`).
 #
 # How to read the overhead column: it is the measured step minus the two forwards timed in
 # isolation. Those are timed at the first prompt's context length; the loop's steps run at every
@@ -155,9 +158,21 @@ ar = row_of(report, Kind.AUTOREGRESSIVE)
 per_token = 1 / ar["tokens_per_s"]
 print(f"autoregressive loop: {per_token * 1e3:.2f} ms per token (prefill included) against "
       f"t_target(1) = {t['1'] * 1e3:.2f} ms for the bare forward")
-print(f"the plain loop's time per token is {per_token / t['1']:.0%} of the isolated t_target(1); with it in the"
-      " numerator, the predictions become: " + ", ".join(f"B={r['block_size']}: {r['predicted_speedup'] * per_token / t['1']:.2f}x"
-                                                       f" (measured {r['measured_speedup']:.2f}x)" for r in cost["rows"]))
+# From the prediction to the measurement, one term at a time: the measured step in place of the two
+# isolated forwards (the loop's overhead), then the prefill added to the steps, then the plain
+# loop's time per token in place of t_target(1) (the baseline); what is left is not explained.
+print(f"\n{'method':<20} {'predicted':>9} {'+overhead':>9} {'+prefill':>9} {'+baseline':>9} "
+      f"{'measured':>9} {'left':>6}")
+for r in cost["rows"]:
+    run = next(m for m in report["methods"] if m["name"] == r["name"])
+    steps, prefill = run["steps_per_run"], run["phase_times"].get("prefill", 0.0)
+    with_overhead = r["tau"] * t["1"] / r["step_s"]
+    with_prefill = with_overhead * steps * r["step_s"] / (steps * r["step_s"] + prefill)
+    with_baseline = with_prefill * per_token / t["1"]
+    measured = r["measured_speedup"]
+    print(f"{r['name']:<20} {r['predicted_speedup']:>8.2f}x {with_overhead:>8.2f}x "
+          f"{with_prefill:>8.2f}x {with_baseline:>8.2f}x {measured:>8.2f}x "
+          f"{measured / with_baseline:>6.0%}")
 for r in cost["rows"]:
     assert abs(r["predicted_speedup"] - r["tau"] * t["1"] / (r["t_target_b"] + r["t_draft_b"])) < 1e-9
 
@@ -165,7 +180,7 @@ for r in cost["rows"]:
 # ## Choosing the block size: fixed, adaptive, cost-aware, trees
 #
 # A longer block can commit more tokens, but its verify costs more (the `t_target(B)/t_target(1)`
-# ratios printed above, far from 1 on this CPU) and the drafts late in a block are rarely accepted.
+# ratios printed above, above 1 on this CPU) and the drafts late in a block are rarely accepted.
 # Four ways to choose, all lossless and all in the table above:
 #
 # * **fixed B**: the paper's setting;
@@ -223,8 +238,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 #
 # * Every method ran on the same prompts in one process, interleaved; the table's ratios are the
 #   result, the absolute tokens/s are only for this machine.
-# * The cost model predicts the speedup from three measured forwards and tau; the measured speedup
-#   is lower by the loop's overhead and prefill.
+# * The cost model predicts the speedup from three measured forwards and tau. The measured speedup
+#   differs; the cost-model cell puts in the loop's overhead, the prefill and the baseline one at a
+#   time, and prints how far each one moves the prediction and what is left unexplained.
 # * On this CPU a wide verify is expensive, so long blocks pay only where acceptance is high; the
 #   cost-aware default uses the measured costs to decide, down to plain decoding. On a GPU a wide
 #   verify costs much less relative to one token; notebook 08 and `tools/gpu_bench.sh` measure it.

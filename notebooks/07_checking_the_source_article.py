@@ -229,7 +229,7 @@ for name, loss_fn in (("cross-entropy (DFlash)", lambda m, b: drafter_loss(m, ta
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
 for name, c in curves.items():
     ax.plot(np.convolve(c, np.ones(5) / 5, mode="valid"), label=name)
-ax.set_xlabel("step"); ax.set_ylabel("training accuracy, position 1 (5-step mean)"); ax.legend(fontsize=8)
+ax.set_xlabel("step"); ax.set_ylabel("training accuracy, position 1 (5-step mean)"); ax.legend()
 ax.set_title("Same drafter, same data, same steps: CE vs MSE on logits")
 save_figure(fig, "07_ce_vs_mse")
 ce, mse = accuracy.values()

@@ -37,7 +37,8 @@
 #
 # * run the same loop on a real Hugging Face model when one is available offline;
 # * predict the speedup from the measured forward-time curve ([cost model](../docs/glossary.md#cost-model));
-# * see what [CUDA graphs](../docs/glossary.md#cuda-graphs) and a GPU change.
+# * see what a GPU changes: the forward-time curve on this device next to the committed H200
+#   curves ([CUDA graphs](../docs/glossary.md#cuda-graphs) are notebook 10's subject).
 #
 # **Prerequisites:** chapters 01, 06.
 #
@@ -184,7 +185,7 @@ ax.set_xscale("log", base=2)
 ax.set_xlabel("tokens in one target forward (n)")
 ax.set_ylabel("t(n) / t(1)")
 ax.set_title("What verifying a block costs, relative to one token")
-ax.legend(fontsize=7)
+ax.legend()
 _ = save_figure(fig, f"08_forward_cost_{device}")
 
 # %%

@@ -65,7 +65,7 @@ from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pr
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, crop_cache, generate, new_cache, prefill
 from dflash_lite.drafter import DrafterCache
-from dflash_lite.plotting import save_figure
+from dflash_lite.plotting import COLORBLIND, save_figure, subplots
 from dflash_lite.costs import measure_step_costs
 from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
 from dflash_lite.target import SHIPPED_DRAFTERS
@@ -138,7 +138,7 @@ for domain, xs in prompt_ids.items():
                     ranks[domain][j - 1].append(int((logits[j - 1] > logits[j - 1, truth]).sum()) + 1)
 
 buckets = [("rank 1 (the chain)", 1, 1), ("rank 2", 2, 2), ("rank 3-4", 3, 4), ("rank 5+", 5, 10 ** 9)]
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), sharey=True)
+fig, axes = subplots(1, 2, height=3.8, sharey=True)
 for ax, domain in zip(axes, prompt_ids):
     positions = [j for j in range(1, B) if ranks[domain][j - 1]]
     bottom = np.zeros(len(positions))
@@ -148,8 +148,9 @@ for ax, domain in zip(axes, prompt_ids):
         bottom += share
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
 axes[0].set_ylabel("share of the target's tokens")
-axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
-fig.suptitle("Rank of the target's token among the drafter's candidates, per block position")
+fig.legend(*axes[1].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
+           ncol=4, frameon=False)
+fig.suptitle("Rank of the target's token among the drafter's candidates")
 _ = save_figure(fig, "09_target_token_rank")
 for domain in prompt_ids:
     first = ranks[domain][0]
@@ -251,14 +252,15 @@ def draw_tree(tree, ax, title):
         ax.plot([tree.depths[p], tree.depths[i]], [-y[p], -y[i]], color="0.6", zorder=1)
     for i in range(len(tree)):
         label = tokenizer.decode([int(tree.tokens[i])]).replace("\n", "\\n") or "·"
-        ax.text(tree.depths[i], -y[i], f" {label} ", ha="center", va="center", fontsize=9, zorder=2,
-                bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue", ec="0.5"))
+        ax.text(tree.depths[i], -y[i], f" {label} ", ha="center", va="center", fontsize=10,
+                zorder=2, bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue", ec="0.5"))
     ax.set_xlim(-0.5, max(tree.depths) + 0.5); ax.set_ylim(-leaves[0] + 0.5, 0.5)
     ax.set_xlabel("depth = block position"); ax.set_yticks([]); ax.set_title(title)
 
 
-fig, ax = plt.subplots(figsize=(10, 4.5))
-draw_tree(tree, ax, f"A {demo_tree_size}-node draft tree from one drafter forward (first step of a held-out code prompt)")
+fig, ax = subplots(height=4.4)
+draw_tree(tree, ax, f"A {demo_tree_size}-node draft tree from one drafter forward\n"
+                    "(first step of a held-out code prompt)")
 _ = save_figure(fig, "09_draft_tree")
 
 # %% [markdown]
@@ -453,7 +455,7 @@ for domain in prompt_ids:                                      # does each step 
     print(f"{domain}: tau gain per step up in N " + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in
           zip(zip(tree_sizes, tree_sizes[1:]), gains)) + f" ({'diminishing' if shrinking else 'not diminishing'})")
 
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+fig, axes = subplots(1, 3, height=3.6)
 for domain in prompt_ids:
     axes[0].plot(tree_sizes, [taus[domain, n] for n in tree_sizes], marker="o", label=f"{domain}: tree")
     axes[0].axhline(taus[domain, "chain"], ls="--", color=axes[0].lines[-1].get_color(), label=f"{domain}: chain B={B}")
@@ -466,7 +468,9 @@ axes[1].set_title("What the verify costs")
 axes[0].set_xlabel("tree size N"); axes[0].set_ylabel("tau"); axes[0].set_title("Tokens per step")
 axes[2].set_xlabel("tree size N"); axes[2].set_ylabel("predicted speedup"); axes[2].set_title("The cost model")
 for ax in axes[[0, 2]]:
-    ax.set_xscale("log", base=2); ax.legend(fontsize=8)
+    ax.set_xscale("log", base=2)
+fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
+           ncol=4, frameon=False)
 _ = save_figure(fig, "09_tree_tau_and_cost")
 for domain in prompt_ids:
     best = max(["chain"] + tree_sizes, key=lambda label: predicted[domain, label])
@@ -501,8 +505,13 @@ for domain in prompt_ids:
 # choices on one prompt of each domain:
 
 # %%
-KIND_COLORS = {"plain": "0.6", "chain": "tab:blue", "tree": "tab:orange", "ngram": "tab:green", "hybrid": "tab:purple"}
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), sharey=True)
+KIND_COLORS = dict(zip(("plain", "chain", "tree", "ngram", "hybrid"),
+                       (COLORBLIND[7], *COLORBLIND[:4])))
+KIND_LABELS = {"plain": "plain decoding (B=1)", "chain": "chain: b - 1 drafts",
+               "tree": "tree of N nodes", "ngram": "prompt lookup: M drafts",
+               "hybrid": "hybrid tree + prompt lookup"}
+fig, axes = subplots(2, 1, height=5.6)
+seen = set()
 for ax, domain in zip(axes, prompt_ids):
     x_ = prompt_ids[domain][0]
     policy = default_policy(drafter, target)
@@ -510,23 +519,25 @@ for ax, domain in zip(axes, prompt_ids):
     assert r.tokens == greedy[domain][0]
     choices = policy.chosen                                    # a Choice per step that had room for a draft
     labels = [f"B={c.block_size}" if c.kind in ("plain", "chain") else str(c) for c in choices]
+    seen |= {c.kind for c in choices}
     steps_ = range(1, len(choices) + 1)
-    bars = ax.bar(steps_, r.acceptance_lengths[: len(choices)], color=[KIND_COLORS[c.kind] for c in choices])
-    for bar, label in zip(bars, labels):
-        short = label.replace("tree ", "T").replace(" + ngram ", "+n").replace("ngram ", "n")
-        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.2, short,
-                ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.set_xlabel("step"); ax.set_title(f"{domain}: tau {r.tau:.2f} over {len(choices)} steps")
+    ax.bar(steps_, r.acceptance_lengths[: len(choices)],
+           color=[KIND_COLORS[c.kind] for c in choices])
+    ax.set_xlabel("step"); ax.set_ylabel("tokens committed")
+    ax.set_title(f"{domain}: tau {r.tau:.2f} over {len(choices)} steps")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     counts = {c: labels.count(c) for c in dict.fromkeys(labels)}
     print(f"{domain}: " + ", ".join(f"{c} x{k}" for c, k in counts.items()) + f"; tau {r.tau:.2f}")
+    plain = sum(c.kind == "plain" for c in choices)
+    print(f"{domain}: {plain} of {len(choices)} steps were plain decoding (B=1)")
 print(f"the prior: acceptance {policy.options.prior}, a tree expected to commit {policy.options.tree_prior_gain}x the chain's tokens")
-axes[0].set_ylabel("tokens committed")
-axes[0].set_ylim(0, B + 4)
-axes[1].legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()],
-               ["plain (B=1)", "chain B=b: b - 1 drafts", "tree TN: N nodes", "prompt lookup nM: M drafts",
-                "hybrid tree TN+nM"], loc="upper right", ncol=2, fontsize=8)
-fig.suptitle("What the cost-aware policy chose, step by step")
+
+kinds = [k for k in KIND_COLORS if k in seen]                  # the legend lists the kinds chosen
+fig.legend([plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in kinds],
+           [KIND_LABELS[k] for k in kinds], loc="upper center", bbox_to_anchor=(0.5, 0.02),
+           ncol=min(3, len(kinds)), frameon=False)
+fig.suptitle("What the cost-aware policy chose, step by step\n"
+             "(the kinds and sizes are printed above)")
 _ = save_figure(fig, "09_policy_choices")
 
 # %%
@@ -534,10 +545,11 @@ _ = clock.report()                        # run time at this run's parameters, a
 
 # %% [markdown]
 # The first step is decided by the policy's prior (an optimistic acceptance, and a tree expected
-# to commit `tree_prior_gain` times the chain's tokens, printed above); after that the observed steps speak. Where drafts are
-# rarely accepted it shortens the block, down to plain decoding (B = 1), and now and then tries a
-# draft again, since its counts decay back towards the prior. Exercise 4 finds prompts where it
-# does.
+# to commit `tree_prior_gain` times the chain's tokens, printed above); after that the observed
+# steps speak. Where drafts are rarely accepted it can shorten the block, down to plain decoding
+# (B = 1), and then now and then tries a draft again, since its counts decay back towards the
+# prior. The cell above prints how many steps of each prompt were plain decoding: it can be none,
+# on prompts whose drafts are accepted often enough. Exercise 4 finds prompts where it does.
 #
 # ## Summary
 #

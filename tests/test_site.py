@@ -1,11 +1,13 @@
 """The course site builds offline from the committed notebooks: every chapter and docs page is a
 page with its figures, and nothing on it loads from the network (docs/site/conf.py)."""
 import re
+import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from dflash_lite import course
+from dflash_lite import course, plotting
 
 DOCS_DEPS = ("sphinx", "myst_nb", "furo", "jupyter_server_mathjax")
 
@@ -35,9 +37,97 @@ def test_site_builds_every_chapter_with_figures_and_local_maths(tmp_path):
     for name in ("method", "glossary"):
         assert (index.parent / "docs" / f"{name}.html").is_file()
     assert (index.parent / "_static" / "mathjax" / "MathJax.js").is_file()
+    missing_mathjax = mathjax_files_missing(index.parent / "_static" / "mathjax")
+    assert not missing_mathjax, f"MathJax would ask for files the site lacks: {missing_mathjax[:5]}"
+    assert (index.parent / "_static" / "course.css").is_file()
     for page in index.parent.rglob("*.html"):
-        remote = re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(?:https?:)?//[^"]*"', page.read_text())
+        html = page.read_text()
+        remote = re.findall(r'<(?:script|link|img)[^>]*(?:src|href)="(?:https?:)?//[^"]*"', html)
         assert not remote, f"{page.name} loads {remote[0]}"
+        for ref in re.findall(r'<(?:script|link|img)\b[^>]*?\b(?:src|href)="([^"#?]+)', html):
+            if not re.match(r"[a-z]+:", ref):                      # mailto:, data: ...
+                assert (page.parent / ref).resolve().exists(), f"{page.name}: no {ref}"
+        if "MathJax.js" in html:
+            assert '"webFont": "STIX-Web"' in html and '"availableFonts": []' in html, page.name
+        for tag in re.findall(r"<img [^>]*>", html):
+            alt = re.search(r'alt="([^"]*)"', tag)
+            assert alt and len(alt.group(1).split()) >= 3, f"{page.name}: no alt text: {tag}"
+            hashed = re.fullmatch(r"[\w/.-]*[0-9a-f]{16,}[\w.]*", alt.group(1))
+            assert not hashed, f"{page.name}: the alt text is a hash: {tag}"
+
+
+def mathjax_files_missing(mathjax: Path) -> list[str]:
+    """The files MathJax 2, as docs/site/conf.py configures it, would request from ``mathjax``
+    and that are not there: every ``[MathJax]/...`` file named by MathJax.js and the combined
+    config that the config does not preload, and the configured web font's data files."""
+    conf = {}
+    exec((course.SITE_SOURCE / "conf.py").read_text(), conf)
+    config_name = conf["mathjax_path"].split("config=")[1]
+    combined = (mathjax / "config" / f"{config_name}.js").read_text()
+    start = combined.index("Preloading(")
+    preloading = combined[start:combined.index(");", start)]
+    preloaded = set(re.findall(r'"\[MathJax\]/([\w./-]+)"', preloading))
+    loader = (mathjax / "MathJax.js").read_text()
+    named = set(re.findall(r"\[MathJax\]/([\w./-]+\.js)", combined + loader))
+    missing = [name for name in sorted(named - preloaded) if not (mathjax / name).is_file()]
+    html_css = conf["mathjax2_config"]["HTML-CSS"]
+    assert html_css["availableFonts"] == [] and html_css["preferredFont"] is None \
+        and html_css["imageFont"] is None, "MathJax would look for its TeX fonts (not bundled)"
+    fonts = mathjax / "jax" / "output" / "HTML-CSS" / "fonts" / html_css["webFont"]
+    if not (fonts / "fontdata.js").is_file():
+        return missing + [str(fonts / "fontdata.js")]
+    fontdata = (fonts / "fontdata.js").read_text()
+    data = {name.lstrip("/") for name in re.findall(r'"([\w/-]+\.js)"', fontdata)}
+    missing += [f"{fonts.name}/{name}" for name in sorted(data) if not (fonts / name).is_file()]
+    if not any((mathjax / "fonts" / "HTML-CSS" / html_css["webFont"] / "woff").glob("*.woff")):
+        missing.append(f"fonts/HTML-CSS/{html_css['webFont']}/woff")
+    return missing
+
+
+@pytest.mark.skipif(bool(_missing_docs_deps()), reason="the docs dependencies are not installed "
+                    "(pip install -r docs/requirements.txt)")
+def test_mathjax_copy_has_every_file_the_config_asks_for(tmp_path):
+    assert mathjax_files_missing(course.mathjax_dir()) == []
+    broken = tmp_path / "mathjax"                   # the check can fail: a font file removed
+    shutil.copytree(course.mathjax_dir(), broken)
+    (broken / "jax" / "output" / "HTML-CSS" / "fonts" / "STIX-Web" / "fontdata.js").unlink()
+    assert mathjax_files_missing(broken)
+
+
+# The wide tables the column must hold without scrolling: notebook 06's benchmark table and
+# notebook 02's chi-square verdicts (issue 31); other long lines may scroll.
+WIDE_TABLES = {"06_benchmarks": r"^(method|autoregressive|model\.generate|draft model|prompt lookup"
+                                 r"|EAGLE|DFlash) ",
+               "02_speculative_decoding": r"chi-square p ="}
+
+
+def longest_table_line() -> int:
+    """The longest line of the WIDE_TABLES outputs in the committed notebooks, in characters."""
+    longest = 0
+    for notebook in course.chapters():
+        pattern = WIDE_TABLES.get(notebook.stem)
+        if pattern is None:
+            continue
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                if out.output_type == "stream":
+                    lines = [line for line in out.text.splitlines() if re.search(pattern, line)]
+                    longest = max([longest, *map(len, lines)])
+    assert longest > 80, "the wide tables were not found in the outputs"
+    return longest
+
+
+def test_site_column_holds_the_widest_output_and_a_figure():
+    """The column (docs/site/static/course.css) holds the widest table in furo's code font
+    (0.8125 rem of a 16 px root, about 0.6 em per monospace character) and a figure at its size."""
+    css = (course.SITE_SOURCE / "static" / "course.css").read_text()
+    wide = re.search(r"@media \(min-width: 82em\) \{\s*"
+                     r"\.content \{ width: ([\d.]+)em; padding: 0 ([\d.]+)em", css)
+    assert wide, "course.css no longer sets the column's width and padding"
+    inner_px = (float(wide.group(1)) - 2 * float(wide.group(2))) * 16
+    assert inner_px >= longest_table_line() * 0.6 * 0.8125 * 16, (inner_px, longest_table_line())
+    assert inner_px >= plotting.FIGURE_WIDTH * plotting.FIGURE_DPI
+    assert "overflow-x: auto" in css                # narrower screens scroll the outputs
 
 
 def test_site_refuses_a_file_as_output_dir(tmp_path, capsys):
