@@ -127,7 +127,8 @@ def accept_article_ratio(draft_tokens: torch.Tensor, draft_q: torch.Tensor, targ
     return draft_tokens.shape[0], int(torch.multinomial(target_p[-1], 1, generator=generator))
 
 
-def accept_article_threshold(draft_tokens: torch.Tensor, target_p: torch.Tensor, threshold: float = 0.5,
+def accept_article_threshold(draft_tokens: torch.Tensor, target_p: torch.Tensor,
+                             threshold: float = 0.5,
                              generator: torch.Generator | None = None) -> tuple[int, int]:
     """NOT LOSSLESS. Source article: accept if p(x) >= 0.5, else resample from p."""
     for i in range(draft_tokens.shape[0]):

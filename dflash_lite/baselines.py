@@ -8,7 +8,8 @@ same decode loop (:func:`dflash_lite.decode.steps`), so every speedup compares l
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
 * :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
   section 5.3), which the cost-aware policy (:mod:`dflash_lite.policy`) replaces.
-* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's rows.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's
+  rows.
 """
 from __future__ import annotations
 
@@ -45,13 +46,15 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
                             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
                             generator: torch.Generator | None = None) -> GenerationResult:
     """The baseline: the decode loop at block size 1 (prefill, then one target forward per token)."""
-    return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids, generator)
+    return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids,
+                    generator)
 
 
 class EagleProposer(DFlashProposer):
     """The EAGLE-style baseline: the same context and KV injection as DFlash, but k drafter forwards
     for k drafts, each token predicting the next. Needs an autoregressive drafter
-    (:class:`dflash_lite.variants.AutoregressiveDrafter`), whose cache keeps each draft's K/V for the
+    (:class:`dflash_lite.variants.AutoregressiveDrafter`), whose cache keeps each draft's K/V for
+    the
     next one; after the round the cache is cut back to the accepted context."""
 
     autoregressive = True
@@ -61,23 +64,28 @@ class EagleProposer(DFlashProposer):
         context, context_start, drafts = self.new_context, self.new_context_start, []
         self.cache.rewind(context_start)               # the accepted context ends here
         for i in range(k):
-            logits = self.drafter.next_token_logits(self.target, token, context, context_start, position + i, self.cache)
+            logits = self.drafter.next_token_logits(self.target, token, context, context_start,
+                                                    position + i, self.cache)
             token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
             drafts.append(token[0])
-            context, context_start = context[:, :0], position                      # the context is cached now
-        self.cache.rewind(position)                    # keep the accepted context 0..position-1, not the drafts
+            # the context is cached now
+            context, context_start = context[:, :0], position
+        # keep the accepted context 0..position-1, not the drafts
+        self.cache.rewind(position)
         return ChainDraft(torch.cat(drafts))
 
 
 class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own cache.
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
+    cache.
 
     ``sample=False`` drafts the argmax (a point-mass q); ``sample=True`` samples from the draft
     model's processed distribution and returns it, for the general acceptance rule.
     """
     layer_ids = None
 
-    def __init__(self, draft_model, target, block_size: int = 5, sampling: SamplingParams = SamplingParams(),
+    def __init__(self, draft_model, target, block_size: int = 5,
+                 sampling: SamplingParams = SamplingParams(),
                  sample: bool = False, generator: torch.Generator | None = None):
         if draft_model.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
@@ -89,13 +97,15 @@ class DraftModelProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = SlotCache.for_target(self.model)
-        self.unseen = prompt_ids                                        # tokens not yet in the draft cache
+        # tokens not yet in the draft cache
+        self.unseen = prompt_ids
 
     def propose(self, last_token: torch.Tensor, k: int):
         ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
         tokens, probs = [], []
         for _ in range(k):
-            logits = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+            logits = self.model(ids, past_key_values=self.cache, use_cache=True,
+                                logits_to_keep=1).logits[:, -1]
             if self.sample:
                 p = target_probs(logits, self.sampling, self.processors)   # (1, V)
                 token = torch.multinomial(p, 1, generator=self.generator)[0]
@@ -107,19 +117,23 @@ class DraftModelProposer:
         return ChainDraft(torch.cat(tokens), torch.stack(probs) if self.sample else None)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        have = min(self.cache.position, position + n + 1)               # the last draft was never fed
-        self.cache.rewind(have)                                         # rejected drafts are overwritten
+        # the last draft was never fed
+        have = min(self.cache.position, position + n + 1)
+        # rejected drafts are overwritten
+        self.cache.rewind(have)
         self.unseen = block[:, have - position: n + 1]
 
 
 @torch.inference_mode()
-def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(), **kwargs):
+def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(),
+                **kwargs):
     """transformers' ``model.generate`` on ``ids`` (1, T) for ``n`` new tokens, greedy or with our
     sampling settings; ``kwargs``: its assisted-generation options (``assistant_model``,
     ``prompt_lookup_num_tokens``). Returns (new tokens, None): it keeps no per-step record."""
     if sampling.greedy:
         kwargs["do_sample"] = False
-    else:                       # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
+    # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
+    else:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
     # transformers' assisted generation calls the assistant's generate with a generation config and

@@ -13,9 +13,11 @@ one: :func:`resolve` (load the target, the drafters and the prompts; build the :
 list), :func:`run` (time them, interleaved, and the cost model's forwards) and :func:`report`
 (the summary below, printed and optionally written as JSON)::
 
-    {"env": {...}, "methods": [{"name", "kind", "block_size", "tree_size", "default", "tokens_per_s",
+    {"env": {...}, "methods": [{"name", "kind", "block_size", "tree_size", "default",
+    "tokens_per_s",
                                 "tokens_per_s_spread", "speedup", "speedup_vs_hf_generate", "tau",
-                                "tau_histogram", "identical_to_target", "error", "phase_times", ...}],
+                                "tau_histogram", "identical_to_target", "error", "phase_times",
+                                ...}],
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
@@ -58,10 +60,13 @@ from .tree import DFlashTreeProposer, HybridTreeProposer
 class MethodStats:
     method: Method
     times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
-    tokens: list[int] = field(default_factory=list)          # per repeat: new tokens over all prompts
+    # per repeat: new tokens over all prompts
+    tokens: list[int] = field(default_factory=list)
     acceptance_lengths: list[int] = field(default_factory=list)
-    phase_runs: list[dict] = field(default_factory=list)     # per repeat: seconds per phase over all prompts
-    step_runs: list[int] = field(default_factory=list)       # per repeat: verification steps over all prompts
+    # per repeat: seconds per phase over all prompts
+    phase_runs: list[dict] = field(default_factory=list)
+    # per repeat: verification steps over all prompts
+    step_runs: list[int] = field(default_factory=list)
     identical: bool | None = None
     error: str | None = None
 
@@ -75,8 +80,10 @@ def environment(device: str) -> dict:
     return env
 
 
-def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int, repeats: int = 3,
-            reference: dict | None = None, device: str = "cpu", greedy: bool = True) -> dict[str, MethodStats]:
+def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
+            repeats: int = 3,
+            reference: dict | None = None, device: str = "cpu",
+            greedy: bool = True) -> dict[str, MethodStats]:
     """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
 
     ``reference`` maps prompt index -> the target's greedy tokens (by default the outputs of the
@@ -84,11 +91,13 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
     """
     stats = {m.name: MethodStats(m) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
-    for m in methods:                                             # warm-up, and the outputs to check
+    # warm-up, and the outputs to check
+    for m in methods:
         for i, ids in enumerate(prompts):
             try:
                 outputs[m.name][i] = m.run(ids, max_new_tokens)[0]
-            except Exception as e:                                # a failing method is reported, not dropped
+            # a failing method is reported, not dropped
+            except Exception as e:
                 stats[m.name].error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 break
     if reference is None:
@@ -96,11 +105,14 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
                      if m.kind is kind and stats[m.name].error is None), None)
         reference = outputs[base] if base else {}
     live = [m for m in methods if stats[m.name].error is None]
-    totals = {m.name: [[0.0, 0] for _ in range(repeats)] for m in live}      # per repeat: seconds, tokens
+    # per repeat: seconds, tokens
+    totals = {m.name: [[0.0, 0] for _ in range(repeats)] for m in live}
     phases = {m.name: [{} for _ in range(repeats)] for m in live}
     steps = {m.name: [0] * repeats for m in live}
-    for ids in prompts:                                  # each prompt: the methods interleaved, ``repeats`` rounds
-        calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live}, repeats, 0, device)
+    # each prompt: the methods interleaved, ``repeats`` rounds
+    for ids in prompts:
+        calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live},
+                            repeats, 0, device)
         for name, rounds in calls.items():
             for repeat, (seconds, (tokens, result)) in enumerate(rounds):
                 totals[name][repeat][0] += seconds
@@ -121,7 +133,8 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
     return stats
 
 
-def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int, repeats: int = 3,
+def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
+                  repeats: int = 3,
                   reference: dict | None = None, device: str = "cpu", greedy: bool = True) -> dict:
     """:func:`measure` a list of methods and :func:`summarise` it: the report without a cost model."""
     stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy)
@@ -144,9 +157,11 @@ class Rows:
     policy: bool = True
 
 
-def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None, rows: Rows | None = None,
+def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
+                     rows: Rows | None = None,
                      **options) -> list[Method]:
-    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding with
+    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding
+    with
     a small draft model, here and in transformers; prompt lookup, there and in our loop; the
     EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
     the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
@@ -156,7 +171,8 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     sampling, block_sizes, prompt_lookup, draft_block_size = r.sampling, r.block_sizes, r.prompt_lookup, r.draft_block_size
     stops = stop_token_ids(target, tokenizer)
 
-    def hf(**kwargs):                                   # transformers' generate, with or without a helper
+    # transformers' generate, with or without a helper
+    def hf(**kwargs):
         return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 
     methods = [
@@ -166,22 +182,29 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     ]
     if draft_model is not None:
         methods.append(Method(f"draft model (ours) k={draft_block_size - 1}",
-                              _spec_run(target, lambda: DraftModelProposer(draft_model, target, draft_block_size),
-                                        sampling, stops), Kind.DRAFT_MODEL, block_size=draft_block_size))
-        methods.append(Method("draft model (transformers)", hf(assistant_model=draft_model), Kind.HF_DRAFT_MODEL))
+                              _spec_run(target, lambda: DraftModelProposer(draft_model, target,
+                                                                           draft_block_size),
+                                        sampling, stops), Kind.DRAFT_MODEL,
+                              block_size=draft_block_size))
+        methods.append(Method("draft model (transformers)", hf(assistant_model=draft_model),
+                              Kind.HF_DRAFT_MODEL))
     if prompt_lookup:
         methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
                               hf(prompt_lookup_num_tokens=prompt_lookup), Kind.PROMPT_LOOKUP))
         methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}",
-                              _spec_run(target, lambda: NgramProposer(prompt_lookup), sampling, stops), Kind.NGRAM))
+                              _spec_run(target, lambda: NgramProposer(prompt_lookup), sampling,
+                                        stops), Kind.NGRAM))
     if eagle is not None:
         methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}",
-                              _spec_run(target, lambda: EagleProposer(eagle, target), sampling, stops),
+                              _spec_run(target, lambda: EagleProposer(eagle, target), sampling,
+                                        stops),
                               Kind.EAGLE, block_size=eagle.config.block_size))
     if drafter is not None:
-        methods += _dflash_rows(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy, (sampling, stops))
+        methods += _dflash_rows(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
+                                (sampling, stops))
         if r.hf_dflash:
-            converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(target.device)
+            converted = to_transformers(drafter,
+                                        dtype=next(target.parameters()).dtype).to(target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
                                   hf(assistant_model=converted, speculation_type="dflash"),
                                   Kind.HF_DFLASH, block_size=drafter.config.block_size))
@@ -199,7 +222,8 @@ def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: boo
                 ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False))
     for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
         session = PolicySession(drafter, target, options, recalibrate=False)
-        rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes), Kind.DFLASH_POLICY,
+        rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes),
+                           Kind.DFLASH_POLICY,
                            default=default and not shapes.fixed, session=session))
     for b in block_sizes:
         rows.append(Method(f"DFlash (ours) B={b}", _spec_run(target, lambda b=b: DFlashProposer(
@@ -207,18 +231,21 @@ def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: boo
     if adaptive:
         sizes = "/".join(map(str, sorted(adaptive)))
         rows.append(Method(f"DFlash (ours) adaptive B in {sizes}",
-                           _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive),
+                           _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target,
+                                                                            adaptive),
                                      sampling, stops), Kind.DFLASH_ADAPTIVE))
     for n in tree_sizes:
         rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(
             drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_TREE, tree_size=n))
     for n in tree_sizes:
-        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(target, lambda n=n: HybridTreeProposer(
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(target,
+                                                                           lambda n=n: HybridTreeProposer(
             drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_HYBRID, tree_size=n))
     return rows
 
 
-def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int, sampling: SamplingParams,
+def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
+                     sampling: SamplingParams,
                      stops) -> list[Method]:
     """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
     lookup and, with a drafter, the default policy, each fixed block size, the draft trees and
@@ -227,12 +254,15 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int, samp
     marked ``compiled`` and named so."""
     buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
     shapes = FixedShapes(length, compile=True, buckets=buckets)
-    rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes), sampling, stops),
+    rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes),
+                                                      sampling, stops),
                    Kind.AUTOREGRESSIVE, block_size=1),
-            Method("prompt lookup (ours) k=10", _spec_run(target, lambda: NgramProposer(10, shapes=shapes),
+            Method("prompt lookup (ours) k=10", _spec_run(target, lambda: NgramProposer(10,
+                                                                                        shapes=shapes),
                                                           sampling, stops), Kind.NGRAM)]
     if drafter is not None:
-        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True, (sampling, stops), shapes)
+        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True, (sampling,
+                                                                                    stops), shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:
         row.name, row.compiled = f"{row.name} ({how})", True
@@ -303,7 +333,8 @@ class BenchConfig:
     json_out: str | None = None
     overwrite: bool = False        # json_out may replace a file that is not a bench report
     quiet: bool = False
-    compile: bool = False          # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
+    # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
+    compile: bool = False
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -319,7 +350,8 @@ class BenchConfig:
         parse_dtype(self.dtype)
         if self.random_drafter_layers is not None:
             validate.check_int("random_drafter_layers", self.random_drafter_layers)
-        self.prompt_template = self.prompt_template.replace("\\n", "\n")   # a literal \n typed on a command line
+        # a literal \n typed on a command line
+        self.prompt_template = self.prompt_template.replace("\\n", "\n")
         if "{prompt}" not in self.prompt_template:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
@@ -338,7 +370,8 @@ class Setup:
     methods: list[Method]
     prompts: list[torch.Tensor]                   # token ids (1, T) on the device
     target: Any = None                            # the loaded target model
-    drafter: Any = None                           # the DFlash drafter (None: no DFlash rows, no cost model)
+    # the DFlash drafter (None: no DFlash rows, no cost model)
+    drafter: Any = None
     settings: dict = field(default_factory=dict)
 
 
@@ -372,10 +405,13 @@ def _shown(path: str | None) -> str | None:
 
 def _check_context(model, ids: list[torch.Tensor], max_new_tokens: int) -> None:
     context = getattr(model.config, "max_position_embeddings", None)
-    for i, x in enumerate(ids):                  # model.generate would run past the context; no method may
+    # model.generate would run past the context; no method may
+    for i, x in enumerate(ids):
         if context is not None and x.shape[1] + max_new_tokens > context:
-            raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) does not "
-                             f"fit the target's context of {context} tokens; shorten it or lower --max-new-tokens")
+            raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens "
+                             f"({max_new_tokens}) does not "
+                             f"fit the target's context of {context} tokens; shorten it or lower "
+                             "--max-new-tokens")
 
 
 def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str | None]:
@@ -412,11 +448,13 @@ def resolve(config: BenchConfig) -> Setup:
     torch_dtype = parse_dtype(c.dtype)
     texts, prompts_source = _prompt_texts(c)
     texts = [c.prompt_template.replace("{prompt}", t) for t in texts]
-    context = target_context(c.target)                # from config.json: no size may outgrow the context
+    # from config.json: no size may outgrow the context
+    context = target_context(c.target)
     validate.check_block_sizes(c.block_sizes, high=context)
     if c.tree_sizes:
         validate.check_block_sizes(c.tree_sizes, "tree_sizes", high=context)
-    model, tokenizer, draft = load_pair(c.target, c.drafter, c.device, torch_dtype, shipped=not c.random_drafter_layers)
+    model, tokenizer, draft = load_pair(c.target, c.drafter, c.device, torch_dtype,
+                                        shipped=not c.random_drafter_layers)
     if draft is not None:
         validate.check_block_sizes(c.block_sizes, high=draft.config.max_block_size)
     ids = [encode(tokenizer, t, c.chat_template).to(c.device) for t in texts]
@@ -424,16 +462,21 @@ def resolve(config: BenchConfig) -> Setup:
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
-    eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None, None, None, None)
+    eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None,
+                                                                                          None,
+                                                                                          None,
+                                                                                          None)
     if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
         c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
         adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
-    if c.compile:                     # shapes sized for the longest prompt, built here: never inside a timed run
+    # shapes sized for the longest prompt, built here: never inside a timed run
+    if c.compile:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
                                     max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                    SamplingParams(temperature=c.temperature), stop_token_ids(model, tokenizer))
+                                    SamplingParams(temperature=c.temperature),
+                                    stop_token_ids(model, tokenizer))
     drafter_path = c.drafter or (None if c.random_drafter_layers else default_drafter_path(c.target))
     drafter_shown = _shown(str(drafter_path) if drafter_path else None)
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),
@@ -441,7 +484,8 @@ def resolve(config: BenchConfig) -> Setup:
                                              if c.random_drafter_layers else None),
                 "prompts_source": prompts_source, "temperature": c.temperature,
                 "dtype": str(torch_dtype).removeprefix("torch."),
-                "chat_template": bool(c.chat_template and getattr(tokenizer, "chat_template", None)),
+                "chat_template": bool(c.chat_template and getattr(tokenizer, "chat_template",
+                                                                  None)),
                 "prompt_template": c.prompt_template}
     return Setup(c, methods, ids, model, draft, settings)
 
@@ -449,7 +493,8 @@ def resolve(config: BenchConfig) -> Setup:
 def run(setup: Setup) -> Measured:
     """Time every method of ``setup`` (:func:`measure`: interleaved, after a warm-up, each greedy
     output checked against the target's) and, with a DFlash drafter, the forwards of the cost model
-    at the first prompt (:func:`dflash_lite.costs.measure_costs`, each the median of ``cost_repeats``)."""
+    at the first prompt (:func:`dflash_lite.costs.measure_costs`, each the median of
+    ``cost_repeats``)."""
     c = setup.config
     sampling = SamplingParams(temperature=c.temperature)
     if not sampling.greedy:
@@ -462,7 +507,8 @@ def run(setup: Setup) -> Measured:
         env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds for s in sessions)}
     costs = None
     if setup.drafter is not None:
-        costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes, c.cost_repeats,
+        costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
+                              c.cost_repeats,
                               c.tree_sizes)
     return Measured(stats, env, costs)
 
@@ -472,9 +518,11 @@ def report(setup: Setup, measured: Measured) -> dict:
     (:func:`summarise`), the cost model's rows next to the measured costs, and the setup's choices
     in ``"env"``. Printed unless ``quiet``; written whole to ``json_out`` when given."""
     c = setup.config
-    summary = summarise(measured.stats, measured.env, c.max_new_tokens, len(setup.prompts), c.repeats)
+    summary = summarise(measured.stats, measured.env, c.max_new_tokens, len(setup.prompts),
+                        c.repeats)
     if measured.costs is not None:
-        summary["cost_model"] = {"costs": measured.costs, "rows": cost_model(summary, measured.costs)}
+        summary["cost_model"] = {"costs": measured.costs, "rows": cost_model(summary,
+                                                                             measured.costs)}
     summary["env"].update(setup.settings)
     if not c.quiet:
         print(format_table(summary))
@@ -482,7 +530,8 @@ def report(setup: Setup, measured: Measured) -> dict:
             print("\ncost model (t: median seconds of one forward at the first prompt's context):")
             print(format_cost_model(summary["cost_model"]["rows"]))
     if c.json_out:
-        atomic_write_text(c.json_out, json.dumps(summary, indent=1))    # never a half-written report
+        # never a half-written report
+        atomic_write_text(c.json_out, json.dumps(summary, indent=1))
     return summary
 
 

@@ -44,6 +44,11 @@ class SlotLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states, value_states) -> None:
         c = self.cache
+        if c.device != key_states.device:          # an eager cache lives where its first write does
+            c.device = key_states.device
+            c.ends = c.ends.to(c.device)
+            for layer in c.layers:
+                layer.at = layer.at.to(c.device)
         shape = (c.rows, key_states.shape[1], c.length, key_states.shape[-1])
         self.keys = torch.zeros(shape, dtype=key_states.dtype, device=key_states.device)
         self.values = torch.zeros(shape, dtype=value_states.dtype, device=value_states.device)
@@ -52,7 +57,8 @@ class SlotLayer(CacheLayerMixin):
     def _grow(self, needed: int) -> None:
         c = self.cache
         if c.fixed:
-            raise ValueError(f"this fixed-shape cache holds {c.length} slots; a forward needs {needed}")
+            raise ValueError(f"this fixed-shape cache holds {c.length} slots; a forward needs "
+                             f"{needed}")
         c.length = max(2 * c.length, 1 << (needed - 1).bit_length())
         for layer in c.layers:
             if layer.is_initialized:
@@ -70,7 +76,8 @@ class SlotLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         width = key_states.shape[-2]
         if self.cache.fixed:
-            index = self.cache.at_tensor(self)[:, None] + torch.arange(width, device=self.keys.device)
+            index = self.cache.at_tensor(self)[:, None] + torch.arange(width,
+                                                                       device=self.keys.device)
             _write(self.keys, index, key_states)
             _write(self.values, index, value_states)
             self.at.add_(width)
@@ -109,27 +116,32 @@ def _write(buffer: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> None
 
 
 class SlotCache(Cache):
-    """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a write
+    """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a
+    write
     position per row (see the module's docstring). ``length`` None: an eager cache that starts at
     :data:`MIN_SLOTS` and doubles when a forward needs more; a fixed cache never grows."""
 
-    def __init__(self, num_layers: int, length: int | None = None, rows: int = 1, fixed: bool = False,
+    def __init__(self, num_layers: int, length: int | None = None, rows: int = 1,
+                 fixed: bool = False,
                  device: torch.device | str | None = None):
         if fixed and length is None:
             raise ValueError("a fixed-shape cache needs its length")
         self.rows, self.fixed, self.length = rows, fixed, length or MIN_SLOTS
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
         self.device = torch.device(device or "cpu")
-        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)   # fixed: what the mask shows
+        # fixed: what the mask shows
+        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)
         for layer in self.layers:
             layer.at = torch.zeros(rows, dtype=torch.long, device=self.device)
 
     @classmethod
-    def for_target(cls, model, length: int | None = None, rows: int = 1, fixed: bool = False) -> "SlotCache":
+    def for_target(cls, model, length: int | None = None, rows: int = 1,
+                   fixed: bool = False) -> "SlotCache":
         cache = cls(model.config.num_hidden_layers, length, rows, fixed, model.device)
         if fixed:               # allocated now: a compiled forward never sees the first write
             config = model.config
-            head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            head_dim = getattr(config, "head_dim",
+                               None) or config.hidden_size // config.num_attention_heads
             cache.allocate(config.num_key_value_heads, head_dim, model.dtype)
         return cache
 
@@ -193,7 +205,8 @@ class SlotCache(Cache):
         if ancestors is None:
             ancestors = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         if self.fixed or self.rows > 1:
-            at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts, device=device)
+            at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts,
+                                                                  device=device)
             slots = self.length if self.fixed else int(at.max()) + width
             relative = torch.arange(slots, device=device)[None] - at[:, None]            # (R, L)
             inside = (relative >= 0) & (relative < width)

@@ -1,10 +1,14 @@
 """Drafter checkpoints in three layouts, with strict checks (docs/method.md#checkpoints).
 
-* **dflash-lite** (``save_drafter`` / ``load_drafter``): ``drafter.safetensors`` + ``drafter_config.json``.
-* **public DFlash** (``export_dflash`` / ``import_dflash``): ``model.safetensors`` + ``config.json`` with
-  ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and ``num_target_layers``; weights
+* **dflash-lite** (``save_drafter`` / ``load_drafter``): ``drafter.safetensors`` +
+  ``drafter_config.json``.
+* **public DFlash** (``export_dflash`` / ``import_dflash``): ``model.safetensors`` +
+  ``config.json`` with
+  ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and ``num_target_layers``;
+  weights
   ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding or LM head. This is what vLLM and
-  SGLang serve (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
+  SGLang serve (``--speculative-config '{"method": "dflash", "model": DIR,
+  "num_speculative_tokens": 15}'``)
   and what published drafters ship as. The rest of that config is a Qwen3 config: its rope
   parameters (``rope_theta`` with ``rope_scaling``, or ``rope_parameters``) and its sliding-window
   keys (``layer_types``, ``sliding_window``, ``use_sliding_window``, ``max_window_layers``) are
@@ -36,10 +40,12 @@ from .variants import make_drafter
 
 FORMAT = "dflash-lite-drafter"
 OWN_WEIGHTS, OWN_CONFIG = "drafter.safetensors", "drafter_config.json"
-HF_RENAMES = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.output_norm_enc.weight"}
+HF_RENAMES = {"fc.weight": "encoder.fc.weight",
+              "hidden_norm.weight": "encoder.output_norm_enc.weight"}
 
 
-def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str, config_name: str) -> Path:
+def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str,
+                 config_name: str) -> Path:
     """Write to temporary names, then rename, so an interrupted save never looks complete."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -51,7 +57,8 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
-    try:                                          # sizes and parameter count, before anything is allocated
+    # sizes and parameter count, before anything is allocated
+    try:
         parameters = check_model_shape(config.to_dict(), embeddings=0)
     except ValueError as e:
         raise LoadError(f"{source}: bad drafter config ({e})") from None
@@ -66,7 +73,8 @@ def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDr
     extra = sorted(set(tensors) - set(expected))
     if missing or extra:
         raise LoadError(f"{source}: checkpoint does not match its config "
-                        f"(missing {len(missing)} tensors {missing[:3]}, extra {len(extra)} {extra[:3]})")
+                        f"(missing {len(missing)} tensors {missing[:3]}, extra {len(extra)} "
+                        f"{extra[:3]})")
     for name, tensor in tensors.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise LoadError(f"{source}: tensor {name} has shape {tuple(tensor.shape)}, "
@@ -132,7 +140,8 @@ def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
 
 
 def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = None) -> DFlashDrafter:
-    """A drafter from a local directory (own or public layout) or a hub id (public layout), in ``dtype``
+    """A drafter from a local directory (own or public layout) or a hub id (public layout), in
+    ``dtype``
     (``"float32"`` by default, ``"bfloat16"``, ``"float16"``)."""
     directory = resolve_checkpoint(name_or_path, ["*.json", "*.safetensors"], what="drafter")
     dtype = parse_dtype(dtype)
@@ -155,12 +164,14 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
 # ----------------------------------------------------------------------------- public DFlash layout
 # Keys of a public config that change what the drafter computes, with the value that means "off".
 # This drafter computes none of them, so any other value is refused rather than silently ignored.
-NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0), "output_multiplier": (1, 1.0),
+NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
+           "output_multiplier": (1, 1.0),
            "final_logit_softcapping": (0, 0.0), "is_causal": (False,), "projector_type": (),
            "conv_kernel_size": (), "selector_rank": ()}
 
 
-def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+def export_dflash(drafter: DFlashDrafter, directory: str | Path,
+                  dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``).
 
     A drafter imported from that layout writes back every key it was read with (``auto_map``,
@@ -170,7 +181,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dt
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters have a public DFlash layout")
     if c.conditioning != "kv_injection":
-        raise ValueError(f"only KV-injection drafters have this layout; this one uses {c.conditioning}")
+        raise ValueError("only KV-injection drafters have this layout; this one uses "
+                         f"{c.conditioning}")
     carried = dict(c.public_config)
     sliding = [i for i, t in enumerate(c.layer_types) if t == "sliding_attention"]
     config = {
@@ -180,7 +192,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dt
         **carried,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim, "vocab_size": c.vocab_size,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
+              "vocab_size": c.vocab_size,
         "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
         "attention_bias": c.attention_bias, "max_position_embeddings": c.max_position_embeddings,
         "layer_types": list(c.layer_types),
@@ -188,14 +201,16 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dt
         "sliding_window": c.sliding_window if sliding else carried.get("sliding_window"),
         "use_sliding_window": bool(sliding) or bool(carried.get("use_sliding_window", False)),
         "block_size": c.block_size, "num_target_layers": c.num_target_layers,
-        "dflash_config": {**carried.get("dflash_config", {}), "target_layer_ids": list(c.target_layer_ids),
+        "dflash_config": {**carried.get("dflash_config", {}),
+                          "target_layer_ids": list(c.target_layer_ids),
                           "mask_token_id": c.mask_token_id},
     }
     if "rope_parameters" in carried:                          # transformers 5 style, as it was read
         config["rope_parameters"] = c.rope_parameters
         if "rope_theta" in carried:
             config["rope_theta"] = c.rope_theta
-    else:                                                     # rope_theta + rope_scaling (what vLLM/SGLang read)
+    # rope_theta + rope_scaling (what vLLM/SGLang read)
+    else:
         config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
     dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
     config[dtype_key] = str(dtype).removeprefix("torch.")
@@ -204,10 +219,13 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dt
 
 
 def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
-    """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` + ``rope_scaling``
-    (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in transformers."""
+    """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` +
+    ``rope_scaling``
+    (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in
+    transformers."""
     parameters = dict(raw.get("rope_parameters") or {})
-    theta = raw.get("rope_theta") or parameters.pop("rope_theta", None) or 10000.0   # Qwen3Config's default
+    # Qwen3Config's default
+    theta = raw.get("rope_theta") or parameters.pop("rope_theta", None) or 10000.0
     parameters.pop("rope_theta", None)
     scaling = raw.get("rope_scaling") or parameters or None
     if scaling is not None and set(scaling) <= {"rope_type", "type"} and \
@@ -221,7 +239,8 @@ def _attention_from_config(raw: dict, num_layers: int) -> tuple[list[str], int |
     ``use_sliding_window``; without ``layer_types``, layers from ``max_window_layers`` on slide."""
     window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
     layer_types = raw.get("layer_types") or [
-        "sliding_attention" if window is not None and i >= raw.get("max_window_layers", 28) else "full_attention"
+        "sliding_attention" if window is not None and i >= raw.get("max_window_layers",
+                                                                   28) else "full_attention"
         for i in range(num_layers)]
     if "sliding_attention" in layer_types and window is None:
         raise ValueError("layer_types has sliding_attention layers but no window applies "
@@ -246,19 +265,22 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
         layer_types, sliding_window = _attention_from_config(raw, raw["num_hidden_layers"])
         config = DrafterConfig(
             hidden_size=raw["hidden_size"], intermediate_size=raw["intermediate_size"],
-            num_attention_heads=raw["num_attention_heads"], num_key_value_heads=raw["num_key_value_heads"],
+            num_attention_heads=raw["num_attention_heads"],
+                               num_key_value_heads=raw["num_key_value_heads"],
             head_dim=raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"],
             vocab_size=raw["vocab_size"], mask_token_id=dflash["mask_token_id"],
             num_target_layers=raw["num_target_layers"], target_layer_ids=dflash["target_layer_ids"],
             num_layers=raw["num_hidden_layers"], block_size=raw["block_size"],
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=rope_theta, rope_scaling=rope_scaling,
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=rope_theta,
+                               rope_scaling=rope_scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 40960),
             max_block_size=max(64, raw["block_size"]), hidden_act=raw.get("hidden_act", "silu"),
             attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
             sliding_window=sliding_window, public_config=raw,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code can honour "
+        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code can "
+                        "honour "
                         f"({type(e).__name__}: {e})") from None
     tensors = {k.removeprefix("model."): v for k, v in tensors.items()}
     return _load_strict(config, tensors, directory)
@@ -266,7 +288,8 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
 
 # ----------------------------------------------------------------------------- transformers
 def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
-    """The same weights as transformers' ``MuseGlimmerAssistantModel``, with the same rope parameters
+    """The same weights as transformers' ``MuseGlimmerAssistantModel``, with the same rope
+    parameters
     and the same full / sliding-window layers."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
@@ -274,22 +297,28 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters map onto transformers' DFlash drafter")
     if c.conditioning != "kv_injection":
-        raise ValueError(f"only KV-injection drafters have this layout; this one uses {c.conditioning}")
+        raise ValueError("only KV-injection drafters have this layout; this one uses "
+                         f"{c.conditioning}")
     config = MuseGlimmerAssistantConfig(
-        hidden_size=c.hidden_size, intermediate_size=c.intermediate_size, num_hidden_layers=c.num_layers,
+        hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                                        num_hidden_layers=c.num_layers,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
+        head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+                                        max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
-        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,   # unused without sliding layers
+        # unused without sliding layers
+        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,
         block_size=c.block_size, mask_token_id=c.mask_token_id,
-        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None,
+                                        pad_token_id=None,
     )
     model = MuseGlimmerAssistantModel(config)
     state = {HF_RENAMES.get(k, k): v for k, v in drafter.state_dict().items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if "rotary" not in k]
     if missing or unexpected:
-        raise LoadError(f"weights do not map onto MuseGlimmerAssistantModel (missing {missing[:3]}, extra {unexpected[:3]})")
+        raise LoadError("weights do not map onto MuseGlimmerAssistantModel (missing "
+                        f"{missing[:3]}, extra {unexpected[:3]})")
     return model.to(dtype).eval()
 
 
@@ -299,12 +328,17 @@ def from_transformers(model, target_config) -> DFlashDrafter:
     rope_theta, rope_scaling = _rope_from_config({"rope_parameters": c.rope_parameters})
     layer_types = list(c.layer_types or ["full_attention"] * c.num_hidden_layers)
     config = DrafterConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                           num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-                           head_dim=c.head_dim, vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
-                           num_target_layers=target_config.num_hidden_layers, target_layer_ids=list(c.target_layer_ids),
-                           num_layers=c.num_hidden_layers, block_size=c.block_size, rms_norm_eps=c.rms_norm_eps,
+                           num_attention_heads=c.num_attention_heads,
+                           num_key_value_heads=c.num_key_value_heads,
+                           head_dim=c.head_dim, vocab_size=target_config.vocab_size,
+                           mask_token_id=c.mask_token_id,
+                           num_target_layers=target_config.num_hidden_layers,
+                           target_layer_ids=list(c.target_layer_ids),
+                           num_layers=c.num_hidden_layers, block_size=c.block_size,
+                           rms_norm_eps=c.rms_norm_eps,
                            rope_theta=rope_theta, rope_scaling=rope_scaling,
-                           max_position_embeddings=c.max_position_embeddings, layer_types=layer_types,
+                           max_position_embeddings=c.max_position_embeddings,
+                           layer_types=layer_types,
                            sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}

@@ -83,19 +83,24 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
     torch_dtype = parse_dtype(c.dtype)
     model, tokenizer, draft = load_pair(c.target, c.drafter, c.device, torch_dtype)
     engines = {"autoregressive": Engine(model, tokenizer, compile=c.compile)}
-    if draft is not None:       # default: the cost-aware policy picks each step's block size (or a tree)
+    # default: the cost-aware policy picks each step's block size (or a tree)
+    if draft is not None:
         engines["DFlash"] = Engine(model, tokenizer, draft, c.block_size, compile=c.compile)
 
     def run(engine):
         engine.generate(c.prompt, c.max_new_tokens, c.temperature, c.top_p, c.top_k, seed=c.seed)
         return engine.last_result
 
-    timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats, warmup=1,
-                        device=c.device)                                  # the first round is the warm-up
+    timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats,
+                        warmup=1,
+                        # the first round is the warm-up
+                        device=c.device)
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
     drafter = c.drafter or default_drafter_path(c.target)
-    print(f"target: {c.target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-          f"{c.device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} threads)"
+    print(f"target: {c.target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+          "parameters, "
+          f"{c.device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} "
+          "threads)"
           + (f"; drafter: {shown_path(drafter)}" if draft is not None else ""))
     summary = {}
     for name, rs in results.items():
@@ -148,7 +153,8 @@ class Options:
         dest = dest or flag.removeprefix("--").replace("-", "_")
         default = self.defaults.get(dest, dataclasses.MISSING)
         if default is dataclasses.MISSING:
-            raise TypeError(f"{self.parser.prog} {flag}: {self.config.__name__} has no default for {dest!r}")
+            raise TypeError(f"{self.parser.prog} {flag}: {self.config.__name__} has no default for "
+                            f"{dest!r}")
         if (kwargs.get("action"), default) in (("store_true", True), ("store_false", False)):
             raise TypeError(f"{self.parser.prog} {flag} sets {dest}={default}, already the default")
         shown = shown_default(default)
@@ -183,12 +189,16 @@ def build_parser() -> Parser:
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.commands = {
-        "demo": demo_options(Options(sub.add_parser("demo", help="complete a prompt with the shipped target and time it"),
+        "demo": demo_options(Options(sub.add_parser("demo",
+                                                    help="complete a prompt with the shipped "
+                                                         "target and time it"),
                                      DemoConfig)),
         "bench": bench_options(Options(sub.add_parser(
-            "bench", help="every method side by side, interleaved, as ratios in one run"), BenchConfig)),
+            "bench", help="every method side by side, interleaved, as ratios in one run"),
+                                       BenchConfig)),
         "train": train_options(Options(sub.add_parser(
-            "train", help="regenerate data with the target and train a DFlash drafter"), DrafterTrainConfig)),
+            "train", help="regenerate data with the target and train a DFlash drafter"),
+                                       DrafterTrainConfig)),
     }
     return parser
 
@@ -202,19 +212,24 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
     d.add("--top-p", type=TOP_P)
     d.add("--seed", type=SEED)
     d.add("--device", type=validate.device_arg)
-    d.add("--drafter", help="drafter directory or hub id, public DFlash layout (default: the shipped one, if any)")
+    d.add("--drafter",
+          help="drafter directory or hub id, public DFlash layout (default: the shipped one, if "
+               "any)")
     d.add("--block-size", type=POS,
-          help="fix DFlash's block size (default: chosen each step from measured costs and acceptance)")
+          help="fix DFlash's block size (default: chosen each step from measured costs and "
+               "acceptance)")
     d.add("--repeats", type=REPEATS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
-    d.add("--compile", action="store_true", help="decode on the static-shape path (CUDA graphs on CUDA)")
+    d.add("--compile", action="store_true",
+          help="decode on the static-shape path (CUDA graphs on CUDA)")
     return d.parser
 
 
 def bench_options(b: Options) -> argparse.ArgumentParser:
     b.add("--target")
     b.add("--drafter", help="drafter directory (own or public DFlash layout) or hub id")
-    b.add("--dtype", choices=list(DTYPES), help="target and drafters (bfloat16 is how real models are served on a GPU)")
+    b.add("--dtype", choices=list(DTYPES),
+          help="target and drafters (bfloat16 is how real models are served on a GPU)")
     b.add("--random-drafter-layers", type=POS,
           help="use an untrained drafter of this depth (measures loop overhead, not acceptance)")
     b.add("--prompts", help="JSONL file with a 'prompt' (or 'turns') field")
@@ -235,14 +250,18 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
           help="write the report here (never inside the package)")
     b.add("--overwrite", action="store_true",
           help="let --json replace a file that is not a bench report")
-    b.add("--prompt-template", help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
+    b.add("--prompt-template",
+          help='wrap each prompt, e.g. "Question: {prompt}\\nAnswer:" for GSM8K questions')
     b.add("--no-chat-template", dest="chat_template", action="store_false",
           help="feed prompts as they are, even when the tokenizer has a chat template")
-    b.add("--no-hf-dflash", dest="hf_dflash", action="store_false", help="skip transformers' DFlash path")
+    b.add("--no-hf-dflash", dest="hf_dflash", action="store_false",
+          help="skip transformers' DFlash path")
     b.add("--eagle", help="EAGLE-style drafter directory (default: the shipped one)")
     b.add("--draft-model", help="small draft LM directory (default: the shipped one)")
-    b.add("--no-baselines", dest="baselines", action="store_false", help="skip the EAGLE-style and draft-model peers")
-    b.add("--compile", action="store_true", help="add static-shape rows, plain and DFlash (CUDA graphs on CUDA)")
+    b.add("--no-baselines", dest="baselines", action="store_false",
+          help="skip the EAGLE-style and draft-model peers")
+    b.add("--compile", action="store_true",
+          help="add static-shape rows, plain and DFlash (CUDA graphs on CUDA)")
     return b.parser
 
 
@@ -259,26 +278,34 @@ def train_options(t: Options) -> argparse.ArgumentParser:
     t.add("--lr", type=POS_FLOAT)
     t.add("--num-math", type=COUNT, help="train-split math prompts to regenerate")
     t.add("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
-    t.add("--prompts", help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the built-in ones)")
+    t.add("--prompts",
+          help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the "
+               "built-in ones)")
     t.add("--dataset", choices=list(TRAIN_DATASETS),
-          help="train-split prompts fetched with `datasets` (needs the network; offline use --prompts)")
+          help="train-split prompts fetched with `datasets` (needs the network; offline use "
+               "--prompts)")
     t.add("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add("--max-new-tokens", type=POS)
     t.add("--num-taps", type=POS)
     t.add("--seed", type=SEED)
     t.add("--device", type=validate.device_arg)
     t.add("--dtype", choices=list(DTYPES),
-          help="the frozen target (regeneration and features); the drafter keeps fp32 master weights")
+          help="the frozen target (regeneration and features); the drafter keeps fp32 master "
+               "weights")
     t.add("--cache-dir", type=OUT_DIR)
     t.add("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
-    t.add("--eval-every", type=COUNT, help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
+    t.add("--eval-every", type=COUNT,
+          help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
     t.add("--drafting", choices=[d.value for d in Drafting],
-          help="block: DFlash; autoregressive: the EAGLE-style baseline with the same conditioning; "
+          help="block: DFlash; autoregressive: the EAGLE-style baseline with the same "
+               "conditioning; "
                "draft-model: a small independent causal LM (classic speculative decoding)")
     t.add("--conditioning", choices=[c.value for c in Conditioning],
-          help="how target features reach the drafter (notebook 04); 'none' uses token embeddings only")
+          help="how target features reach the drafter (notebook 04); 'none' uses token embeddings "
+               "only")
     t.add("--fixed-anchors", action="store_true",
-          help="anchors only on block boundaries of the response (ablation; DFlash samples them anywhere)")
+          help="anchors only on block boundaries of the response (ablation; DFlash samples them "
+               "anywhere)")
     return t.parser
 
 
@@ -290,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = vars(parser.parse_args(argv))
         command = args.pop("command")
-        command_line = "python -m dflash_lite " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
+        command_line = "python -m dflash_lite " + " ".join(map(shlex.quote,
+                                                               sys.argv[1:] if argv is None else argv))
         try:
             return expected_errors(lambda: run_command(command, args, command_line))
         except KeyboardInterrupt as e:
@@ -302,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
 def expected_errors(run) -> int:
     """The one place that turns an expected failure into one line on stderr and an exit code: bad
     input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not
-    be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
+    be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its
+    traceback."""
     try:
         return run()
     except (LoadError, ValueError) as e:
@@ -321,7 +350,8 @@ def run_command(command: str, args: dict, command_line: str) -> int:
     if command == "demo":
         demo(DemoConfig(**args))
     elif command == "train":
-        print(train_drafter(DrafterTrainConfig(**args, command=command_line)))   # or the draft model
+        # or the draft model
+        print(train_drafter(DrafterTrainConfig(**args, command=command_line)))
     elif command == "bench":
         failed = all_dflash_failed(bench(BenchConfig(**args)))
         if failed:
@@ -336,5 +366,6 @@ def interrupted_line(command: str, e: KeyboardInterrupt, command_line: str) -> s
         return "nothing was written"
     if getattr(e, "saved", False):
         return f"{e}; to resume, run the same command again: {command_line}"
-    return (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the last "
+    return (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the "
+            "last "
             f"checkpoint, if there is one (the regeneration cache is written only when complete)")

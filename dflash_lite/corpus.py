@@ -103,7 +103,8 @@ def _price(r: random.Random) -> MathProblem:
     n, price, paid_extra = r.randint(2, 15), r.randint(1, 12), r.randint(1, 30)
     cost = n * price
     paid = cost + paid_extra
-    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with ${paid}. "
+    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with "
+         f"${paid}. "
          f"How much change does {name} get?")
     s = (f"The {item} cost {n} * {price} = ${cost}.\n"
          f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.\n"
@@ -187,7 +188,8 @@ def _rate_time(r: random.Random) -> MathProblem:
     speed, hours, extra = r.randint(3, 60), r.randint(2, 8), r.randint(1, 50)
     dist = speed * hours
     total = dist + extra
-    q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more miles. "
+    q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more "
+         "miles. "
          f"How many miles does {name} travel in all?")
     s = (f"Driving, {name} covers {speed} * {hours} = {dist} miles.\n"
          f"With the walk, the total is {dist} + {extra} = {total} miles.\n"
@@ -264,7 +266,8 @@ def stdlib_files(split: str = "train") -> list[Path]:
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(("site-packages/", "test/", "idlelib/", "lib2to3/tests/")) or "/test" in rel:
+        if rel.startswith(("site-packages/", "test/", "idlelib/",
+                           "lib2to3/tests/")) or "/test" in rel:
             continue
         if _is_held_out(rel) == (split == "held_out"):
             out.append(path)
@@ -300,7 +303,8 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
             if not isinstance(node, ast.FunctionDef) or node.col_offset != 0 or len(node.body) < 2:
                 continue
             first = node.body[0]
-            has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+            has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None),
+                                                                 ast.Constant) \
                 and isinstance(first.value.value, str)
             end_line = first.end_lineno if has_doc else node.body[0].lineno - 1
             header = "".join(lines[node.lineno - 1:end_line])
@@ -355,13 +359,15 @@ def _code_pool(split: str, seed: int = 0) -> tuple[str, ...]:
     if split == "train":
         return tuple(function_headers(stdlib_files("train"), None, seed=seed))
     train = set(_code_pool("train"))
-    clean = [h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None, CODE_ORDER_SEED["held_out"]))
+    clean = [h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None,
+                                                       CODE_ORDER_SEED["held_out"]))
              if h not in train]
     held_out = clean[: len(clean) // 2]
     if split == "held_out":
         return tuple(held_out)
     taken = train | set(held_out)
-    return tuple(h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None, CODE_ORDER_SEED["probe"]))
+    return tuple(h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None,
+                                                           CODE_ORDER_SEED["probe"]))
                  if h not in taken)
 
 
@@ -415,7 +421,8 @@ def manifest(num_math: int) -> dict:
         files.append(path.relative_to(stdlib_root()).as_posix())
     for p in math_problems(min(num_math, 1000)):
         h.update(p.text.encode())
-    return {"python_stdlib": str(stdlib_root()), "code_files": len(files), "math_problems": num_math,
+    return {"python_stdlib": str(stdlib_root()), "code_files": len(files),
+            "math_problems": num_math,
             "math_templates": [t.__name__.lstrip("_") for t in MATH_TEMPLATES],
             "held_out_seed": HELD_OUT_SEED, "sha256": h.hexdigest()}
 

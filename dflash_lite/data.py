@@ -46,17 +46,23 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             if raw.get("complete") and raw.get("key") == key:
                 return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
             raise ValueError("incomplete")
-        except (ValueError, AttributeError, KeyError):      # truncated, edited, or not ours: rebuilt
+        # truncated, edited, or not ours: rebuilt
+        except (ValueError, AttributeError, KeyError):
             print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
     sequences, prompt_lengths = [], []
-    for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5, disable=None):
-        batch = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts[start:start + batch_size]]
+    for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5,
+                      disable=None):
+        batch = [tokenizer(p,
+                           add_special_tokens=False).input_ids for p in prompts[start:start + batch_size]]
         width = max(map(len, batch))
-        ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)       # left pad
-        mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch], device=target.device)
-        out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+        # left pad
+        ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)
+        mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch],
+                            device=target.device)
+        out = target.generate(ids, attention_mask=mask, do_sample=False,
+                              max_new_tokens=max_new_tokens,
                               eos_token_id=stops, pad_token_id=pad)
         for b, row in zip(batch, out[:, width:].tolist()):
             response = []
@@ -100,9 +106,11 @@ def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size:
     """
     num_blocks = anchors.shape[0]
     query_block = torch.arange(num_blocks * block_size) // block_size                     # (A*B,)
-    context = torch.arange(context_length)[None, :] < anchors[query_block][:, None]        # (A*B, T)
+    # (A*B, T)
+    context = torch.arange(context_length)[None, :] < anchors[query_block][:, None]
     key_block = torch.arange(num_blocks * block_size) // block_size
-    own_block = query_block[:, None] == key_block[None, :]                                 # (A*B, A*B)
+    # (A*B, A*B)
+    own_block = query_block[:, None] == key_block[None, :]
     if causal:
         index = torch.arange(num_blocks * block_size)
         own_block &= index[None, :] <= index[:, None]
@@ -111,16 +119,20 @@ def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size:
 
 @dataclass
 class Batch:
-    block_ids: torch.Tensor          # (N, A*B) anchor token then MASKs per block (real tokens when causal)
+    # (N, A*B) anchor token then MASKs per block (real tokens when causal)
+    block_ids: torch.Tensor
     labels: torch.Tensor             # (N, A*B) the token each position predicts, IGNORE elsewhere
     block_positions: torch.Tensor    # (N, A*B) absolute positions
     sequence_ids: torch.Tensor       # (N, T) the full sequences, for the target's features
     attn_mask: torch.Tensor          # (N, 1, A*B, T + A*B)
 
 
-def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int, num_anchors: int,
-               tokenizer, generator: torch.Generator, causal: bool = False, fixed_anchors: bool = False) -> Batch | None:
-    """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have no labels).
+def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int,
+               num_anchors: int,
+               tokenizer, generator: torch.Generator, causal: bool = False,
+               fixed_anchors: bool = False) -> Batch | None:
+    """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
+    no labels).
     ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
 
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
@@ -138,7 +150,8 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     for i, (seq, plen) in enumerate(zip(sequences, prompt_lengths)):
         seq_t = torch.tensor(seq)
         seq_ids[i, : len(seq)] = seq_t
-        anchors = sample_anchors(plen, len(seq), num_anchors, generator, block_size if fixed_anchors else None)
+        anchors = sample_anchors(plen, len(seq), num_anchors, generator,
+                                 block_size if fixed_anchors else None)
         a = len(anchors)
         if a == 0:
             continue
@@ -147,18 +160,22 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         pos = anchors[:, None] + offsets[None, :]                                       # (a, B)
         inside = pos < len(seq)
         if causal:
-            ids = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(mask_token_id))
+            ids = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)],
+                              torch.tensor(mask_token_id))
             nxt = pos + 1
-            lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
+            lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)],
+                              torch.tensor(IGNORE))
         else:
             ids = torch.full((a, block_size), mask_token_id)
             ids[:, 0] = seq_t[anchors]
             lab = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
-            lab[:, 0] = IGNORE                                                          # the anchor is given
+            # the anchor is given
+            lab[:, 0] = IGNORE
         block_ids[i, : a * block_size] = ids.flatten()
         labels[i, : a * block_size] = lab.flatten()
         positions[i, : a * block_size] = pos.flatten()
-        m = block_attention_mask(anchors, width, block_size, causal)                    # (a*B, width + a*B)
+        # (a*B, width + a*B)
+        m = block_attention_mask(anchors, width, block_size, causal)
         mask[i, 0, : a * block_size, :width] = m[:, :width]
         mask[i, 0, : a * block_size, width: width + a * block_size] = m[:, width:]
         # unused query rows attend to themselves only, so softmax never sees an empty row
@@ -169,19 +186,23 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     return Batch(block_ids, labels, positions, seq_ids, mask)
 
 
-def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int, tokenizer,
-                  generator: torch.Generator, causal: bool = False, fixed_anchors: bool = False) -> Iterator[Batch]:
+def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int,
+                  tokenizer,
+                  generator: torch.Generator, causal: bool = False,
+                  fixed_anchors: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx], block_size,
+        batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx],
+                           block_size,
                            num_anchors, tokenizer, generator, causal, fixed_anchors)
         if batch is not None:
             yield batch
 
 
-def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int, generator: torch.Generator):
+def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int,
+               generator: torch.Generator):
     """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are context only)."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):

@@ -33,8 +33,10 @@ from .validate import check_int
 
 class Step(NamedTuple):
     """What one step of :func:`steps` yields."""
-    tokens: list[int]                 # committed by this step; a stop token, if hit, is the last one
-    committed: int | None             # tokens the step's target forward committed (n + 1); None: prefill's
+    # committed by this step; a stop token, if hit, is the last one
+    tokens: list[int]
+    # tokens the step's target forward committed (n + 1); None: prefill's
+    committed: int | None
     stopped: bool                     # a stop token ended the output
 
 
@@ -43,9 +45,12 @@ class GenerationResult:
     """What one generation produced and how long each part took (seconds), collected step by step
     (:meth:`record`) from :func:`steps`."""
     prompt_length: int
-    tokens: list[int] = field(default_factory=list)  # new tokens only; a stop token, if hit, is the last one
-    token_times: list[float] = field(default_factory=list)  # seconds since the start at which each new token was ready
-    acceptance_lengths: list[int] = field(default_factory=list)  # tokens committed per target forward
+    # new tokens only; a stop token, if hit, is the last one
+    tokens: list[int] = field(default_factory=list)
+    # seconds since the start at which each new token was ready
+    token_times: list[float] = field(default_factory=list)
+    # tokens committed per target forward
+    acceptance_lengths: list[int] = field(default_factory=list)
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
     started: float = field(default_factory=time.perf_counter, repr=False)
@@ -94,7 +99,8 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
     check_int("max_new_tokens", max_new_tokens)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) "
+        raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens "
+                         f"({max_new_tokens}) "
                          f"exceeds the target's context of {limit} tokens")
 
 
@@ -120,7 +126,8 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
     masks = cache.verify_mask(block.shape[1], ancestors, depths, window)
-    out = target(block, attention_mask=masks if window is not None else masks["full_attention"], position_ids=cache.positions(block.shape[1], depths),
+    out = target(block, attention_mask=masks if window is not None else masks["full_attention"],
+                 position_ids=cache.positions(block.shape[1], depths),
                  past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
                  output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
     features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
@@ -131,7 +138,8 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
            generator) -> list[int]:
     """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
     after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
-    rule with the draft's distributions q (paper section 2; docs/method.md#verification-and-acceptance)."""
+    rule with the draft's distributions q (paper section 2;
+    docs/method.md#verification-and-acceptance)."""
     if draft_q is None:             # a point mass: the target's own tokens while they agree
         return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
                                                             generator))
@@ -149,7 +157,8 @@ class ChainDraft(NamedTuple):
     tokens: torch.Tensor                    # (k,)
     q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
 
-    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
+    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids,
+               shapes: Shapes = EAGER):
         """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
         choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
         block = torch.cat([last, self.tokens])[None]                    # (1, k+1): [last, d1..dk]
@@ -194,7 +203,8 @@ class Proposer(Protocol):
     def propose(self, last_token: torch.Tensor, k: int) -> Draft:
         """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a tree."""
 
-    def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden: torch.Tensor | None) -> None:
+    def accepted(self, block: torch.Tensor, n: int, position: int,
+                 target_hidden: torch.Tensor | None) -> None:
         """The committed ``block`` (1, n+1) (last and the accepted drafts) sat at ``position``;
         ``target_hidden``: its features (1, n+1, K*H) when the proposer reads them."""
 
@@ -203,14 +213,16 @@ class DFlashProposer:
     """The paper's drafter as a :class:`Proposer`: ``block_size - 1`` drafts from one forward of a
     :class:`~dflash_lite.drafter.DFlashDrafter` over ``[last, MASK x (block_size - 1)]``."""
 
-    autoregressive = False                  # the kind of drafter this proposer runs (see baselines.EagleProposer)
+    # the kind of drafter this proposer runs (see baselines.EagleProposer)
+    autoregressive = False
 
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
                  shapes: Shapes = EAGER):
         check_compatible(drafter.config, target.config)
         if drafter.autoregressive != self.autoregressive:
             kind = {True: "an autoregressive", False: "a block"}
-            raise ValueError(f"{type(self).__name__} needs {kind[self.autoregressive]} drafter; this one is "
+            raise ValueError(f"{type(self).__name__} needs {kind[self.autoregressive]} drafter; "
+                             "this one is "
                              f"{kind[drafter.autoregressive]} drafter")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
@@ -221,7 +233,8 @@ class DFlashProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
-        self.new_context, self.new_context_start = target_hidden, 0     # (1, T, K*H) of positions 0..T-1
+        # (1, T, K*H) of positions 0..T-1
+        self.new_context, self.new_context_start = target_hidden, 0
 
     def block_logits(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One drafter forward over ``[last, MASK x k]`` with the new context: the block (1, k+1)
@@ -238,9 +251,12 @@ class DFlashProposer:
     def propose(self, last_token: torch.Tensor, k: int):
         block, logits = self.block_logits(last_token, k)
         position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
-        for _ in range(self.passes - 1):                                # DFlash uses 1 pass; more is an experiment:
-            block[0, 1:] = logits[0].argmax(dim=-1)                     # re-feed the draft instead of the masks
-            logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
+        # DFlash uses 1 pass; more is an experiment:
+        for _ in range(self.passes - 1):
+            # re-feed the draft instead of the masks
+            block[0, 1:] = logits[0].argmax(dim=-1)
+            logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0],
+                                               position, self.cache)
         return ChainDraft(logits[0].argmax(dim=-1))                     # (k,), a point-mass draft
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
@@ -260,9 +276,11 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
     shapes = getattr(proposer, "shapes", EAGER)
     stops, processors = set(stop_token_ids), sampling.processors()
     cache = shapes.target_cache(target, input_ids.shape[1] + max_new_tokens)
-    with phase("prefill"):          # the prompt through the target; every prompt position's features to the drafter
+    # the prompt through the target; every prompt position's features to the drafter
+    with phase("prefill"):
         logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
-        last = choose_tokens(logits, sampling, processors, generator)      # (1,) the first new token
+        # (1,) the first new token
+        last = choose_tokens(logits, sampling, processors, generator)
         proposer.start(input_ids, hidden)
     position = input_ids.shape[1]   # the target's cache holds 0..position-1
     emitted = 1
@@ -270,16 +288,19 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
     yield Step([int(last)], None, stopped)
     while not stopped and emitted < max_new_tokens:
         k = min(proposer.block_size, max_new_tokens - emitted) - 1          # never past the limit
-        with phase("draft"):        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
+        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
+        with phase("draft"):
             draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
         with phase("verify"):       # ONE target forward scores `last` and every draft
             logits, hidden = draft.verify(target, last, cache, proposer.layer_ids, shapes)
-        with phase("accept"):       # keep the drafts the target agrees with (a path), then add its own token;
+        # keep the drafts the target agrees with (a path), then add its own token;
+        with phase("accept"):
             path, tokens = draft.accept(logits, sampling, processors, generator)   # one host read
             hidden = draft.keep(cache, position, path, hidden)     # both caches keep the path
             block = torch.tensor([[int(last)] + tokens[:-1]], device=last.device)   # (1, n+1)
             proposer.accepted(block, len(path) - 1, position, hidden)
-        new, stopped = cut_at_stop(tokens, stops)   # a stop token inside the block ends the output there
+        # a stop token inside the block ends the output there
+        new, stopped = cut_at_stop(tokens, stops)
         position += len(path)
         emitted += len(new)
         last = block.new_tensor([tokens[-1]])
@@ -299,7 +320,8 @@ def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens
     check_request(target, input_ids, max_new_tokens)
     timer = PhaseTimer(target.device)
     result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
-    for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling, stop_token_ids,
+    for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling,
+                      stop_token_ids,
                       generator, timer):
         result.record(step)
     return result

@@ -23,21 +23,26 @@ TARGET, DRAFT, ACCEPT, REJECT, BONUS = "#0173B2", "#DE8F05", "#029E73", "#D55E00
 
 
 def _box(ax, rect, text, color, fontsize=8, text_color="white"):
-    x, y, w, h = rect                                               # lower-left corner, width, height
+    # lower-left corner, width, height
+    x, y, w, h = rect
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
                                 fc=color, ec="0.25", lw=0.8))
-    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, color=text_color)
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize,
+            color=text_color)
 
 
 def _arrow(ax, start, end, color="0.3"):
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color=color, lw=1))
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color=color,
+                                 lw=1))
 
 
 def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)) -> plt.Figure:
     """Top: plain decoding, one target forward per token. Bottom: speculative decoding, where each
     step is one drafter forward (a block of ``block_size - 1`` guesses) and one target forward
-    that verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next token."""
-    target_time, draft_time, verify_extra = 1.0, 0.3, 0.15      # illustrative units, not measurements
+    that verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next
+    token."""
+    # illustrative units, not measurements
+    target_time, draft_time, verify_extra = 1.0, 0.3, 0.15
     committed = sum(a + 1 for a in accepted)
     fig, ax = plt.subplots(figsize=(7, 4.4))
     # plain decoding: one forward, one token
@@ -53,8 +58,10 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
         _box(ax, (x, 0.6, w * 0.96, 0.6), f"verify {block_size}", TARGET, 9)
         for j in range(block_size - 1):                                 # the guesses and their fate
             color = ACCEPT if j < a else (REJECT if j == a else "0.85")
-            ax.add_patch(plt.Rectangle((x + j * w / block_size, 0.05), w / block_size * 0.9, 0.4, fc=color, ec="0.4", lw=0.5))
-        ax.add_patch(plt.Rectangle((x + (block_size - 1) * w / block_size, 0.05), w / block_size * 0.9, 0.4,
+            ax.add_patch(plt.Rectangle((x + j * w / block_size, 0.05), w / block_size * 0.9, 0.4,
+                                       fc=color, ec="0.4", lw=0.5))
+        ax.add_patch(plt.Rectangle((x + (block_size - 1) * w / block_size, 0.05),
+                                   w / block_size * 0.9, 0.4,
                                    fc=BONUS if a == block_size - 1 else "white", ec="0.4", lw=0.5))
         ax.text(x + w / 2, -0.3, f"+{a + 1} tokens", ha="center", fontsize=9)
         token += a + 1
@@ -62,14 +69,16 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)
     ax.axvline(x, color="0.5", ls=":", lw=1)
     ax.text(x, 3.05, f"speculative done: {committed} tokens", fontsize=9, ha="center", color="0.3")
-    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4") for c in (ACCEPT, REJECT, "0.85", BONUS, "white")]
+    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4") for c in (ACCEPT, REJECT, "0.85", BONUS,
+                                                                     "white")]
     ax.legend(handles, ["guess accepted", "first miss (target's token used)", "not reached",
                         "all accepted: bonus token", "bonus slot, unused"],
               fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
               title="below each verify: the drafted guesses (D = one drafter forward)",
               title_fontsize=9)
     ax.set_xlim(-2.2, committed * target_time + 0.2); ax.set_ylim(-0.5, 3.2)
-    ax.set_xticks(range(0, int(committed * target_time) + 1, 2))      # time starts at 0; the row labels sit left of it
+    # time starts at 0; the row labels sit left of it
+    ax.set_xticks(range(0, int(committed * target_time) + 1, 2))
     ax.set_xlabel("time (illustrative units: a target forward = 1)")
     ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]
     ax.set_title(f"Same {committed} tokens: {committed} target forwards,\n"
@@ -77,9 +86,11 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     return fig
 
 
-def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6), drafter_layers: int = 2,
+def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
+                 drafter_layers: int = 2,
                  block_size: int = 4) -> plt.Figure:
-    """The target's hidden states at the ``taps`` are concatenated, projected (fc + RMSNorm) once per
+    """The target's hidden states at the ``taps`` are concatenated, projected (fc + RMSNorm) once
+    per
     context position, and appended to the keys and values of every drafter layer; the queries are
     the block ``[last, MASK, ...]`` alone. Drawn 7 inches wide with 9-point text."""
     fig, ax = plt.subplots(figsize=(7, 5.4))
@@ -155,11 +166,13 @@ def attention_masks() -> plt.Figure:
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.1])
     axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, :]), fig.add_subplot(grid[0, 1])]
     panels = [
-        (causal_mask(8), "Causal (target decoding)\nquery i sees keys 0..i", "key position", "query position"),
+        (causal_mask(8), "Causal (target decoding)\nquery i sees keys 0..i", "key position",
+         "query position"),
         (block_mask([3, 6, 9], 12, 4),
          "Block mask (drafter training)\nblock j: context before its anchor + its own block",
          "keys: context 0-11 | 3 blocks x 4", "queries: 3 blocks x 4"),
-        (tree_mask(EXAMPLE_PARENTS), "Tree mask (verifying a draft tree)\nnode i sees its ancestors",
+        (tree_mask(EXAMPLE_PARENTS),
+         "Tree mask (verifying a draft tree)\nnode i sees its ancestors",
          "key: tree node", "query: tree node"),
     ]
     for ax, (mask, title, xl, yl) in zip(axes, panels):
@@ -183,11 +196,13 @@ def tree_verification() -> plt.Figure:
         depth[i] = depth[parents[i]] + 1
     rows = {0: 0.0, 1: 1.0, 2: -1.0, 3: 1.5, 4: 0.5, 5: -1.0, 6: 1.5, 7: 0.7}
     accepted_path = [0, 1, 3, 6]                        # the target's argmax leads here
-    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}  # " 7" is in no child of node 6: the bonus
+    # " 7" is in no child of node 6: the bonus
+    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i in range(1, len(parents)):
         on_path = i in accepted_path and parents[i] in accepted_path
-        ax.plot([depth[parents[i]], depth[i]], [rows[parents[i]], rows[i]], color=ACCEPT if on_path else "0.75",
+        ax.plot([depth[parents[i]], depth[i]], [rows[parents[i]], rows[i]],
+                color=ACCEPT if on_path else "0.75",
                 lw=2.5 if on_path else 1, zorder=1)
     for i, t in enumerate(tokens):
         color = "lightblue" if i == 0 else ("#cfe8d4" if i in accepted_path else "0.93")

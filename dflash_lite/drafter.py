@@ -1,4 +1,5 @@
-"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper section 3;
+"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
+section 3;
 docs/method.md#the-drafter).
 
 One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the
@@ -45,18 +46,24 @@ from .validate import check_choice
 class Drafting(str, enum.Enum):
     """How a drafter proposes a block (paper sections 3 and 5). The paper's is ``BLOCK``."""
     BLOCK = "block"                        # DFlash: one forward drafts the whole block
-    AUTOREGRESSIVE = "autoregressive"      # the EAGLE-style baseline (DFlash-AR): one token per forward
-    DRAFT_MODEL = "draft-model"            # a small independent causal LM; trained, never a DrafterConfig
+    # the EAGLE-style baseline (DFlash-AR): one token per forward
+    AUTOREGRESSIVE = "autoregressive"
+    # a small independent causal LM; trained, never a DrafterConfig
+    DRAFT_MODEL = "draft-model"
 
-    def __str__(self) -> str:              # "block", as the command line and the JSON files write it
+    # "block", as the command line and the JSON files write it
+    def __str__(self) -> str:
         return self.value
 
 
 class Conditioning(str, enum.Enum):
     """How the target's features reach the drafter (paper section 3; notebook 04)."""
-    KV_INJECTION = "kv_injection"          # the paper's: projected features are keys and values of every layer
-    INPUT_FUSION = "input_fusion"          # the projected features enter once, as the context's input
-    NONE = "none"                          # no target features; the context is the target's token embeddings
+    # the paper's: projected features are keys and values of every layer
+    KV_INJECTION = "kv_injection"
+    # the projected features enter once, as the context's input
+    INPUT_FUSION = "input_fusion"
+    # no target features; the context is the target's token embeddings
+    NONE = "none"
 
     def __str__(self) -> str:
         return self.value
@@ -91,7 +98,8 @@ class DrafterConfig:
     rope_scaling: dict | None = None
     # per layer "full_attention" or "sliding_attention" (None: all full, the paper's drafter)
     layer_types: list[str] | None = None
-    sliding_window: int | None = None     # keys farther than this from a query are not seen (sliding layers)
+    # keys farther than this from a query are not seen (sliding layers)
+    sliding_window: int | None = None
     # keys of a public DFlash config.json that this code does not use, carried so that an
     # import -> export round trip writes them back unchanged (auto_map, initializer_range, ...)
     public_config: dict = field(default_factory=dict)
@@ -101,7 +109,8 @@ class DrafterConfig:
         self.target_layer_ids = [int(i) for i in self.target_layer_ids]
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids is empty")
-        self.drafting = check_choice("drafting", self.drafting, Drafting, [Drafting.BLOCK, Drafting.AUTOREGRESSIVE])
+        self.drafting = check_choice("drafting", self.drafting, Drafting, [Drafting.BLOCK,
+                                                                           Drafting.AUTOREGRESSIVE])
         self.conditioning = check_choice("conditioning", self.conditioning, Conditioning)
         if self.conditioning == "none":
             self.target_layer_ids = [-1]
@@ -111,18 +120,23 @@ class DrafterConfig:
             raise ValueError("input_fusion is implemented for block drafting only")
         self.num_context_features = len(self.target_layer_ids) * self.hidden_size
         if self.block_size < 1 or self.block_size > self.max_block_size:
-            raise ValueError(f"block_size must be in 1..{self.max_block_size}, got {self.block_size}")
+            raise ValueError(f"block_size must be in 1..{self.max_block_size}, got "
+                             f"{self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size {self.vocab_size})")
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size "
+                             f"{self.vocab_size})")
         self.layer_types = list(self.layer_types or ["full_attention"] * self.num_layers)
         if len(self.layer_types) != self.num_layers:
-            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for "
+                             f"{self.num_layers} layers")
         unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
         if unknown:
-            raise ValueError(f"layer_types {unknown} are not supported (full_attention, sliding_attention)")
+            raise ValueError(f"layer_types {unknown} are not supported (full_attention, "
+                             "sliding_attention)")
         if "sliding_attention" in self.layer_types:
             if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
-                raise ValueError(f"sliding_attention layers need sliding_window >= 1, got {self.sliding_window!r}")
+                raise ValueError("sliding_attention layers need sliding_window >= 1, got "
+                                 f"{self.sliding_window!r}")
             if self.drafting != "block" or self.conditioning != "kv_injection":
                 raise ValueError("sliding_attention layers are implemented for the DFlash drafter "
                                  "(block drafting, kv_injection) only")
@@ -141,7 +155,8 @@ class DrafterConfig:
         return {**scaling, "rope_type": rope_type, "rope_theta": self.rope_theta}
 
     @classmethod
-    def from_target(cls, target_config, mask_token_id: int, num_layers: int = 5, block_size: int = 16,
+    def from_target(cls, target_config, mask_token_id: int, num_layers: int = 5,
+                    block_size: int = 16,
                     num_taps: int = 5, **overrides) -> "DrafterConfig":
         """A drafter shaped like the target's layers (the paper's choice)."""
         layers = target_config.num_hidden_layers
@@ -149,12 +164,16 @@ class DrafterConfig:
         theta = rope.pop("rope_theta", 10000.0)
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
         fields = dict(
-            hidden_size=target_config.hidden_size, intermediate_size=target_config.intermediate_size,
+            hidden_size=target_config.hidden_size,
+                      intermediate_size=target_config.intermediate_size,
             num_attention_heads=target_config.num_attention_heads,
             num_key_value_heads=target_config.num_key_value_heads,
-            head_dim=getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
-            vocab_size=target_config.vocab_size, mask_token_id=mask_token_id, num_target_layers=layers,
-            target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers, block_size=block_size,
+            head_dim=getattr(target_config, "head_dim",
+                             None) or target_config.hidden_size // target_config.num_attention_heads,
+            vocab_size=target_config.vocab_size, mask_token_id=mask_token_id,
+                      num_target_layers=layers,
+            target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers,
+                      block_size=block_size,
             rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=target_config.max_position_embeddings,
         )
@@ -176,30 +195,39 @@ class DrafterConfig:
             raise ValueError(f"rope type {rope['rope_type']!r} is not supported "
                              f"(default, {', '.join(ROPE_INIT_FUNCTIONS)})")
         if rope.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError("partial rotary embeddings (partial_rotary_factor) are not supported by this drafter")
+            raise ValueError("partial rotary embeddings (partial_rotary_factor) are not supported "
+                             "by this drafter")
         try:
-            return Qwen3Config(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
-                               head_dim=self.head_dim, max_position_embeddings=self.max_position_embeddings,
+            return Qwen3Config(hidden_size=self.hidden_size,
+                               num_attention_heads=self.num_attention_heads,
+                               head_dim=self.head_dim,
+                               max_position_embeddings=self.max_position_embeddings,
                                rope_parameters=rope)
         except Exception as e:            # transformers validates the parameters of each rope type
             raise ValueError(f"rope parameters {rope} are not valid ({str(e).splitlines()[0]})") from None
 
     def mlp_config(self):
-        return SimpleNamespace(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+        return SimpleNamespace(hidden_size=self.hidden_size,
+                               intermediate_size=self.intermediate_size,
                                hidden_act=self.hidden_act)
 
 
-def check_compatible(config: DrafterConfig, target_config, mask_token_id: int | None = None) -> None:
+def check_compatible(config: DrafterConfig, target_config,
+                     mask_token_id: int | None = None) -> None:
     """One clear error when a drafter cannot run against a target."""
     if config.hidden_size != target_config.hidden_size:
-        raise ValueError(f"drafter hidden size {config.hidden_size} != target hidden size {target_config.hidden_size}")
+        raise ValueError(f"drafter hidden size {config.hidden_size} != target hidden size "
+                         f"{target_config.hidden_size}")
     if config.vocab_size != target_config.vocab_size:
-        raise ValueError(f"drafter vocabulary {config.vocab_size} != target vocabulary {target_config.vocab_size}")
+        raise ValueError(f"drafter vocabulary {config.vocab_size} != target vocabulary "
+                         f"{target_config.vocab_size}")
     depth = target_config.num_hidden_layers
     if max(config.target_layer_ids) >= depth or min(config.target_layer_ids) < (-1 if config.conditioning == "none" else 0):
-        raise ValueError(f"drafter taps layers {config.target_layer_ids}, but the target has {depth} layers")
+        raise ValueError(f"drafter taps layers {config.target_layer_ids}, but the target has "
+                         f"{depth} layers")
     if mask_token_id is not None and mask_token_id != config.mask_token_id:
-        raise ValueError(f"drafter mask token {config.mask_token_id} != the tokenizer's {mask_token_id}")
+        raise ValueError(f"drafter mask token {config.mask_token_id} != the tokenizer's "
+                         f"{mask_token_id}")
 
 
 class RMSNorm(nn.Module):
@@ -215,7 +243,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self.weight.dtype:
             return F.rms_norm(x, self.shape, self.weight, self.eps)
-        return self.weight * F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)   # Qwen3's mixed case
+        # Qwen3's mixed case
+        return self.weight * F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)
 
 
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")    # cos/sin depend on the position only
@@ -251,15 +280,19 @@ class KVInjectionAttention(nn.Module):
         """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
         all keys, [cached context ; new context ; block]; None: every block position sees every
         key (bidirectional inside the block)."""
-        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)   # (N, kv, C+B, D)
+        # (N, kv, C+B, D)
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)
         return self.attend(block, block_rope, k, v, attn_mask)
 
     def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
-        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values (N, kv, S, D);
+        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values (N, kv, S,
+        D);
         the projected output (N, T, H)."""
         n, t, _ = x.shape
-        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim)).transpose(1, 2), *rope)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads)
+        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads,
+                                                       self.head_dim)).transpose(1, 2), *rope)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
 
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
@@ -268,10 +301,12 @@ class KVInjectionAttention(nn.Module):
         c = context.shape[1]
         k, v = self._kv(torch.cat([context, block], dim=1),
                         torch.cat([context_rope[0], block_rope[0]], dim=1),
-                        torch.cat([context_rope[1], block_rope[1]], dim=1))          # (N, kv, C+B, D)
+                        # (N, kv, C+B, D)
+                        torch.cat([context_rope[1], block_rope[1]], dim=1))
         if cache is None:
             return k, v
-        k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])                # all context so far
+        # all context so far
+        k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])
         return torch.cat([k_ctx, k[:, :, c:]], dim=2), torch.cat([v_ctx, v[:, :, c:]], dim=2)
 
 
@@ -288,7 +323,8 @@ class DrafterLayer(nn.Module):
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
         """``context`` (the projected features) feeds this layer's K/V as it is (KV injection).
         ``attn_mask`` is the layer's own: a sliding-window layer gets the window's mask."""
-        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache, layer, attn_mask)
+        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache,
+                               layer, attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -299,16 +335,20 @@ class DFlashDrafter(nn.Module):
     fusion, no target features, autoregressive drafting) are subclasses in
     :mod:`dflash_lite.variants`, whose ``make_drafter`` builds whichever a config names."""
 
-    variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) this class runs
+    # (config.drafting, config.conditioning) this class runs
+    variants = {("block", "kv_injection")}
     autoregressive = False                      # True: drafts one token per forward (variants only)
-    fixed_shapes = True                         # its forward runs on a fixed-shape cache (the paper's only)
+    # its forward runs on a fixed-shape cache (the paper's only)
+    fixed_shapes = True
     layer = DrafterLayer
 
     def __init__(self, config: DrafterConfig):
         super().__init__()
         if (config.drafting, config.conditioning) not in self.variants:
-            raise ValueError(f"{type(self).__name__} does not run drafting={config.drafting.value!r}, conditioning="
-                             f"{config.conditioning.value!r}; build it with dflash_lite.variants.make_drafter")
+            raise ValueError(f"{type(self).__name__} does not run "
+                             f"drafting={config.drafting.value!r}, conditioning="
+                             f"{config.conditioning.value!r}; build it with "
+                             "dflash_lite.variants.make_drafter")
         self.config = config
         self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -324,8 +364,10 @@ class DFlashDrafter(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the rope
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
+                                                                         torch.Tensor]:
+        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the
+        rope
         types whose angles depend on the position alone they are rows of a table computed once (the
         same numbers, a gather instead of a dozen ops per call); the others call the embedding."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
@@ -351,7 +393,8 @@ class DFlashDrafter(nn.Module):
         """Tapped target features (N, C, K*H) -> context (N, C, H)."""
         return self.hidden_norm(self.fc(target_hidden))
 
-    def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor, block_positions: torch.Tensor,
+    def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor,
+                block_positions: torch.Tensor,
                 context_positions: torch.Tensor, cache: SlotCache | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states of the block, final-normed.
@@ -372,14 +415,17 @@ class DFlashDrafter(nn.Module):
             masks["sliding_attention"] = window if attn_mask is None else window & attn_mask
         x = block_embeds
         for i, layer in enumerate(self.layers):
-            x = layer(x, context, block_rope, context_rope, cache, i, masks[self.config.layer_types[i]])
+            x = layer(x, context, block_rope, context_rope, cache, i,
+                      masks[self.config.layer_types[i]])
         return self.norm(x)                                                # (N, B, H)
 
-    def window_mask(self, block_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+    def window_mask(self, block_positions: torch.Tensor,
+                    key_positions: torch.Tensor) -> torch.Tensor:
         """Sliding-window layers: block position q may see key position k iff |q - k| <=
         sliding_window. ``key_positions`` (N, K): every key's position, context then block.
         Returns a boolean (N, 1, B, K) mask, True where attention is allowed."""
-        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()          # (N, B, K)
+        # (N, B, K)
+        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()
         return (distance <= self.config.sliding_window)[:, None]
 
     @torch.inference_mode()
@@ -399,18 +445,25 @@ class DFlashDrafter(nn.Module):
         """
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
-        context_positions = _offsets(start, c, block_ids.device, n)                               # (N, C)
-        block_positions = _offsets(block_start, b, block_ids.device, n)                           # (N, B)
+        # (N, C)
+        context_positions = _offsets(start, c, block_ids.device, n)
+        # (N, B)
+        block_positions = _offsets(block_start, b, block_ids.device, n)
         mask = None
         if cache is not None:
             cache.rewind(start, block_start)
             mask = cache.context_mask(b)
-        dtype = self.fc.weight.dtype                               # the drafter's; the target's may differ
-        embeds = target.get_input_embeddings()(block_ids).to(dtype)                                # (N, B, H)
-        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache, mask)
+        # the drafter's; the target's may differ
+        dtype = self.fc.weight.dtype
+        # (N, B, H)
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache,
+                      mask)
         head = target.get_output_embeddings()
-        first = 0 if b % 4 == 0 else 1       # a row count of a multiple of 4 runs the head's product faster on CPU
-        return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]                       # (N, B-1, V)
+        # a row count of a multiple of 4 runs the head's product faster on CPU
+        first = 0 if b % 4 == 0 else 1
+        # (N, B-1, V)
+        return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]
 
 
 def _offsets(start, width: int, device, rows: int) -> torch.Tensor:

@@ -6,7 +6,8 @@
 
 The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be
 a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
-With a drafter, each step's block size is chosen by the cost-aware policy (:mod:`dflash_lite.policy`:
+With a drafter, each step's block size is chosen by the cost-aware policy
+(:mod:`dflash_lite.policy`:
 measured forward costs and the acceptance so far, down to plain decoding) unless ``block_size``
 fixes it; the engine keeps a :class:`~dflash_lite.policy.PolicySession`: the forward costs, measured
 on its first call (and again between calls when they drift), and the acceptance estimates, which
@@ -37,7 +38,8 @@ FIXED_MIN_LENGTH = 256      # the smallest fixed-shape cache Engine(compile=True
 
 class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
-                 dtype: str | torch.dtype | None = None, chat_template: bool = True, compile: bool = False):
+                 dtype: str | torch.dtype | None = None, chat_template: bool = True,
+                 compile: bool = False):
         """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
         drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
         tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`).
@@ -56,13 +58,17 @@ class Engine:
         if block_size is not None:
             block_size = check_int("block_size", block_size, 1, largest)
         if drafter is None and block_size is not None and block_size > 1:
-            raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass drafter=DIR)")
-        self.block_size = block_size if drafter is not None else 1   # None: the cost-aware policy chooses
+            raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass "
+                             "drafter=DIR)")
+        # None: the cost-aware policy chooses
+        self.block_size = block_size if drafter is not None else 1
         self.stops = stop_token_ids(target, tokenizer)
-        self.session = PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None else None
+        self.session = PolicySession(drafter, target,
+                                     DEFAULT_OPTIONS) if drafter is not None else None
         self.last_result: GenerationResult | None = None
         self.compile = compile
-        self.shapes: Shapes = EAGER       # fixed shapes own their caches and compiled forwards (shapes_for)
+        # fixed shapes own their caches and compiled forwards (shapes_for)
+        self.shapes: Shapes = EAGER
         self._busy = threading.Lock()
 
     def shapes_for(self, length: int) -> Shapes:
@@ -99,7 +105,8 @@ class Engine:
         """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
         cost-aware policy, which picks each step's block size (or a draft tree) from measured costs
         and acceptance (:func:`dflash_lite.policy.default_policy`); its costs are measured at
-        ``input_ids`` the first time and kept, and it starts from the estimates the last call left."""
+        ``input_ids`` the first time and kept, and it starts from the estimates the last call
+        left."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer(shapes)
         if self.block_size is not None:
@@ -107,9 +114,11 @@ class Engine:
         ids = input_ids.to(self.target.device) if input_ids is not None else None
         return self.session.proposer(ids, shapes)
 
-    def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float | None = None,
+    def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0,
+                 top_p: float | None = None,
                  top_k: int | None = None, stream: bool = False, seed: int | None = None):
-        """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text pieces
+        """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
+        pieces
         that yields as blocks are accepted. ``self.last_result`` holds the timings and tau. ``seed``
         makes a sampled call reproducible when the drafting is fixed (``block_size``): the default
         policy chooses each step from measured step times and from estimates kept across calls, so
@@ -155,7 +164,8 @@ class Engine:
             yield text[len(emitted):]
             emitted = text
         if self.session is not None and self.block_size is None:   # the next call starts from here
-            self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
+            self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])],
+                                                      dim=1))
         text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         if len(text) > len(emitted):
             yield text[len(emitted):]

@@ -6,7 +6,8 @@ Prompt-lookup decoding drafts exactly that: find the most recent earlier occurre
 tokens of the prompt and the tokens generated so far (the longest n first, from ``max_ngram``
 down to 1), and propose the tokens that followed it. The draft is deterministic (a point mass), so
 the target verifies it with the same lossless rules as DFlash's argmax drafts
-(``acceptance.accept_greedy`` and ``acceptance.accept_point_mass``; docs/method.md#verification-and-acceptance).
+(``acceptance.accept_greedy`` and ``acceptance.accept_point_mass``;
+docs/method.md#verification-and-acceptance).
 
 * :func:`ngram_continuation`: the matching, a pure function of the token history.
 * :class:`NgramProposer`: the :class:`~dflash_lite.decode.Proposer` that keeps the history and asks
@@ -39,14 +40,17 @@ def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     longest = ends
     for n in range(2, max_ngram + 1):
         ends = ends[ends >= n - 1]
-        ends = ends[h[ends - (n - 1)] == h[-n]]                        # the n-th last token matches too
+        # the n-th last token matches too
+        ends = ends[h[ends - (n - 1)] == h[-n]]
         if ends.size == 0:
             break
         longest = ends
     if longest.size == 0:
         return []
-    start = int(longest[-1]) + 1                                       # the most recent match's continuation
-    return np.resize(h[start:], k).tolist()                            # cut at k, or repeated to k by its period
+    # the most recent match's continuation
+    start = int(longest[-1]) + 1
+    # cut at k, or repeated to k by its period
+    return np.resize(h[start:], k).tolist()
 
 
 class NgramProposer:
@@ -63,7 +67,8 @@ class NgramProposer:
         self.block_size, self.max_ngram = max_drafts + 1, max_ngram
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
-        self.history = prompt_ids[0].cpu().numpy()                     # (T,): committed tokens before `last`
+        # (T,): committed tokens before `last`
+        self.history = prompt_ids[0].cpu().numpy()
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``, as token ids on the host (:func:`ngram_continuation`)."""
@@ -71,7 +76,8 @@ class NgramProposer:
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
         drafts = self.continuation(int(last_token), k)
-        return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))   # (<= k,), a point mass
+        # (<= k,), a point mass
+        return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
         # `last` sat at `position`; it and the n accepted drafts are committed now

@@ -36,8 +36,10 @@ from .validate import check_output_dir, check_output_file
 
 MARKER = ".dflash-lite-output"
 PACKAGE = Path(__file__).resolve().parent
-SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc", "/dev", "/System")
-SHARED = ("/opt", "/var", "/srv", "/snap", "/tmp", "/Applications", "/Library")   # refused as a whole only
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc", "/dev",
+          "/System")
+# refused as a whole only
+SHARED = ("/opt", "/var", "/srv", "/snap", "/tmp", "/Applications", "/Library")
 _HELD: dict[Path, int] = {}             # lock file -> open descriptor, for this process
 
 
@@ -52,7 +54,8 @@ def refusal(out: str | os.PathLike) -> str | None:
         return "is inside the dflash_lite package, whose files are shipped, not written by runs"
     home = _resolved(Path.home())
     here = _resolved(Path.cwd())
-    named = {"the root directory": Path(path.anchor), "the home directory": home, "the working directory": here,
+    named = {"the root directory": Path(path.anchor), "the home directory": home,
+             "the working directory": here,
              "the dflash_lite package": PACKAGE, "~/.cache": home / ".cache",
              **{f"the system folder {s}": Path(s) for s in SYSTEM + SHARED}}
     for name, place in named.items():
@@ -88,17 +91,21 @@ def is_temporary(path: Path) -> bool:
 
 def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
     """``out`` as a run's output: writable (:func:`dflash_lite.validate.check_output_dir`), not a
-    refused place, and with ``overwrite`` a real directory this project wrote (it has the marker)."""
+    refused place, and with ``overwrite`` a real directory this project wrote (it has the
+    marker)."""
     out = check_output_dir(out, "out")
     why = refusal(out)
     if why:
         raise ValueError(f"out {str(out)!r} {why}; choose a directory of its own")
     if overwrite and not holds_nothing(out):
         if out.is_symlink():
-            raise ValueError(f"out {str(out)!r} is a symbolic link; --overwrite replaces only a real directory")
+            raise ValueError(f"out {str(out)!r} is a symbolic link; --overwrite replaces only a "
+                             "real directory")
         if not is_marked(out):
-            raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} file); "
-                             f"--overwrite replaces only a run's own directory: remove it yourself or choose another")
+            raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} "
+                             "file); "
+                             "--overwrite replaces only a run's own directory: remove it yourself "
+                             "or choose another")
     for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
         if os.path.lexists(beside) and not _own_dir(beside):
             raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "
@@ -232,7 +239,8 @@ def release(out: str | os.PathLike) -> None:
     path = lock_path(out)
     fd = _HELD.pop(path, None)
     if fd is not None:
-        path.unlink(missing_ok=True)           # while still held, so no other run holds a deleted file
+        # while still held, so no other run holds a deleted file
+        path.unlink(missing_ok=True)
         os.close(fd)
 
 
@@ -249,7 +257,8 @@ def old_path(out: str | os.PathLike) -> Path:
 def mark(directory: Path, what: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if not is_marked(directory):
-        (directory / MARKER).write_text(json.dumps({"written_by": "dflash-lite", "what": what}) + "\n")
+        (directory / MARKER).write_text(json.dumps({"written_by": "dflash-lite",
+                                                    "what": what}) + "\n")
     return directory
 
 
@@ -263,7 +272,8 @@ def begin(out: str | os.PathLike, replace: bool, what: str,
     stage = staging_path(out)
     if stage.exists() and not (is_marked(stage) and resumable(stage)):
         if not stage.is_dir() or stage.is_symlink() or not is_marked(stage):
-            raise ValueError(f"{str(stage)!r} is in the way of --overwrite and was not written by dflash-lite; "
+            raise ValueError(f"{str(stage)!r} is in the way of --overwrite and was not written by "
+                             "dflash-lite; "
                              f"remove it yourself")
         shutil.rmtree(stage)                   # a staging directory of an earlier, different run
     return mark(stage, what)
@@ -280,7 +290,8 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
                              f"written by dflash-lite; remove or rename it (the new run is in "
                              f"{str(work)!r})")
         if old.exists() and not out.exists():
-            os.replace(old, out)               # a run died between the two renames: the old one goes back
+            # a run died between the two renames: the old one goes back
+            os.replace(old, out)
         elif old.exists():
             shutil.rmtree(old)                 # a run died before deleting the old one (marked)
         if out.exists():

@@ -10,7 +10,8 @@ controllers do.
 
 * ``plain``: no draft, one target token (b = 1);
 * ``chain``: a DFlash chain of b - 1 drafts (b in 2..B), costing ``t_target(b) + t_draft(b)``;
-* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.tree`), ``t_target(N+1) + t_draft(B)``;
+* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.tree`), ``t_target(N+1) +
+  t_draft(B)``;
 * ``ngram``: prompt lookup's m drafts (:mod:`dflash_lite.ngram`), only when the matcher finds a
   continuation: ``t_target(m+1)`` and no drafter forward at all;
 * ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
@@ -29,7 +30,8 @@ were, from decayed counts (pooled over positions with a Beta prior, then per pos
 pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
 Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
 (``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
-two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the chain would have done
+two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
+chain would have done
 (:func:`chain_accepted`), and every step with a lookup continuation tells prompt lookup's estimate
 how far its tokens would have gone, whichever option ran. The estimates outlive a request: the
 owner (:class:`PolicySession`, kept by an ``Engine``) hands them to the next request's policy,
@@ -39,7 +41,8 @@ whose counts are first decayed by ``request_decay``.
 measured at two context lengths, each a line in b whose intercept and slope are lines in the
 context length; :func:`choose` reads them at the step's context length. The policy times its own
 steps (``time.perf_counter``); when the running median of measured / predicted over
-:data:`~dflash_lite.costs.DRIFT_WINDOW` steps moves by more than :data:`~dflash_lite.costs.DRIFT_MARGIN`
+:data:`~dflash_lite.costs.DRIFT_WINDOW` steps moves by more than
+:data:`~dflash_lite.costs.DRIFT_MARGIN`
 (either way) from what it was on the first steps, the policy reports ``drifted`` and the session
 measures again, between requests, at the current context length.
 
@@ -67,7 +70,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def chain_accepted(path: list[int], chain: list[int], held: int, next_token: int | None = None) -> tuple[int, int]:
+def chain_accepted(path: list[int], chain: list[int], held: int,
+                   next_token: int | None = None) -> tuple[int, int]:
     """What a chain of drafts would have done, read off a step that verified something else:
     (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
     the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
@@ -91,7 +95,8 @@ class PolicyOptions:
     size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
     drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
     ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
-    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``: the same between
+    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``:
+    the same between
     requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay back
     to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a multiple of
     the full chain's."""
@@ -107,9 +112,11 @@ class PolicyOptions:
     tree_prior_gain: float = 1.3
 
     def __post_init__(self):
-        if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) or not 0 < self.request_decay <= 1 \
+        if not all(0 < x < 1 for x in (self.decay, self.idle_decay,
+                                       self.prior)) or not 0 < self.request_decay <= 1 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, 0 < request_decay <= 1, "
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, 0 < "
+                             "request_decay <= 1, "
                              "prior_weight > 0 and tree_prior_gain > 0")
         if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
             raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
@@ -144,14 +151,16 @@ class Choice:
 
     def __str__(self) -> str:
         return {"tree": f"tree {self.tree_size}", "ngram": f"ngram {self.ngram}",
-                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(self.kind, str(self.block_size))
+                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(self.kind,
+                                                                             str(self.block_size))
 
 
 def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
     """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
     full block if the drafter runs."""
     drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
-    return (costs.target(choice.verify_width, context_length) + drafting) * costs.correction(choice.kind)
+    return (costs.target(choice.verify_width,
+                         context_length) + drafting) * costs.correction(choice.kind)
 
 
 @dataclass
@@ -184,8 +193,10 @@ class AcceptanceEstimate:
     @classmethod
     def for_options(cls, options: PolicyOptions) -> AcceptanceEstimate:
         """A fresh estimate of every option ``options`` offers (the chain's depth: ``max_block_size - 1``)."""
-        lookup = cls(options.ngram_drafts, (), options.prior, options.prior_weight) if options.ngram_drafts else None
-        return cls(options.max_block_size - 1, options.tree_sizes, options.prior, options.prior_weight, ngram=lookup)
+        lookup = cls(options.ngram_drafts, (), options.prior,
+                     options.prior_weight) if options.ngram_drafts else None
+        return cls(options.max_block_size - 1, options.tree_sizes, options.prior,
+                   options.prior_weight, ngram=lookup)
 
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
         """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None: the same)."""
@@ -210,7 +221,8 @@ class AcceptanceEstimate:
 
     def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
         """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
-        tokens_sum, steps = (self.hybrid_tokens, self.hybrid_steps) if hybrid else (self.tree_tokens, self.tree_steps)
+        tokens_sum, steps = (self.hybrid_tokens,
+                             self.hybrid_steps) if hybrid else (self.tree_tokens, self.tree_steps)
         tokens_sum[tree_size] += tokens
         steps[tree_size] += 1
 
@@ -219,14 +231,16 @@ class AcceptanceEstimate:
         return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
 
     def acceptance_by_position(self) -> list[float]:
-        """The same per draft position k, with the pooled estimate as its prior: positions seen often
+        """The same per draft position k, with the pooled estimate as its prior: positions seen
+        often
         speak for themselves (acceptance comes in runs, so deep positions, once reached, are
         accepted more often than early ones), positions seen rarely follow the pool."""
         pooled, w = self.acceptance(), self.prior_weight
         return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
 
     def expected_tokens(self) -> list[float]:
-        """Tokens a chain step of b tokens is expected to commit, bonus included, for b = 1..depth+1:
+        """Tokens a chain step of b tokens is expected to commit, bonus included, for b =
+        1..depth+1:
         ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the counts change."""
         if self._expected is None:
             expected, survive = [1.0], 1.0
@@ -245,7 +259,8 @@ class AcceptanceEstimate:
         prior = gain * self.expected_tokens()[self.depth if depth is None else depth]
         return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
 
-    def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int, depth: int | None = None) -> float:
+    def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int,
+                               depth: int | None = None) -> float:
         """Observed mean of hybrid tree steps, pulled towards a prior: the two drafts as independent
         tries at every depth j, ``1 + sum_j [1 - (1 - t_j)(1 - l_j)]``, with ``l_j`` prompt lookup's
         chance to reach depth j and ``t_j`` the chain's, scaled to the tree's estimate."""
@@ -253,14 +268,16 @@ class AcceptanceEstimate:
         tree = self.expected_tree_tokens(tree_size, gain, depth)
         scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
         lookup = self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None else [1.0]
-        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]          # P(reach depth j)
+        # P(reach depth j)
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
         reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
         reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
         prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
         return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)
 
 
-def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions, ngram_drafts: int = 0,
+def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
+           ngram_drafts: int = 0,
            context_length: int | None = None, depth: int | None = None) -> Choice:
     """The option with the most expected tokens per second of step (:func:`step_seconds` at
     ``context_length``): a chain of b in 1..B, a tree, or, when prompt lookup found
@@ -272,12 +289,14 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     lookup = min(ngram_drafts, depth) if estimate.ngram is not None else 0
     if lookup:
         expected = estimate.ngram.expected_tokens()
-        candidates += [(expected[m], Choice(m + 1, None, m)) for m in range(1, min(lookup, estimate.ngram.depth) + 1)]
+        candidates += [(expected[m], Choice(m + 1, None, m)) for m in range(1, min(lookup,
+                                                                                   estimate.ngram.depth) + 1)]
     for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
         candidates.append((estimate.expected_tree_tokens(n, gain, depth), Choice(depth + 1, n)))
         if lookup:
             m = min(lookup, estimate.ngram.depth)
-            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth), Choice(depth + 1, n, m)))
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth), Choice(depth + 1,
+                                                                                          n, m)))
     rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
     return candidates[rates.index(max(rates))][1]
 
@@ -291,7 +310,8 @@ class CostAwareProposer(DFlashProposer):
     :meth:`propose`, where the last token, and so prompt lookup's continuation, is known; the loop
     always asks for up to ``block_size`` tokens, and a plain step is an empty draft."""
 
-    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(), costs: StepCosts | None = None,
+    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
+                 costs: StepCosts | None = None,
                  estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER):
         super().__init__(drafter, target, options.max_block_size, shapes=shapes)
         self.options = replace(options, max_block_size=self.block_size)
@@ -305,7 +325,8 @@ class CostAwareProposer(DFlashProposer):
         super().start(prompt_ids, target_hidden)
         o = self.options
         if self.costs is None:
-            self.costs = step_costs(self.target, self.drafter, prompt_ids, o.max_block_size, o.tree_sizes)
+            self.costs = step_costs(self.target, self.drafter, prompt_ids, o.max_block_size,
+                                    o.tree_sizes)
         if self.estimate is None:
             self.estimate = AcceptanceEstimate.for_options(o)
         else:                                      # what earlier requests learned, at a discount
@@ -314,10 +335,13 @@ class CostAwareProposer(DFlashProposer):
         if self.lookup is not None:
             self.lookup.start(prompt_ids, target_hidden)
         self.context_length = self.prompt_length = prompt_ids.shape[1]   # where `last` sits
-        self.drafted, self.drifted = False, False  # the prompt's features are not in the drafter's cache yet
-        self.waiting = [target_hidden]             # features of positions no drafter forward has seen
+        # the prompt's features are not in the drafter's cache yet
+        self.drafted, self.drifted = False, False
+        # features of positions no drafter forward has seen
+        self.waiting = [target_hidden]
         self.chosen: list[Choice] = []             # per step
-        self.pending: list[tuple] = []             # (estimate, path, chain, held) the next token judges further
+        # (estimate, path, chain, held) the next token judges further
+        self.pending: list[tuple] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -327,18 +351,23 @@ class CostAwareProposer(DFlashProposer):
     def propose(self, last_token, k):
         self.started = time.perf_counter()
         last = int(last_token)
-        self.observe_pending(last)                 # `last_token` is the last step's token after its path
+        # `last_token` is the last step's token after its path
+        self.observe_pending(last)
         self.continuation = self.lookup.continuation(last, min(k, self.lookup.block_size - 1)) \
             if self.lookup is not None else []
-        self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation), self.context_length, k)
+        self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation),
+                                 self.context_length, k)
         self.chosen.append(c)
         if not c.uses_drafter:                     # plain (an empty draft) or prompt lookup's chain
-            return ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long, device=last_token.device))
-        if len(self.waiting) > 1:                  # the drafter takes in every position decoded since its last forward
+            return ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long,
+                                           device=last_token.device))
+        # the drafter takes in every position decoded since its last forward
+        if len(self.waiting) > 1:
             self.new_context = torch.cat(self.waiting, dim=1)
         self.drafted, self.waiting = True, []
         if c.tree_size:
-            self.tree = draft_tree(self, last_token, c.block_size - 1, c.tree_size)    # read again in accepted()
+            # read again in accepted()
+            self.tree = draft_tree(self, last_token, c.block_size - 1, c.tree_size)
             if c.ngram:
                 self.tree = add_branch(self.tree, self.continuation[: c.ngram])
             return self.tree
@@ -346,15 +375,18 @@ class CostAwareProposer(DFlashProposer):
         return self.proposed
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        if self.started is not None and self.costs.measured:    # how long the step took against what the model said
+        # how long the step took against what the model said
+        if self.started is not None and self.costs.measured:
             seconds, c = time.perf_counter() - self.started, self.choice
-            predicted = step_seconds(c, self.costs, self.context_length) / self.costs.correction(c.kind)
+            predicted = step_seconds(c, self.costs,
+                                     self.context_length) / self.costs.correction(c.kind)
             self.costs.observe(c.kind, seconds, predicted)
             self.drifted |= self.costs.drift.observe(seconds, predicted)
         if self.drafted:
             super().accepted(block, n, position, target_hidden)
             self.waiting = [self.new_context]
-        else:                        # no drafter forward this step: the features wait for the next one
+        # no drafter forward this step: the features wait for the next one
+        else:
             self.waiting.append(target_hidden[:, : n + 1])
         if self.lookup is not None:
             self.lookup.accepted(block, n, position, target_hidden)
@@ -382,18 +414,24 @@ class CostAwareProposer(DFlashProposer):
         self.pending = []
         if c.tree_size:
             e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
-            chain = self.tree.chain                   # what the chain would have done in the same step
+            # what the chain would have done in the same step
+            chain = self.tree.chain
             self.pending.append((e, path, chain, self.tree.path_length(chain)))
-        elif c.kind == "chain":                       # drafts 1..n accepted; draft n+1 (if there was one) rejected
+        # drafts 1..n accepted; draft n+1 (if there was one) rejected
+        elif c.kind == "chain":
             e.observe_chain(n, min(n + 1, len(drafts)))
-        if looked:                                    # how far prompt lookup's tokens would have gone
-            held = {"plain": 0, "ngram": c.ngram, "chain": _common_prefix(drafts, self.continuation)}.get(c.kind)
+        # how far prompt lookup's tokens would have gone
+        if looked:
+            held = {"plain": 0, "ngram": c.ngram, "chain": _common_prefix(drafts,
+                                                                          self.continuation)}.get(c.kind)
             held = self.tree.path_length(self.continuation) if held is None else held
             self.pending.append((e.ngram, path, self.continuation, held))
 
     def observe_pending(self, next_token: int | None = None) -> None:
-        """The last step's chains, judged up to ``next_token``, the target's own token after its path
-        (:func:`chain_accepted`; None at the end of a request: only as far as the step itself judged)."""
+        """The last step's chains, judged up to ``next_token``, the target's own token after its
+        path
+        (:func:`chain_accepted`; None at the end of a request: only as far as the step itself
+        judged)."""
         for estimate, path, chain, held in self.pending:
             estimate.observe_chain(*chain_accepted(path, chain, held, next_token))
         self.pending = []
@@ -413,7 +451,8 @@ class PolicySession:
     recalibrate: bool = True
     calibration_seconds: float = 0.0           # every measurement of the costs so far
 
-    def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER) -> CostAwareProposer:
+    def proposer(self, prompt_ids: torch.Tensor | None = None,
+                 shapes: Shapes = EAGER) -> CostAwareProposer:
         """The next request's policy, on ``shapes``; the costs are measured at ``prompt_ids`` the
         first time."""
         if prompt_ids is not None and self.costs is None:
@@ -421,7 +460,8 @@ class PolicySession:
         return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate,
                                  shapes)
 
-    def finished(self, proposer: CostAwareProposer, sequence_ids: torch.Tensor | None = None) -> None:
+    def finished(self, proposer: CostAwareProposer,
+                 sequence_ids: torch.Tensor | None = None) -> None:
         """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
         ``sequence_ids``, its prompt and output) when they drifted."""
         proposer.observe_pending()
@@ -432,17 +472,22 @@ class PolicySession:
         elif proposer.drifted and self.recalibrate and sequence_ids is not None:
             self._measure(sequence_ids[:, : proposer.prompt_length], sequence_ids, repeats=3)
 
-    def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None, repeats: int = 7) -> None:
+    def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None,
+                 repeats: int = 7) -> None:
         o = self.options
         block = o.max_block_size or self.drafter.config.block_size
-        self.costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats, longer)
+        self.costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats,
+                                longer)
         self.calibration_seconds += self.costs.calibration_seconds
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
-DEFAULT_NGRAM_DRAFTS = 10       # prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
-DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)  # all five kinds
-NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)     # chains and the tree only: no prompt lookup
+# prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
+DEFAULT_NGRAM_DRAFTS = 10
+# all five kinds
+DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)
+# chains and the tree only: no prompt lookup
+NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)
 
 
 def default_policy(drafter, target, costs: StepCosts | None = None,

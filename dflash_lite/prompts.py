@@ -151,7 +151,8 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
         turns = row.get("turns") if isinstance(row, dict) else None
         if text is None and turns is not None:
             if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
-                raise ValueError(f"{path}:{number}: 'turns' must be a list of strings, got {json.dumps(turns)[:40]}")
+                raise ValueError(f"{path}:{number}: 'turns' must be a list of strings, got "
+                                 f"{json.dumps(turns)[:40]}")
             text = turns[0]
         if not isinstance(text, str) or not text:
             raise ValueError(f"{path}:{number}: no 'prompt' or 'turns' field")
@@ -211,7 +212,8 @@ TRAIN_DATASETS = {
 }
 
 
-def user_prompts(prompts: str | None = None, dataset: str | None = None, limit: int | None = None) -> list[str]:
+def user_prompts(prompts: str | None = None, dataset: str | None = None,
+                 limit: int | None = None) -> list[str]:
     """Your own training prompts: a JSONL file with a ``prompt`` (or ``turns``) field, or a public
     set from :data:`TRAIN_DATASETS` fetched with ``datasets`` (as ``bench --dataset`` does)."""
     if prompts and dataset:
@@ -224,6 +226,7 @@ def user_prompts(prompts: str | None = None, dataset: str | None = None, limit: 
 def training_prompts(num_math: int, num_code: int, seed: int = 0) -> list[str]:
     """The ``train`` split only (:func:`dflash_lite.corpus.prompts`): generated math problems, then
     stdlib train-file function headers drawn with ``seed``."""
-    return corpus.prompts("train", "math", num_math) + corpus.prompts("train", "code", num_code, seed=seed)
+    return corpus.prompts("train", "math", num_math) + corpus.prompts("train", "code", num_code,
+                                                                      seed=seed)
 
 

@@ -72,7 +72,8 @@ class FixedShapes(Shapes):
     ``buckets``: the verify widths; ``context_width``: the drafter's new context per forward."""
     fixed = True
 
-    def __init__(self, length: int, compile: bool = False, buckets=BUCKETS, context_width: int = 16):
+    def __init__(self, length: int, compile: bool = False, buckets=BUCKETS,
+                 context_width: int = 16):
         self.length, self.compiled = length, compile
         self.buckets, self.context_width = tuple(sorted(set(buckets))), context_width
         self.caches: dict[str, SlotCache] = {}
@@ -96,12 +97,14 @@ class FixedShapes(Shapes):
 
     @property
     def slots(self) -> int:
-        return self.length + max(self.buckets[-1], self.context_width)   # room for a padded last draft
+        # room for a padded last draft
+        return self.length + max(self.buckets[-1], self.context_width)
 
     def drafter_cache(self, drafter, device) -> SlotCache:
         if not drafter.fixed_shapes:
             raise ValueError(f"{type(drafter).__name__} has no fixed-shape forward; run it eager")
-        drafter.rope_table(self.slots + self.context_width, device)       # what a compiled forward reads
+        # what a compiled forward reads
+        drafter.rope_table(self.slots + self.context_width, device)
         def make():
             cache = SlotCache(drafter.config.num_layers, self.slots, fixed=True, device=device)
             config = drafter.config
@@ -117,11 +120,12 @@ class FixedShapes(Shapes):
             # one graph per bucket width and per set of taps: more than dynamo's default of 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
             device = args[0].device.type
-            mode = "reduce-overhead" if device == "cuda" else None     # CUDA graphs exist on CUDA only
+            # CUDA graphs exist on CUDA only
+            mode = "reduce-overhead" if device == "cuda" else None
             self.forwards[key] = torch.compile(forward, mode=mode, dynamic=False)
         out = self.forwards[key](*args)
         return tuple(None if t is None else t.clone() for t in out) if isinstance(out, tuple) \
-            else out.clone()                                            # a graph's outputs are reused
+            else out.clone()  # a graph's outputs are reused
 
     def verify(self, forward, ids, depths=None, ancestors=None, key="verify"):
         w = ids.shape[1]
@@ -133,8 +137,10 @@ class FixedShapes(Shapes):
 
         def forward(block, features, start, end):
             return drafter.draft_forward(target, block, features, start, cache, end)
-        while True:                                   # chunks of one width; only the last one's drafts
-            chunk = features[:, :width]               # are read, the others only write their context
+        # chunks of one width; only the last one's drafts
+        while True:
+            # are read, the others only write their context
+            chunk = features[:, :width]
             end = start + chunk.shape[1]
             chunk = torch.cat([chunk, chunk.new_zeros(1, width - chunk.shape[1], chunk.shape[-1])],
                               dim=1)

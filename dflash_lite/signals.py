@@ -38,7 +38,8 @@ def _raise_terminated(signum, frame):
 
 def exit_code(interrupt: BaseException) -> int:
     """143 when the interrupt came from SIGTERM, else 130."""
-    return SIGTERM_EXIT if getattr(interrupt, "signum", signal.SIGINT) == signal.SIGTERM else SIGINT_EXIT
+    return SIGTERM_EXIT if getattr(interrupt, "signum",
+                                   signal.SIGINT) == signal.SIGTERM else SIGINT_EXIT
 
 
 def _quiet_stop(signum, frame):
@@ -62,7 +63,8 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    if previous[signal.SIGINT] is _quiet_stop:          # the imports are over: after main, stop quietly
+    # the imports are over: after main, stop quietly
+    if previous[signal.SIGINT] is _quiet_stop:
         previous = {s: signal.SIG_IGN for s in previous}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)

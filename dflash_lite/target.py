@@ -1,4 +1,5 @@
-"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3.2; docs/method.md#context-features).
+"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3.2;
+docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
 Hugging Face directory, or a hub id. Only a hub id can reach the network: it is looked up in the
@@ -18,8 +19,10 @@ from .validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).parent / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
-SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}   # the default DFlash drafter of each shipped target
-SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle", "draft_model": MODELS_DIR / "tiny-draft-model"}}
+# the default DFlash drafter of each shipped target
+SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}
+SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle",
+                              "draft_model": MODELS_DIR / "tiny-draft-model"}}
 
 
 def default_drafter_path(target_name: str):
@@ -69,14 +72,17 @@ def _check_safetensors(directory: Path) -> None:
             with safe_open(str(file), framework="pt"):   # parses and checks the header
                 pass
         except Exception as e:  # safetensors raises its own error types for bad headers
-            raise LoadError(f"{file}: corrupt or truncated safetensors file ({type(e).__name__}: {e})") from None
+            raise LoadError(f"{file}: corrupt or truncated safetensors file ({type(e).__name__}: "
+                            f"{e})") from None
         size = file.stat().st_size
         with open(file, "rb") as fh:
             header_len = int.from_bytes(fh.read(8), "little")
             header = json.loads(fh.read(header_len))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                  default=0)
         if 8 + header_len + end != size:
-            raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says {8 + header_len + end})")
+            raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says "
+                            f"{8 + header_len + end})")
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,7 +105,8 @@ def _is_hub_id(name: str) -> bool:
     return not name.startswith((".", "/", "~")) and name.count("/") == 1
 
 
-def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str], what: str = "model") -> Path:
+def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
+                       what: str = "model") -> Path:
     """A local directory for a local path or a hub id ``owner/name``.
 
     A hub id is looked up in the local Hugging Face cache first (no network needed). Without a
@@ -111,7 +118,8 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str], wha
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise LoadError(f"{path}: expected a {what} directory (config + safetensors), got a file")
+            raise LoadError(f"{path}: expected a {what} directory (config + safetensors), got a "
+                            "file")
         return path
     if not _is_hub_id(name):
         raise LoadError(f"{name}: no such {what} directory, and not a hub id (owner/name)")
@@ -137,7 +145,8 @@ def _resolve(name_or_path: str | os.PathLike) -> Path:
     if name in SHIPPED:
         return SHIPPED[name]
     if not Path(name).expanduser().exists() and not _is_hub_id(name):
-        raise LoadError(f"{name}: no such model directory, and not a shipped name ({', '.join(SHIPPED)}) or hub id")
+        raise LoadError(f"{name}: no such model directory, and not a shipped name "
+                        f"({', '.join(SHIPPED)}) or hub id")
     return resolve_checkpoint(name, ["*.json", "*.safetensors", "*.jinja", "tokenizer*"])
 
 
@@ -155,7 +164,8 @@ def read_config(directory: Path) -> dict:
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise LoadError(f"{directory}: model_type {model_type!r} is not supported "
-                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}); no code from the directory is run")
+                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}); no code from the "
+                        "directory is run")
     try:
         check_model_shape(raw, num_layers_key="num_hidden_layers")
     except ValueError as e:
@@ -193,13 +203,15 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     except ValueError as e:
         raise LoadError(str(e)) from None
     try:
-        with _no_progress_bar():                    # a per-tensor bar is noise for a model this size
+        # a per-tensor bar is noise for a model this size
+        with _no_progress_bar():
             model, info = AutoModelForCausalLM.from_pretrained(
                 directory, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False,
                 use_safetensors=True, output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     except Exception as e:
-        raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})") from None
+        raise LoadError(f"{directory}: could not be loaded ({type(e).__name__}: "
+                        f"{(str(e).splitlines() or [''])[0]})") from None
     missing = sorted(info.get("missing_keys") or ())
     mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
     if missing or mismatched:                       # never run on random weights filled in for them

@@ -56,22 +56,29 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
     return torch.exp(-(k - 1) / gamma)
 
 
-def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[torch.Tensor,
+                                                                             torch.Tensor,
+                                                                             torch.Tensor]:
     """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
     of the M labelled positions. The target is frozen; the LM head runs only where there is a
     label (anchors, padding blocks and positions past a response's end would cost a
     rows x vocabulary product for nothing)."""
     device, dtype = next(drafter.parameters()).device, next(drafter.parameters()).dtype
-    with torch.no_grad():                          # the target may run in another dtype (bf16 on a GPU)
+    # the target may run in another dtype (bf16 on a GPU)
+    with torch.no_grad():
         seq = batch.sequence_ids.to(device)
         out = target.model(seq, output_hidden_states=True)
-        features = context_features(out.hidden_states, drafter.config.target_layer_ids).to(dtype)   # (N, T, K*H)
-        embeds = target.get_input_embeddings()(batch.block_ids.to(device)).to(dtype)              # (N, A*B, H)
+        # (N, T, K*H)
+        features = context_features(out.hidden_states, drafter.config.target_layer_ids).to(dtype)
+        # (N, A*B, H)
+        embeds = target.get_input_embeddings()(batch.block_ids.to(device)).to(dtype)
     context_positions = torch.arange(seq.shape[1], device=device)[None].expand(seq.shape[0], -1)
     hidden = drafter(embeds, features, batch.block_positions.to(device), context_positions, None,
-                     batch.attn_mask.to(device))                                          # (N, A*B, H)
+                     # (N, A*B, H)
+                     batch.attn_mask.to(device))
     labels = batch.labels.to(device)
-    k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)    # position in block
+    # position in block
+    k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)
     valid = labels != IGNORE
     head = target.get_output_embeddings()
     return head(hidden[valid].to(head.weight.dtype)), labels[valid], k[valid]
@@ -80,13 +87,15 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[tor
 def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Weighted CE over the masked positions of every block; per-position accuracy in the metrics."""
     block_size = weights.shape[0] + 1
-    logits, label, position = labelled_logits(drafter, target, batch, block_size)         # (M, V), (M,), (M,)
+    # (M, V), (M,), (M,)
+    logits, label, position = labelled_logits(drafter, target, batch, block_size)
     device = logits.device
     causal = drafter.autoregressive
     zero = torch.zeros(1, device=device)
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
     # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
-    w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])   # (B,)
+    # (B,)
+    w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])
     first = 0 if causal else 1
     ce = F.cross_entropy(logits.float(), label, reduction="none")
     loss = (ce * w[position]).sum() / w[position].sum()
@@ -98,7 +107,8 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[
 
 
 @torch.no_grad()
-def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int, num_anchors: int = 16,
+def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int,
+                      num_anchors: int = 16,
                       seed: int = 0, anchor_token: bool = True) -> list[float]:
     """Teacher-forced accuracy of each of a drafter's B-1 predictions on ``data`` (the target's own
     continuations): blocks at random anchors as in training, the argmax at each position against
@@ -106,7 +116,8 @@ def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int,
     before it. ``anchor_token=False`` (block drafting only) puts MASK in slot 0 too, which shows
     what the drafter takes from the last committed token."""
     if not anchor_token and drafter.autoregressive:
-        raise ValueError("anchor_token=False is for block drafting: an autoregressive drafter's slot 0 is its input")
+        raise ValueError("anchor_token=False is for block drafting: an autoregressive drafter's "
+                         "slot 0 is its input")
     block_size = drafter.config.block_size
     tokens = SimpleNamespace(mask_token_id=drafter.config.mask_token_id, pad_token_id=pad_token_id)
     batch = make_batch(data.sequences, data.prompt_lengths, block_size, num_anchors, tokens,
@@ -183,11 +194,14 @@ def same_run(checkpoint: Path, run_config: dict) -> bool:
 def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
               prompts: dict[str, list[str]] | None = None):
     """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
-    ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run uses,
+    ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run
+    uses,
     or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given."""
     stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
-    prompts = prompts or {domain: corpus.prompts("probe", domain, num_prompts) for domain in ("math", "code")}
-    ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(target.device)
+    prompts = prompts or {domain: corpus.prompts("probe", domain,
+                                                 num_prompts) for domain in ("math", "code")}
+    ids = {domain: [tokenizer(p, return_tensors="pt",
+                              add_special_tokens=False).input_ids.to(target.device)
                     for p in texts] for domain, texts in prompts.items()}
 
     def measure(drafter, block_size: int | None = None) -> dict:
@@ -195,7 +209,8 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
         drafter.eval()
         proposer = EagleProposer if drafter.autoregressive else DFlashProposer
         lengths = {domain: [a for x in xs for a in generate(
-            target, proposer(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
+            target, proposer(drafter, target, block_size), x, max_new_tokens,
+                                                            stop_token_ids=stops).acceptance_lengths]
             for domain, xs in ids.items()}
         drafter.train(was_training)
         every = [a for v in lengths.values() for a in v]
@@ -248,7 +263,8 @@ class DrafterTrainConfig:
     def check(self) -> DrafterTrainConfig:
         """Every option checked (one ValueError line naming it and its range) before anything is
         loaded; returns self."""
-        for name in ("steps", "batch_size", "max_new_tokens", "layers", "num_anchors", "num_taps", "probe_prompts"):
+        for name in ("steps", "batch_size", "max_new_tokens", "layers", "num_anchors", "num_taps",
+                     "probe_prompts"):
             validate.check_int(name, getattr(self, name))
         validate.check_int("num_math", self.num_math, 0)
         validate.check_int("num_code", self.num_code, 0)
@@ -269,17 +285,21 @@ class DrafterTrainConfig:
         self.drafting = validate.check_choice("drafting", self.drafting, Drafting)
         self.conditioning = validate.check_choice("conditioning", self.conditioning, Conditioning)
         if self.drafting is Drafting.DRAFT_MODEL and (self.prompts or self.dataset):
-            raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the built-in prompts")
+            raise ValueError("--prompts/--dataset train DFlash drafters; the draft model uses the "
+                             "built-in prompts")
         parse_dtype(self.dtype)
         return self
 
     def run_config(self) -> dict:
         """The settings a resumed run must share with the checkpoint it resumes."""
-        return dict(target=str(self.target), drafting=self.drafting.value, conditioning=self.conditioning.value,
+        return dict(target=str(self.target), drafting=self.drafting.value,
+                    conditioning=self.conditioning.value,
                     layers=self.layers, block_size=self.block_size, num_taps=self.num_taps,
-                    fixed_anchors=self.fixed_anchors, batch_size=self.batch_size, num_anchors=self.num_anchors,
+                    fixed_anchors=self.fixed_anchors, batch_size=self.batch_size,
+                    num_anchors=self.num_anchors,
                     lr=self.lr, seed=self.seed, num_math=self.num_math, num_code=self.num_code,
-                    max_new_tokens=self.max_new_tokens, prompts=str(self.prompts) if self.prompts else None,
+                    max_new_tokens=self.max_new_tokens,
+                    prompts=str(self.prompts) if self.prompts else None,
                     dataset=self.dataset)
 
 
@@ -327,18 +347,22 @@ def frozen_target(c: DrafterTrainConfig):
     return model, tokenizer
 
 
-def training_texts(c: DrafterTrainConfig, tokenizer, own: list[str] | None) -> tuple[list[str], dict | None]:
+def training_texts(c: DrafterTrainConfig, tokenizer, own: list[str] | None) -> tuple[list[str],
+                                                                                     dict | None]:
     """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own
-    through the chat template, the last ``probe_prompts`` held out; else the built-in train split."""
+    through the chat template, the last ``probe_prompts`` held out; else the built-in train
+    split."""
     if own is None:
         return training_prompts(c.num_math, c.num_code, c.seed), None
     own = apply_chat_template(tokenizer, own)
     if len(own) <= c.probe_prompts:
-        raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for the tau probe")
+        raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for "
+                         "the tau probe")
     return own[:-c.probe_prompts], {"held_out": own[-c.probe_prompts:]}
 
 
-def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData, work: Path,
+def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
+                    work: Path,
                     callbacks: list[Callable]) -> Trainer:
     """The one :class:`~dflash_lite.trainer.Trainer`, on fresh anchors each epoch, checkpointing into ``work``."""
     weights = position_weights(c.block_size)
@@ -348,27 +372,37 @@ def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: Rege
     def loss_fn(m, b):
         return drafter_loss(m, model, b, weights)
 
-    return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size, c.num_anchors, tokenizer,
+    return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size,
+                                                           c.num_anchors, tokenizer,
                                                               generator, causal, c.fixed_anchors),
-                   TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, checkpoint_every=max(50, c.steps // 10),
+                   TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, checkpoint_every=max(50,
+                                                                                         c.steps // 10),
                                time_budget_s=c.time_budget_s, autocast_dtype=parse_dtype(c.dtype)),
                    callbacks, checkpoint_dir=work / "checkpoint", run_config=c.run_config())
 
 
-def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_done: int, seconds: dict) -> dict:
+def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_done: int,
+               seconds: dict) -> dict:
     """What ``training_curve.json`` and the drafter's config record of the run."""
-    return {"command": c.command, "target": c.target, "drafting": c.drafting.value, "layers": c.layers,
-            "conditioning": c.conditioning.value, "anchors": "fixed" if c.fixed_anchors else "random",
+    return {"command": c.command, "target": c.target, "drafting": c.drafting.value,
+            "layers": c.layers,
+            "conditioning": c.conditioning.value,
+            "anchors": "fixed" if c.fixed_anchors else "random",
             "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
             "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
-            "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts, "dataset": c.dataset,
+            "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts,
+            "dataset": c.dataset,
             "chat_template": bool(getattr(tokenizer, "chat_template", None)),
-            "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."), "time_budget_s": c.time_budget_s,
-            "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds, "seed": c.seed,
-            "device": c.device, "threads": torch.get_num_threads(), "gamma": loss_gamma(c.block_size)}
+            "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."),
+            "time_budget_s": c.time_budget_s,
+            "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds,
+            "seed": c.seed,
+            "device": c.device, "threads": torch.get_num_threads(),
+            "gamma": loss_gamma(c.block_size)}
 
 
-def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (), **options) -> Path:
+def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (),
+                  **options) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve, and
     return where: ``config`` or the :class:`DrafterTrainConfig` of ``options``. ``callbacks`` are
     the trainer's (:class:`~dflash_lite.trainer.Trainer`). ``drafting=DRAFT_MODEL`` runs
@@ -380,7 +414,8 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)
     check_sizes(c)
-    own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None  # bad input first
+    # bad input first
+    own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None
     out = prepare_out(c.out, c.overwrite, c.run_config())
     torch.manual_seed(c.seed)
     model, tokenizer = frozen_target(c)
@@ -389,33 +424,42 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     data = regenerate(model, tokenizer, texts, c.max_new_tokens, cache_dir=c.cache_dir)
     regen_s = time.time() - t0
     config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.layers,
-                                       block_size=c.block_size, num_taps=c.num_taps, drafting=c.drafting,
+                                       block_size=c.block_size, num_taps=c.num_taps,
+                                       drafting=c.drafting,
                                        conditioning=c.conditioning)
     drafter = make_drafter(config).to(c.device).train()
-    taus = TauCurve(tau_probe(model, tokenizer, prompts=probe), drafter, c.eval_every or max(1, c.steps // 10))
-    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out), "DFlash drafter training run",
-                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT, c.run_config()))
+    taus = TauCurve(tau_probe(model, tokenizer, prompts=probe), drafter,
+                    c.eval_every or max(1, c.steps // 10))
+    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
+                         "DFlash drafter training run",
+                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT,
+                                                          c.run_config()))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
                               [taus, *callbacks] if c.eval_every != 0 else list(callbacks))
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - taus.seconds
-    seconds = {"sequences": len(data), "regenerate_seconds": round(regen_s, 1), "train_seconds": round(train_s, 1),
+    seconds = {"sequences": len(data), "regenerate_seconds": round(regen_s, 1),
+               "train_seconds": round(train_s, 1),
                "tau_probe_seconds": round(taus.seconds, 1)}
     meta = {"training": run_record(c, config, tokenizer, trainer.step, seconds)}
     final = taus.final(trainer.step, train_s)
-    meta["training"].update(final_tau_probe=final, minutes_to_tau_5={d: taus.minutes_to(d) for d in final if d != "all"})
-    save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)   # loaded back in fp32, exactly
+    meta["training"].update(final_tau_probe=final,
+                            minutes_to_tau_5={d: taus.minutes_to(d) for d in final if d != "all"})
+    # loaded back in fp32, exactly
+    save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)
     atomic_write_text(work / "training_curve.json",
                       json.dumps({**meta, "curve": history, "tau_curve": taus.points}, indent=1))
-    return outputs.commit(work, out)                 # with --overwrite: the old run is deleted only now
+    # with --overwrite: the old run is deleted only now
+    return outputs.commit(work, out)
 
 
 # ----------------------------------------------------------------------------- classic draft model
 def draft_model_config(target_config, num_layers: int = 2) -> Qwen3Config:
     """A small Qwen3 with the target's width and vocabulary and ``num_layers`` layers."""
     return Qwen3Config(**{**target_config.to_dict(), "num_hidden_layers": num_layers,
-                          "layer_types": ["full_attention"] * num_layers, "architectures": ["Qwen3ForCausalLM"]})
+                          "layer_types": ["full_attention"] * num_layers,
+                          "architectures": ["Qwen3ForCausalLM"]})
 
 
 def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
@@ -440,24 +484,34 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     check_sizes(c)
     out = prepare_out(c.out, c.overwrite)
     torch.manual_seed(c.seed)
-    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=c.dtype)   # the small LM trains in fp32
+    # the small LM trains in fp32
+    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=c.dtype)
     t0 = time.time()
-    data = regenerate(model, tokenizer, training_prompts(c.num_math, c.num_code, c.seed), c.max_new_tokens,
+    data = regenerate(model, tokenizer, training_prompts(c.num_math, c.num_code, c.seed),
+                      c.max_new_tokens,
                       cache_dir=c.cache_dir)
     regen_s = time.time() - t0
     small = Qwen3ForCausalLM(draft_model_config(model.config, c.layers)).to(c.device).train()
-    small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)   # start from the target's embedding
+    # start from the target's embedding
+    small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)
     generator = torch.Generator().manual_seed(c.seed)
-    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, c.batch_size, tokenizer.pad_token_id, generator),
-                      TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, time_budget_s=c.time_budget_s))
+    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, c.batch_size, tokenizer.pad_token_id,
+                                                         generator),
+                      TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed,
+                                  time_budget_s=c.time_budget_s))
     t1 = time.time()
     history = trainer.run()
     meta = {"command": c.command, "target": c.target, "layers": c.layers, "steps": trainer.step,
-            "steps_planned": c.steps, "batch_size": c.batch_size, "lr": c.lr, "sequences": len(data),
+            "steps_planned": c.steps, "batch_size": c.batch_size, "lr": c.lr,
+            "sequences": len(data),
             "regenerate_seconds": round(regen_s, 1), "train_seconds": round(time.time() - t1, 1),
-            "device": c.device, "threads": torch.get_num_threads(), "time_budget_s": c.time_budget_s}
-    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out), "draft model training run")
-    small.eval().to(torch.bfloat16).save_pretrained(work)                # loaded back in fp32, exactly
+            "device": c.device, "threads": torch.get_num_threads(),
+            "time_budget_s": c.time_budget_s}
+    work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
+                         "draft model training run")
+    # loaded back in fp32, exactly
+    small.eval().to(torch.bfloat16).save_pretrained(work)
     tokenizer.save_pretrained(work)
-    atomic_write_text(work / "training_curve.json", json.dumps({"training": meta, "curve": history}, indent=1))
+    atomic_write_text(work / "training_curve.json", json.dumps({"training": meta, "curve": history},
+                                                               indent=1))
     return outputs.commit(work, out)

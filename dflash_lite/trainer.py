@@ -1,4 +1,5 @@
-"""The one training loop: drafters (paper section 4.2; docs/method.md#training) and the shipped target.
+"""The one training loop: drafters (paper section 4.2; docs/method.md#training) and the shipped
+target.
 
 :class:`Trainer` knows nothing about drafters or language models: it takes a model, a factory of
 batch iterators and ``loss_fn(model, batch) -> (loss, metrics)``, and runs AdamW with the one
@@ -33,18 +34,23 @@ class TrainConfig:
     betas (0.9, 0.95), weight decay on matrices only, and bf16 autocast."""
     steps: int = 1000
     lr: float = 6e-4
-    warmup_fraction: float = 0.04        # warm-up as a share of training (of the time budget, if any)
+    # warm-up as a share of training (of the time budget, if any)
+    warmup_fraction: float = 0.04
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     log_every: int = 10
     checkpoint_every: int = 0            # 0: only at the end
     seed: int = 0
-    time_budget_s: float | None = None   # stop (with the schedule finished) after this much training time
-    warmup_steps: int | None = None      # warm-up as a number of steps; replaces warmup_fraction when set
+    # stop (with the schedule finished) after this much training time
+    time_budget_s: float | None = None
+    # warm-up as a number of steps; replaces warmup_fraction when set
+    warmup_steps: int | None = None
     min_lr_ratio: float = 0.0            # the cosine ends at min_lr_ratio * lr
     betas: tuple[float, float] = (0.9, 0.999)
-    decay_matrices_only: bool = False    # weight decay on parameters with ndim >= 2 only (not norms, biases)
-    autocast_dtype: torch.dtype | None = None   # loss_fn runs under autocast in this dtype (fp32 master weights)
+    # weight decay on parameters with ndim >= 2 only (not norms, biases)
+    decay_matrices_only: bool = False
+    # loss_fn runs under autocast in this dtype (fp32 master weights)
+    autocast_dtype: torch.dtype | None = None
 
     def __post_init__(self):
         if not 0.0 <= self.warmup_fraction < 1.0:
@@ -99,17 +105,22 @@ def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
 def check_checkpoint_meta(meta: dict, tensors: dict, path: str | Path, steps: int) -> None:
     """The JSON part of a checkpoint has the types :meth:`Trainer.resume` reads, and its step lies
     within this run's schedule of ``steps``; one ValueError line otherwise."""
-    expected = {"step": int, "history": list, "run_config": dict, "param_groups": list, "optimizer_scalars": dict}
+    expected = {"step": int, "history": list, "run_config": dict, "param_groups": list,
+                "optimizer_scalars": dict}
     for key, kind in expected.items():
         value = meta.get(key) if isinstance(meta, dict) else None
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{path}: damaged trainer checkpoint ({key!r} should be a {kind.__name__}, "
+            raise ValueError(f"{path}: damaged trainer checkpoint ({key!r} should be a "
+                             f"{kind.__name__}, "
                              f"got {json.dumps(value)[:40]}); start again with --overwrite")
     if not all(isinstance(g, dict) for g in meta["param_groups"]) or "rng.torch" not in tensors:
-        raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start again with --overwrite")
+        raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start "
+                         "again with --overwrite")
     if not 0 <= meta["step"] <= steps:
-        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, outside this run's schedule of "
-                         f"{steps} steps; resume with --steps >= {meta['step']}, or start again with --overwrite")
+        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, outside this run's "
+                         "schedule of "
+                         f"{steps} steps; resume with --steps >= {meta['step']}, or start again "
+                         "with --overwrite")
 
 
 def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
@@ -138,7 +149,8 @@ class Trainer:
     loss_fn: Callable
     batches: Callable[[], Iterator]
     config: TrainConfig
-    callbacks: list[Callable] = field(default_factory=list)      # on_batch_end(trainer, step, metrics)
+    # on_batch_end(trainer, step, metrics)
+    callbacks: list[Callable] = field(default_factory=list)
     checkpoint_dir: Path | None = None
     step: int = 0
     history: list[dict] = field(default_factory=list)
@@ -147,7 +159,8 @@ class Trainer:
     def __post_init__(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.config.decay_matrices_only:
-            groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": self.config.weight_decay},
+            groups = [{"params": [p for p in params if p.ndim >= 2],
+                       "weight_decay": self.config.weight_decay},
                       {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
             params = [g for g in groups if g["params"]]
         self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, betas=self.config.betas,
@@ -159,11 +172,13 @@ class Trainer:
         from tqdm import tqdm
 
         interrupted = []
-        stops = (signal.SIGINT, signal.SIGTERM)           # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
+        # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
+        stops = (signal.SIGINT, signal.SIGTERM)
         previous = {s: signal.getsignal(s) for s in stops}
         previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
 
-        def on_interrupt(signum, frame):          # finish the step, then save; a second signal stops at once
+        # finish the step, then save; a second signal stops at once
+        def on_interrupt(signum, frame):
             interrupted.append(signum)
             for s in stops:
                 signal.signal(s, previous[s])
@@ -195,7 +210,8 @@ class Trainer:
         return torch.autocast(next(self.model.parameters()).device.type, dtype=dtype)
 
     def _loop(self, tqdm, interrupted: list):
-        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5, disable=None)
+        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
+                   disable=None)
         start = time.time()
         data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
         while self.step < self.config.steps and not interrupted:
@@ -210,7 +226,8 @@ class Trainer:
             except StopIteration:                              # a new epoch: anchors are resampled
                 if fresh:
                     raise ValueError("the training data gives no batch (no response is long enough "
-                                     "for a block); regenerate with more prompts or --max-new-tokens") from None
+                                     "for a block); regenerate with more prompts or "
+                                     "--max-new-tokens") from None
                 data, fresh = self.batches(), True
                 continue
             fresh = False
@@ -220,10 +237,12 @@ class Trainer:
                 loss, metrics = self.loss_fn(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
+            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                                        self.config.grad_clip))
             self.optimizer.step()
             self.step += 1
-            metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"], elapsed_s=time.time() - start)
+            metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"],
+                           elapsed_s=time.time() - start)
             if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
                     self.config.time_budget_s and metrics["elapsed_s"] >= self.config.time_budget_s):
                 self.history.append(metrics)
@@ -251,7 +270,8 @@ class Trainer:
         meta = {"step": self.step, "history": self.history, "run_config": self.run_config,
                 "param_groups": optimizer["param_groups"], "optimizer_scalars": scalars}
         with atomic_path(Path(self.checkpoint_dir) / CHECKPOINT) as tmp:
-            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp),
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
+                      str(tmp),
                       metadata={"trainer": json.dumps(meta)})
 
     def resume(self):
@@ -263,7 +283,8 @@ class Trainer:
         try:
             self.model.load_state_dict(model)
         except RuntimeError:
-            raise ValueError(f"{path}: its weights do not fit this model; start again with --overwrite") from None
+            raise ValueError(f"{path}: its weights do not fit this model; start again with "
+                             "--overwrite") from None
         state = {}
         for name, value in tensors.items():
             if name.startswith("optimizer."):
@@ -271,7 +292,8 @@ class Trainer:
                 state.setdefault(int(index), {})[key] = value
         for index, values in meta["optimizer_scalars"].items():
             state.setdefault(int(index), {}).update(values)
-        groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
+        groups = [{**g,
+                   "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
         self.step, self.history = meta["step"], meta["history"]
         torch.set_rng_state(tensors["rng.torch"])
@@ -290,7 +312,8 @@ def postfix(metrics: dict) -> dict[str, str]:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a checkpoint
+    """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a
+    checkpoint
     was saved (``saved``), so the CLI can say how to resume."""
 
     def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):

@@ -25,7 +25,8 @@ verify all of them at once:
   more branch, sharing the nodes the tree already holds, and both are checked in the one forward.
 
 **Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
-distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule (``acceptance.accept_point_mass``)
+distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
+(``acceptance.accept_point_mass``)
 with several candidates: at each node on the walk the target's token is a fresh sample from its
 own distribution given that node's path, and the walk moves on only when a child holds that very
 token. Every committed token is therefore a sample of the target given the tokens before it,
@@ -52,7 +53,8 @@ class DraftTree:
     tokens: torch.Tensor          # (N+1,) token ids
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
-    chain: list[int] = field(default_factory=list)   # the top token at each depth: the chain drafting would take
+    # the top token at each depth: the chain drafting would take
+    chain: list[int] = field(default_factory=list)
     _host: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -62,7 +64,8 @@ class DraftTree:
         """(N+1, N+1) boolean: row i is True at i and at every ancestor of i."""
         n = len(self.parents)
         mask = torch.eye(n, dtype=torch.bool)
-        for i in range(1, n):                        # parents come first, so their rows are complete
+        # parents come first, so their rows are complete
+        for i in range(1, n):
             mask[i] |= mask[self.parents[i]]
         return mask
 
@@ -81,7 +84,8 @@ class DraftTree:
         return kids
 
     # the draft interface the decode loop calls (dflash_lite.decode.Draft), as ChainDraft has it
-    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
+    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids,
+               shapes: Shapes = EAGER):
         """The whole tree in one target forward (:func:`verify_tree`); the root already holds ``last``."""
         return verify_tree(target, self, cache, layer_ids, shapes)
 
@@ -107,11 +111,13 @@ class DraftTree:
 
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
-    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D, V),
+    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D,
+    V),
     best-first by their sum (the log of the product of probabilities)."""
     depth_limit, vocab = draft_logprobs.shape
     width = min(budget, vocab)
-    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)        # (D, width), sorted per row
+    # (D, width), sorted per row
+    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)
     top_logp, top_ids = top_logp.tolist(), top_ids.tolist()
     tokens, parents, depths = [int(root_token)], [-1], [0]
     # a candidate: (-score, depth (0-based position), rank at that position, parent node)
@@ -137,7 +143,8 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
     kids, node = tree.children(), 0
     all_tokens, parents, depths = list(tree.token_list), list(tree.parents), list(tree.depths)
     for token in tokens:
-        child = kids[node].get(token) if node < len(kids) else None    # new nodes have no children yet
+        # new nodes have no children yet
+        child = kids[node].get(token) if node < len(kids) else None
         if child is None:                                              # leave the tree: a new node
             child = len(parents)
             all_tokens.append(token)
@@ -154,25 +161,29 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
     and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
     device = tree.tokens.device
     depths = torch.tensor(tree.depths, device=device)
-    return shapes.verify(lambda ids, d, a: verify(target, ids, cache, layer_ids, depths=d, ancestors=a),
+    return shapes.verify(lambda ids, d, a: verify(target, ids, cache, layer_ids, depths=d,
+                                                  ancestors=a),
                          tree.tokens.view(1, -1), depths, tree.ancestor_mask().to(device),
                          key=("verify", tuple(layer_ids or ())))
 
 
-def accept_tree(tree: DraftTree, target_logits: torch.Tensor, sampling: SamplingParams = SamplingParams(),
+def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
+                sampling: SamplingParams = SamplingParams(),
                 processors=None, generator: torch.Generator | None = None) -> tuple[list[int], int]:
     """The longest root-to-node path whose every draft is the target's choice at its parent: the
     argmax when greedy, else one sample per node from the target's processed distribution (only
     the samples on the walk matter, each drawn given its node's path). Returns the path's node
     indices (root first) and the target's token after it."""
-    choice = choose_tokens(target_logits, sampling, processors, generator).tolist()   # (N+1,): after each node
+    # (N+1,): after each node
+    choice = choose_tokens(target_logits, sampling, processors, generator).tolist()
     kids, path = tree.children(), [0]
     while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
         path.append(child)
     return path, choice[path[-1]]
 
 
-def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int, tree_size: int) -> DraftTree:
+def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
+               tree_size: int) -> DraftTree:
     """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
     ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache)."""
     _, logits = proposer.block_logits(last_token, depth)                # (1, depth, V)

@@ -77,7 +77,8 @@ def check_temperature(value, name: str | None = "temperature") -> float:
     """0 means greedy; otherwise the softmax temperature, at least :data:`TEMPERATURE_FLOOR`."""
     value = check_float(name, value, 0.0)
     if 0.0 < value < TEMPERATURE_FLOOR:
-        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, got {value!r}; "
+        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, got "
+                         f"{value!r}; "
                          f"use 0 for greedy decoding")
     return value
 
@@ -90,7 +91,8 @@ def check_top_k(value, name: str | None = "top_k") -> int | None:
     return None if value is None else check_int(name, value, 1)
 
 
-def check_block_sizes(value, name: str | None = "block_sizes", high: int | None = None) -> tuple[int, ...]:
+def check_block_sizes(value, name: str | None = "block_sizes",
+                      high: int | None = None) -> tuple[int, ...]:
     """A non-empty sequence of block sizes, each >= 1 (and <= ``high`` when given)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise _fail(name, "a list of integers >= 1 (e.g. 4,8,16)", value)
@@ -111,7 +113,8 @@ def check_choice(name: str, value, kind: type[enum.Enum], allowed=None):
     except ValueError:
         member = None
     if member not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(m.value for m in allowed)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(m.value for m in allowed)}, got "
+                         f"{value!r}")
     return member
 
 
@@ -128,7 +131,8 @@ def check_device(value, name: str | None = "device") -> str:
         return str(value)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{name or 'device'} {value!r} is not available: this torch build or machine has "
+            raise ValueError(f"{name or 'device'} {value!r} is not available: this torch build or "
+                             "machine has "
                              f"no CUDA device (use cpu)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ValueError(f"{name or 'device'} {value!r} is not available: "
@@ -136,7 +140,8 @@ def check_device(value, name: str | None = "device") -> str:
         return str(value)
     if device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine (use cpu)")
+            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine (use "
+                             "cpu)")
         return str(value)
     raise _fail(name, expected, value)
 
@@ -204,8 +209,10 @@ def text_file_lines(value, name: str = "file") -> list[str]:
 
 
 # ----------------------------------------------------------------------------- model shapes
-MAX_PARAMETERS = 16_000_000_000     # twice the largest target the paper drafts for (8B); far past a laptop's
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+# twice the largest target the paper drafts for (8B); far past a laptop's
+MAX_PARAMETERS = 16_000_000_000
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "vocab_size")
 
 
 def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddings: int = 2) -> int:
@@ -225,12 +232,15 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != layers:
             got = len(layer_types) if isinstance(layer_types, list) else repr(layer_types)
-            raise ValueError(f"layer_types must list one entry per layer ({num_layers_key}={layers}), got {got}")
+            raise ValueError("layer_types must list one entry per layer "
+                             f"({num_layers_key}={layers}), got {got}")
     per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * sizes["intermediate_size"]
     parameters = layers * per_layer + embeddings * sizes["vocab_size"] * hidden
     if parameters > MAX_PARAMETERS:
-        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, over the "
-                         f"{MAX_PARAMETERS / 1e9:.0f}B this package builds ({num_layers_key}={layers}, "
+        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, over "
+                         "the "
+                         f"{MAX_PARAMETERS / 1e9:.0f}B this package builds "
+                         f"({num_layers_key}={layers}, "
                          f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
     return parameters
 
@@ -300,9 +310,11 @@ def _check_creatable(path: Path, name: str | None) -> None:
     """``path`` can be created or replaced: its nearest existing ancestor is a writable directory."""
     base = _nearest_existing(path.parent)
     if not base.is_dir():
-        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, not a directory")
+        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, "
+                         "not a directory")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission in {str(base)!r}")
+        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission in "
+                         f"{str(base)!r}")
 
 
 def check_output_file(value, name: str | None = "output file") -> Path:

@@ -29,26 +29,31 @@ from .drafter import (
 
 # ----------------------------------------------------------------------------- input fusion
 class InputFusionAttention(KVInjectionAttention):
-    def forward(self, block, context, block_rope, context_rope, cache, layer, attn_mask=None, context_queries=False):
+    def forward(self, block, context, block_rope, context_rope, cache, layer, attn_mask=None,
+                context_queries=False):
         """The block's output, and the context's own (causal over the context, never the block)
         when ``context_queries``: the context is a residual stream updated layer by layer."""
-        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)   # [all context ; block]
+        # [all context ; block]
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)
         out = self.attend(block, block_rope, k, v, attn_mask)
         if not context_queries:
             return out, None
         b, c = block.shape[1], context.shape[1]
         k_ctx, v_ctx = k[:, :, :-b], v[:, :, :-b]                        # all context, cached + new
         total = k_ctx.shape[2]
-        causal = torch.arange(total, device=k.device)[None] <= torch.arange(total - c, total, device=k.device)[:, None]
+        causal = torch.arange(total, device=k.device)[None] <= torch.arange(total - c, total,
+                                                                            device=k.device)[:, None]
         return out, self.attend(context, context_rope, k_ctx, v_ctx, causal)   # (N, C, H)
 
 
 class InputFusionLayer(DrafterLayer):
     attention = InputFusionAttention
 
-    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None, last=False):
+    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None,
+                last=False):
         """Returns the block's and the context's residual streams (the last layer leaves the context)."""
-        a, a_ctx = self.self_attn(self.input_layernorm(x), self.input_layernorm(context), block_rope, context_rope,
+        a, a_ctx = self.self_attn(self.input_layernorm(x), self.input_layernorm(context),
+                                  block_rope, context_rope,
                                   cache, layer, attn_mask, context_queries=not last)
         x = x + a
         if a_ctx is not None:
@@ -62,13 +67,15 @@ class InputFusionDrafter(DFlashDrafter):
     fixed_shapes = False
     layer = InputFusionLayer
 
-    def forward(self, block_embeds, target_hidden, block_positions, context_positions, cache=None, attn_mask=None):
+    def forward(self, block_embeds, target_hidden, block_positions, context_positions, cache=None,
+                attn_mask=None):
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rope(block_positions, block_embeds.dtype)
         context_rope = self.rope(context_positions, context.dtype)
         x, last = block_embeds, len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask, last=i == last)
+            x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask,
+                               last=i == last)
         return self.norm(x)
 
 
@@ -83,7 +90,8 @@ class AutoregressiveAttention(KVInjectionAttention):
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
         """As KV injection, but the drafted token's K/V join the cache too: the next draft attends to it."""
         k, v = super().keys_values(block, context, block_rope, context_rope, cache, layer)
-        if cache is not None:                                  # cache = [context ; drafts so far]: add this token
+        # cache = [context ; drafts so far]: add this token
+        if cache is not None:
             b = block.shape[1]
             k, v = cache.append(layer, k[:, :, -b:], v[:, :, -b:])
         return k, v
@@ -101,19 +109,24 @@ class AutoregressiveDrafter(DFlashDrafter):
     layer = AutoregressiveLayer
 
     @torch.inference_mode()
-    def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor, context_start: int,
+    def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor,
+                          context_start: int,
                           position: int, cache) -> torch.Tensor:
         """One drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V).
-        ``target_hidden``: features of the new context positions from ``context_start`` (may be empty)."""
+        ``target_hidden``: features of the new context positions from ``context_start`` (may be
+        empty)."""
         device = token.device
         c = target_hidden.shape[1]
-        context_positions = torch.arange(context_start, context_start + c, device=device)[None]    # (1, C)
+        # (1, C)
+        context_positions = torch.arange(context_start, context_start + c, device=device)[None]
         dtype = self.fc.weight.dtype
-        embeds = target.get_input_embeddings()(token).to(dtype)                                  # (1, 1, H)
+        # (1, 1, H)
+        embeds = target.get_input_embeddings()(token).to(dtype)
         hidden = self(embeds, target_hidden.to(dtype), torch.tensor([[position]], device=device),
                       context_positions, cache)
         head = target.get_output_embeddings()
-        return head(hidden[:, -1].to(head.weight.dtype))                                         # (1, V)
+        # (1, V)
+        return head(hidden[:, -1].to(head.weight.dtype))
 
 
 VARIANTS = (DFlashDrafter, InputFusionDrafter, NoFeatureDrafter, AutoregressiveDrafter)
@@ -125,4 +138,5 @@ def make_drafter(config: DrafterConfig) -> DFlashDrafter:
     for cls in VARIANTS:
         if key in cls.variants:
             return cls(config)
-    raise ValueError(f"no drafter runs drafting={config.drafting.value!r} with conditioning={config.conditioning.value!r}")
+    raise ValueError(f"no drafter runs drafting={config.drafting.value!r} with "
+                     f"conditioning={config.conditioning.value!r}")

@@ -62,7 +62,8 @@ class TargetPreset:
 
 TARGET_PRESETS = {
     "tiny": TargetPreset(),
-    "smoke": TargetPreset(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+    "smoke": TargetPreset(vocab_size=512, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=8,
                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, seq_len=64,
                           batch_size=4, warmup_steps=2, num_math_problems=500),
 }
@@ -75,7 +76,8 @@ def train_tokenizer(vocab_size: int, num_math: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=corpus.SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
 
     def texts():
         yield from corpus.code_documents("train")
@@ -113,7 +115,8 @@ def sample_batch(streams, preset: TargetPreset, gen: torch.Generator) -> torch.T
 def build_model(preset: TargetPreset, tokenizer):
     eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=preset.hidden_size, intermediate_size=preset.intermediate_size,
+        vocab_size=len(tokenizer), hidden_size=preset.hidden_size,
+                         intermediate_size=preset.intermediate_size,
         num_hidden_layers=preset.num_hidden_layers, num_attention_heads=preset.num_attention_heads,
         num_key_value_heads=preset.num_key_value_heads, head_dim=preset.head_dim,
         max_position_embeddings=preset.max_position_embeddings, rope_theta=preset.rope_theta,
@@ -122,14 +125,18 @@ def build_model(preset: TargetPreset, tokenizer):
     return Qwen3ForCausalLM(config)
 
 
-def train_config(preset: TargetPreset, steps: int, seed: int = 0, time_budget_s: float | None = None,
+def train_config(preset: TargetPreset, steps: int, seed: int = 0,
+                 time_budget_s: float | None = None,
                  log_every: int = 50, bf16: bool = True) -> TrainConfig:
     """The target's recipe for the one :class:`~dflash_lite.trainer.Trainer`: AdamW with betas
     (0.9, 0.95) and weight decay on matrices only, ``preset.warmup_steps`` of linear warm-up, then
     cosine decay over the whole run to 10% of the peak (:func:`~dflash_lite.trainer.cosine_lr`),
-    gradient norm clipped at 1, and bf16 autocast with fp32 master weights unless ``bf16`` is off."""
-    return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps, min_lr_ratio=0.1,
-                       betas=(0.9, 0.95), weight_decay=preset.weight_decay, decay_matrices_only=True,
+    gradient norm clipped at 1, and bf16 autocast with fp32 master weights unless ``bf16`` is
+    off."""
+    return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps,
+                       min_lr_ratio=0.1,
+                       betas=(0.9, 0.95), weight_decay=preset.weight_decay,
+                       decay_matrices_only=True,
                        grad_clip=1.0, log_every=log_every, seed=seed, time_budget_s=time_budget_s,
                        autocast_dtype=torch.bfloat16 if bf16 else None)
 
@@ -159,10 +166,12 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
     for name, docs in texts.items():
         ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
         flat = torch.tensor([t for doc in ids for t in (*doc, eos)])
-        windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(-1, preset.seq_len + 1)
+        windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(-1,
+                                                                                          preset.seq_len + 1)
         windows = windows[torch.linspace(0, len(windows) - 1, min(n_windows, len(windows))).long()]
         logits = model(windows[:, :-1]).logits
-        out[name] = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten()).item()
+        out[name] = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
+                                                      windows[:, 1:].flatten()).item()
     model.train()
     return out
 
@@ -188,7 +197,8 @@ class TargetTrainConfig:
     def check(self) -> TargetTrainConfig:
         """Every option checked (one ValueError line) before any work; returns self."""
         if self.preset_name not in TARGET_PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(TARGET_PRESETS)}, got {self.preset_name!r}")
+            raise ValueError(f"preset must be one of {', '.join(TARGET_PRESETS)}, got "
+                             f"{self.preset_name!r}")
         validate.check_int("steps", self.steps)
         validate.check_seed(self.seed)
         validate.check_int("log_every", self.log_every)
@@ -203,7 +213,8 @@ def prepare_target_out(c: TargetTrainConfig) -> Path:
     out = outputs.check_out(c.out, c.overwrite)
     outputs.lock(out)
     if not c.overwrite and not outputs.holds_nothing(out):
-        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target this project "
+        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target "
+                         "this project "
                          f"wrote, or choose another directory")
     return out
 
@@ -213,8 +224,10 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
     """What ``training_log.json`` records of the run (the model card reads it)."""
     device = c.device if c.device != "cpu" else \
         f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
-    return {"preset": c.preset_name, "preset_fields": asdict(TARGET_PRESETS[c.preset_name]), "seed": c.seed,
-            "steps_planned": c.steps, "steps_done": steps_done, "train_seconds": round(train_seconds, 1),
+    return {"preset": c.preset_name, "preset_fields": asdict(TARGET_PRESETS[c.preset_name]),
+            "seed": c.seed,
+            "steps_planned": c.steps, "steps_done": steps_done,
+            "train_seconds": round(train_seconds, 1),
             "device": device, "torch": torch.__version__, "bf16_autocast": c.bf16,
             "ld_preload": os.environ.get("LD_PRELOAD", ""),
             "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
@@ -224,7 +237,8 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
 
 def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log):
-    ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any work.
+    ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any
+    work.
 
     The loop is the drafters' :class:`~dflash_lite.trainer.Trainer` with the target's recipe
     (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is kept.
@@ -248,21 +262,24 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     gen = torch.Generator().manual_seed(c.seed)
     log = []
 
-    def record(trainer, step, metrics):           # step counts steps done; the log names each from 0
+    # step counts steps done; the log names each from 0
+    def record(trainer, step, metrics):
         if (step - 1) % c.log_every == 0:
             log.append({"step": step - 1, "loss": round(metrics["loss"], 4), "lr": metrics["lr"],
                         "elapsed_s": round(metrics["elapsed_s"], 1)})
             print(json.dumps(log[-1]), flush=True)
 
     trainer = Trainer(model, next_token_loss, lambda: windows(streams, preset, gen),
-                      train_config(preset, c.steps, c.seed, c.time_budget_s, c.log_every, c.bf16), [record])
+                      train_config(preset, c.steps, c.seed, c.time_budget_s, c.log_every, c.bf16),
+                      [record])
     t_train = time.time()
     trainer.run()
     train_seconds = time.time() - t_train
     losses = held_out_loss(model, tokenizer, preset)
     print(f"[train-target] held-out loss {losses}", flush=True)
 
-    work = outputs.begin(out, True, "target trained from scratch")     # beside out, renamed into place whole
+    # beside out, renamed into place whole
+    work = outputs.begin(out, True, "target trained from scratch")
     model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
     tokenizer.save_pretrained(work)
     info = target_record(c, model, trainer.step, train_seconds, losses, manifest, log)
@@ -275,10 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     flag states a default (each is its config dataclass's, :class:`~dflash_lite.cli.Options`)."""
     parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    t = Options(sub.add_parser("train-target", help="train a target like the shipped one from scratch"),
+    t = Options(sub.add_parser("train-target",
+                               help="train a target like the shipped one from scratch"),
                 TargetTrainConfig)
-    t.parser.add_argument("--out", type=OUT_DIR, required=True, help="a new or empty directory (never the package's)")
-    t.add("--overwrite", action="store_true", help="replace a target this project wrote, once the new one is done")
+    t.parser.add_argument("--out", type=OUT_DIR, required=True,
+                          help="a new or empty directory (never the package's)")
+    t.add("--overwrite", action="store_true",
+          help="replace a target this project wrote, once the new one is done")
     t.add("--preset", dest="preset_name", choices=sorted(TARGET_PRESETS))
     t.add("--steps", type=POS)
     t.add("--seed", type=SEED)
@@ -287,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
-    dc = Options(sub.add_parser("drafter-card", help="benchmark a drafter against its target and write its MODEL_CARD.md"),
+    dc = Options(sub.add_parser("drafter-card",
+                                help="benchmark a drafter against its target and write its "
+                                     "MODEL_CARD.md"),
                  DrafterCardConfig)
     dc.parser.add_argument("path")
     dc.add("--target")

@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.decode import crop_cache, new_cache, prefill
+from dflash_lite.decode import new_cache, prefill
 from dflash_lite.plotting import save_figure, subplots
 from dflash_lite.timing import interleaved
 
@@ -119,7 +119,7 @@ def step_anatomy(repeats):
     cache = new_cache(model)
     prefill(model, context_ids, cache)
     model(context_ids[:, -1:], past_key_values=cache, use_cache=True)   # a warm-up step, untimed
-    crop_cache(cache, context_ids.shape[1])
+    cache.rewind(context_ids.shape[1])
     for name in times:
         times[name].clear()                  # keep the timed decode steps only
     totals, in_linear = [], []
@@ -130,7 +130,7 @@ def step_anatomy(repeats):
         sync()
         totals.append(time.perf_counter() - t0)
         in_linear.append(linear_time[0])
-        crop_cache(cache, context_ids.shape[1])          # back to the same cached context
+        cache.rewind(context_ids.shape[1])          # back to the same cached context
     for h in hooks:
         h.remove()
     calls = {name: len(v) for name, v in times.items()}
@@ -181,7 +181,7 @@ def forward_times(token_counts, rounds):
 
     def forward(n):
         model(blocks[n], past_key_values=cache, use_cache=True)
-        crop_cache(cache, context_ids.shape[1])                   # back to the same cached context
+        cache.rewind(context_ids.shape[1])                   # back to the same cached context
 
     timed = interleaved({n: (lambda n=n: forward(n)) for n in token_counts}, repeats=rounds,
                         warmup=1, device=device)

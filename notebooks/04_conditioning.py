@@ -55,7 +55,8 @@ from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.baselines import generate_autoregressive
-from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
+from dflash_lite.cache import SlotCache
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.plotting import repo_dir, save_figure, subplots
 from dflash_lite.timing import interleaved
 from dflash_lite.variants import make_drafter
@@ -360,7 +361,7 @@ block = torch.full((1, 16), tokenizer.mask_token_id, device=device)
 def one_step(d, f):
     """One step's drafter forward on a cached context; returns its own seconds (the cache fill
     before it is not timed)."""
-    cache = DrafterCache(2)
+    cache = SlotCache(2)
     d.draft_logits(target, block, f[:, :-4], 0, cache)                    # the cached context
     t0 = time.perf_counter()
     d.draft_logits(target, block, f[:, -4:], f.shape[1] - 4, cache)       # one step
@@ -445,7 +446,7 @@ score(check_tap_indices(answer_1), 1)
 
 # %% [markdown]
 # **2. ★ What the drafter caches.** For the shipped drafter, how many numbers per context position
-# does its `DrafterCache` hold (all layers, keys and values), and how many would the raw tapped
+# does its `SlotCache` hold (all layers, keys and values), and how many would the raw tapped
 # features take? *(Draft once with `drafter.draft_logits(target, block, features, 0, cache)` and count
 # what `cache.keys` and `cache.values` hold, or work it out from `drafter.config`.)*
 

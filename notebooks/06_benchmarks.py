@@ -136,7 +136,7 @@ _ = plot_benchmark_cost_model(report, prefix=f"06_{device}")
 # and the prediction sits next to the speedup measured in the run above. Three things separate
 # them, and the last table puts them in one at a time: the loop's per-step overhead (the phases
 # measured inside the loop, in place of the two isolated forwards; "accept" is the acceptance
-# rule, the cache crop and the drafter's context update); the prefill, which both decoders pay
+# rule, the cache's rewind and the drafter's context update); the prefill, which both decoders pay
 # once per prompt (measured in the run, `phase_times`); and the baseline itself: the measured
 # speedup divides by the plain loop's time per token, the prediction by `t_target(1)` timed in
 # isolation at one context length. The `left` column is the measured speedup over the last

@@ -63,13 +63,13 @@ import torch
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, crop_cache, generate, new_cache, prefill
-from dflash_lite.drafter import DrafterCache
+from dflash_lite.cache import SlotCache
+from dflash_lite.decode import DFlashProposer, generate, new_cache, prefill
 from dflash_lite.plotting import COLORBLIND, save_figure, subplots
 from dflash_lite.costs import measure_step_costs
 from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
 from dflash_lite.target import SHIPPED_DRAFTERS
-from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, keep_path, verify_tree
+from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, verify_tree
 
 from dflash_lite.course import chapter_clock
 
@@ -185,7 +185,7 @@ with torch.inference_mode():
     root = logits0.argmax(dim=-1)                               # (1,) the target's first token
     block = torch.full((1, B), drafter.config.mask_token_id, device=device)
     block[0, 0] = root                                          # [root, MASK x (B-1)]
-    draft_logits = drafter.draft_logits(target, block, features, 0, DrafterCache(drafter.config.num_layers))[0]
+    draft_logits = drafter.draft_logits(target, block, features, 0, SlotCache(drafter.config.num_layers))[0]
     logprobs = torch.log_softmax(draft_logits.float(), dim=-1)  # (B-1, V)
 top_logp, top_ids = logprobs.topk(demo_tree_size, dim=-1)      # (B-1, N): each position's candidates, sorted
 
@@ -294,13 +294,13 @@ ax.set_title("Tree attention mask (the context columns, all visible, left out)")
 _ = save_figure(fig, "09_tree_mask")
 
 with torch.inference_mode():
-    tree_logits, tree_features = verify_tree(target, tree, cache, P, drafter.config.target_layer_ids)
-    crop_cache(cache, P)                                        # forget the tree again
+    tree_logits, tree_features = verify_tree(target, tree, cache, drafter.config.target_layer_ids)
+    cache.rewind(P)                                        # forget the tree again: the next write starts at P
     worst = 0.0
     for i in range(len(tree)):
         path = torch.tensor([int(root)] + list(node_path(tree, i)), device=device)[None]
         chain_logits = target(path, past_key_values=cache, use_cache=True).logits[0, -1]
-        crop_cache(cache, P)
+        cache.rewind(P)
         worst = max(worst, float((chain_logits - tree_logits[i]).abs().max()))
         torch.testing.assert_close(tree_logits[i], chain_logits, atol=1e-4, rtol=1e-4)
 print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit difference against "
@@ -329,12 +329,12 @@ print(f"prompt lookup proposes {len(branch)} tokens; the tree grows from {len(tr
 assert hybrid.path_length(branch) == len(branch) and len(hybrid) <= len(tree) + len(branch)
 
 with torch.inference_mode():
-    hybrid_logits, _ = verify_tree(target, hybrid, cache, P, drafter.config.target_layer_ids)
-    crop_cache(cache, P)
+    hybrid_logits, _ = verify_tree(target, hybrid, cache, drafter.config.target_layer_ids)
+    cache.rewind(P)
     for i in range(len(hybrid)):
         path = torch.tensor([int(root)] + list(node_path(hybrid, i)), device=device)[None]
         chain_logits = target(path, past_key_values=cache, use_cache=True).logits[0, -1]
-        crop_cache(cache, P)
+        cache.rewind(P)
         torch.testing.assert_close(hybrid_logits[i], chain_logits, atol=1e-4, rtol=1e-4)
 print("one verify of the hybrid tree equals the per-path forwards at every node")
 
@@ -354,7 +354,7 @@ _ = save_figure(diagrams.attention_masks(), "09_diagram_masks")
 # Greedy acceptance walks down from the root: at each node, the target's argmax there names the
 # child to follow; when no child holds it, the walk stops and that argmax is the bonus token. The
 # target's cache now holds all N + 1 tree entries: the accepted path's entries are moved to
-# consecutive slots (`keep_path`) and the rest cropped, and only the path's features go to the
+# consecutive slots (`cache.keep_path`), the next write starts after them, and only the path's features go to the
 # drafter's context.
 
 # %%
@@ -362,8 +362,8 @@ with torch.inference_mode():
     path, bonus = accept_tree(tree, tree_logits)
     chain = [int(t) for t in top_ids[:, 0]]
     accepted, _ = chain_accepted([int(tree.tokens[i]) for i in path[1:]], chain, tree.path_length(chain))
-    verify_tree(target, tree, cache, P, drafter.config.target_layer_ids)     # again: the cache holds the tree
-    keep_path(cache, P, path)
+    verify_tree(target, tree, cache, drafter.config.target_layer_ids)     # again: the cache holds the tree
+    cache.keep_path(P, path)
     assert cache.get_seq_length() == P + len(path)
     expected = greedy["code"][0]
     committed = [int(tree.tokens[i]) for i in path] + [bonus]           # root, accepted drafts, bonus
@@ -568,7 +568,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # 1. Why can a path never score higher than its parent, and why does that make the N best paths a tree?
 # 2. In the best-first search, what are the two successors of a popped path?
 # 3. Which keys may a tree node attend to in the verify, and what position id does it get?
-# 4. After a tree verify, why must the cache entries of the accepted path be moved before the cache is cropped?
+# 4. After a tree verify, why must the cache entries of the accepted path be moved before the next step writes?
 # 5. Why is a tree's verify more expensive on this CPU than on a GPU, relative to one token?
 # 6. Why does the policy's first step say little about the prompt, and how does it come back from plain decoding?
 # 7. At temperature > 0, why may the walk follow a child only when the target's *sample* at its parent is that child's token?

@@ -53,10 +53,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.timing import interleaved
 from dflash_lite.checkpoints import load_drafter
+from dflash_lite.baselines import NoDraftProposer
 from dflash_lite.decode import DFlashProposer, generate, new_cache, verify
 from dflash_lite.plotting import COLORBLIND, subplots, repo_dir, save_figure
 from dflash_lite.costs import measure_step_costs
-from dflash_lite.static import StaticDecoder
+from dflash_lite.shapes import FixedShapes
 from dflash_lite.target import SHIPPED_DRAFTERS
 
 from dflash_lite.course import chapter_clock
@@ -224,8 +225,9 @@ print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms ({h200_verify
 # host instead of hundreds. The price is that nothing may change between replays except the
 # *contents* of the recorded buffers: not the shapes, not the addresses, not a Python decision in
 # the middle. `torch.compile(mode="reduce-overhead")` records such graphs for you, and that is
-# why `dflash_lite/static.py` keeps every shape fixed: caches allocated once and rewound instead
-# of cropped, verifies always of width 1 or B, acceptance on the device with one read back per step.
+# why the decode loop has a fixed-shape mode (`dflash_lite/shapes.py`): caches allocated once and
+# rewound instead of cropped, verifies padded to a few bucket widths, acceptance on the device with
+# one read back per step.
 
 # %%
 fig, ax = subplots(height=2.8)
@@ -293,30 +295,35 @@ ax.invert_yaxis()
 _ = save_figure(fig, "10_speedups_h200")
 
 # %% [markdown]
-# ### The static path, here
+# ### Fixed shapes, here
 #
-# `dflash_lite/static.py` is the same algorithm on fixed shapes. On this machine it runs eagerly
-# (CUDA graphs exist only on CUDA), so it shows what fixed shapes cost or save by themselves;
-# with `device = "cuda"` its forwards are compiled. Same prompts, interleaved, and every output
-# checked against the target's greedy tokens.
+# `Engine(compile=True)` and `bench --compile` run the same loop (`dflash_lite/decode.py: steps`)
+# on fixed shapes (`dflash_lite/shapes.py: FixedShapes`): caches allocated once and masked over the
+# whole buffer, verifies padded to a few bucket widths, the drafter's context written in chunks of
+# one width, and the forwards through `torch.compile` (CUDA graphs on CUDA). On this machine the
+# cell keeps the forwards eager (compiling on two cores takes minutes), so it shows what fixed
+# shapes cost or save by themselves; with `device = "cuda"` the forwards are compiled. Same
+# prompts, interleaved, and every output checked against the target's greedy tokens.
 
 # %%
 longest = max(x.shape[1] for x in prompts) + max_new_tokens
-static_plain, static_dflash = StaticDecoder(target, max_length=longest), StaticDecoder(target, drafter, B, max_length=longest)
+fixed = FixedShapes(longest, compile=device == "cuda")               # one set of caches for both rows
 expected = [generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens for x in prompts]
 runs = {"plain, eager loop": lambda x: generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops),
         f"DFlash B={B}, eager loop": lambda x: generate(target, DFlashProposer(drafter, target, B), x, max_new_tokens,
                                                         stop_token_ids=stops),
-        "plain, static path": lambda x: static_plain.generate(x, max_new_tokens, stop_token_ids=stops),
-        f"DFlash B={B}, static path": lambda x: static_dflash.generate(x, max_new_tokens, stop_token_ids=stops)}
+        "plain, fixed shapes": lambda x: generate(target, NoDraftProposer(fixed), x, max_new_tokens,
+                                                  stop_token_ids=stops),
+        f"DFlash B={B}, fixed shapes": lambda x: generate(target, DFlashProposer(drafter, target, B, shapes=fixed), x,
+                                                          max_new_tokens, stop_token_ids=stops)}
 timed = interleaved({name: (lambda f=f: [f(x) for x in prompts]) for name, f in runs.items()}, repeats=3, device=device)
 speed = {}
 for name, calls in timed.items():
     assert [r.tokens for r in calls[0][1]] == expected, f"{name} differs from the target's greedy output"
     speed[name] = statistics.median(sum(len(r.tokens) for r in results) / s for s, results in calls)
     print(f"{name:<26} {speed[name]:7.1f} tokens/s")
-print(f"static / eager on {device}: plain {speed['plain, static path'] / speed['plain, eager loop']:.2f}x, "
-      f"DFlash {speed[f'DFlash B={B}, static path'] / speed[f'DFlash B={B}, eager loop']:.2f}x")
+print(f"fixed shapes / eager on {device}: plain {speed['plain, fixed shapes'] / speed['plain, eager loop']:.2f}x, "
+      f"DFlash {speed[f'DFlash B={B}, fixed shapes'] / speed[f'DFlash B={B}, eager loop']:.2f}x")
 
 # %% [markdown]
 # ## 4. The cost model at the paper's scale
@@ -375,8 +382,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   (section 2 prints both ratios), because its time is launch overhead: a few microseconds of host
 #   work per operator.
 # * CUDA graphs replay a recorded sequence of kernels with one launch, which needs fixed shapes and
-#   addresses. `dflash_lite/static.py` is the decode loop written that way; `tools/gpu_bench.sh`
-#   measures it compiled against the eager loop on a GPU.
+#   addresses. The one decode loop runs that way in its fixed-shape mode (`dflash_lite/shapes.py`);
+#   `tools/gpu_bench.sh` measures it compiled against the eager mode on a GPU.
 # * With the paper-scale costs, the cost model at the paper's tau predicts a speedup close to the
 #   paper's measurement.
 #
@@ -386,7 +393,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # 2. What is the bandwidth floor of a forward, and why can batching more tokens not go below it?
 # 3. What is launch overhead, and why does it dominate a 7M-parameter model on a GPU but not an 8B one?
 # 4. What does a CUDA graph record, and what must not change between its replays?
-# 5. Why does the static path rewind its caches instead of cropping them?
+# 5. Why does the decode loop rewind its caches instead of cropping them?
 # 6. Why is the cost model's prediction at the paper's tau above the paper's measured speedup?
 #
 # ## Exercises

@@ -14,7 +14,8 @@ they give the cost model's speedup at that scale (docs/method.md, notebook 10), 
 the weights over the memory bandwidth give the floor a forward cannot beat.
 
     python tools/gpu_cost_probe.py --device cuda --json results/gpu/cost_probe_qwen3_8b.json
-    python tools/gpu_cost_probe.py --device cpu --shape smoke --compiled-sizes ''     # a quick check
+    python tools/gpu_cost_probe.py --device cpu --shape smoke --compiled-sizes ''     # a quick
+    check
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ SHAPES = {   # hidden, intermediate, layers, heads, kv heads, head_dim, vocab
     "qwen3-4b": (2560, 9728, 36, 32, 8, 128, 151936),
     "smoke": (128, 256, 4, 4, 2, 32, 1024),
 }
-PAPER_TAU = 6.49        # the paper's Table 1, Qwen3-8B on an H200, greedy, block 16: tau 6.49 on average ...
+# the paper's Table 1, Qwen3-8B on an H200, greedy, block 16: tau 6.49 on average ...
+PAPER_TAU = 6.49
 PAPER_SPEEDUP = 4.86    # ... at 4.86x over autoregressive decoding
 TARGET_SIZES = [1, 2, 4, 8, 16, 17, 32, 33, 64]
 
@@ -48,15 +50,18 @@ def build(shape: str, device: str, dtype: torch.dtype):
 
 
     h, inter, layers, heads, kv, hd, vocab = SHAPES[shape]
-    config = Qwen3Config(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
-                         num_key_value_heads=kv, head_dim=hd, vocab_size=vocab, max_position_embeddings=40960,
+    config = Qwen3Config(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads,
+                         num_key_value_heads=kv, head_dim=hd, vocab_size=vocab,
+                         max_position_embeddings=40960,
                          tie_word_embeddings=False)
     config._attn_implementation = "sdpa"
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
             target = Qwen3ForCausalLM(config).eval()
-            drafter_config = DrafterConfig.from_target(config, mask_token_id=vocab - 1, num_layers=5, block_size=16)
+            drafter_config = DrafterConfig.from_target(config, mask_token_id=vocab - 1,
+                                                       num_layers=5, block_size=16)
             drafter = DFlashDrafter(drafter_config).eval()
     finally:
         torch.set_default_dtype(torch.float32)
@@ -81,14 +86,17 @@ def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats
                       ids[:, -1:].expand(1, b), key=("verify", tuple(layer_ids)))
 
     runs = {("target", b): (lambda b=b: target_step(b)) for b in sizes}
-    runs[("draft", 16)] = lambda: shapes.draft(drafter, target, dcache, block, features[:, -16:], length - 16)
+    runs[("draft", 16)] = lambda: shapes.draft(drafter, target, dcache, block, features[:, -16:],
+                                               length - 16)
     t0 = time.perf_counter()
-    interleaved(runs, repeats=0, warmup=3, device=ids.device)               # compile and record every width
+    # compile and record every width
+    interleaved(runs, repeats=0, warmup=3, device=ids.device)
     warmup_s = time.perf_counter() - t0
     timed = interleaved(runs, repeats=repeats, warmup=0, device=ids.device)
     medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
     return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
-            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}, "warmup_s": warmup_s}
+            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"},
+            "warmup_s": warmup_s}
 
 
 def summary(costs: dict) -> dict:
@@ -111,8 +119,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--compiled-sizes", default="1,2,4,8,16,17,32,64",
-                        help="target widths to time compiled, comma-separated ('' for none); CUDA only")
-    parser.add_argument("--bandwidth-tb-s", type=float, default=4.8, help="memory bandwidth for the floor (H200: 4.8)")
+                        help="target widths to time compiled, comma-separated ('' for none); CUDA "
+                             "only")
+    parser.add_argument("--bandwidth-tb-s", type=float, default=4.8,
+                        help="memory bandwidth for the floor (H200: 4.8)")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
@@ -123,15 +133,20 @@ def main(argv=None) -> dict:
     build_s = time.perf_counter() - t0
     ids = torch.randint(0, SHAPES[args.shape][-1] - 2, (1, args.context), device=args.device)
     weight_bytes = sum(p.numel() * p.element_size() for p in target.parameters())
-    report = {"shape": args.shape, "device": args.device, "dtype": str(dtype).removeprefix("torch."),
-              "context": args.context, "params_target_B": sum(p.numel() for p in target.parameters()) / 1e9,
-              "params_drafter_B": sum(p.numel() for p in drafter.parameters()) / 1e9, "build_s": build_s,
-              "bandwidth_TB_s": args.bandwidth_tb_s, "floor_t_target_1_ms": 1e3 * weight_bytes / (args.bandwidth_tb_s * 1e12),
+    report = {"shape": args.shape, "device": args.device,
+              "dtype": str(dtype).removeprefix("torch."),
+              "context": args.context,
+              "params_target_B": sum(p.numel() for p in target.parameters()) / 1e9,
+              "params_drafter_B": sum(p.numel() for p in drafter.parameters()) / 1e9,
+              "build_s": build_s,
+              "bandwidth_TB_s": args.bandwidth_tb_s,
+              "floor_t_target_1_ms": 1e3 * weight_bytes / (args.bandwidth_tb_s * 1e12),
               "paper": {"tau": PAPER_TAU, "speedup": PAPER_SPEEDUP}}
     if args.device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name(0)
     with torch.inference_mode():
-        report["eager"] = summary(measure_step_costs(target, drafter, ids, TARGET_SIZES, [16], args.repeats))
+        report["eager"] = summary(measure_step_costs(target, drafter, ids, TARGET_SIZES, [16],
+                                                     args.repeats))
     print(json.dumps({"eager": report["eager"]}, indent=1), flush=True)
     sizes = [int(b) for b in args.compiled_sizes.split(",") if b.strip()]
     if sizes and args.device.startswith("cuda"):
@@ -140,7 +155,8 @@ def main(argv=None) -> dict:
             compiled = compiled_costs(target, drafter, ids, sizes, args.repeats)
             report["compiled"] = {**summary(compiled), "warmup_s": compiled["warmup_s"]}
         except Exception as e:                      # report and keep the eager numbers
-            report["compiled"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            report["compiled"] = {"error": f"{type(e).__name__}: "
+                                           f"{str(e).splitlines()[0] if str(e) else ''}"}
         print(json.dumps({"compiled": report["compiled"]}, indent=1), flush=True)
     if args.device.startswith("cuda"):
         report["max_memory_GB"] = torch.cuda.max_memory_allocated() / 1e9

@@ -26,7 +26,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--modes", default="eager,reduce-overhead", help="eager and/or torch.compile modes")
+    parser.add_argument("--modes", default="eager,reduce-overhead",
+                        help="eager and/or torch.compile modes")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
@@ -39,7 +40,8 @@ def main(argv=None) -> dict:
     cache = StaticCache(config=model.config, max_cache_len=length + b)
     block = prompt[:, -1:].expand(1, b).contiguous()
 
-    def prefill():                     # the same cache state before every timed verify: static shapes
+    # the same cache state before every timed verify: static shapes
+    def prefill():
         with torch.inference_mode():
             cache.reset()
             model(prompt, past_key_values=cache)
@@ -50,13 +52,15 @@ def main(argv=None) -> dict:
 
     forwards = {}
     for mode in args.modes.split(","):
-        forwards[mode] = model.forward if mode == "eager" else torch.compile(model.forward, mode=mode)
+        forwards[mode] = model.forward if mode == "eager" else torch.compile(model.forward,
+                                                                             mode=mode)
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     prefill()
     reference, agree, compile_s = verify(model.forward), {}, {}
     for mode, forward in forwards.items():
         t0 = time.perf_counter()
-        for _ in range(3):                                 # warm-up (and, compiled, the compilation)
+        # warm-up (and, compiled, the compilation)
+        for _ in range(3):
             prefill()
             out = verify(forward)
         sync()
@@ -72,7 +76,8 @@ def main(argv=None) -> dict:
             sync()
             times[mode].append(time.perf_counter() - t0)
     report = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device,
-              "dtype": args.dtype, "block_size": b, "context_length": length, "repeats": args.repeats,
+              "dtype": args.dtype, "block_size": b, "context_length": length,
+              "repeats": args.repeats,
               "median_ms": {m: 1000 * statistics.median(t) for m, t in times.items()},
               "warmup_s": compile_s, "max_abs_logit_diff_vs_eager": agree}
     for mode, ms in report["median_ms"].items():

@@ -1,4 +1,5 @@
-"""Train the drafter variants that notebooks 04 and 05 compare, at one equal budget, and measure them.
+"""Train the drafter variants that notebooks 04 and 05 compare, at one equal budget, and measure
+them.
 
 Every variant has the same steps, batch, anchors per sequence, learning rate and seed as the
 others; only the one thing under study changes. Each is then measured on held-out in-domain
@@ -8,7 +9,8 @@ numbers go to ``results/ablations.json``, which the notebooks read.
 
     python tools/train_ablations.py --workers 2            # both at once, one thread each (~35 min)
     python tools/train_ablations.py --collect              # merge into results/ablations.json
-    python tools/train_ablations.py --evaluate             # measure tau again (trained variants kept)
+    python tools/train_ablations.py --evaluate             # measure tau again (trained variants
+    kept)
 
 A single variant: ``python tools/train_ablations.py --only input_fusion``.
 """
@@ -48,13 +50,16 @@ def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
     out = work / name
     command = f"python tools/train_ablations.py --only {name} --steps {steps}"
     started = time.time()
-    train_drafter(out=str(out), steps=steps, eval_every=max(1, steps // 4), command=command, **options)
+    train_drafter(out=str(out), steps=steps, eval_every=max(1, steps // 4), command=command,
+                  **options)
     curve = json.loads((out / "training_curve.json").read_text())
     last = curve["curve"][-1]
     result = {"name": name, "options": options, "steps": curve["training"]["steps"],
-              "train_seconds": curve["training"]["train_seconds"], "threads": torch.get_num_threads(),
+              "train_seconds": curve["training"]["train_seconds"],
+              "threads": torch.get_num_threads(),
               "final_loss": last["loss"], "accuracy_per_position": last["accuracy_per_position"],
-              "tau_curve": curve["tau_curve"], "loss_curve": [[h["step"], h["loss"]] for h in curve["curve"]],
+              "tau_curve": curve["tau_curve"], "loss_curve": [[h["step"],
+                                                               h["loss"]] for h in curve["curve"]],
               "wall_seconds": round(time.time() - started, 1), "command": command}
     return evaluate(name, work, eval_prompts, result)
 
@@ -69,7 +74,8 @@ def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = Non
     out = work / name
     if result is None:
         result = json.loads((out / "result.json").read_text())
-        result.pop("tau_curve", None)         # probed during training by an older probe; not comparable
+        # probed during training by an older probe; not comparable
+        result.pop("tau_curve", None)
     target, tokenizer = load_pretrained("tiny")
     drafter = load_drafter(out)
     measure = tau_probe(target, tokenizer, num_prompts=eval_prompts, max_new_tokens=64)
@@ -77,7 +83,8 @@ def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = Non
     for b in CROSS_BLOCK_SIZES.get(name, []):
         tau[str(b)] = measure(drafter, block_size=b)
     result.update(tau_by_inference_block_size=tau,
-                  eval={"prompts_per_domain": eval_prompts, "max_new_tokens": 64, "split": "held_out",
+                  eval={"prompts_per_domain": eval_prompts, "max_new_tokens": 64,
+                        "split": "held_out",
                         "stops_at_eos": True})
     atomic_write_text(out / "result.json", json.dumps(result, indent=1))
     print(f"[ablations] {name}: tau {tau}", flush=True)
@@ -92,18 +99,21 @@ def main() -> int:
     parser.add_argument("--only", choices=sorted(VARIANTS), action="append")
     parser.add_argument("--workers", type=int, default=1, help="processes, one thread each")
     parser.add_argument("--collect", action="store_true")
-    parser.add_argument("--evaluate", action="store_true", help="measure tau again for trained variants")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="measure tau again for trained variants")
     parser.add_argument("--out", default=str(ROOT / "results" / "ablations.json"))
     args = parser.parse_args()
     work = Path(args.work)
     if args.collect:
         missing = [n for n in VARIANTS if not (work / n / "result.json").is_file()]
         if missing:
-            print(f"error: no result yet for {', '.join(missing)}; train them first", file=sys.stderr)
+            print(f"error: no result yet for {', '.join(missing)}; train them first",
+                  file=sys.stderr)
             return 2
         from dflash_lite.files import atomic_write_text
         results = {n: json.loads((work / n / "result.json").read_text()) for n in VARIANTS}
-        out = atomic_write_text(args.out, json.dumps({"common": COMMON, "variants": results}, indent=1))
+        out = atomic_write_text(args.out, json.dumps({"common": COMMON, "variants": results},
+                                                     indent=1))
         print(out)
         return 0
     names = args.only or list(VARIANTS)
@@ -111,11 +121,14 @@ def main() -> int:
         for name in names:
             evaluate(name, work, args.eval_prompts)
         return 0
-    if args.workers > 1:                      # split the variants round-robin over single-thread processes
+    # split the variants round-robin over single-thread processes
+    if args.workers > 1:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        procs = [subprocess.Popen([sys.executable, __file__, "--steps", str(args.steps), "--work", args.work,
+        procs = [subprocess.Popen([sys.executable, __file__, "--steps", str(args.steps), "--work",
+                                   args.work,
                                    "--eval-prompts", str(args.eval_prompts)]
-                                  + [a for n in names[i::args.workers] for a in ("--only", n)], env=env)
+                                  + [a for n in names[i::args.workers] for a in ("--only", n)],
+                                  env=env)
                  for i in range(args.workers)]
         return max(p.wait() for p in procs)
     for name in names:

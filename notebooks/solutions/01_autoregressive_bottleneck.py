@@ -8,7 +8,7 @@ import time
 import torch
 
 from dflash_lite import corpus, load_pretrained
-from dflash_lite.decode import crop_cache, new_cache, prefill
+from dflash_lite.decode import new_cache, prefill
 from dflash_lite.exercises.ch01 import check_break_even, check_cache_positions, check_kv_crossover, check_weight_bytes
 
 model, tokenizer = load_pretrained("tiny")
@@ -45,7 +45,7 @@ with torch.inference_mode():
             t0 = time.perf_counter()
             model(context[:, :n], past_key_values=cache, use_cache=True)
             t[n].append(time.perf_counter() - t0)
-            crop_cache(cache, context.shape[1])
+            cache.rewind(context.shape[1])
 t = {n: statistics.median(v) for n, v in t.items()}
 ratio = t[16] / t[1]
 print(f"t(16)/t(1) = {ratio:.2f}")

@@ -6,7 +6,8 @@ import torch
 
 from dflash_lite import load_pretrained
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.drafter import DFlashDrafter, DrafterCache, DrafterConfig
+from dflash_lite.cache import SlotCache
+from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.exercises.ch04 import check_cache_numbers, check_taps_experiment, check_tap_indices
 from dflash_lite.plotting import cache_dir
 from dflash_lite.target import default_drafter_path
@@ -25,11 +26,12 @@ assert check_tap_indices(([l + 1 for l in taps], len(taps) * c.hidden_size))
 
 # 2. Count what the cache keeps after one draft with a 10-position context.
 drafter = load_drafter(default_drafter_path("tiny"))
-cache = DrafterCache(drafter.config.num_layers)
+cache = SlotCache(drafter.config.num_layers)
 features = torch.randn(1, 10, drafter.config.num_context_features)
 block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
 drafter.draft_logits(target, block, features, 0, cache)
-cached = sum(t.numel() for t in cache.keys + cache.values) // 10
+cached = sum(layer.keys[:, :, :cache.position].numel() + layer.values[:, :, :cache.position].numel()
+             for layer in cache.layers) // 10
 print(f"cached per position: {cached} = {drafter.config.num_layers} layers x 2 (K, V) x "
       f"{drafter.config.num_key_value_heads} heads x {drafter.config.head_dim}")
 assert check_cache_numbers((cached, drafter.config.num_context_features))

@@ -4,7 +4,7 @@ import torch
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.decode import generate, new_cache, prefill
-from dflash_lite.drafter import DrafterCache
+from dflash_lite.cache import SlotCache
 from dflash_lite.exercises import ch09
 from dflash_lite.costs import measure_step_costs
 from dflash_lite.policy import default_policy
@@ -21,7 +21,7 @@ with torch.inference_mode():
     root = logits0.argmax(dim=-1)
     block = torch.full((1, B), drafter.config.mask_token_id)
     block[0, 0] = root
-    draft_logits = drafter.draft_logits(target, block, features, 0, DrafterCache(drafter.config.num_layers))[0]
+    draft_logits = drafter.draft_logits(target, block, features, 0, SlotCache(drafter.config.num_layers))[0]
 tree = build_tree(root, torch.log_softmax(draft_logits, dim=-1), 12)
 
 # 1. the deepest node sees the whole context and its own path: root, ancestors, itself
