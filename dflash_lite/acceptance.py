@@ -11,20 +11,25 @@ from dataclasses import dataclass
 
 import torch
 
-from .validate import check_temperature, check_top_k, check_top_p
+from .validate import check_seed, check_temperature, check_top_k, check_top_p
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the target picks a token. ``temperature == 0`` means greedy."""
+    """How the target picks a token. ``temperature == 0`` means greedy. ``seed``: a sampled run
+    draws its noise per position from it (:class:`PositionNoise`), so the output is the same for
+    every drafting scheme; None: from the caller's generator."""
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
+    seed: int | None = None
 
     def __post_init__(self):                  # one-line ValueErrors, the same as the CLI's
         check_temperature(self.temperature)
         check_top_k(self.top_k)
         check_top_p(self.top_p)
+        if self.seed is not None:
+            check_seed(self.seed)
 
     @property
     def greedy(self) -> bool:
@@ -32,7 +37,8 @@ class SamplingParams:
 
     def processors(self):
         """transformers' logits processors for this setting (empty when greedy)."""
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+        from transformers import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
+                                  TopPLogitsWarper)
 
         procs = LogitsProcessorList()
         if self.greedy:
@@ -53,11 +59,63 @@ def target_probs(logits: torch.Tensor, params: SamplingParams, processors=None) 
     return torch.softmax(scores, dim=-1)
 
 
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN, _POSITION = _signed(0x9E3779B97F4A7C15), _signed(0xD1B54A32D192ED03)
+_MIX1, _MIX2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """A logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+class PositionNoise:
+    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a
+    seeded sample of the token at position i is the same whatever was drafted, in whatever order
+    the loop asks for it, on any device (docs/method.md#seeded-sampling).
+
+    A counter-based generator: splitmix64's finaliser of ``seed * g + position * c + token`` in
+    int64 arithmetic, computed where the scores are. ``sample`` is the Gumbel-max trick:
+    ``argmax(log p + g)`` is exactly a draw from p (Gumbel 1954; drafter-invariant speculative
+    decoding, arXiv 2408.07978)."""
+
+    def __init__(self, seed: int | None = None):
+        self.seed = int(torch.randint(0, 2**62, ()).item()) if seed is None else int(seed)
+        self._key = _signed((self.seed * (_GOLDEN % (1 << 64)) + _GOLDEN % (1 << 64)) % (1 << 64))
+
+    def uniform(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+        """(N, V) uniforms in (0, 1) for the tokens at ``positions`` (N,)."""
+        device = positions.device
+        key = (positions.long() * _POSITION + self._key)[:, None]
+        z = key + torch.arange(vocab, device=device)[None]
+        z = (z ^ _shift(z, 30)) * _MIX1
+        z = (z ^ _shift(z, 27)) * _MIX2
+        z = z ^ _shift(z, 31)
+        return (_shift(z, 11).double() + 0.5) / float(1 << 53)
+
+    def sample(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One token per row of processed ``scores`` (N, V) (log-probabilities up to a constant;
+        -inf where a warper removed a token): the argmax of scores + Gumbel noise."""
+        gumbel = -torch.log(-torch.log(self.uniform(positions, scores.shape[-1])))
+        return (scores.double() + gumbel).argmax(dim=-1)
+
+
 def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of ``logits`` (N, V) -> (N,): argmax when greedy, else a sample."""
+                  generator: torch.Generator | PositionNoise | None = None,
+                  positions: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of ``logits`` (N, V) -> (N,): argmax when greedy, else a sample: from
+    ``generator``'s stream (``torch.multinomial``), or with a :class:`PositionNoise` the seeded
+    sample of the token at each row's absolute position (``positions`` (N,))."""
     if params.greedy:
         return logits.argmax(dim=-1)
+    if isinstance(generator, PositionNoise):
+        if positions is None:
+            raise ValueError("seeded sampling needs the positions of the tokens it samples")
+        processors = params.processors() if processors is None else processors
+        return generator.sample(processors(None, logits.float()), positions.to(logits.device))
     probs = target_probs(logits, params, processors)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -78,7 +136,8 @@ def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[
 
 
 def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
-    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its token."""
+    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its
+    token."""
     tokens = committed_tokens(draft_tokens, target_logits.argmax(dim=-1))
     return len(tokens) - 1, tokens[-1]
 

@@ -8,8 +8,8 @@ same decode loop (:func:`dflash_lite.decode.steps`), so every speedup compares l
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
 * :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
   section 5.3), which the cost-aware policy (:mod:`dflash_lite.policy`) replaces.
-* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's
-  rows.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the
+  benchmark's rows.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import logging
 
 import torch
 
-from .acceptance import SamplingParams, target_probs
+from .acceptance import PositionNoise, SamplingParams, choose_tokens, target_probs
 from .cache import SlotCache
 from .decode import ChainDraft, DFlashProposer, GenerationResult, generate
 from .shapes import EAGER, Shapes
@@ -45,7 +45,8 @@ class NoDraftProposer:
 def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
                             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
                             generator: torch.Generator | None = None) -> GenerationResult:
-    """The baseline: the decode loop at block size 1 (prefill, then one target forward per token)."""
+    """The baseline: the decode loop at block size 1 (prefill, then one target forward per
+    token)."""
     return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids,
                     generator)
 
@@ -54,8 +55,7 @@ class EagleProposer(DFlashProposer):
     """The EAGLE-style baseline: the same context and KV injection as DFlash, but k drafter forwards
     for k drafts, each token predicting the next. Needs an autoregressive drafter
     (:class:`dflash_lite.variants.AutoregressiveDrafter`), whose cache keeps each draft's K/V for
-    the
-    next one; after the round the cache is cut back to the accepted context."""
+    the next one; after the round the cache is cut back to the accepted context."""
 
     autoregressive = True
 
@@ -76,17 +76,23 @@ class EagleProposer(DFlashProposer):
 
 
 class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
-    cache.
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its
+    own cache.
 
-    ``sample=False`` drafts the argmax (a point-mass q); ``sample=True`` samples from the draft
-    model's processed distribution and returns it, for the general acceptance rule.
+    ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the draft
+    model's processed distribution: with a :class:`~dflash_lite.acceptance.PositionNoise` as
+    ``generator`` by the **coupled rule** (the default of a seeded run): each draft is
+    ``argmax(log q + g)`` with the target's own noise g at that position, a point mass accepted
+    exactly when it is the target's seeded token (acceptance at least (1 - TV) / (1 + TV));
+    with a ``torch.Generator``, by the **min(1, p/q) rule** (Leviathan et al. 2023; acceptance
+    1 - TV, but the output then depends on the draws): the drafts and their q are returned for
+    the general acceptance rule.
     """
     layer_ids = None
 
     def __init__(self, draft_model, target, block_size: int = 5,
                  sampling: SamplingParams = SamplingParams(),
-                 sample: bool = False, generator: torch.Generator | None = None):
+                 sample: bool = False, generator: torch.Generator | PositionNoise | None = None):
         if draft_model.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
                              f"target vocabulary {target.config.vocab_size}")
@@ -97,16 +103,22 @@ class DraftModelProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = SlotCache.for_target(self.model)
+        self.prompt_length = prompt_ids.shape[1]
         # tokens not yet in the draft cache
         self.unseen = prompt_ids
 
     def propose(self, last_token: torch.Tensor, k: int):
         ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
         tokens, probs = [], []
-        for _ in range(k):
+        coupled = self.sample and isinstance(self.generator, PositionNoise)
+        after = self.cache.position + ids.shape[1]       # the position of the first draft
+        for i in range(k):
             logits = self.model(ids, past_key_values=self.cache, use_cache=True,
                                 logits_to_keep=1).logits[:, -1]
-            if self.sample:
+            if coupled:     # the target's noise at the draft's position: argmax(log q + g)
+                token = choose_tokens(logits, self.sampling, self.processors, self.generator,
+                                      torch.tensor([after + i]))
+            elif self.sample:
                 p = target_probs(logits, self.sampling, self.processors)   # (1, V)
                 token = torch.multinomial(p, 1, generator=self.generator)[0]
                 probs.append(p[0])
@@ -114,7 +126,7 @@ class DraftModelProposer:
                 token = logits.argmax(dim=-1)
             tokens.append(token)
             ids = token.view(1, 1)
-        return ChainDraft(torch.cat(tokens), torch.stack(probs) if self.sample else None)
+        return ChainDraft(torch.cat(tokens), torch.stack(probs) if probs else None)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the last draft was never fed
@@ -132,8 +144,8 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
     ``prompt_lookup_num_tokens``). Returns (new tokens, None): it keeps no per-step record."""
     if sampling.greedy:
         kwargs["do_sample"] = False
-    # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
     else:
+        # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
     # transformers' assisted generation calls the assistant's generate with a generation config and

@@ -13,11 +13,10 @@ one: :func:`resolve` (load the target, the drafters and the prompts; build the :
 list), :func:`run` (time them, interleaved, and the cost model's forwards) and :func:`report`
 (the summary below, printed and optionally written as JSON)::
 
-    {"env": {...}, "methods": [{"name", "kind", "block_size", "tree_size", "default",
-    "tokens_per_s",
-                                "tokens_per_s_spread", "speedup", "speedup_vs_hf_generate", "tau",
-                                "tau_histogram", "identical_to_target", "error", "phase_times",
-                                ...}],
+    {"env": {...},
+     "methods": [{"name", "kind", "block_size", "tree_size", "default", "tokens_per_s",
+                  "tokens_per_s_spread", "speedup", "speedup_vs_hf_generate", "tau",
+                  "tau_histogram", "identical_to_target", "error", "phase_times", ...}],
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
@@ -40,18 +39,21 @@ import transformers
 
 from . import outputs, validate
 from .acceptance import SamplingParams
-from .baselines import AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer, hf_generate
+from .baselines import (AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer,
+                        hf_generate)
 from .checkpoints import check_pair, load_drafter, load_pair, to_transformers
 from .costs import measure_costs
 from .decode import DFlashProposer, generate
 from .drafter import DFlashDrafter, DrafterConfig
 from .files import atomic_write_text
 from .ngram import NgramProposer
-from .report import Kind, Method, cost_model, format_cost_model, format_table, summarise
+from .report import (TRANSFORMERS_KINDS, Kind, Method, cost_model, format_cost_model, format_table,
+                     summarise)
 from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from .shapes import EAGER, FixedShapes, Shapes
 from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
-from .target import SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype, stop_token_ids, target_context
+from .target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype,
+                     stop_token_ids, target_context)
 from .timing import interleaved
 from .tree import DFlashTreeProposer, HybridTreeProposer
 
@@ -81,13 +83,14 @@ def environment(device: str) -> dict:
 
 
 def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
-            repeats: int = 3,
-            reference: dict | None = None, device: str = "cpu",
-            greedy: bool = True) -> dict[str, MethodStats]:
+            repeats: int = 3, reference: dict | None = None, device: str = "cpu",
+            greedy: bool = True, seeded: bool = False) -> dict[str, MethodStats]:
     """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
 
     ``reference`` maps prompt index -> the target's greedy tokens (by default the outputs of the
-    autoregressive row, else of ``model.generate``) for the identity check.
+    autoregressive row, else of ``model.generate``) for the identity check. Sampled and
+    ``seeded`` (``SamplingParams.seed``): the rows of this project's loop are checked against the
+    autoregressive row's seeded sample, transformers' rows not at all; unseeded: none is.
     """
     stats = {m.name: MethodStats(m) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
@@ -96,9 +99,10 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
         for i, ids in enumerate(prompts):
             try:
                 outputs[m.name][i] = m.run(ids, max_new_tokens)[0]
-            # a failing method is reported, not dropped
             except Exception as e:
-                stats[m.name].error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                # a failing method is reported, not dropped
+                stats[m.name].error = (f"{type(e).__name__}: "
+                                       f"{str(e).splitlines()[0] if str(e) else ''}")
                 break
     if reference is None:
         base = next((m.name for kind in (Kind.AUTOREGRESSIVE, Kind.HF_GENERATE) for m in methods
@@ -127,17 +131,18 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
         stats[name].times = [t for t, _ in totals[name]]
         stats[name].tokens = [n for _, n in totals[name]]
         stats[name].phase_runs, stats[name].step_runs = phases[name], steps[name]
-    for m in live:
-        if greedy and reference:
+    for m in live:      # sampled: transformers' rows draw from their own stream, ours are seeded
+        if reference and (greedy or seeded and m.kind not in TRANSFORMERS_KINDS):
             stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
     return stats
 
 
 def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
-                  repeats: int = 3,
-                  reference: dict | None = None, device: str = "cpu", greedy: bool = True) -> dict:
-    """:func:`measure` a list of methods and :func:`summarise` it: the report without a cost model."""
-    stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy)
+                  repeats: int = 3, reference: dict | None = None, device: str = "cpu",
+                  greedy: bool = True, seeded: bool = False) -> dict:
+    """:func:`measure` a list of methods and :func:`summarise` it: the report without a cost
+    model."""
+    stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy, seeded)
     return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)
 
 
@@ -158,17 +163,16 @@ class Rows:
 
 
 def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
-                     rows: Rows | None = None,
-                     **options) -> list[Method]:
+                     rows: Rows | None = None, **options) -> list[Method]:
     """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding
-    with
-    a small draft model, here and in transformers; prompt lookup, there and in our loop; the
+    with a small draft model, here and in transformers; prompt lookup, there and in our loop; the
     EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
     the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
     the same trees with prompt lookup's branch, and transformers' DFlash path with the same
     weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
     r = rows or Rows(**options)
-    sampling, block_sizes, prompt_lookup, draft_block_size = r.sampling, r.block_sizes, r.prompt_lookup, r.draft_block_size
+    sampling, block_sizes, prompt_lookup, draft_block_size = (r.sampling, r.block_sizes,
+                                                              r.prompt_lookup, r.draft_block_size)
     stops = stop_token_ids(target, tokenizer)
 
     # transformers' generate, with or without a helper
@@ -181,30 +185,26 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
         Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1),
     ]
     if draft_model is not None:
-        methods.append(Method(f"draft model (ours) k={draft_block_size - 1}",
-                              _spec_run(target, lambda: DraftModelProposer(draft_model, target,
-                                                                           draft_block_size),
-                                        sampling, stops), Kind.DRAFT_MODEL,
-                              block_size=draft_block_size))
+        methods.append(Method(f"draft model (ours) k={draft_block_size - 1}", _spec_run(
+            target, lambda: DraftModelProposer(draft_model, target, draft_block_size), sampling,
+            stops), Kind.DRAFT_MODEL, block_size=draft_block_size))
         methods.append(Method("draft model (transformers)", hf(assistant_model=draft_model),
                               Kind.HF_DRAFT_MODEL))
     if prompt_lookup:
         methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
                               hf(prompt_lookup_num_tokens=prompt_lookup), Kind.PROMPT_LOOKUP))
-        methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}",
-                              _spec_run(target, lambda: NgramProposer(prompt_lookup), sampling,
-                                        stops), Kind.NGRAM))
+        methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}", _spec_run(
+            target, lambda: NgramProposer(prompt_lookup), sampling, stops), Kind.NGRAM))
     if eagle is not None:
-        methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}",
-                              _spec_run(target, lambda: EagleProposer(eagle, target), sampling,
-                                        stops),
-                              Kind.EAGLE, block_size=eagle.config.block_size))
+        methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}", _spec_run(
+            target, lambda: EagleProposer(eagle, target), sampling, stops), Kind.EAGLE,
+            block_size=eagle.config.block_size))
     if drafter is not None:
         methods += _dflash_rows(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
                                 (sampling, stops))
         if r.hf_dflash:
-            converted = to_transformers(drafter,
-                                        dtype=next(target.parameters()).dtype).to(target.device)
+            converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(
+                target.device)
             methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
                                   hf(assistant_model=converted, speculation_type="dflash"),
                                   Kind.HF_DFLASH, block_size=drafter.config.block_size))
@@ -223,30 +223,28 @@ def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: boo
     for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
         session = PolicySession(drafter, target, options, recalibrate=False)
         rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes),
-                           Kind.DFLASH_POLICY,
-                           default=default and not shapes.fixed, session=session))
+                           Kind.DFLASH_POLICY, default=default and not shapes.fixed,
+                           session=session))
     for b in block_sizes:
         rows.append(Method(f"DFlash (ours) B={b}", _spec_run(target, lambda b=b: DFlashProposer(
             drafter, target, b, shapes=shapes), sampling, stops), Kind.DFLASH, block_size=b))
     if adaptive:
         sizes = "/".join(map(str, sorted(adaptive)))
-        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}",
-                           _spec_run(target, lambda: AdaptiveDFlashProposer(drafter, target,
-                                                                            adaptive),
-                                     sampling, stops), Kind.DFLASH_ADAPTIVE))
+        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}", _spec_run(
+            target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive), sampling, stops),
+            Kind.DFLASH_ADAPTIVE))
     for n in tree_sizes:
         rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(
             drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_TREE, tree_size=n))
     for n in tree_sizes:
-        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(target,
-                                                                           lambda n=n: HybridTreeProposer(
-            drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_HYBRID, tree_size=n))
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(
+            target, lambda n=n: HybridTreeProposer(drafter, target, n, shapes=shapes), sampling,
+            stops), Kind.DFLASH_HYBRID, tree_size=n))
     return rows
 
 
 def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
-                     sampling: SamplingParams,
-                     stops) -> list[Method]:
+                     sampling: SamplingParams, stops) -> list[Method]:
     """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
     lookup and, with a drafter, the default policy, each fixed block size, the draft trees and
     the hybrid trees, all on one :class:`~dflash_lite.shapes.FixedShapes` of ``length`` tokens
@@ -254,15 +252,15 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
     marked ``compiled`` and named so."""
     buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
     shapes = FixedShapes(length, compile=True, buckets=buckets)
-    rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes),
-                                                      sampling, stops),
+    rows = [Method("autoregressive (ours)",
+                   _spec_run(target, lambda: NoDraftProposer(shapes), sampling, stops),
                    Kind.AUTOREGRESSIVE, block_size=1),
-            Method("prompt lookup (ours) k=10", _spec_run(target, lambda: NgramProposer(10,
-                                                                                        shapes=shapes),
-                                                          sampling, stops), Kind.NGRAM)]
+            Method("prompt lookup (ours) k=10",
+                   _spec_run(target, lambda: NgramProposer(10, shapes=shapes), sampling, stops),
+                   Kind.NGRAM)]
     if drafter is not None:
-        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True, (sampling,
-                                                                                    stops), shapes)
+        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True,
+                             (sampling, stops), shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:
         row.name, row.compiled = f"{row.name} ({how})", True
@@ -270,7 +268,8 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
 
 
 def _spec_run(target, make_proposer, sampling, stops):
-    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive baseline)."""
+    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive
+    baseline)."""
     def run(ids, n):
         result = generate(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result
@@ -289,8 +288,9 @@ def _policy_run(target, session: PolicySession, sampling, stops, shapes: Shapes 
     return run
 
 
-# ----------------------------------------------------------------------------- bench = resolve -> run -> report
-IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # --json replaces only these freely
+# ----------------------------------------------------------------- bench = resolve -> run -> report
+# --json replaces only these freely
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))
 
 
 @dataclass
@@ -377,7 +377,8 @@ class Setup:
 
 @dataclass
 class Measured:
-    """What :func:`run` timed: per-method statistics and the cost model's forwards (None without a drafter)."""
+    """What :func:`run` timed: per-method statistics and the cost model's forwards (None without a
+    drafter)."""
     stats: dict[str, MethodStats]
     env: dict
     costs: dict | None = None
@@ -409,15 +410,15 @@ def _check_context(model, ids: list[torch.Tensor], max_new_tokens: int) -> None:
     for i, x in enumerate(ids):
         if context is not None and x.shape[1] + max_new_tokens > context:
             raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens "
-                             f"({max_new_tokens}) does not "
-                             f"fit the target's context of {context} tokens; shorten it or lower "
-                             "--max-new-tokens")
+                             f"({max_new_tokens}) does not fit the target's context of {context} "
+                             "tokens; shorten it or lower --max-new-tokens")
 
 
 def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str | None]:
     """The EAGLE-style drafter and the small draft model (given, else the target's shipped ones)."""
     shipped = SHIPPED_BASELINES.get(config.target, {})
-    eagle = config.eagle or (str(shipped["eagle"]) if "eagle" in shipped and shipped["eagle"].is_dir() else None)
+    eagle = config.eagle or (str(shipped["eagle"]) if "eagle" in shipped
+                             and shipped["eagle"].is_dir() else None)
     small = config.draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
                                    and shipped["draft_model"].is_dir() else None)
     eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(config.device) if eagle else None
@@ -462,54 +463,54 @@ def resolve(config: BenchConfig) -> Setup:
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
-    eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if c.baselines else (None,
-                                                                                          None,
-                                                                                          None,
-                                                                                          None)
+    eagle, small_lm, eagle_path, small_path = (_peers(c, torch_dtype) if c.baselines
+                                               else (None, None, None, None))
     if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
-        c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature), c.hf_dflash,
-        adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
+        c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature, seed=c.seed),
+        c.hf_dflash, adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     # shapes sized for the longest prompt, built here: never inside a timed run
     if c.compile:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
                                     max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                    SamplingParams(temperature=c.temperature),
+                                    SamplingParams(temperature=c.temperature, seed=c.seed),
                                     stop_token_ids(model, tokenizer))
-    drafter_path = c.drafter or (None if c.random_drafter_layers else default_drafter_path(c.target))
+    drafter_path = c.drafter or (None if c.random_drafter_layers
+                                 else default_drafter_path(c.target))
     drafter_shown = _shown(str(drafter_path) if drafter_path else None)
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),
                 "drafter": drafter_shown or (f"random, {c.random_drafter_layers} layers"
                                              if c.random_drafter_layers else None),
                 "prompts_source": prompts_source, "temperature": c.temperature,
+                "seed": c.seed if c.temperature > 0 else None,
                 "dtype": str(torch_dtype).removeprefix("torch."),
-                "chat_template": bool(c.chat_template and getattr(tokenizer, "chat_template",
-                                                                  None)),
+                "chat_template": bool(c.chat_template
+                                      and getattr(tokenizer, "chat_template", None)),
                 "prompt_template": c.prompt_template}
     return Setup(c, methods, ids, model, draft, settings)
 
 
 def run(setup: Setup) -> Measured:
-    """Time every method of ``setup`` (:func:`measure`: interleaved, after a warm-up, each greedy
-    output checked against the target's) and, with a DFlash drafter, the forwards of the cost model
-    at the first prompt (:func:`dflash_lite.costs.measure_costs`, each the median of
-    ``cost_repeats``)."""
+    """Time every method of ``setup`` (:func:`measure`: interleaved, after a warm-up, each output
+    checked against the target's: greedy, or its sample seeded by ``seed`` at temperature > 0)
+    and, with a DFlash drafter, the forwards of the cost model at the first prompt
+    (:func:`dflash_lite.costs.measure_costs`, each the median of ``cost_repeats``)."""
     c = setup.config
-    sampling = SamplingParams(temperature=c.temperature)
+    sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
     if not sampling.greedy:
         torch.manual_seed(c.seed)
     stats = measure(setup.methods, setup.prompts, c.max_new_tokens, c.repeats, device=c.device,
-                    greedy=sampling.greedy)
+                    greedy=sampling.greedy, seeded=sampling.seed is not None)
     env = environment(c.device)
     sessions = [m.session for m in setup.methods if m.session is not None]
     if sessions:
-        env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds for s in sessions)}
+        env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds
+                                                            for s in sessions)}
     costs = None
     if setup.drafter is not None:
         costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
-                              c.cost_repeats,
-                              c.tree_sizes)
+                              c.cost_repeats, c.tree_sizes)
     return Measured(stats, env, costs)
 
 
@@ -521,8 +522,8 @@ def report(setup: Setup, measured: Measured) -> dict:
     summary = summarise(measured.stats, measured.env, c.max_new_tokens, len(setup.prompts),
                         c.repeats)
     if measured.costs is not None:
-        summary["cost_model"] = {"costs": measured.costs, "rows": cost_model(summary,
-                                                                             measured.costs)}
+        summary["cost_model"] = {"costs": measured.costs,
+                                 "rows": cost_model(summary, measured.costs)}
     summary["env"].update(setup.settings)
     if not c.quiet:
         print(format_table(summary))

@@ -29,7 +29,8 @@ def _as_rows(value, rows: int) -> list[int]:
 
 
 class SlotLayer(CacheLayerMixin):
-    """One layer's buffers and write position; allocated at the first write (dtype, heads, device)."""
+    """One layer's buffers and write position; allocated at the first write (dtype, heads,
+    device)."""
     is_sliding = False
 
     @property
@@ -57,8 +58,8 @@ class SlotLayer(CacheLayerMixin):
     def _grow(self, needed: int) -> None:
         c = self.cache
         if c.fixed:
-            raise ValueError(f"this fixed-shape cache holds {c.length} slots; a forward needs "
-                             f"{needed}")
+            raise ValueError(f"this fixed-shape cache holds {c.length} slots; "
+                             f"a forward needs {needed}")
         c.length = max(2 * c.length, 1 << (needed - 1).bit_length())
         for layer in c.layers:
             if layer.is_initialized:
@@ -76,8 +77,8 @@ class SlotLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         width = key_states.shape[-2]
         if self.cache.fixed:
-            index = self.cache.at_tensor(self)[:, None] + torch.arange(width,
-                                                                       device=self.keys.device)
+            index = (self.cache.at_tensor(self)[:, None]
+                     + torch.arange(width, device=self.keys.device))
             _write(self.keys, index, key_states)
             _write(self.values, index, value_states)
             self.at.add_(width)
@@ -117,13 +118,12 @@ def _write(buffer: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> None
 
 class SlotCache(Cache):
     """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a
-    write
-    position per row (see the module's docstring). ``length`` None: an eager cache that starts at
-    :data:`MIN_SLOTS` and doubles when a forward needs more; a fixed cache never grows."""
+    write position per row (see the module's docstring). ``length`` None: an eager cache that
+    starts at :data:`MIN_SLOTS` and doubles when a forward needs more; a fixed cache never
+    grows."""
 
     def __init__(self, num_layers: int, length: int | None = None, rows: int = 1,
-                 fixed: bool = False,
-                 device: torch.device | str | None = None):
+                 fixed: bool = False, device: torch.device | str | None = None):
         if fixed and length is None:
             raise ValueError("a fixed-shape cache needs its length")
         self.rows, self.fixed, self.length = rows, fixed, length or MIN_SLOTS
@@ -140,8 +140,8 @@ class SlotCache(Cache):
         cache = cls(model.config.num_hidden_layers, length, rows, fixed, model.device)
         if fixed:               # allocated now: a compiled forward never sees the first write
             config = model.config
-            head_dim = getattr(config, "head_dim",
-                               None) or config.hidden_size // config.num_attention_heads
+            head_dim = (getattr(config, "head_dim", None)
+                        or config.hidden_size // config.num_attention_heads)
             cache.allocate(config.num_key_value_heads, head_dim, model.dtype)
         return cache
 
@@ -205,8 +205,8 @@ class SlotCache(Cache):
         if ancestors is None:
             ancestors = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         if self.fixed or self.rows > 1:
-            at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts,
-                                                                  device=device)
+            at = (self.at_tensor() if self.fixed
+                  else torch.tensor(self.layers[0].starts, device=device))
             slots = self.length if self.fixed else int(at.max()) + width
             relative = torch.arange(slots, device=device)[None] - at[:, None]            # (R, L)
             inside = (relative >= 0) & (relative < width)
@@ -221,7 +221,8 @@ class SlotCache(Cache):
         return masks
 
     def _window(self, mask, depths, window: int) -> torch.Tensor:
-        """True where a key lies within ``window`` positions before the query (transformers' rule)."""
+        """True where a key lies within ``window`` positions before the query (transformers'
+        rule)."""
         rows, _, width, slots = mask.shape
         device = mask.device
         at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts, device=device)
@@ -245,7 +246,8 @@ class SlotCache(Cache):
         return torch.cat([context, block], dim=1)[:, None, None]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """The drafter's write: (rows, kv, C, D) of new context into layer ``layer``; what it sees."""
+        """The drafter's write: (rows, kv, C, D) of new context into layer ``layer``; what it
+        sees."""
         return self.layers[layer].update(k, v)
 
     def positions(self, width: int, depths: torch.Tensor | None = None) -> torch.Tensor:

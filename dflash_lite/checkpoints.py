@@ -3,12 +3,10 @@
 * **dflash-lite** (``save_drafter`` / ``load_drafter``): ``drafter.safetensors`` +
   ``drafter_config.json``.
 * **public DFlash** (``export_dflash`` / ``import_dflash``): ``model.safetensors`` +
-  ``config.json`` with
-  ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and ``num_target_layers``;
-  weights
-  ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding or LM head. This is what vLLM and
-  SGLang serve (``--speculative-config '{"method": "dflash", "model": DIR,
-  "num_speculative_tokens": 15}'``)
+  ``config.json`` with ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and
+  ``num_target_layers``; weights ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding
+  or LM head. This is what vLLM and SGLang serve
+  (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
   and what published drafters ship as. The rest of that config is a Qwen3 config: its rope
   parameters (``rope_theta`` with ``rope_scaling``, or ``rope_parameters``) and its sliding-window
   keys (``layer_types``, ``sliding_window``, ``use_sliding_window``, ``max_window_layers``) are
@@ -34,7 +32,8 @@ from safetensors.torch import load_file, save_file
 
 from .drafter import DFlashDrafter, DrafterConfig, check_compatible
 from .files import atomic_path
-from .target import LoadError, _check_safetensors, default_drafter_path, load_pretrained, parse_dtype, resolve_checkpoint
+from .target import (LoadError, _check_safetensors, default_drafter_path, load_pretrained,
+                     parse_dtype, resolve_checkpoint)
 from .validate import check_memory, check_model_shape
 from .variants import make_drafter
 
@@ -50,15 +49,16 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory}: is an existing file; a drafter is saved into a directory")
-    with atomic_path(directory / weights_name) as tmp_w, atomic_path(directory / config_name) as tmp_c:
+    with (atomic_path(directory / weights_name) as tmp_w,
+          atomic_path(directory / config_name) as tmp_c):
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp_w))
         tmp_c.write_text(json.dumps(config, indent=1))
     return directory
 
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
-    # sizes and parameter count, before anything is allocated
     try:
+        # sizes and parameter count, before anything is allocated
         parameters = check_model_shape(config.to_dict(), embeddings=0)
     except ValueError as e:
         raise LoadError(f"{source}: bad drafter config ({e})") from None
@@ -73,8 +73,8 @@ def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDr
     extra = sorted(set(tensors) - set(expected))
     if missing or extra:
         raise LoadError(f"{source}: checkpoint does not match its config "
-                        f"(missing {len(missing)} tensors {missing[:3]}, extra {len(extra)} "
-                        f"{extra[:3]})")
+                        f"(missing {len(missing)} tensors {missing[:3]}, "
+                        f"extra {len(extra)} {extra[:3]})")
     for name, tensor in tensors.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise LoadError(f"{source}: tensor {name} has shape {tuple(tensor.shape)}, "
@@ -141,8 +141,7 @@ def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
 
 def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = None) -> DFlashDrafter:
     """A drafter from a local directory (own or public layout) or a hub id (public layout), in
-    ``dtype``
-    (``"float32"`` by default, ``"bfloat16"``, ``"float16"``)."""
+    ``dtype`` (``"float32"`` by default, ``"bfloat16"``, ``"float16"``)."""
     directory = resolve_checkpoint(name_or_path, ["*.json", "*.safetensors"], what="drafter")
     dtype = parse_dtype(dtype)
     if (directory / "config.json").is_file() and not (directory / OWN_CONFIG).is_file():
@@ -165,9 +164,9 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
 # Keys of a public config that change what the drafter computes, with the value that means "off".
 # This drafter computes none of them, so any other value is refused rather than silently ignored.
 NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
-           "output_multiplier": (1, 1.0),
-           "final_logit_softcapping": (0, 0.0), "is_causal": (False,), "projector_type": (),
-           "conv_kernel_size": (), "selector_rank": ()}
+           "output_multiplier": (1, 1.0), "final_logit_softcapping": (0, 0.0),
+           "is_causal": (False,), "projector_type": (), "conv_kernel_size": (),
+           "selector_rank": ()}
 
 
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
@@ -193,7 +192,7 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-              "vocab_size": c.vocab_size,
+        "vocab_size": c.vocab_size,
         "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
         "attention_bias": c.attention_bias, "max_position_embeddings": c.max_position_embeddings,
         "layer_types": list(c.layer_types),
@@ -209,8 +208,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         config["rope_parameters"] = c.rope_parameters
         if "rope_theta" in carried:
             config["rope_theta"] = c.rope_theta
-    # rope_theta + rope_scaling (what vLLM/SGLang read)
     else:
+        # rope_theta + rope_scaling (what vLLM/SGLang read)
         config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
     dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
     config[dtype_key] = str(dtype).removeprefix("torch.")
@@ -220,9 +219,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
 
 def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
     """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` +
-    ``rope_scaling``
-    (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in
-    transformers."""
+    ``rope_scaling`` (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling``
+    wins, as in transformers."""
     parameters = dict(raw.get("rope_parameters") or {})
     # Qwen3Config's default
     theta = raw.get("rope_theta") or parameters.pop("rope_theta", None) or 10000.0
@@ -239,8 +237,8 @@ def _attention_from_config(raw: dict, num_layers: int) -> tuple[list[str], int |
     ``use_sliding_window``; without ``layer_types``, layers from ``max_window_layers`` on slide."""
     window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
     layer_types = raw.get("layer_types") or [
-        "sliding_attention" if window is not None and i >= raw.get("max_window_layers",
-                                                                   28) else "full_attention"
+        "sliding_attention" if window is not None and i >= raw.get("max_window_layers", 28)
+        else "full_attention"
         for i in range(num_layers)]
     if "sliding_attention" in layer_types and window is None:
         raise ValueError("layer_types has sliding_attention layers but no window applies "
@@ -266,22 +264,21 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
         config = DrafterConfig(
             hidden_size=raw["hidden_size"], intermediate_size=raw["intermediate_size"],
             num_attention_heads=raw["num_attention_heads"],
-                               num_key_value_heads=raw["num_key_value_heads"],
+            num_key_value_heads=raw["num_key_value_heads"],
             head_dim=raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"],
             vocab_size=raw["vocab_size"], mask_token_id=dflash["mask_token_id"],
             num_target_layers=raw["num_target_layers"], target_layer_ids=dflash["target_layer_ids"],
             num_layers=raw["num_hidden_layers"], block_size=raw["block_size"],
             rms_norm_eps=raw.get("rms_norm_eps", 1e-6), rope_theta=rope_theta,
-                               rope_scaling=rope_scaling,
+            rope_scaling=rope_scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 40960),
             max_block_size=max(64, raw["block_size"]), hidden_act=raw.get("hidden_act", "silu"),
             attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
             sliding_window=sliding_window, public_config=raw,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code can "
-                        "honour "
-                        f"({type(e).__name__}: {e})") from None
+        raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code "
+                        f"can honour ({type(e).__name__}: {e})") from None
     tensors = {k.removeprefix("model."): v for k, v in tensors.items()}
     return _load_strict(config, tensors, directory)
 
@@ -289,8 +286,7 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
 # ----------------------------------------------------------------------------- transformers
 def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
     """The same weights as transformers' ``MuseGlimmerAssistantModel``, with the same rope
-    parameters
-    and the same full / sliding-window layers."""
+    parameters and the same full / sliding-window layers."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
     c = drafter.config
@@ -301,16 +297,16 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
                          f"{c.conditioning}")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                                        num_hidden_layers=c.num_layers,
+        num_hidden_layers=c.num_layers,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
         head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
-                                        max_position_embeddings=c.max_position_embeddings,
+        max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
         # unused without sliding layers
         sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,
         block_size=c.block_size, mask_token_id=c.mask_token_id,
         target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None,
-                                        pad_token_id=None,
+        pad_token_id=None,
     )
     model = MuseGlimmerAssistantModel(config)
     state = {HF_RENAMES.get(k, k): v for k, v in drafter.state_dict().items()}
@@ -329,17 +325,16 @@ def from_transformers(model, target_config) -> DFlashDrafter:
     layer_types = list(c.layer_types or ["full_attention"] * c.num_hidden_layers)
     config = DrafterConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                            num_attention_heads=c.num_attention_heads,
-                           num_key_value_heads=c.num_key_value_heads,
-                           head_dim=c.head_dim, vocab_size=target_config.vocab_size,
-                           mask_token_id=c.mask_token_id,
+                           num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
+                           vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
                            num_target_layers=target_config.num_hidden_layers,
                            target_layer_ids=list(c.target_layer_ids),
                            num_layers=c.num_hidden_layers, block_size=c.block_size,
-                           rms_norm_eps=c.rms_norm_eps,
-                           rope_theta=rope_theta, rope_scaling=rope_scaling,
+                           rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta,
+                           rope_scaling=rope_scaling,
                            max_position_embeddings=c.max_position_embeddings,
-                           layer_types=layer_types,
-                           sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
+                           layer_types=layer_types, sliding_window=(
+                               c.sliding_window if "sliding_attention" in layer_types else None))
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}
     return _load_strict(config, state, Path("<transformers model>"))

@@ -91,16 +91,14 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
         engine.generate(c.prompt, c.max_new_tokens, c.temperature, c.top_p, c.top_k, seed=c.seed)
         return engine.last_result
 
+    # the first round is the warm-up
     timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats,
-                        warmup=1,
-                        # the first round is the warm-up
-                        device=c.device)
+                        warmup=1, device=c.device)
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
     drafter = c.drafter or default_drafter_path(c.target)
     print(f"target: {c.target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-          "parameters, "
-          f"{c.device}, {str(torch_dtype).removeprefix('torch.')}, {torch.get_num_threads()} "
-          "threads)"
+          f"parameters, {c.device}, {str(torch_dtype).removeprefix('torch.')}, "
+          f"{torch.get_num_threads()} threads)"
           + (f"; drafter: {shown_path(drafter)}" if draft is not None else ""))
     summary = {}
     for name, rs in results.items():
@@ -113,7 +111,8 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
     print("-" * 72)
     base = summary["autoregressive"]["tokens_per_s"]
     for name, s in summary.items():
-        extra = f", speedup {s['tokens_per_s'] / base:.2f}x, tau {s['tau']:.2f}" if s["tau"] is not None else ""
+        extra = (f", speedup {s['tokens_per_s'] / base:.2f}x, tau {s['tau']:.2f}"
+                 if s["tau"] is not None else "")
         print(f"{name:>14}: {len(s['tokens'])} tokens, {s['tokens_per_s']:.1f} tokens/s, "
               f"time to first token {s['ttft_s'] * 1000:.1f} ms{extra}")
     if "DFlash" in summary:
@@ -124,7 +123,8 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
 
 
 def shown_default(value) -> str | None:
-    """A default as a user would type it on the command line; None for "not given" and for switches."""
+    """A default as a user would type it on the command line; None for "not given" and for
+    switches."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (tuple, list)):
@@ -153,8 +153,8 @@ class Options:
         dest = dest or flag.removeprefix("--").replace("-", "_")
         default = self.defaults.get(dest, dataclasses.MISSING)
         if default is dataclasses.MISSING:
-            raise TypeError(f"{self.parser.prog} {flag}: {self.config.__name__} has no default for "
-                            f"{dest!r}")
+            raise TypeError(f"{self.parser.prog} {flag}: {self.config.__name__} "
+                            f"has no default for {dest!r}")
         if (kwargs.get("action"), default) in (("store_true", True), ("store_false", False)):
             raise TypeError(f"{self.parser.prog} {flag} sets {dest}={default}, already the default")
         shown = shown_default(default)
@@ -189,16 +189,14 @@ def build_parser() -> Parser:
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.commands = {
-        "demo": demo_options(Options(sub.add_parser("demo",
-                                                    help="complete a prompt with the shipped "
-                                                         "target and time it"),
-                                     DemoConfig)),
+        "demo": demo_options(Options(sub.add_parser(
+            "demo", help="complete a prompt with the shipped target and time it"), DemoConfig)),
         "bench": bench_options(Options(sub.add_parser(
             "bench", help="every method side by side, interleaved, as ratios in one run"),
-                                       BenchConfig)),
+            BenchConfig)),
         "train": train_options(Options(sub.add_parser(
             "train", help="regenerate data with the target and train a DFlash drafter"),
-                                       DrafterTrainConfig)),
+            DrafterTrainConfig)),
     }
     return parser
 
@@ -212,12 +210,11 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
     d.add("--top-p", type=TOP_P)
     d.add("--seed", type=SEED)
     d.add("--device", type=validate.device_arg)
-    d.add("--drafter",
-          help="drafter directory or hub id, public DFlash layout (default: the shipped one, if "
-               "any)")
+    d.add("--drafter", help="drafter directory or hub id, public DFlash layout "
+                            "(default: the shipped one, if any)")
     d.add("--block-size", type=POS,
-          help="fix DFlash's block size (default: chosen each step from measured costs and "
-               "acceptance)")
+          help="fix DFlash's block size "
+               "(default: chosen each step from measured costs and acceptance)")
     d.add("--repeats", type=REPEATS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     d.add("--compile", action="store_true",
@@ -278,34 +275,33 @@ def train_options(t: Options) -> argparse.ArgumentParser:
     t.add("--lr", type=POS_FLOAT)
     t.add("--num-math", type=COUNT, help="train-split math prompts to regenerate")
     t.add("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
-    t.add("--prompts",
-          help="your own training prompts: JSONL with a 'prompt' (or 'turns') field (replaces the "
-               "built-in ones)")
+    t.add("--prompts", help="your own training prompts: JSONL with a 'prompt' (or 'turns') field "
+                            "(replaces the built-in ones)")
     t.add("--dataset", choices=list(TRAIN_DATASETS),
-          help="train-split prompts fetched with `datasets` (needs the network; offline use "
-               "--prompts)")
+          help="train-split prompts fetched with `datasets` "
+               "(needs the network; offline use --prompts)")
     t.add("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add("--max-new-tokens", type=POS)
     t.add("--num-taps", type=POS)
     t.add("--seed", type=SEED)
     t.add("--device", type=validate.device_arg)
     t.add("--dtype", choices=list(DTYPES),
-          help="the frozen target (regeneration and features); the drafter keeps fp32 master "
-               "weights")
+          help="the frozen target (regeneration and features); "
+               "the drafter keeps fp32 master weights")
     t.add("--cache-dir", type=OUT_DIR)
     t.add("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
     t.add("--eval-every", type=COUNT,
           help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
     t.add("--drafting", choices=[d.value for d in Drafting],
           help="block: DFlash; autoregressive: the EAGLE-style baseline with the same "
-               "conditioning; "
-               "draft-model: a small independent causal LM (classic speculative decoding)")
+               "conditioning; draft-model: a small independent causal LM "
+               "(classic speculative decoding)")
     t.add("--conditioning", choices=[c.value for c in Conditioning],
-          help="how target features reach the drafter (notebook 04); 'none' uses token embeddings "
-               "only")
+          help="how target features reach the drafter (notebook 04); "
+               "'none' uses token embeddings only")
     t.add("--fixed-anchors", action="store_true",
-          help="anchors only on block boundaries of the response (ablation; DFlash samples them "
-               "anywhere)")
+          help="anchors only on block boundaries of the response "
+               "(ablation; DFlash samples them anywhere)")
     return t.parser
 
 
@@ -317,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = vars(parser.parse_args(argv))
         command = args.pop("command")
-        command_line = "python -m dflash_lite " + " ".join(map(shlex.quote,
-                                                               sys.argv[1:] if argv is None else argv))
+        command_line = "python -m dflash_lite " + " ".join(
+            map(shlex.quote, sys.argv[1:] if argv is None else argv))
         try:
             return expected_errors(lambda: run_command(command, args, command_line))
         except KeyboardInterrupt as e:
@@ -366,6 +362,6 @@ def interrupted_line(command: str, e: KeyboardInterrupt, command_line: str) -> s
         return "nothing was written"
     if getattr(e, "saved", False):
         return f"{e}; to resume, run the same command again: {command_line}"
-    return (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from the "
-            "last "
-            f"checkpoint, if there is one (the regeneration cache is written only when complete)")
+    return (f"{str(e) or 'nothing new was saved'}; run the same command again to resume from "
+            f"the last checkpoint, if there is one "
+            f"(the regeneration cache is written only when complete)")

@@ -90,7 +90,8 @@ def _add_sub(r: random.Random) -> MathProblem:
 def _multiply(r: random.Random) -> MathProblem:
     name, item, box = r.choice(NAMES), r.choice(ITEMS), r.choice(CONTAINERS)
     n, per = r.randint(2, 12), r.randint(3, 25)
-    q = f"{name} buys {n} {box} of {item}. Each of the {box} holds {per} {item}. How many {item} does {name} buy in total?"
+    q = (f"{name} buys {n} {box} of {item}. Each of the {box} holds {per} {item}. "
+         f"How many {item} does {name} buy in total?")
     total = n * per
     s = (f"Each of the {box} holds {per} {item}.\n"
          f"{name} buys {n} {box}, so {name} gets {n} * {per} = {total} {item}.\n"
@@ -103,8 +104,8 @@ def _price(r: random.Random) -> MathProblem:
     n, price, paid_extra = r.randint(2, 15), r.randint(1, 12), r.randint(1, 30)
     cost = n * price
     paid = cost + paid_extra
-    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with "
-         f"${paid}. "
+    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. "
+         f"{name} buys {n} {item} and pays with ${paid}. "
          f"How much change does {name} get?")
     s = (f"The {item} cost {n} * {price} = ${cost}.\n"
          f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.\n"
@@ -116,7 +117,8 @@ def _share(r: random.Random) -> MathProblem:
     name, item = r.choice(NAMES), r.choice(ITEMS)
     friends, each = r.randint(2, 9), r.randint(2, 15)
     total = friends * each
-    q = f"{name} has {total} {item} and shares them equally among {friends} friends. How many {item} does each friend get?"
+    q = (f"{name} has {total} {item} and shares them equally among {friends} friends. "
+         f"How many {item} does each friend get?")
     s = (f"{name} has {total} {item} for {friends} friends.\n"
          f"Each friend gets {total} / {friends} = {each} {item}.\n"
          f"The answer is {each}.")
@@ -188,8 +190,8 @@ def _rate_time(r: random.Random) -> MathProblem:
     speed, hours, extra = r.randint(3, 60), r.randint(2, 8), r.randint(1, 50)
     dist = speed * hours
     total = dist + extra
-    q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more "
-         "miles. "
+    q = (f"{name} drives at {speed} miles per hour for {hours} hours, "
+         f"then walks {extra} more miles. "
          f"How many miles does {name} travel in all?")
     s = (f"Driving, {name} covers {speed} * {hours} = {dist} miles.\n"
          f"With the walk, the total is {dist} + {extra} = {total} miles.\n"
@@ -223,7 +225,8 @@ def math_problem(seed: int) -> MathProblem:
 
 
 def math_problems(n: int, split: str = "train", start: int = 0) -> list[MathProblem]:
-    """``n`` problems of ``split`` ('train' or 'held_out'), seeds ``start .. start+n-1`` of that split."""
+    """``n`` problems of ``split`` ('train' or 'held_out'), seeds ``start .. start+n-1`` of that
+    split."""
     base = {"train": 0, "held_out": HELD_OUT_SEED}[split]
     if split == "train" and start + n > HELD_OUT_SEED:
         raise ValueError("train seeds would run into the held-out range")
@@ -266,8 +269,8 @@ def stdlib_files(split: str = "train") -> list[Path]:
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(("site-packages/", "test/", "idlelib/",
-                           "lib2to3/tests/")) or "/test" in rel:
+        if (rel.startswith(("site-packages/", "test/", "idlelib/", "lib2to3/tests/"))
+                or "/test" in rel):
             continue
         if _is_held_out(rel) == (split == "held_out"):
             out.append(path)
@@ -303,8 +306,8 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
             if not isinstance(node, ast.FunctionDef) or node.col_offset != 0 or len(node.body) < 2:
                 continue
             first = node.body[0]
-            has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None),
-                                                                 ast.Constant) \
+            has_doc = isinstance(first, ast.Expr) \
+                and isinstance(getattr(first, "value", None), ast.Constant) \
                 and isinstance(first.value.value, str)
             end_line = first.end_lineno if has_doc else node.body[0].lineno - 1
             header = "".join(lines[node.lineno - 1:end_line])
@@ -315,7 +318,8 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
 
 
 def truncate_function(prompt: str, completion: str) -> str:
-    """Prompt plus completion, cut where the function ends (the first non-blank line at column 0)."""
+    """Prompt plus completion, cut where the function ends (the first non-blank line at column
+    0)."""
     kept = []
     for line in completion.split("\n"):
         if line.strip() and not line[0].isspace():

@@ -34,15 +34,14 @@ def _fit(points: dict[int, float]) -> tuple[float, float]:
     n = len(points)
     mean_x, mean_y = sum(points) / n, sum(points.values()) / n
     spread = sum((x - mean_x) ** 2 for x in points)
-    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x,
-                         y in points.items()) / spread) if spread else 0.0
+    slope = (max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points.items()) / spread)
+             if spread else 0.0)
     return mean_y - slope * mean_x, slope
 
 
 class StepCosts:
     """Measured seconds of one target forward over b tokens and one drafter forward over a block of
-    b,
-    at one context length or several (:meth:`by_context`).
+    b, at one context length or several (:meth:`by_context`).
 
     The model (:meth:`target`, :meth:`draft`): at each measured length, a straight line in b
     (least squares, slope >= 0); across lengths, the line's intercept and slope are themselves
@@ -56,8 +55,8 @@ class StepCosts:
     """
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
-                 context_length: int = 0,
-                 calibration_seconds: float = 0.0, measured: bool = False):
+                 context_length: int = 0, calibration_seconds: float = 0.0,
+                 measured: bool = False):
         self.tables = {context_length: (dict(sorted(t_target.items())),
                                         dict(sorted(t_draft.items())))}
         self.calibration_seconds, self.measured = calibration_seconds, measured
@@ -69,8 +68,8 @@ class StepCosts:
         """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
         first, *_ = sorted(tables)
         costs = cls(*tables[first], first, calibration_seconds, measured)
-        costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items()))) for n, (t,
-                                                                                      d) in sorted(tables.items())}
+        costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
+                        for n, (t, d) in sorted(tables.items())}
         costs._model()
         return costs
 
@@ -84,8 +83,7 @@ class StepCosts:
         lines = {}
         for n, (t_target, t_draft) in self.tables.items():
             lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
-                        _fit(t_draft),
-                        t_target.get(1))
+                        _fit(t_draft), t_target.get(1))
         # each coefficient as a line in the context length: (intercept, slope) per coefficient
         self._target = [_fit({n: line[0][i] for n, line in lines.items()}) for i in (0, 1)]
         self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
@@ -119,21 +117,20 @@ class StepCosts:
 
     def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
-        forwards
-        alone were predicted to take ``predicted``."""
+        forwards alone were predicted to take ``predicted``."""
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
         self._ratios.clear()
 
     def correction(self, kind: str) -> float:
         """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds
-        around
-        the forwards differs by kind (a drafter step runs more Python than a prompt-lookup step), so
-        each kind's prediction is scaled by its own ratio; a kind never timed takes the ratio over
-        all kinds (1 before any step)."""
+        around the forwards differs by kind (a drafter step runs more Python than a prompt-lookup
+        step), so each kind's prediction is scaled by its own ratio; a kind never timed takes the
+        ratio over all kinds (1 before any step)."""
         # read once per kind between observations (the policy asks per option)
         if kind not in self._ratios:
-            measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0)
+            measured, predicted = (self.timed.get(kind)
+                                   or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
             self._ratios[kind] = measured / predicted if predicted > 0 else 1.0
         return self._ratios[kind]
 
@@ -152,8 +149,7 @@ class DriftMonitor:
     (the loop's own overhead sits on top of the two forwards, so the ratio is not 1), and the model
     has drifted once the running median of the last ``window`` ratios leaves
     [reference / ``margin``, reference x ``margin``] (``margin`` = :data:`DRIFT_MARGIN`). The owner
-    of
-    the costs then measures again (:func:`step_costs` at the current context length)."""
+    of the costs then measures again (:func:`step_costs` at the current context length)."""
 
     def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
         self.recent: deque[float] = deque(maxlen=window)
@@ -178,8 +174,7 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
                        repeats: int = 5) -> dict:
     """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
     blocks of b (``draft_sizes``) at the prompt's context length, interleaved so that load drift
-    hits
-    all sizes alike. Returns ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
+    hits all sizes alike. Returns ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
     device = target.device
     ids = prompt_ids.to(device)
     length = ids.shape[1]
@@ -188,8 +183,8 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     _, features = prefill(target, ids, cache, layer_ids)
     dcache = SlotCache(drafter.config.num_layers, device=device)
     mask_id = drafter.config.mask_token_id
-    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1], 0,
-                         dcache)
+    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1],
+                         0, dcache)
 
     def target_step(b):             # b tokens after the prompt; the next one overwrites them
         cache.rewind(length)
@@ -210,8 +205,7 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
 
 def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> torch.Tensor:
     """``ids`` (1, T) repeated to T + ``extra`` tokens, kept inside the target's context with room
-    for
-    a block: the second length :func:`step_costs` measures at."""
+    for a block: the second length :func:`step_costs` measures at."""
     limit = getattr(target.config, "max_position_embeddings", None) or ids.shape[1] + extra + 128
     length = max(ids.shape[1], min(ids.shape[1] + extra, limit - 128))
     return ids.repeat(1, -(-length // ids.shape[1]))[:, :length]
@@ -220,14 +214,13 @@ def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> tor
 def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, tree_sizes=(),
                repeats: int = 7, longer_ids: torch.Tensor | None = None) -> StepCosts:
     """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1, N+1+B for
-    each
-    tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the prompt's
-    and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
+    each tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the
+    prompt's and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
     (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
     once and passes the result to every policy it builds."""
     started = time.perf_counter()
-    grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48,
-                               64) if b < max_block_size} | {max_block_size})
+    grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size}
+                  | {max_block_size})
     wide = {n + 1 for n in tree_sizes} | {n + max_block_size for n in tree_sizes}
     longer = longer_context(target, prompt_ids) if longer_ids is None else longer_ids
     tables = {}
@@ -242,14 +235,12 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
 def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
                   tree_sizes=()) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
-    length:
-    ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step; N+1
-    for a
-    tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new context
-    position, as in a step; a tree is drafted with the drafter's own block size)."""
+    length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
+    N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
+    context position, as in a step; a tree is drafted with the drafter's own block size)."""
     tree_block = drafter.config.block_size
-    measured = measure_step_costs(target, drafter, prompt_ids, {1, *block_sizes,
-                                                                *(n + 1 for n in tree_sizes)},
+    measured = measure_step_costs(target, drafter, prompt_ids,
+                                  {1, *block_sizes, *(n + 1 for n in tree_sizes)},
                                   {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats)
     # keys are strings, as they will be in the JSON
     return {"context_length": prompt_ids.shape[1], "repeats": repeats,

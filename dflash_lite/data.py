@@ -38,7 +38,8 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
     """The target's own greedy answers to ``prompts``, cached under ``cache_dir``."""
 
     key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
-                                     sum(float(p.float().sum()) for p in target.parameters())]).encode()).hexdigest()[:16]
+                                     sum(float(p.float().sum()) for p in target.parameters())])
+                         .encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"regenerated-{key}.json" if cache_dir else None
     if path is not None and path.is_file():
         try:
@@ -46,24 +47,23 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             if raw.get("complete") and raw.get("key") == key:
                 return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
             raise ValueError("incomplete")
-        # truncated, edited, or not ours: rebuilt
         except (ValueError, AttributeError, KeyError):
+            # truncated, edited, or not ours: rebuilt
             print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
     sequences, prompt_lengths = [], []
     for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5,
                       disable=None):
-        batch = [tokenizer(p,
-                           add_special_tokens=False).input_ids for p in prompts[start:start + batch_size]]
+        batch = [tokenizer(p, add_special_tokens=False).input_ids
+                 for p in prompts[start:start + batch_size]]
         width = max(map(len, batch))
         # left pad
         ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)
         mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch],
                             device=target.device)
         out = target.generate(ids, attention_mask=mask, do_sample=False,
-                              max_new_tokens=max_new_tokens,
-                              eos_token_id=stops, pad_token_id=pad)
+                              max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
         for b, row in zip(batch, out[:, width:].tolist()):
             response = []
             for t in row:
@@ -128,8 +128,7 @@ class Batch:
 
 
 def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int,
-               num_anchors: int,
-               tokenizer, generator: torch.Generator, causal: bool = False,
+               num_anchors: int, tokenizer, generator: torch.Generator, causal: bool = False,
                fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
     no labels).
@@ -187,23 +186,22 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
 
 
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int,
-                  tokenizer,
-                  generator: torch.Generator, causal: bool = False,
+                  tokenizer, generator: torch.Generator, causal: bool = False,
                   fixed_anchors: bool = False) -> Iterator[Batch]:
     """One pass over the data in a random order, with freshly sampled anchors."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx],
-                           block_size,
-                           num_anchors, tokenizer, generator, causal, fixed_anchors)
+                           block_size, num_anchors, tokenizer, generator, causal, fixed_anchors)
         if batch is not None:
             yield batch
 
 
 def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int,
                generator: torch.Generator):
-    """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are context only)."""
+    """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are
+    context only)."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]

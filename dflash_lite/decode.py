@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from .acceptance import (
+    PositionNoise,
     SamplingParams,
     accept_speculative,
     choose_tokens,
@@ -53,6 +54,7 @@ class GenerationResult:
     acceptance_lengths: list[int] = field(default_factory=list)
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
+    seed: int | None = None                 # a seeded sampled run's seed: it replays the output
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def record(self, step: Step) -> None:
@@ -100,8 +102,7 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
         raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens "
-                         f"({max_new_tokens}) "
-                         f"exceeds the target's context of {limit} tokens")
+                         f"({max_new_tokens}) exceeds the target's context of {limit} tokens")
 
 
 def new_cache(model, length: int | None = None) -> SlotCache:
@@ -129,20 +130,26 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
     out = target(block, attention_mask=masks if window is not None else masks["full_attention"],
                  position_ids=cache.positions(block.shape[1], depths),
                  past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
-                 output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
+                 output_hidden_states=([i + 1 for i in layer_ids] if layer_ids is not None
+                                       else False))
     features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
     return out.logits[0], features
 
 
 def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
-           generator) -> list[int]:
+           generator, positions: torch.Tensor | None = None) -> list[int]:
     """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
     after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
     rule with the draft's distributions q (paper section 2;
-    docs/method.md#verification-and-acceptance)."""
+    docs/method.md#verification-and-acceptance). ``positions`` (k+1,): the absolute positions
+    of the tokens the rows choose, for seeded sampling
+    (:class:`~dflash_lite.acceptance.PositionNoise`)."""
     if draft_q is None:             # a point mass: the target's own tokens while they agree
         return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
-                                                            generator))
+                                                            generator, positions))
+    if isinstance(generator, PositionNoise):
+        raise ValueError("the min(1, p/q) rule draws from a torch.Generator; seeded sampling "
+                         "(PositionNoise) takes point-mass drafts (a draft model's coupled rule)")
     p = target_probs(target_logits, sampling, processors)                          # (k+1, V)
     n, next_token = accept_speculative(draft_tokens, draft_q, p, generator)
     return draft_tokens[:n].tolist() + [next_token]
@@ -166,10 +173,14 @@ class ChainDraft(NamedTuple):
             target, ids, cache, layer_ids, depths=depths, ancestors=ancestors), block,
             key=("verify", tuple(layer_ids or ())))
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator):
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int = 0):
         """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
-        tokens it commits, d1..dn and the target's own token after them (:func:`accept`)."""
-        tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator)
+        tokens it commits, d1..dn and the target's own token after them (:func:`accept`);
+        ``position``: where ``last`` sits (row i chooses the token at position + 1 + i)."""
+        positions = torch.arange(len(self.tokens) + 1, device=target_logits.device) + position + 1
+        tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator,
+                        positions)
         return list(range(len(tokens))), tokens
 
     def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden):
@@ -180,12 +191,13 @@ class ChainDraft(NamedTuple):
 
 
 class Draft(Protocol):
-    """What :func:`steps` asks of a draft: :class:`ChainDraft` or :class:`dflash_lite.tree.DraftTree`."""
+    """What :func:`steps` asks of a draft: :class:`ChainDraft` or
+    :class:`dflash_lite.tree.DraftTree`."""
 
     def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes): ...
 
-    def accept(self, target_logits, sampling: SamplingParams, processors,
-               generator) -> tuple[list[int], list[int]]: ...
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int) -> tuple[list[int], list[int]]: ...
 
     def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden): ...
 
@@ -201,7 +213,8 @@ class Proposer(Protocol):
         """After prefill: the prompt and its features (1, T, K*H)."""
 
     def propose(self, last_token: torch.Tensor, k: int) -> Draft:
-        """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a tree."""
+        """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a
+        tree."""
 
     def accepted(self, block: torch.Tensor, n: int, position: int,
                  target_hidden: torch.Tensor | None) -> None:
@@ -222,8 +235,7 @@ class DFlashProposer:
         if drafter.autoregressive != self.autoregressive:
             kind = {True: "an autoregressive", False: "a block"}
             raise ValueError(f"{type(self).__name__} needs {kind[self.autoregressive]} drafter; "
-                             "this one is "
-                             f"{kind[drafter.autoregressive]} drafter")
+                             f"this one is {kind[drafter.autoregressive]} drafter")
         self.drafter, self.target = drafter, target
         self.block_size = drafter.config.block_size if block_size is None else block_size
         check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
@@ -268,39 +280,42 @@ class DFlashProposer:
 @torch.inference_mode()
 def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-          generator: torch.Generator | None = None, phase=no_phase):
+          generator: torch.Generator | PositionNoise | None = None, phase=no_phase):
     """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one :class:`Step` per
     target forward, each yielded as it is committed. ``phase(name)`` is an optional observer
     wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`). The proposer's ``shapes``
-    (:mod:`dflash_lite.shapes`; default eager) say how wide each forward runs, and compile them."""
+    (:mod:`dflash_lite.shapes`; default eager) say how wide each forward runs, and compile them.
+    At temperature > 0 a :class:`~dflash_lite.acceptance.PositionNoise` as ``generator`` makes
+    the output the target's own seeded sample, whatever was drafted
+    (docs/method.md#seeded-sampling)."""
     shapes = getattr(proposer, "shapes", EAGER)
+    if generator is None and sampling.seed is not None and not sampling.greedy:
+        generator = PositionNoise(sampling.seed)
     stops, processors = set(stop_token_ids), sampling.processors()
     cache = shapes.target_cache(target, input_ids.shape[1] + max_new_tokens)
     # the prompt through the target; every prompt position's features to the drafter
     with phase("prefill"):
         logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
         # (1,) the first new token
-        last = choose_tokens(logits, sampling, processors, generator)
+        last = choose_tokens(logits, sampling, processors, generator,
+                             torch.tensor([input_ids.shape[1]]))
         proposer.start(input_ids, hidden)
     position = input_ids.shape[1]   # the target's cache holds 0..position-1
     emitted = 1
     stopped = int(last) in stops
     yield Step([int(last)], None, stopped)
     while not stopped and emitted < max_new_tokens:
-        k = min(proposer.block_size, max_new_tokens - emitted) - 1          # never past the limit
-        # depth k after `last`: a chain or a tree (k = 0: plain decoding)
-        with phase("draft"):
+        k = min(proposer.block_size, max_new_tokens - emitted) - 1      # never past the limit
+        with phase("draft"):        # depth k after `last`: a chain or a tree (0: plain decoding)
             draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
         with phase("verify"):       # ONE target forward scores `last` and every draft
             logits, hidden = draft.verify(target, last, cache, proposer.layer_ids, shapes)
-        # keep the drafts the target agrees with (a path), then add its own token;
-        with phase("accept"):
-            path, tokens = draft.accept(logits, sampling, processors, generator)   # one host read
-            hidden = draft.keep(cache, position, path, hidden)     # both caches keep the path
+        with phase("accept"):       # the path the target agrees with, then its own token:
+            path, tokens = draft.accept(logits, sampling, processors, generator, position)
+            hidden = draft.keep(cache, position, path, hidden)   # both caches keep the path
             block = torch.tensor([[int(last)] + tokens[:-1]], device=last.device)   # (1, n+1)
             proposer.accepted(block, len(path) - 1, position, hidden)
-        # a stop token inside the block ends the output there
-        new, stopped = cut_at_stop(tokens, stops)
+        new, stopped = cut_at_stop(tokens, stops)   # a stop token ends the output there
         position += len(path)
         emitted += len(new)
         last = block.new_tensor([tokens[-1]])
@@ -315,13 +330,15 @@ def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
 
 def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
              sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-             generator: torch.Generator | None = None) -> GenerationResult:
+             generator: torch.Generator | PositionNoise | None = None) -> GenerationResult:
     """Speculative decoding to the end, checked and timed: every :class:`Step` collected."""
     check_request(target, input_ids, max_new_tokens)
+    if generator is None and sampling.seed is not None and not sampling.greedy:
+        generator = PositionNoise(sampling.seed)
     timer = PhaseTimer(target.device)
-    result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
+    result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
+                              seed=generator.seed if isinstance(generator, PositionNoise) else None)
     for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling,
-                      stop_token_ids,
-                      generator, timer):
+                      stop_token_ids, generator, timer):
         result.record(step)
     return result

@@ -69,8 +69,8 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)
     ax.axvline(x, color="0.5", ls=":", lw=1)
     ax.text(x, 3.05, f"speculative done: {committed} tokens", fontsize=9, ha="center", color="0.3")
-    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4") for c in (ACCEPT, REJECT, "0.85", BONUS,
-                                                                     "white")]
+    handles = [plt.Rectangle((0, 0), 1, 1, fc=c, ec="0.4")
+               for c in (ACCEPT, REJECT, "0.85", BONUS, "white")]
     ax.legend(handles, ["guess accepted", "first miss (target's token used)", "not reached",
                         "all accepted: bonus token", "bonus slot, unused"],
               fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
@@ -87,12 +87,10 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
 
 
 def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
-                 drafter_layers: int = 2,
-                 block_size: int = 4) -> plt.Figure:
+                 drafter_layers: int = 2, block_size: int = 4) -> plt.Figure:
     """The target's hidden states at the ``taps`` are concatenated, projected (fc + RMSNorm) once
-    per
-    context position, and appended to the keys and values of every drafter layer; the queries are
-    the block ``[last, MASK, ...]`` alone. Drawn 7 inches wide with 9-point text."""
+    per context position, and appended to the keys and values of every drafter layer; the queries
+    are the block ``[last, MASK, ...]`` alone. Drawn 7 inches wide with 9-point text."""
     fig, ax = plt.subplots(figsize=(7, 5.4))
     # the target: a stack of layers, taps highlighted
     for i in range(num_target_layers):
@@ -202,8 +200,7 @@ def tree_verification() -> plt.Figure:
     for i in range(1, len(parents)):
         on_path = i in accepted_path and parents[i] in accepted_path
         ax.plot([depth[parents[i]], depth[i]], [rows[parents[i]], rows[i]],
-                color=ACCEPT if on_path else "0.75",
-                lw=2.5 if on_path else 1, zorder=1)
+                color=ACCEPT if on_path else "0.75", lw=2.5 if on_path else 1, zorder=1)
     for i, t in enumerate(tokens):
         color = "lightblue" if i == 0 else ("#cfe8d4" if i in accepted_path else "0.93")
         ax.text(depth[i], rows[i], repr(t), ha="center", va="center", fontsize=10, zorder=2,

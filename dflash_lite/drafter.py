@@ -1,6 +1,5 @@
 """The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
-section 3;
-docs/method.md#the-drafter).
+section 3; docs/method.md#the-drafter).
 
 One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the
 drafter sees
@@ -109,8 +108,8 @@ class DrafterConfig:
         self.target_layer_ids = [int(i) for i in self.target_layer_ids]
         if not self.target_layer_ids:
             raise ValueError("target_layer_ids is empty")
-        self.drafting = check_choice("drafting", self.drafting, Drafting, [Drafting.BLOCK,
-                                                                           Drafting.AUTOREGRESSIVE])
+        self.drafting = check_choice("drafting", self.drafting, Drafting,
+                                     [Drafting.BLOCK, Drafting.AUTOREGRESSIVE])
         self.conditioning = check_choice("conditioning", self.conditioning, Conditioning)
         if self.conditioning == "none":
             self.target_layer_ids = [-1]
@@ -120,23 +119,23 @@ class DrafterConfig:
             raise ValueError("input_fusion is implemented for block drafting only")
         self.num_context_features = len(self.target_layer_ids) * self.hidden_size
         if self.block_size < 1 or self.block_size > self.max_block_size:
-            raise ValueError(f"block_size must be in 1..{self.max_block_size}, got "
-                             f"{self.block_size}")
+            raise ValueError(f"block_size must be in 1..{self.max_block_size}, "
+                             f"got {self.block_size}")
         if not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size "
-                             f"{self.vocab_size})")
+            raise ValueError(f"mask_token_id {self.mask_token_id} is outside the vocabulary "
+                             f"(size {self.vocab_size})")
         self.layer_types = list(self.layer_types or ["full_attention"] * self.num_layers)
         if len(self.layer_types) != self.num_layers:
             raise ValueError(f"layer_types has {len(self.layer_types)} entries for "
                              f"{self.num_layers} layers")
         unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
         if unknown:
-            raise ValueError(f"layer_types {unknown} are not supported (full_attention, "
-                             "sliding_attention)")
+            raise ValueError(f"layer_types {unknown} are not supported "
+                             "(full_attention, sliding_attention)")
         if "sliding_attention" in self.layer_types:
             if not isinstance(self.sliding_window, int) or self.sliding_window < 1:
-                raise ValueError("sliding_attention layers need sliding_window >= 1, got "
-                                 f"{self.sliding_window!r}")
+                raise ValueError("sliding_attention layers need sliding_window >= 1, "
+                                 f"got {self.sliding_window!r}")
             if self.drafting != "block" or self.conditioning != "kv_injection":
                 raise ValueError("sliding_attention layers are implemented for the DFlash drafter "
                                  "(block drafting, kv_injection) only")
@@ -148,7 +147,8 @@ class DrafterConfig:
 
     @property
     def rope_parameters(self) -> dict:
-        """``rope_theta`` and ``rope_scaling`` as one dict, the form transformers' rotary embedding reads."""
+        """``rope_theta`` and ``rope_scaling`` as one dict, the form transformers' rotary embedding
+        reads."""
         scaling = dict(self.rope_scaling or {})
         rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
         scaling.pop("type", None)
@@ -156,8 +156,7 @@ class DrafterConfig:
 
     @classmethod
     def from_target(cls, target_config, mask_token_id: int, num_layers: int = 5,
-                    block_size: int = 16,
-                    num_taps: int = 5, **overrides) -> "DrafterConfig":
+                    block_size: int = 16, num_taps: int = 5, **overrides) -> "DrafterConfig":
         """A drafter shaped like the target's layers (the paper's choice)."""
         layers = target_config.num_hidden_layers
         rope = dict(getattr(target_config, "rope_parameters", None) or {})
@@ -165,15 +164,15 @@ class DrafterConfig:
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
         fields = dict(
             hidden_size=target_config.hidden_size,
-                      intermediate_size=target_config.intermediate_size,
+            intermediate_size=target_config.intermediate_size,
             num_attention_heads=target_config.num_attention_heads,
             num_key_value_heads=target_config.num_key_value_heads,
-            head_dim=getattr(target_config, "head_dim",
-                             None) or target_config.hidden_size // target_config.num_attention_heads,
+            head_dim=(getattr(target_config, "head_dim", None)
+                      or target_config.hidden_size // target_config.num_attention_heads),
             vocab_size=target_config.vocab_size, mask_token_id=mask_token_id,
-                      num_target_layers=layers,
+            num_target_layers=layers,
             target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers,
-                      block_size=block_size,
+            block_size=block_size,
             rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=target_config.max_position_embeddings,
         )
@@ -186,7 +185,8 @@ class DrafterConfig:
         return {**d, "drafting": self.drafting.value, "conditioning": self.conditioning.value}
 
     def rotary_config(self):
-        """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and scaling)."""
+        """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and
+        scaling)."""
         from transformers import Qwen3Config
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -199,17 +199,16 @@ class DrafterConfig:
                              "by this drafter")
         try:
             return Qwen3Config(hidden_size=self.hidden_size,
-                               num_attention_heads=self.num_attention_heads,
-                               head_dim=self.head_dim,
+                               num_attention_heads=self.num_attention_heads, head_dim=self.head_dim,
                                max_position_embeddings=self.max_position_embeddings,
                                rope_parameters=rope)
         except Exception as e:            # transformers validates the parameters of each rope type
-            raise ValueError(f"rope parameters {rope} are not valid ({str(e).splitlines()[0]})") from None
+            raise ValueError(f"rope parameters {rope} are not valid "
+                             f"({str(e).splitlines()[0]})") from None
 
     def mlp_config(self):
         return SimpleNamespace(hidden_size=self.hidden_size,
-                               intermediate_size=self.intermediate_size,
-                               hidden_act=self.hidden_act)
+                               intermediate_size=self.intermediate_size, hidden_act=self.hidden_act)
 
 
 def check_compatible(config: DrafterConfig, target_config,
@@ -222,12 +221,13 @@ def check_compatible(config: DrafterConfig, target_config,
         raise ValueError(f"drafter vocabulary {config.vocab_size} != target vocabulary "
                          f"{target_config.vocab_size}")
     depth = target_config.num_hidden_layers
-    if max(config.target_layer_ids) >= depth or min(config.target_layer_ids) < (-1 if config.conditioning == "none" else 0):
-        raise ValueError(f"drafter taps layers {config.target_layer_ids}, but the target has "
-                         f"{depth} layers")
+    if max(config.target_layer_ids) >= depth \
+            or min(config.target_layer_ids) < (-1 if config.conditioning == "none" else 0):
+        raise ValueError(f"drafter taps layers {config.target_layer_ids}, "
+                         f"but the target has {depth} layers")
     if mask_token_id is not None and mask_token_id != config.mask_token_id:
-        raise ValueError(f"drafter mask token {config.mask_token_id} != the tokenizer's "
-                         f"{mask_token_id}")
+        raise ValueError(f"drafter mask token {config.mask_token_id} "
+                         f"!= the tokenizer's {mask_token_id}")
 
 
 class RMSNorm(nn.Module):
@@ -261,7 +261,8 @@ class KVInjectionAttention(nn.Module):
     def __init__(self, config: DrafterConfig):
         super().__init__()
         h, d = config.hidden_size, config.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
+        self.num_heads, self.num_kv_heads, self.head_dim = (config.num_attention_heads,
+                                                            config.num_key_value_heads, d)
         self.q_proj = nn.Linear(h, self.num_heads * d, bias=config.attention_bias)
         self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
         self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
@@ -285,12 +286,11 @@ class KVInjectionAttention(nn.Module):
         return self.attend(block, block_rope, k, v, attn_mask)
 
     def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
-        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values (N, kv, S,
-        D);
-        the projected output (N, T, H)."""
+        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values
+        (N, kv, S, D); the projected output (N, T, H)."""
         n, t, _ = x.shape
-        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads,
-                                                       self.head_dim)).transpose(1, 2), *rope)
+        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim))
+                       .transpose(1, 2), *rope)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
@@ -299,9 +299,9 @@ class KVInjectionAttention(nn.Module):
         """KV injection: keys and values of [context ; block], projected in one go; the new context
         joins the cache for good."""
         c = context.shape[1]
+        # (N, kv, C+B, D)
         k, v = self._kv(torch.cat([context, block], dim=1),
                         torch.cat([context_rope[0], block_rope[0]], dim=1),
-                        # (N, kv, C+B, D)
                         torch.cat([context_rope[1], block_rope[1]], dim=1))
         if cache is None:
             return k, v
@@ -346,9 +346,9 @@ class DFlashDrafter(nn.Module):
         super().__init__()
         if (config.drafting, config.conditioning) not in self.variants:
             raise ValueError(f"{type(self).__name__} does not run "
-                             f"drafting={config.drafting.value!r}, conditioning="
-                             f"{config.conditioning.value!r}; build it with "
-                             "dflash_lite.variants.make_drafter")
+                             f"drafting={config.drafting.value!r}, "
+                             f"conditioning={config.conditioning.value!r}; "
+                             "build it with dflash_lite.variants.make_drafter")
         self.config = config
         self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -364,12 +364,12 @@ class DFlashDrafter(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
-                                                                         torch.Tensor]:
+    def rope(self, positions: torch.Tensor,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the
-        rope
-        types whose angles depend on the position alone they are rows of a table computed once (the
-        same numbers, a gather instead of a dozen ops per call); the others call the embedding."""
+        rope types whose angles depend on the position alone they are rows of a table computed once
+        (the same numbers, a gather instead of a dozen ops per call); the others call the
+        embedding."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
             return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
         table = getattr(self, "_rope_table", None)
@@ -394,8 +394,8 @@ class DFlashDrafter(nn.Module):
         return self.hidden_norm(self.fc(target_hidden))
 
     def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor,
-                block_positions: torch.Tensor,
-                context_positions: torch.Tensor, cache: SlotCache | None = None,
+                block_positions: torch.Tensor, context_positions: torch.Tensor,
+                cache: SlotCache | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states of the block, final-normed.
 
@@ -431,7 +431,8 @@ class DFlashDrafter(nn.Module):
     @torch.inference_mode()
     def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
                      cache: SlotCache | None = None, block_start=None) -> torch.Tensor:
-        """:meth:`draft_forward` without autograd (what every caller outside a compiled region wants)."""
+        """:meth:`draft_forward` without autograd (what every caller outside a compiled region
+        wants)."""
         return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start)
 
     def draft_forward(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
@@ -457,8 +458,8 @@ class DFlashDrafter(nn.Module):
         dtype = self.fc.weight.dtype
         # (N, B, H)
         embeds = target.get_input_embeddings()(block_ids).to(dtype)
-        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions, cache,
-                      mask)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions,
+                      cache, mask)
         head = target.get_output_embeddings()
         # a row count of a multiple of 4 runs the head's product faster on CPU
         first = 0 if b % 4 == 0 else 1

@@ -7,11 +7,11 @@
 The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be
 a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
 With a drafter, each step's block size is chosen by the cost-aware policy
-(:mod:`dflash_lite.policy`:
-measured forward costs and the acceptance so far, down to plain decoding) unless ``block_size``
-fixes it; the engine keeps a :class:`~dflash_lite.policy.PolicySession`: the forward costs, measured
-on its first call (and again between calls when they drift), and the acceptance estimates, which
-each call hands on to the next.
+(:mod:`dflash_lite.policy`: measured forward costs and the acceptance so far, down to plain
+decoding) unless ``block_size`` fixes it; the engine keeps a
+:class:`~dflash_lite.policy.PolicySession`: the forward costs, measured on its first call (and
+again between calls when they drift), and the acceptance estimates, which each call hands on to
+the next.
 :func:`demo` is the engine plus the one interleaved timer (``python -m dflash_lite demo``).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 
 import torch
 
-from .acceptance import SamplingParams
+from .acceptance import PositionNoise, SamplingParams
 from .baselines import NoDraftProposer
 from .checkpoints import load_pair
 from .costs import StepCosts
@@ -46,7 +46,8 @@ class Engine:
         ``compile``: the same loop on fixed shapes with compiled forwards
         (:class:`~dflash_lite.shapes.FixedShapes`; CUDA graphs on CUDA), on caches sized for the
         longest call so far (:meth:`shapes_for`); one call at a time."""
-        self.target, self.tokenizer, self.drafter, self.chat_template = target, tokenizer, drafter, chat_template
+        self.target, self.tokenizer, self.drafter, self.chat_template = (target, tokenizer, drafter,
+                                                                         chat_template)
         if dtype is not None:
             target.to(parse_dtype(dtype))
         if drafter is not None:
@@ -58,13 +59,13 @@ class Engine:
         if block_size is not None:
             block_size = check_int("block_size", block_size, 1, largest)
         if drafter is None and block_size is not None and block_size > 1:
-            raise ValueError(f"block_size {block_size} needs a drafter, and none was given (pass "
-                             "drafter=DIR)")
+            raise ValueError(f"block_size {block_size} needs a drafter, and none was given "
+                             "(pass drafter=DIR)")
         # None: the cost-aware policy chooses
         self.block_size = block_size if drafter is not None else 1
         self.stops = stop_token_ids(target, tokenizer)
-        self.session = PolicySession(drafter, target,
-                                     DEFAULT_OPTIONS) if drafter is not None else None
+        self.session = (PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None
+                        else None)
         self.last_result: GenerationResult | None = None
         self.compile = compile
         # fixed shapes own their caches and compiled forwards (shapes_for)
@@ -115,27 +116,21 @@ class Engine:
         return self.session.proposer(ids, shapes)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0,
-                 top_p: float | None = None,
-                 top_k: int | None = None, stream: bool = False, seed: int | None = None):
+                 top_p: float | None = None, top_k: int | None = None, stream: bool = False,
+                 seed: int | None = None):
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
-        pieces
-        that yields as blocks are accepted. ``self.last_result`` holds the timings and tau. ``seed``
-        makes a sampled call reproducible when the drafting is fixed (``block_size``): the default
-        policy chooses each step from measured step times and from estimates kept across calls, so
-        the same seed may draft, and so draw, differently (each call is a sample of the target's
-        distribution; greedy output never changes)."""
+        pieces that yields as blocks are accepted. ``self.last_result`` holds the timings and tau.
+        ``seed`` fixes a sampled call: the noise of the token at each position is a function of
+        the seed and the position only (:class:`~dflash_lite.acceptance.PositionNoise`), so the
+        text is the target's own seeded sample whatever the policy drafts, on either mode.
+        Without a seed one is drawn; ``self.last_result.seed`` gives it, to replay the call."""
         sampling = SamplingParams(temperature, top_k, top_p)
         check_int("max_new_tokens", max_new_tokens)
         if seed is not None:
             check_seed(seed)
         input_ids = self.encode(prompt)
         check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
-        generator = torch.Generator(device=self.target.device)
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        pieces = self._stream(input_ids, max_new_tokens, sampling, generator)
+        pieces = self._stream(input_ids, max_new_tokens, sampling, PositionNoise(seed))
         return pieces if stream else "".join(pieces)
 
     def _stream(self, input_ids, max_new_tokens, sampling, generator):
@@ -150,7 +145,9 @@ class Engine:
 
     def _decode(self, input_ids, max_new_tokens, sampling, generator):
         timer = PhaseTimer(self.target.device)
-        self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds)
+        seed = None if sampling.greedy else generator.seed
+        self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
+                                                     seed=seed)
         shapes = self.shapes_for(input_ids.shape[1] + max_new_tokens)
         proposer = self.proposer(input_ids, shapes)
         loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
@@ -164,8 +161,8 @@ class Engine:
             yield text[len(emitted):]
             emitted = text
         if self.session is not None and self.block_size is None:   # the next call starts from here
-            self.session.finished(proposer, torch.cat([input_ids, torch.tensor([result.tokens])],
-                                                      dim=1))
+            self.session.finished(proposer,
+                                  torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
         text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         if len(text) > len(emitted):
             yield text[len(emitted):]

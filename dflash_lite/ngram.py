@@ -71,7 +71,8 @@ class NgramProposer:
         self.history = prompt_ids[0].cpu().numpy()
 
     def continuation(self, last_token: int, k: int) -> list[int]:
-        """Up to ``k`` drafts after ``last_token``, as token ids on the host (:func:`ngram_continuation`)."""
+        """Up to ``k`` drafts after ``last_token``, as token ids on the host
+        (:func:`ngram_continuation`)."""
         return ngram_continuation(np.append(self.history, last_token), self.max_ngram, k)
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:

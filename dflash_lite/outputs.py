@@ -36,8 +36,8 @@ from .validate import check_output_dir, check_output_file
 
 MARKER = ".dflash-lite-output"
 PACKAGE = Path(__file__).resolve().parent
-SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc", "/dev",
-          "/System")
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/proc",
+          "/dev", "/System")
 # refused as a whole only
 SHARED = ("/opt", "/var", "/srv", "/snap", "/tmp", "/Applications", "/Library")
 _HELD: dict[Path, int] = {}             # lock file -> open descriptor, for this process
@@ -102,8 +102,8 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
             raise ValueError(f"out {str(out)!r} is a symbolic link; --overwrite replaces only a "
                              "real directory")
         if not is_marked(out):
-            raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} "
-                             "file); "
+            raise ValueError(f"out {str(out)!r} was not written by dflash-lite "
+                             f"(it has no {MARKER} file); "
                              "--overwrite replaces only a run's own directory: remove it yourself "
                              "or choose another")
     for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run

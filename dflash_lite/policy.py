@@ -10,8 +10,8 @@ controllers do.
 
 * ``plain``: no draft, one target token (b = 1);
 * ``chain``: a DFlash chain of b - 1 drafts (b in 2..B), costing ``t_target(b) + t_draft(b)``;
-* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.tree`), ``t_target(N+1) +
-  t_draft(B)``;
+* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.tree`),
+  ``t_target(N+1) + t_draft(B)``;
 * ``ngram``: prompt lookup's m drafts (:mod:`dflash_lite.ngram`), only when the matcher finds a
   continuation: ``t_target(m+1)`` and no drafter forward at all;
 * ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
@@ -31,9 +31,9 @@ pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_
 Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
 (``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
 two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
-chain would have done
-(:func:`chain_accepted`), and every step with a lookup continuation tells prompt lookup's estimate
-how far its tokens would have gone, whichever option ran. The estimates outlive a request: the
+chain would have done (:func:`chain_accepted`), and every step with a lookup continuation tells
+prompt lookup's estimate how far its tokens would have gone, whichever option ran. The estimates
+outlive a request: the
 owner (:class:`PolicySession`, kept by an ``Engine``) hands them to the next request's policy,
 whose counts are first decayed by ``request_decay``.
 
@@ -42,9 +42,9 @@ measured at two context lengths, each a line in b whose intercept and slope are 
 context length; :func:`choose` reads them at the step's context length. The policy times its own
 steps (``time.perf_counter``); when the running median of measured / predicted over
 :data:`~dflash_lite.costs.DRIFT_WINDOW` steps moves by more than
-:data:`~dflash_lite.costs.DRIFT_MARGIN`
-(either way) from what it was on the first steps, the policy reports ``drifted`` and the session
-measures again, between requests, at the current context length.
+:data:`~dflash_lite.costs.DRIFT_MARGIN` (either way) from what it was on the first steps, the policy
+reports ``drifted`` and the session measures again, between requests, at the current context
+length.
 
 **Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
 counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
@@ -96,10 +96,9 @@ class PolicyOptions:
     drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
     ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
     the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``:
-    the same between
-    requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay back
-    to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a multiple of
-    the full chain's."""
+    the same between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from
+    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
+    multiple of the full chain's."""
     max_block_size: int | None = None
     tree_sizes: tuple[int, ...] = ()
     ngram_drafts: int = 0
@@ -112,11 +111,11 @@ class PolicyOptions:
     tree_prior_gain: float = 1.3
 
     def __post_init__(self):
-        if not all(0 < x < 1 for x in (self.decay, self.idle_decay,
-                                       self.prior)) or not 0 < self.request_decay <= 1 \
+        if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) \
+                or not 0 < self.request_decay <= 1 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, 0 < "
-                             "request_decay <= 1, "
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
+                             "0 < request_decay <= 1, "
                              "prior_weight > 0 and tree_prior_gain > 0")
         if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
             raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
@@ -146,21 +145,22 @@ class Choice:
 
     @property
     def verify_width(self) -> int:
-        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may share nodes)."""
+        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may
+        share nodes)."""
         return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
 
     def __str__(self) -> str:
         return {"tree": f"tree {self.tree_size}", "ngram": f"ngram {self.ngram}",
-                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(self.kind,
-                                                                             str(self.block_size))
+                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(
+                    self.kind, str(self.block_size))
 
 
 def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
     """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
     full block if the drafter runs."""
     drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
-    return (costs.target(choice.verify_width,
-                         context_length) + drafting) * costs.correction(choice.kind)
+    return ((costs.target(choice.verify_width, context_length) + drafting)
+            * costs.correction(choice.kind))
 
 
 @dataclass
@@ -192,14 +192,16 @@ class AcceptanceEstimate:
 
     @classmethod
     def for_options(cls, options: PolicyOptions) -> AcceptanceEstimate:
-        """A fresh estimate of every option ``options`` offers (the chain's depth: ``max_block_size - 1``)."""
-        lookup = cls(options.ngram_drafts, (), options.prior,
-                     options.prior_weight) if options.ngram_drafts else None
+        """A fresh estimate of every option ``options`` offers (the chain's depth:
+        ``max_block_size - 1``)."""
+        lookup = (cls(options.ngram_drafts, (), options.prior, options.prior_weight)
+                  if options.ngram_drafts else None)
         return cls(options.max_block_size - 1, options.tree_sizes, options.prior,
                    options.prior_weight, ngram=lookup)
 
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
-        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None: the same)."""
+        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None:
+        the same)."""
         self._expected = None
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
@@ -220,28 +222,29 @@ class AcceptanceEstimate:
             self.judged_at[k] += 1
 
     def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
-        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
-        tokens_sum, steps = (self.hybrid_tokens,
-                             self.hybrid_steps) if hybrid else (self.tree_tokens, self.tree_steps)
+        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed
+        ``tokens``."""
+        tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
+                             else (self.tree_tokens, self.tree_steps))
         tokens_sum[tree_size] += tokens
         steps[tree_size] += 1
 
     def acceptance(self) -> float:
-        """P(a draft is accepted | the drafts before it were), pooled over positions, with the prior."""
+        """P(a draft is accepted | the drafts before it were), pooled over positions, with the
+        prior."""
         return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
 
     def acceptance_by_position(self) -> list[float]:
         """The same per draft position k, with the pooled estimate as its prior: positions seen
-        often
-        speak for themselves (acceptance comes in runs, so deep positions, once reached, are
+        often speak for themselves (acceptance comes in runs, so deep positions, once reached, are
         accepted more often than early ones), positions seen rarely follow the pool."""
         pooled, w = self.acceptance(), self.prior_weight
         return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
 
     def expected_tokens(self) -> list[float]:
-        """Tokens a chain step of b tokens is expected to commit, bonus included, for b =
-        1..depth+1:
-        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the counts change."""
+        """Tokens a chain step of b tokens is expected to commit, bonus included, for
+        b = 1..depth+1: ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the
+        counts change."""
         if self._expected is None:
             expected, survive = [1.0], 1.0
             for a in self.acceptance_by_position():
@@ -267,7 +270,8 @@ class AcceptanceEstimate:
         chain = self.expected_tokens()[: (self.depth if depth is None else depth) + 1]
         tree = self.expected_tree_tokens(tree_size, gain, depth)
         scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
-        lookup = self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None else [1.0]
+        lookup = (self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None
+                  else [1.0])
         # P(reach depth j)
         reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
         reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
@@ -277,8 +281,8 @@ class AcceptanceEstimate:
 
 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
-           ngram_drafts: int = 0,
-           context_length: int | None = None, depth: int | None = None) -> Choice:
+           ngram_drafts: int = 0, context_length: int | None = None,
+           depth: int | None = None) -> Choice:
     """The option with the most expected tokens per second of step (:func:`step_seconds` at
     ``context_length``): a chain of b in 1..B, a tree, or, when prompt lookup found
     ``ngram_drafts`` tokens, its chain of m <= ``ngram_drafts`` or a hybrid tree. ``depth``: the
@@ -289,14 +293,14 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     lookup = min(ngram_drafts, depth) if estimate.ngram is not None else 0
     if lookup:
         expected = estimate.ngram.expected_tokens()
-        candidates += [(expected[m], Choice(m + 1, None, m)) for m in range(1, min(lookup,
-                                                                                   estimate.ngram.depth) + 1)]
+        candidates += [(expected[m], Choice(m + 1, None, m))
+                       for m in range(1, min(lookup, estimate.ngram.depth) + 1)]
     for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
         candidates.append((estimate.expected_tree_tokens(n, gain, depth), Choice(depth + 1, n)))
         if lookup:
             m = min(lookup, estimate.ngram.depth)
-            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth), Choice(depth + 1,
-                                                                                          n, m)))
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
+                               Choice(depth + 1, n, m)))
     rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
     return candidates[rates.index(max(rates))][1]
 
@@ -345,7 +349,8 @@ class CostAwareProposer(DFlashProposer):
         self._reset()
 
     def _reset(self) -> None:
-        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is plain."""
+        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is
+        plain."""
         self.choice, self.continuation, self.started = Choice(1), [], None
 
     def propose(self, last_token, k):
@@ -378,15 +383,15 @@ class CostAwareProposer(DFlashProposer):
         # how long the step took against what the model said
         if self.started is not None and self.costs.measured:
             seconds, c = time.perf_counter() - self.started, self.choice
-            predicted = step_seconds(c, self.costs,
-                                     self.context_length) / self.costs.correction(c.kind)
+            predicted = (step_seconds(c, self.costs, self.context_length)
+                         / self.costs.correction(c.kind))
             self.costs.observe(c.kind, seconds, predicted)
             self.drifted |= self.costs.drift.observe(seconds, predicted)
         if self.drafted:
             super().accepted(block, n, position, target_hidden)
             self.waiting = [self.new_context]
-        # no drafter forward this step: the features wait for the next one
         else:
+            # no drafter forward this step: the features wait for the next one
             self.waiting.append(target_hidden[:, : n + 1])
         if self.lookup is not None:
             self.lookup.accepted(block, n, position, target_hidden)
@@ -417,20 +422,19 @@ class CostAwareProposer(DFlashProposer):
             # what the chain would have done in the same step
             chain = self.tree.chain
             self.pending.append((e, path, chain, self.tree.path_length(chain)))
-        # drafts 1..n accepted; draft n+1 (if there was one) rejected
         elif c.kind == "chain":
+            # drafts 1..n accepted; draft n+1 (if there was one) rejected
             e.observe_chain(n, min(n + 1, len(drafts)))
         # how far prompt lookup's tokens would have gone
         if looked:
-            held = {"plain": 0, "ngram": c.ngram, "chain": _common_prefix(drafts,
-                                                                          self.continuation)}.get(c.kind)
+            held = {"plain": 0, "ngram": c.ngram,
+                    "chain": _common_prefix(drafts, self.continuation)}.get(c.kind)
             held = self.tree.path_length(self.continuation) if held is None else held
             self.pending.append((e.ngram, path, self.continuation, held))
 
     def observe_pending(self, next_token: int | None = None) -> None:
         """The last step's chains, judged up to ``next_token``, the target's own token after its
-        path
-        (:func:`chain_accepted`; None at the end of a request: only as far as the step itself
+        path (:func:`chain_accepted`; None at the end of a request: only as far as the step itself
         judged)."""
         for estimate, path, chain, held in self.pending:
             estimate.observe_chain(*chain_accepted(path, chain, held, next_token))
@@ -501,5 +505,6 @@ def default_policy(drafter, target, costs: StepCosts | None = None,
 
 
 def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
-    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and a longer one."""
+    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and
+    a longer one."""
     return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)

@@ -193,7 +193,8 @@ def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[st
         from datasets import load_dataset
         rows = load_dataset(hub_id, config, split=f"{split}[:{limit}]")
     except ImportError:
-        raise ValueError("--dataset needs the 'datasets' package; or pass --prompts FILE (JSONL)") from None
+        raise ValueError("--dataset needs the 'datasets' package; "
+                         "or pass --prompts FILE (JSONL)") from None
     except Exception as e:                          # offline, hub down, renamed set: all end here
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"could not fetch {hub_id} ({reason[:120]}); offline, pass --prompts FILE "

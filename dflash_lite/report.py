@@ -41,7 +41,10 @@ class Kind(str, enum.Enum):
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE})
 DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE,
                           Kind.DFLASH_HYBRID, Kind.HF_DFLASH})
-OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
+OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}
+# transformers' own loops (``model.generate``): at temperature > 0 they sample from their own stream
+TRANSFORMERS_KINDS = frozenset({Kind.HF_GENERATE, Kind.HF_DRAFT_MODEL, Kind.PROMPT_LOOKUP,
+                                Kind.HF_DFLASH})          # DFlash in this project's decode loops
 
 
 @dataclass
@@ -75,7 +78,8 @@ def rows_of(report: dict, *kinds: Kind, **fields) -> list[dict]:
 
 
 def row_of(report: dict, kind: Kind, **fields) -> dict:
-    """The first row of ``kind`` with ``fields`` (see :func:`rows_of`); a LookupError naming it if none."""
+    """The first row of ``kind`` with ``fields`` (see :func:`rows_of`); a LookupError naming it if
+    none."""
     found = rows_of(report, kind, **fields)
     if not found:
         wanted = ", ".join([Kind(kind).value, *(f"{k}={v}" for k, v in fields.items())])
@@ -101,7 +105,8 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None, "speedup_vs_hf_generate": None,
-            "tau": (sum(s.acceptance_lengths) / len(s.acceptance_lengths)) if s.acceptance_lengths else None,
+            "tau": ((sum(s.acceptance_lengths) / len(s.acceptance_lengths))
+                    if s.acceptance_lengths else None),
             "tau_histogram": hist,
             # seconds per phase over all prompts: the median over repeats (one run's worth)
             "phase_times": {k: round(statistics.median(run.get(k, 0.0) for run in s.phase_runs), 5)
@@ -152,20 +157,20 @@ def format_table(report: dict) -> str:
                      f"{str(r['identical_to_target']):>9}"
                      + (f" {_ratio(r.get('speedup_vs_compiled'), 11)}" if compiled else ""))
     env = report["env"]
-    lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, median of "
-                 f"{env['repeats']} "
-                 "interleaved repeats; speedup: against the autoregressive loop, vs generate: "
-                 "against "
-                 f"model.generate" + ("; vs compiled: against compiled plain decoding" if compiled else "")
+    lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, "
+                 f"median of {env['repeats']} interleaved repeats; "
+                 "speedup: against the autoregressive loop, vs generate: against "
+                 f"model.generate"
+                 + ("; vs compiled: against compiled plain decoding" if compiled else "")
                  + f"; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
-                 + ("; * the default (the cost-aware policy)" if any(r.get("default") for r in report["methods"]) else ""))
+                 + ("; * the default (the cost-aware policy)"
+                    if any(r.get("default") for r in report["methods"]) else ""))
     if env.get("policy_session"):
         lines.append("(cost-aware rows run as one user's session: each keeps its acceptance "
-                     "estimates from prompt to "
-                     "prompt, in the order run, warm-up included; step costs measured once per "
-                     "row, before "
-                     f"the timed runs, in {env['policy_session']['calibration_seconds']:.1f} s)")
+                     "estimates from prompt to prompt, in the order run, warm-up included; "
+                     "step costs measured once per row, before the timed runs, "
+                     f"in {env['policy_session']['calibration_seconds']:.1f} s)")
     return "\n".join(lines)
 
 
@@ -178,7 +183,7 @@ def all_dflash_failed(report: dict) -> str | None:
     return None
 
 
-# ----------------------------------------------------------------------------- the cost model's rows
+# ---------------------------------------------------------------------------- the cost model's rows
 def cost_model(report: dict, costs: dict) -> list[dict]:
     """Predicted against measured speedup (docs/method.md#the-cost-model) for every fixed-block and
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step
@@ -190,12 +195,14 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
             b, draft_b = r["tree_size"] + 1, costs.get("tree_block_size")
         else:
             b = draft_b = r["block_size"]
-        if r["tau"] is None or str(draft_b) not in costs["t_draft"] or str(b) not in costs["t_target"]:
+        if r["tau"] is None or str(draft_b) not in costs["t_draft"] \
+                or str(b) not in costs["t_target"]:
             continue
-        t1, tb, td = costs["t_target"]["1"], costs["t_target"][str(b)], costs["t_draft"][str(draft_b)]
+        t1, tb, td = (costs["t_target"]["1"], costs["t_target"][str(b)],
+                      costs["t_draft"][str(draft_b)])
         steps = r.get("steps_per_run") or sum(r["tau_histogram"])
-        phases = {k: v / steps for k,
-                  v in r["phase_times"].items() if k != "prefill"} if steps else {}
+        phases = ({k: v / steps for k, v in r["phase_times"].items() if k != "prefill"}
+                  if steps else {})
         step_s = sum(phases.values())
         rows.append({
             "name": r["name"], "kind": kind.value, "block_size": b, "tree_size": r.get("tree_size"),

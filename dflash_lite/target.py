@@ -118,8 +118,8 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise LoadError(f"{path}: expected a {what} directory (config + safetensors), got a "
-                            "file")
+            raise LoadError(f"{path}: expected a {what} directory (config + safetensors), "
+                            "got a file")
         return path
     if not _is_hub_id(name):
         raise LoadError(f"{name}: no such {what} directory, and not a hub id (owner/name)")
@@ -136,11 +136,13 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
         return Path(snapshot_download(name, allow_patterns=patterns, etag_timeout=5))
     except Exception as e:
         raise LoadError(f"{name}: not in the local cache and could not be downloaded "
-                        f"({type(e).__name__}); pass a local directory or check the network") from None
+                        f"({type(e).__name__}); "
+                        "pass a local directory or check the network") from None
 
 
 def _resolve(name_or_path: str | os.PathLike) -> Path:
-    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded hub id."""
+    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded
+    hub id."""
     name = str(name_or_path)
     if name in SHIPPED:
         return SHIPPED[name]
@@ -226,7 +228,8 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     except ValueError as e:
         raise LoadError(str(e)) from None
     model.to(device).eval()
-    model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.pad_token_id
+    model.generation_config.pad_token_id = (model.generation_config.pad_token_id
+                                            or tokenizer.pad_token_id)
     return model, tokenizer
 
 

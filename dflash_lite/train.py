@@ -56,9 +56,8 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
     return torch.exp(-(k - 1) / gamma)
 
 
-def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[torch.Tensor,
-                                                                             torch.Tensor,
-                                                                             torch.Tensor]:
+def labelled_logits(drafter, target, batch: Batch,
+                    block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
     of the M labelled positions. The target is frozen; the LM head runs only where there is a
     label (anchors, padding blocks and positions past a response's end would cost a
@@ -85,7 +84,8 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int) -> tuple[tor
 
 
 def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """Weighted CE over the masked positions of every block; per-position accuracy in the metrics."""
+    """Weighted CE over the masked positions of every block; per-position accuracy in the
+    metrics."""
     block_size = weights.shape[0] + 1
     # (M, V), (M,), (M,)
     logits, label, position = labelled_logits(drafter, target, batch, block_size)
@@ -190,19 +190,18 @@ def same_run(checkpoint: Path, run_config: dict) -> bool:
     return True
 
 
-# ----------------------------------------------------------------------------- 4. putting it together
+# --------------------------------------------------------------------------- 4. putting it together
 def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
               prompts: dict[str, list[str]] | None = None):
     """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
     ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run
-    uses,
-    or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given."""
+    uses, or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given."""
     stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
-    prompts = prompts or {domain: corpus.prompts("probe", domain,
-                                                 num_prompts) for domain in ("math", "code")}
-    ids = {domain: [tokenizer(p, return_tensors="pt",
-                              add_special_tokens=False).input_ids.to(target.device)
-                    for p in texts] for domain, texts in prompts.items()}
+    prompts = prompts or {domain: corpus.prompts("probe", domain, num_prompts)
+                          for domain in ("math", "code")}
+    ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False)
+                    .input_ids.to(target.device) for p in texts]
+           for domain, texts in prompts.items()}
 
     def measure(drafter, block_size: int | None = None) -> dict:
         was_training = drafter.training
@@ -210,7 +209,7 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
         proposer = EagleProposer if drafter.autoregressive else DFlashProposer
         lengths = {domain: [a for x in xs for a in generate(
             target, proposer(drafter, target, block_size), x, max_new_tokens,
-                                                            stop_token_ids=stops).acceptance_lengths]
+            stop_token_ids=stops).acceptance_lengths]
             for domain, xs in ids.items()}
         drafter.train(was_training)
         every = [a for v in lengths.values() for a in v]
@@ -296,8 +295,8 @@ class DrafterTrainConfig:
                     conditioning=self.conditioning.value,
                     layers=self.layers, block_size=self.block_size, num_taps=self.num_taps,
                     fixed_anchors=self.fixed_anchors, batch_size=self.batch_size,
-                    num_anchors=self.num_anchors,
-                    lr=self.lr, seed=self.seed, num_math=self.num_math, num_code=self.num_code,
+                    num_anchors=self.num_anchors, lr=self.lr, seed=self.seed,
+                    num_math=self.num_math, num_code=self.num_code,
                     max_new_tokens=self.max_new_tokens,
                     prompts=str(self.prompts) if self.prompts else None,
                     dataset=self.dataset)
@@ -347,8 +346,8 @@ def frozen_target(c: DrafterTrainConfig):
     return model, tokenizer
 
 
-def training_texts(c: DrafterTrainConfig, tokenizer, own: list[str] | None) -> tuple[list[str],
-                                                                                     dict | None]:
+def training_texts(c: DrafterTrainConfig, tokenizer,
+                   own: list[str] | None) -> tuple[list[str], dict | None]:
     """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own
     through the chat template, the last ``probe_prompts`` held out; else the built-in train
     split."""
@@ -364,7 +363,8 @@ def training_texts(c: DrafterTrainConfig, tokenizer, own: list[str] | None) -> t
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
                     work: Path,
                     callbacks: list[Callable]) -> Trainer:
-    """The one :class:`~dflash_lite.trainer.Trainer`, on fresh anchors each epoch, checkpointing into ``work``."""
+    """The one :class:`~dflash_lite.trainer.Trainer`, on fresh anchors each epoch, checkpointing
+    into ``work``."""
     weights = position_weights(c.block_size)
     generator = torch.Generator().manual_seed(c.seed)
     causal = c.drafting is Drafting.AUTOREGRESSIVE
@@ -373,10 +373,10 @@ def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: Rege
         return drafter_loss(m, model, b, weights)
 
     return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size,
-                                                           c.num_anchors, tokenizer,
-                                                              generator, causal, c.fixed_anchors),
-                   TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed, checkpoint_every=max(50,
-                                                                                         c.steps // 10),
+                                                           c.num_anchors, tokenizer, generator,
+                                                           causal, c.fixed_anchors),
+                   TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed,
+                               checkpoint_every=max(50, c.steps // 10),
                                time_budget_s=c.time_budget_s, autocast_dtype=parse_dtype(c.dtype)),
                    callbacks, checkpoint_dir=work / "checkpoint", run_config=c.run_config())
 
@@ -385,19 +385,16 @@ def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_do
                seconds: dict) -> dict:
     """What ``training_curve.json`` and the drafter's config record of the run."""
     return {"command": c.command, "target": c.target, "drafting": c.drafting.value,
-            "layers": c.layers,
-            "conditioning": c.conditioning.value,
+            "layers": c.layers, "conditioning": c.conditioning.value,
             "anchors": "fixed" if c.fixed_anchors else "random",
             "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
             "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
             "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts,
-            "dataset": c.dataset,
-            "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+            "dataset": c.dataset, "chat_template": bool(getattr(tokenizer, "chat_template", None)),
             "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."),
             "time_budget_s": c.time_budget_s,
             "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds,
-            "seed": c.seed,
-            "device": c.device, "threads": torch.get_num_threads(),
+            "seed": c.seed, "device": c.device, "threads": torch.get_num_threads(),
             "gamma": loss_gamma(c.block_size)}
 
 
@@ -495,8 +492,8 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     # start from the target's embedding
     small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)
     generator = torch.Generator().manual_seed(c.seed)
-    trainer = Trainer(small, lm_loss, lambda: lm_batches(data, c.batch_size, tokenizer.pad_token_id,
-                                                         generator),
+    trainer = Trainer(small, lm_loss,
+                      lambda: lm_batches(data, c.batch_size, tokenizer.pad_token_id, generator),
                       TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed,
                                   time_budget_s=c.time_budget_s))
     t1 = time.time()
@@ -512,6 +509,6 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     # loaded back in fp32, exactly
     small.eval().to(torch.bfloat16).save_pretrained(work)
     tokenizer.save_pretrained(work)
-    atomic_write_text(work / "training_curve.json", json.dumps({"training": meta, "curve": history},
-                                                               indent=1))
+    atomic_write_text(work / "training_curve.json",
+                      json.dumps({"training": meta, "curve": history}, indent=1))
     return outputs.commit(work, out)

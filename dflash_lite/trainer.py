@@ -110,17 +110,16 @@ def check_checkpoint_meta(meta: dict, tensors: dict, path: str | Path, steps: in
     for key, kind in expected.items():
         value = meta.get(key) if isinstance(meta, dict) else None
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{path}: damaged trainer checkpoint ({key!r} should be a "
-                             f"{kind.__name__}, "
+            raise ValueError(f"{path}: damaged trainer checkpoint "
+                             f"({key!r} should be a {kind.__name__}, "
                              f"got {json.dumps(value)[:40]}); start again with --overwrite")
     if not all(isinstance(g, dict) for g in meta["param_groups"]) or "rng.torch" not in tensors:
         raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start "
                          "again with --overwrite")
     if not 0 <= meta["step"] <= steps:
-        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, outside this run's "
-                         "schedule of "
-                         f"{steps} steps; resume with --steps >= {meta['step']}, or start again "
-                         "with --overwrite")
+        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, "
+                         f"outside this run's schedule of {steps} steps; "
+                         f"resume with --steps >= {meta['step']}, or start again with --overwrite")
 
 
 def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
@@ -244,13 +243,15 @@ class Trainer:
             metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"],
                            elapsed_s=time.time() - start)
             if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
-                    self.config.time_budget_s and metrics["elapsed_s"] >= self.config.time_budget_s):
+                    self.config.time_budget_s
+                    and metrics["elapsed_s"] >= self.config.time_budget_s):
                 self.history.append(metrics)
                 bar.set_postfix(postfix(metrics))
             for callback in self.callbacks:
                 callback(self, self.step, metrics)
             bar.update(1)
-            if self.checkpoint_dir and self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
+            if self.checkpoint_dir and self.config.checkpoint_every \
+                    and self.step % self.config.checkpoint_every == 0:
                 self.save()
         bar.close()
 
@@ -313,8 +314,7 @@ def postfix(metrics: dict) -> dict[str, str]:
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a
-    checkpoint
-    was saved (``saved``), so the CLI can say how to resume."""
+    checkpoint was saved (``saved``), so the CLI can say how to resume."""
 
     def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):
         super().__init__(message)

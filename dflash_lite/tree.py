@@ -49,7 +49,8 @@ from .shapes import EAGER, Shapes
 
 @dataclass
 class DraftTree:
-    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before children."""
+    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before
+    children."""
     tokens: torch.Tensor          # (N+1,) token ids
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
@@ -86,13 +87,17 @@ class DraftTree:
     # the draft interface the decode loop calls (dflash_lite.decode.Draft), as ChainDraft has it
     def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids,
                shapes: Shapes = EAGER):
-        """The whole tree in one target forward (:func:`verify_tree`); the root already holds ``last``."""
+        """The whole tree in one target forward (:func:`verify_tree`); the root already holds
+        ``last``."""
         return verify_tree(target, self, cache, layer_ids, shapes)
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator):
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int = 0):
         """The accepted path (node indices, root first) and the tokens it commits: its drafts
-        and the target's token after it (:func:`accept_tree`)."""
-        path, next_token = accept_tree(self, target_logits, sampling, processors, generator)
+        and the target's token after it (:func:`accept_tree`); the root sits at ``position``."""
+        positions = torch.tensor(self.depths, device=target_logits.device) + position + 1
+        path, next_token = accept_tree(self, target_logits, sampling, processors, generator,
+                                       positions)
         tokens = self.token_list
         return path, [tokens[i] for i in path[1:]] + [next_token]
 
@@ -169,13 +174,15 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
                 sampling: SamplingParams = SamplingParams(),
-                processors=None, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+                processors=None, generator=None,
+                positions: torch.Tensor | None = None) -> tuple[list[int], int]:
     """The longest root-to-node path whose every draft is the target's choice at its parent: the
     argmax when greedy, else one sample per node from the target's processed distribution (only
-    the samples on the walk matter, each drawn given its node's path). Returns the path's node
-    indices (root first) and the target's token after it."""
+    the samples on the walk matter, each drawn given its node's path; seeded, each node's sample
+    is keyed by the position of the token it chooses, ``positions`` (N+1,), so siblings share
+    their noise). Returns the path's node indices (root first) and the target's token after it."""
     # (N+1,): after each node
-    choice = choose_tokens(target_logits, sampling, processors, generator).tolist()
+    choice = choose_tokens(target_logits, sampling, processors, generator, positions).tolist()
     kids, path = tree.children(), [0]
     while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
         path.append(child)

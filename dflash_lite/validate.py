@@ -53,11 +53,13 @@ def check_float(name: str | None, value, low: float = 0.0, high: float | None = 
                 low_open: bool = False) -> float:
     """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
     left = f"> {low}" if low_open else f">= {low}"
-    expected = "a finite number " + (left if high is None else f"in {'(' if low_open else '['}{low}, {high}]")
+    expected = "a finite number " + (left if high is None
+                                     else f"in {'(' if low_open else '['}{low}, {high}]")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(name, expected, value)
     value = float(value)
-    if not math.isfinite(value) or value < low or (low_open and value == low) or (high is not None and value > high):
+    if not math.isfinite(value) or value < low or (low_open and value == low) \
+            or (high is not None and value > high):
         raise _fail(name, expected, value)
     return value
 
@@ -77,9 +79,8 @@ def check_temperature(value, name: str | None = "temperature") -> float:
     """0 means greedy; otherwise the softmax temperature, at least :data:`TEMPERATURE_FLOOR`."""
     value = check_float(name, value, 0.0)
     if 0.0 < value < TEMPERATURE_FLOOR:
-        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, got "
-                         f"{value!r}; "
-                         f"use 0 for greedy decoding")
+        raise ValueError(f"{_named(name)}must be 0 (greedy) or >= {TEMPERATURE_FLOOR}, "
+                         f"got {value!r}; use 0 for greedy decoding")
     return value
 
 
@@ -113,8 +114,8 @@ def check_choice(name: str, value, kind: type[enum.Enum], allowed=None):
     except ValueError:
         member = None
     if member not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(m.value for m in allowed)}, got "
-                         f"{value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(m.value for m in allowed)}, "
+                         f"got {value!r}")
     return member
 
 
@@ -140,8 +141,8 @@ def check_device(value, name: str | None = "device") -> str:
         return str(value)
     if device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine (use "
-                             "cpu)")
+            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine "
+                             "(use cpu)")
         return str(value)
     raise _fail(name, expected, value)
 
@@ -176,7 +177,8 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
     if path.is_dir():
         raise ValueError(f"{value}: is a directory, not a {name}")
     if not stat.S_ISREG(path.stat().st_mode):
-        raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); give a {name}")
+        raise ValueError(f"{value}: is not a regular file (a FIFO, socket or device); "
+                         f"give a {name}")
     check_path_length(path, name)
 
     def lines():
@@ -211,8 +213,8 @@ def text_file_lines(value, name: str = "file") -> list[str]:
 # ----------------------------------------------------------------------------- model shapes
 # twice the largest target the paper drafts for (8B); far past a laptop's
 MAX_PARAMETERS = 16_000_000_000
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-              "vocab_size")
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads",
+              "num_key_value_heads", "vocab_size")
 
 
 def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddings: int = 2) -> int:
@@ -234,12 +236,12 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
             got = len(layer_types) if isinstance(layer_types, list) else repr(layer_types)
             raise ValueError("layer_types must list one entry per layer "
                              f"({num_layers_key}={layers}), got {got}")
-    per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * sizes["intermediate_size"]
+    per_layer = (hidden * head_dim * (2 * heads + 2 * kv_heads)
+                 + 3 * hidden * sizes["intermediate_size"])
     parameters = layers * per_layer + embeddings * sizes["vocab_size"] * hidden
     if parameters > MAX_PARAMETERS:
-        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, over "
-                         "the "
-                         f"{MAX_PARAMETERS / 1e9:.0f}B this package builds "
+        raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, "
+                         f"over the {MAX_PARAMETERS / 1e9:.0f}B this package builds "
                          f"({num_layers_key}={layers}, "
                          f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
     return parameters
@@ -307,7 +309,8 @@ def check_path_length(path: Path, name: str | None) -> Path:
 
 
 def _check_creatable(path: Path, name: str | None) -> None:
-    """``path`` can be created or replaced: its nearest existing ancestor is a writable directory."""
+    """``path`` can be created or replaced: its nearest existing ancestor is a writable
+    directory."""
     base = _nearest_existing(path.parent)
     if not base.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, "
@@ -318,7 +321,8 @@ def _check_creatable(path: Path, name: str | None) -> None:
 
 
 def check_output_file(value, name: str | None = "output file") -> Path:
-    """A file path that can be written (it is not a directory, and its folder can be made or written)."""
+    """A file path that can be written (it is not a directory, and its folder can be made or
+    written)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty file path", value)
     path = check_path_length(Path(value), name)

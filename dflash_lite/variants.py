@@ -41,8 +41,8 @@ class InputFusionAttention(KVInjectionAttention):
         b, c = block.shape[1], context.shape[1]
         k_ctx, v_ctx = k[:, :, :-b], v[:, :, :-b]                        # all context, cached + new
         total = k_ctx.shape[2]
-        causal = torch.arange(total, device=k.device)[None] <= torch.arange(total - c, total,
-                                                                            device=k.device)[:, None]
+        causal = (torch.arange(total, device=k.device)[None]
+                  <= torch.arange(total - c, total, device=k.device)[:, None])
         return out, self.attend(context, context_rope, k_ctx, v_ctx, causal)   # (N, C, H)
 
 
@@ -51,7 +51,8 @@ class InputFusionLayer(DrafterLayer):
 
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None,
                 last=False):
-        """Returns the block's and the context's residual streams (the last layer leaves the context)."""
+        """Returns the block's and the context's residual streams (the last layer leaves the
+        context)."""
         a, a_ctx = self.self_attn(self.input_layernorm(x), self.input_layernorm(context),
                                   block_rope, context_rope,
                                   cache, layer, attn_mask, context_queries=not last)
@@ -85,10 +86,11 @@ class NoFeatureDrafter(DFlashDrafter):
     variants = {("block", "none")}
 
 
-# ----------------------------------------------------------------------------- autoregressive drafting
+# -------------------------------------------------------------------------- autoregressive drafting
 class AutoregressiveAttention(KVInjectionAttention):
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
-        """As KV injection, but the drafted token's K/V join the cache too: the next draft attends to it."""
+        """As KV injection, but the drafted token's K/V join the cache too: the next draft attends
+        to it."""
         k, v = super().keys_values(block, context, block_rope, context_rope, cache, layer)
         # cache = [context ; drafts so far]: add this token
         if cache is not None:
@@ -102,7 +104,8 @@ class AutoregressiveLayer(DrafterLayer):
 
 
 class AutoregressiveDrafter(DFlashDrafter):
-    """The EAGLE-style baseline; trained with a causal mask over the block (:mod:`dflash_lite.train`)."""
+    """The EAGLE-style baseline; trained with a causal mask over the block
+    (:mod:`dflash_lite.train`)."""
     variants = {("autoregressive", "kv_injection"), ("autoregressive", "none")}
     autoregressive = True
     fixed_shapes = False

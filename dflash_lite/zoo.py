@@ -166,8 +166,8 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
     for name, docs in texts.items():
         ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
         flat = torch.tensor([t for doc in ids for t in (*doc, eos)])
-        windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(-1,
-                                                                                          preset.seq_len + 1)
+        windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(
+            -1, preset.seq_len + 1)
         windows = windows[torch.linspace(0, len(windows) - 1, min(n_windows, len(windows))).long()]
         logits = model(windows[:, :-1]).logits
         out[name] = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),

@@ -282,16 +282,22 @@ def test_dataset_offline_is_one_clear_error(monkeypatch):
         dataset_prompts("imagenet", 4)
 
 
-def test_sampled_benchmark_skips_the_identity_check(tiny, random_drafter):
+def test_a_sampled_benchmark_checks_identity_only_when_seeded(tiny, random_drafter):
+    """Unseeded, nothing can be compared; seeded, every row of this project's loop must give the
+    autoregressive row's seeded sample, and transformers' rows (their own stream) are not checked."""
     from dflash_lite.acceptance import SamplingParams
 
     target, tokenizer = tiny
     ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
-    sampling = SamplingParams(temperature=1.0)
-    methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4,), sampling=sampling,
-                               hf_dflash=False, prompt_lookup=None)
-    report = run_benchmark(methods, ids, 8, repeats=1, greedy=False)
-    assert all(m["identical_to_target"] is None and m["error"] is None for m in report["methods"])
+    for seed in (None, 3):
+        sampling = SamplingParams(temperature=1.0, seed=seed)
+        methods = standard_methods(target, tokenizer, random_drafter, block_sizes=(4,), sampling=sampling,
+                                   hf_dflash=False, prompt_lookup=None)
+        report = run_benchmark(methods, ids, 8, repeats=1, greedy=False, seeded=seed is not None)
+        expected = {m["name"]: None if seed is None or m["kind"] == "hf_generate" else True
+                    for m in report["methods"]}
+        assert {m["name"]: m["identical_to_target"] for m in report["methods"]} == expected
+        assert all(m["error"] is None for m in report["methods"])
 
 
 def test_interleaved_warms_up_untimed_then_rotates_the_order(monkeypatch):

@@ -108,7 +108,8 @@ def summary(costs: dict) -> dict:
            "ratios": {f"t_target({b})/t1": t / t1 for b, t in costs["t_target"].items()}}
     if 16 in costs["t_target"] and 16 in costs["t_draft"]:
         out["ratios"]["t_draft(16)/t1"] = costs["t_draft"][16] / t1
-        out["predicted_speedup_B16_at_paper_tau"] = PAPER_TAU * t1 / (costs["t_target"][16] + costs["t_draft"][16])
+        out["predicted_speedup_B16_at_paper_tau"] = (
+            PAPER_TAU * t1 / (costs["t_target"][16] + costs["t_draft"][16]))
     return out
 
 
@@ -119,8 +120,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--compiled-sizes", default="1,2,4,8,16,17,32,64",
-                        help="target widths to time compiled, comma-separated ('' for none); CUDA "
-                             "only")
+                        help="target widths to time compiled, comma-separated ('' for none); "
+                             "CUDA only")
     parser.add_argument("--bandwidth-tb-s", type=float, default=4.8,
                         help="memory bandwidth for the floor (H200: 4.8)")
     parser.add_argument("--json", dest="json_out", default=None)

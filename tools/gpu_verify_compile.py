@@ -75,7 +75,8 @@ def main(argv=None) -> dict:
             verify(forward)
             sync()
             times[mode].append(time.perf_counter() - t0)
-    report = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device,
+    report = {"device": (torch.cuda.get_device_name(0) if args.device.startswith("cuda")
+                         else args.device),
               "dtype": args.dtype, "block_size": b, "context_length": length,
               "repeats": args.repeats,
               "median_ms": {m: 1000 * statistics.median(t) for m, t in times.items()},
