@@ -138,42 +138,106 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
     return written
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def read_only_package(into: Path) -> Path:
+    """A copy of this package under ``into`` that nobody can write to (files 0444, folders
+    0555): what the graded notebooks import, so a submission cannot plant a module that a later
+    grading imports. Returns the folder to put on PYTHONPATH."""
+    package = into / "dflash_lite"
+    shutil.copytree(ROOT / "dflash_lite", package,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder, dirs, files in os.walk(package, topdown=False):
+        for name in files:
+            os.chmod(Path(folder) / name, 0o444)
+        os.chmod(folder, 0o555)
+    return into
+
+
+def _writable_again(folder: Path) -> None:
+    for path, dirs, files in os.walk(folder):
+        os.chmod(path, 0o755)
+
+
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
-              course_root: str | Path | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb`` files):
-    each runs top to bottom with the test cells restored from the source. Returns
-    ``{notebook: {"score", "max_score", "cells": {grade_id: [score, max_score]}}}``."""
+              course_root: str | Path | None = None, allow_root: bool = False,
+              hidden: str | Path | None = None) -> dict:
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb`` files).
+
+    Each runs top to bottom (nbgrader) in a throwaway copy, with the test cells restored from the
+    source and this package imported from a read-only copy; then the points are computed in a
+    fresh process (:mod:`dflash_lite.grader`) from the values the notebook's answers had, never
+    from what the student's kernel printed. Returns ``{notebook: {"score", "max_score", "cells":
+    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "kernel_score":
+    nbgrader's own count, for comparison}}``."""
+    import subprocess
+
+    import nbformat
     from nbgrader.api import Gradebook
 
+    from . import grader
+
     submitted = Path(submitted_dir)
+    if _inside(submitted, ROOT):
+        raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
+                         "outside it (their code runs while grading)")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not allow_root:
+        raise PermissionError("refusing to grade as root: students' code runs while grading "
+                              "(use an unprivileged user or a container, or pass --allow-root)")
     names = {p.name for p in submitted.glob("[0-9][0-9]_*.ipynb")}
     notebooks = [nb for nb in chapters(selection) if nb.name in names]
     if not notebooks:
         raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(course_root) if course_root else Path(tmp)
+    hidden = Path(hidden) if hidden else grader.HIDDEN
+    with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
+        root = Path(course_root) if course_root else Path(tmp) / "course"
         api = prepare_course(root, notebooks)
         inbox = root / "submitted" / STUDENT / ASSIGNMENT
         inbox.mkdir(parents=True, exist_ok=True)
         for nb in notebooks:
-            shutil.copy(submitted / nb.name, inbox / nb.name)
+            copy = nbformat.read(submitted / nb.name, as_version=4)
+            grader.instrument(copy, nbformat.read(nb, as_version=4))
+            nbformat.write(copy, inbox / nb.name)
+        package = read_only_package(Path(tmp) / "package")
         env = {**os.environ}
         for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
             os.environ.setdefault(var, str(root / name))     # keep the runs' files out of the repository
-        # the notebooks import this checkout's package, whatever the kernel's working directory
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        # the notebooks import the read-only copy of the package, whatever the kernel's directory
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))
         try:
             _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
         finally:
             os.environ.clear(); os.environ.update(env)
-        report = {}
+        kernel = {}
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-            submission = gradebook.find_submission(ASSIGNMENT, STUDENT)
-            for nb in submission.notebooks:
-                report[nb.name] = {"score": nb.score, "max_score": nb.max_score,
-                                   "cells": {g.name: [g.score, g.max_score] for g in nb.grades}}
+            for nb in gradebook.find_submission(ASSIGNMENT, STUDENT).notebooks:
+                kernel[nb.name] = nb.score
+        report = {}
+        graded = root / "autograded" / STUDENT / ASSIGNMENT
+        for nb in notebooks:
+            run = subprocess.run(
+                [sys.executable, "-m", "dflash_lite.grader", str(nb), str(graded / nb.name),
+                 "--hidden", str(hidden)], capture_output=True, text=True, cwd=graded,
+                env={**env, "PYTHONPATH": str(package), **_output_env(root)})
+            if run.returncode != 0:
+                raise RuntimeError(f"grading {nb.name} failed:\n{run.stderr[-3000:]}")
+            cells = json.loads(run.stdout.strip().splitlines()[-1])
+            report[nb.stem] = {
+                "score": sum(c[0] for c in cells.values()),
+                "max_score": sum(c[1] for c in cells.values()),
+                "cells": {g: c[:2] for g, c in cells.items()},
+                "messages": {g: c[2] for g, c in cells.items() if c[2]},
+                "kernel_score": kernel.get(nb.stem)}
+        _writable_again(package)
     return report
 
+
+def _output_env(root: Path) -> dict:
+    return {"DFLASH_LITE_FIGURES": str(root / "figures"), "DFLASH_LITE_RESULTS": str(root / "results"),
+            "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submitted_dir")
     grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
+    grade.add_argument("--allow-root", action="store_true",
+                       help="grade as root anyway (students' code runs while grading)")
     site = commands.add_parser("site", help="build the course site (HTML) from the executed notebooks")
     site.add_argument("out_dir")
     args = parser.parse_args(argv)
@@ -254,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "autograde":
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")
-        report = autograde(args.submitted_dir, args.notebooks)
+        try:
+            report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)
+        except (ValueError, PermissionError) as e:
+            parser.error(str(e))
         for name, nb in report.items():
             print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
         if args.out:
