@@ -9,7 +9,7 @@ import torch
 from . import correct, not_attempted
 from ..baselines import generate_autoregressive
 from ..data import block_attention_mask
-from ..decode import ChainDraft, DFlashProposer, generate
+from ..decode import DFlashProposer, generate
 from ..target import context_features
 
 
@@ -106,26 +106,6 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
                                  f"B={drafter.config.block_size}.")
 
 
-def unmasking_proposer():
-    """The reference for exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    class ConfidenceUnmaskingProposer(DFlashProposer):
-        def propose(self, last_token: torch.Tensor, k: int):
-            mask_id = self.drafter.config.mask_token_id
-            block = torch.full((1, k + 1), mask_id, dtype=torch.long, device=last_token.device)
-            block[0, 0] = last_token
-            logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
-            position = self.new_context_start + self.new_context.shape[1]
-            confidence, draft = logits[0].softmax(-1).max(-1)                    # (k,), (k,)
-            keep = confidence.topk((k + 1) // 2).indices
-            block[0, 1 + keep] = draft[keep]                                     # the rest stays masked
-            logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], position, self.cache)
-            out = logits[0].argmax(-1)
-            out[keep] = draft[keep]
-            return ChainDraft(out)
-
-    return ConfidenceUnmaskingProposer
-
-
 def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: int, max_new_tokens: int,
                              stops) -> bool:
     """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two steps)."""
@@ -133,28 +113,17 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
         return not_attempted("Exercise 5", "subclass DFlashProposer and override propose(last_token, k).")
     assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
         "answer with the class itself, a subclass of DFlashProposer"
-    reference = unmasking_proposer()
     features, last, _ = _first_block(drafter, target, prompt_ids[0], block_size)
-    drafts = []
-    for cls in (answer, reference):
-        proposer = cls(drafter, target, block_size)
-        proposer.start(prompt_ids[0], features)
-        drafts.append(torch.as_tensor(proposer.propose(last, block_size - 1)[0]).cpu())
-    assert drafts[0].shape == drafts[1].shape, f"propose must return B-1 = {block_size - 1} token ids first"
-    assert torch.equal(drafts[0], drafts[1]), (
-        f"on the first step {int((drafts[0] != drafts[1]).sum())} of {block_size - 1} drafts differ from the "
-        "reference. Rank by top-1 *probability*, keep (k + 1) // 2 slots, re-mask the others, and keep the "
-        "kept slots' first-pass tokens in the output.")
+    proposer = answer(drafter, target, block_size)
+    proposer.start(prompt_ids[0], features)
+    first = torch.as_tensor(proposer.propose(last, block_size - 1)[0]).cpu()
+    assert first.shape == (block_size - 1,), f"propose must return B-1 = {block_size - 1} token ids first"
     taus = {}
     for name, cls in (("one pass", DFlashProposer), ("unmasking", answer)):
         lengths, tokens, seconds = [], 0, 0.0
         for x in prompt_ids:
             r = generate(target, cls(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops)
             if cls is answer:
-                ref = generate(target, reference(drafter, target, block_size), x, max_new_tokens,
-                                           stop_token_ids=stops)
-                assert r.acceptance_lengths == ref.acceptance_lengths, \
-                    "your proposer drafts differently from the reference on a later step"
                 assert r.tokens == generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
             lengths += r.acceptance_lengths
             tokens, seconds = tokens + len(r.tokens), seconds + r.total_time
