@@ -56,13 +56,20 @@ def ch03_unmasking(ns: dict) -> None:
     answer, drafter, target = ns["answer_5"], ns["drafter"], ns["target"]
     block_size, prompt_ids = ns["block_size"], ns["prompt_ids"]["math"]
     reference = references.unmasking_proposer()
-    features, last, _ = _first_block(drafter, target, prompt_ids[0], block_size)
-    drafts = []
-    for cls in (answer, reference):
-        proposer = cls(drafter, target, block_size)
-        proposer.start(prompt_ids[0], features)
-        drafts.append(torch.as_tensor(proposer.propose(last, block_size - 1)[0]).cpu())
-    assert torch.equal(drafts[0], drafts[1]), "the first step's draft differs from the reference"
+    from dflash_lite import corpus
+
+    tokenizer = ns.get("tokenizer")
+    extra = [] if tokenizer is None else [tokenizer(t, return_tensors="pt").input_ids for t in
+                                          corpus.function_headers(corpus.stdlib_files("held_out"), 2, seed=5)]
+    for size in (block_size, 8, 12):
+        for x in list(prompt_ids) + extra:
+            features, last, _ = _first_block(drafter, target, x, size)
+            drafts = []
+            for cls in (answer, reference):
+                proposer = cls(drafter, target, size)
+                proposer.start(x, features)
+                drafts.append(torch.as_tensor(proposer.propose(last, size - 1)[0]).cpu())
+            assert torch.equal(drafts[0], drafts[1]), f"B={size}: a first step's draft differs from the reference"
     for x in prompt_ids:
         mine = generate(target, answer(drafter, target, block_size), x, ns["max_new_tokens"],
                         stop_token_ids=ns["stops"])

@@ -212,3 +212,128 @@ def test_02_exercise_4_lookup():
     assert run(_worked("02", "lookup_draft"))
     passed = [name for name, src in LOOKUP.items() if run(src)]
     assert not passed, f"wrong variants that pass: {passed}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 03, the block-diffusion drafter
+
+@pytest.fixture(scope="module")
+def ch03_setup():
+    from dflash_lite import corpus, stop_token_ids
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.target import SHIPPED_DRAFTERS, context_features
+
+    target, tokenizer = shipped_target()
+    drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).eval()
+    prompts = [p.prompt for p in corpus.math_problems(1, split="held_out", start=4000)]
+    prompts += corpus.function_headers(corpus.stdlib_files("held_out"), 1, seed=31)
+    ids = [tokenizer(p, return_tensors="pt").input_ids for p in prompts]
+    context = dict(target=target, tokenizer=tokenizer, drafter=drafter, c=drafter.config, device="cpu",
+                   block_size=16, context_features=context_features,
+                   stops=stop_token_ids(target, tokenizer), max_new_tokens=24, mixed_ids=ids)
+    return context
+
+
+def test_03_rope(ch03_setup):
+    from dflash_lite.exercises.ch03 import check_rope
+
+    good = solution("03", "ch03_build_rope")
+    wrong = {
+        "interleaved pairs in rotate": edit(good, "return x * cos + torch.cat([-x2, x1], dim=-1) * sin",
+                                            "x1, x2 = x[..., ::2], x[..., 1::2]\n    return x * cos + "
+                                            "torch.stack([-x2, x1], dim=-1).flatten(-2) * sin"),
+        "sin with the wrong sign": edit(good, "torch.cat([-x2, x1], dim=-1)", "torch.cat([x2, -x1], dim=-1)"),
+        "frequencies interleaved": edit(good, "torch.cat([angles, angles], dim=-1)",
+                                        "angles.repeat_interleave(2, dim=-1)"),
+    }
+
+    def run(src):
+        namespace = dict(ch03_setup)
+        exec(src, {"torch": torch, **namespace}, namespace)
+        return earns("ch03_build_rope_check", check_rope, namespace["rope_cos_sin"], namespace["rotate"],
+                     ch03_setup["drafter"])
+
+    assert run(good)
+    assert not [name for name, src in wrong.items() if run(src)]
+
+
+def test_03_block_mask():
+    from dflash_lite.exercises.ch03 import check_block_mask
+
+    good = solution("03", "ch03_build_block_mask")
+    wrong = {
+        "the anchor itself visible": edit(good, "mask[rows, :a] = True", "mask[rows, :a + 1] = True"),
+        "causal inside the block": edit(
+            good, "mask[rows, T + j * B: T + (j + 1) * B] = True",
+            "mask[rows, T + j * B: T + (j + 1) * B] = torch.ones(B, B, dtype=torch.bool).tril()"),
+        "every block visible": edit(good, "mask[rows, T + j * B: T + (j + 1) * B] = True",
+                                    "mask[rows, T:] = True"),
+    }
+    run = lambda src: earns("ch03_build_block_mask_check", check_block_mask, define(src, "my_block_mask"))
+    assert run(good)
+    assert not [name for name, src in wrong.items() if run(src)]
+
+
+def test_03_exercise_1_visible_keys():
+    from dflash_lite.exercises.ch03 import check_visible_keys
+
+    assert earns("ch03_exercise_1_check", check_visible_keys, 13)
+    for wrong in (16, 9, 4, 12):
+        assert not earns("ch03_exercise_1_check", check_visible_keys, wrong), wrong
+
+
+def test_03_exercise_2_least_sure(ch03_setup):
+    from dflash_lite.exercises.ch03 import check_least_sure_position
+
+    good = _worked("03", "least_sure_position")
+    wrong = {"ranked by raw logits": edit(good, "[0].softmax(-1)", "[0]"),
+             "counted from 0": edit(good, "argmin()) + 1", "argmin())"),
+             "the most sure position": edit(good, ".argmin()) + 1", ".argmax()) + 1")}
+    s = ch03_setup
+
+    def run(src):
+        fn = define(src, "least_sure_position", **s)
+        return earns("ch03_exercise_2_check", check_least_sure_position, fn, s["drafter"], s["target"],
+                     s["tokenizer"], 16)
+
+    assert run(good)
+    assert not [name for name, src in wrong.items() if run(src)]
+
+
+def test_03_exercise_4_tau_at_block_size(ch03_setup):
+    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.exercises.ch03 import check_tau_at_block_size
+
+    s = ch03_setup
+    runs = {b: [generate(s["target"], DFlashProposer(s["drafter"], s["target"], b), x, 24,
+                         stop_token_ids=s["stops"]).acceptance_lengths for x in s["mixed_ids"]]
+            for b in (8, 16)}
+    pooled = lambda b: sum(map(sum, runs[b])) / sum(map(len, runs[b]))
+    run = lambda answer: earns("ch03_exercise_4_check", check_tau_at_block_size, answer, s["drafter"],
+                               s["target"], s["mixed_ids"], 8, 24, s["stops"])
+    assert run(pooled(8))
+    assert not run(statistics.mean(statistics.mean(r) for r in runs[8])), "the mean of per-prompt means passed"
+    assert not run(pooled(16)), "tau at the trained block size passed"
+
+
+def test_03_exercise_5_unmasking(ch03_setup):
+    from dflash_lite.decode import ChainDraft, DFlashProposer
+    from dflash_lite.exercises.ch03 import check_unmasking_proposer
+
+    s = ch03_setup
+    good = re.search(r"^class ConfidenceUnmasking.*?(?=^\S)", next(
+        (ROOT / "notebooks" / "solutions").glob("03_*.py")).read_text(), flags=re.M | re.S).group(0)
+    wrong = {"ranked by raw logits": edit(good, "logits[0].softmax(-1).max(-1)", "logits[0].max(-1)"),
+             "keeps k // 2": edit(good, "topk((k + 1) // 2)", "topk(k // 2)"),
+             "second pass kept": edit(good, "tokens[keep] = draft[keep]", "pass")}
+    math_ids = s["mixed_ids"][:1]
+
+    def run(src):
+        cls = define(src, "ConfidenceUnmasking", DFlashProposer=DFlashProposer, ChainDraft=ChainDraft)
+        return earns("ch03_exercise_5_check", check_unmasking_proposer, cls, s["drafter"], s["target"],
+                     math_ids, 16, 24, s["stops"], answer_5=cls, drafter=s["drafter"], target=s["target"],
+                     block_size=16, prompt_ids={"math": math_ids}, max_new_tokens=24, stops=s["stops"],
+                     tokenizer=s["tokenizer"])
+
+    assert run(good)
+    assert not [name for name, src in wrong.items() if run(src)]
