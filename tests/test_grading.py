@@ -337,3 +337,175 @@ def test_03_exercise_5_unmasking(ch03_setup):
 
     assert run(good)
     assert not [name for name, src in wrong.items() if run(src)]
+
+
+# ---------------------------------------------------------------------------------------------
+# 00, the tour; 01, the autoregressive bottleneck (answers are numbers; each wrong one is a
+# plausible slip: the prefill forgotten, a tied weight counted twice, ...)
+
+def test_00_exercise_1_forwards():
+    from dflash_lite import generate_autoregressive, stop_token_ids
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.exercises import ch00
+    from dflash_lite.target import default_drafter_path
+
+    model, tokenizer = shipped_target()
+    ids, stops = ch00._tour_prompt_ids(), stop_token_ids(model, tokenizer)
+    ar = len(generate_autoregressive(model, ids, 64, stop_token_ids=stops).tokens)
+    sd = len(generate(model, DFlashProposer(load_drafter(default_drafter_path("tiny")), model), ids, 64,
+                      stop_token_ids=stops).acceptance_lengths)
+    assert earns("ch00_exercise_1_check", ch00.check_target_forwards, (ar, 1 + sd))
+    for wrong in ((ar + 1, 1 + sd), (ar, sd), (ar, ar)):           # one too many; no prefill; no speedup
+        assert not earns("ch00_exercise_1_check", ch00.check_target_forwards, wrong), wrong
+
+
+def test_00_exercise_3_template_and_4_llama():
+    from dflash_lite.exercises import ch00
+    from dflash_lite.target import SHIPPED
+
+    good = _worked("00", "_bulk")
+    template = lambda src: define(src, "_bulk", corpus=__import__("dflash_lite").corpus)
+    assert earns("ch00_exercise_3_check", ch00.check_math_template, template(good))
+    wrong = {"the global random, not r": edit(good, "count, per, loose = r.randint(2, 12)",
+                                              "count, per, loose = random.randint(2, 12)"),
+             "wrong arithmetic": edit(good, "packed = count * per", "packed = count * per + 1"),
+             "no final answer line": edit(good, 'f"The answer is {total}."', 'f"So {total}."')}
+    assert not [n for n, src in wrong.items() if earns("ch00_exercise_3_check", ch00.check_math_template,
+                                                        template(src))]
+    # exercise 4: the shipped target is not a Llama
+    assert not earns("ch00_exercise_4_check", ch00.check_llama_parity, str(SHIPPED["tiny"]))
+
+
+def test_01_exercises():
+    from dflash_lite.exercises import ch01
+
+    model, tokenizer = shipped_target()
+    prompt = ch01.corpus.math_problems(1, split="held_out", start=700)[0].prompt
+    n = tokenizer(prompt, return_tensors="pt").input_ids.shape[1]
+    assert earns("ch01_exercise_1_check", ch01.check_cache_positions, n + 15)
+    for wrong in (n + 16, n, 16):
+        assert not earns("ch01_exercise_1_check", ch01.check_cache_positions, wrong), wrong
+
+    weights = ch01.weight_bytes_per_step(model)
+    every = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight
+    assert earns("ch01_exercise_2_check", ch01.check_weight_bytes, weights)
+    for wrong in (every + embedding.numel() * 4, every / 2, weights / 4):   # tied twice; bf16; per weight
+        assert not earns("ch01_exercise_2_check", ch01.check_weight_bytes, wrong), wrong
+
+    c = model.config
+    per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4
+    assert earns("ch01_exercise_3_check", ch01.check_kv_crossover, weights / per_position)
+    mha = 2 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * 4
+    assert c.num_attention_heads != c.num_key_value_heads
+    for wrong in (weights / mha, weights / (per_position / 2)):            # all query heads; keys only
+        assert not earns("ch01_exercise_3_check", ch01.check_kv_crossover, wrong), wrong
+
+    t = {1: 0.010, 16: 0.024}
+    assert earns("ch01_exercise_4_check", ch01.check_break_even, (2.4, 3.0), t)
+    for wrong in ((2.4, 2.4 + 0.25), (1 / 2.4, 1.25 / 2.4), (2.4, 2.4 * 1.25 * 1.25)):
+        assert not earns("ch01_exercise_4_check", ch01.check_break_even, wrong, t), wrong
+
+
+# ---------------------------------------------------------------------------------------------
+# 04, conditioning; 05, training
+
+def test_04_exercises_1_and_2():
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.exercises import ch04
+    from dflash_lite.target import default_drafter_path
+
+    model, _ = shipped_target()
+    h = model.config.hidden_size
+    assert earns("ch04_exercise_1_check", ch04.check_tap_indices, ([6, 7], 2 * h))
+    for wrong in (([5, 6], 2 * h), ([6, 7], h), ([5, 6, 7], 3 * h)):        # index 0 forgotten; one tap
+        assert not earns("ch04_exercise_1_check", ch04.check_tap_indices, wrong), wrong
+
+    drafter = load_drafter(default_drafter_path("tiny"))
+    c = drafter.config
+    cached = 2 * c.num_layers * c.num_key_value_heads * c.head_dim
+    assert earns("ch04_exercise_2_check", ch04.check_cache_numbers, (cached, c.num_context_features))
+    for wrong in ((cached // 2, c.num_context_features), (c.num_context_features, cached),
+                  (2 * c.num_layers * c.num_attention_heads * c.head_dim, c.num_context_features)):
+        assert not earns("ch04_exercise_2_check", ch04.check_cache_numbers, wrong), wrong
+
+
+@pytest.fixture(scope="module")
+def ch05_data(tmp_path_factory):
+    from dflash_lite.data import regenerate
+    from dflash_lite.prompts import training_prompts
+
+    target, tokenizer = shipped_target()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    cache = tmp_path_factory.mktemp("cache")
+    return regenerate(target, tokenizer, training_prompts(8, 4, seed=0), 24, cache_dir=cache)
+
+
+def test_05_exercises_1_to_3(ch05_data):
+    from collections import Counter
+
+    from dflash_lite.exercises import ch05
+
+    w = torch.exp(-(torch.arange(1, 16) - 1) / 7.0)
+    assert earns("ch05_exercise_1_check", ch05.check_loss_weights, float(w[:4].sum() / w.sum()))
+    for wrong in (float(w[:3].sum() / w.sum()), float(w[:4].sum() / 15), float(w[1:5].sum() / w.sum())):
+        assert not earns("ch05_exercise_1_check", ch05.check_loss_weights, wrong), wrong
+
+    assert earns("ch05_exercise_2_check", ch05.check_half_weight_gamma, 7 / math.log(2))
+    for wrong in (7.0, 8 / math.log(2), math.log(2) * 7):
+        assert not earns("ch05_exercise_2_check", ch05.check_half_weight_gamma, wrong), wrong
+
+    def entropy(tokens, log=math.log):
+        counts = Counter(tokens)
+        return -sum(n / len(tokens) * log(n / len(tokens)) for n in counts.values())
+
+    d = ch05_data
+    responses = [t for s, p in zip(d.sequences, d.prompt_lengths) for t in s[p:]]
+    assert earns("ch05_exercise_3_check", ch05.check_unigram_loss, entropy(responses), d)
+    wrong = {"bits": entropy(responses, math.log2), "prompts too": entropy([t for s in d.sequences for t in s]),
+             "mean of per-sequence entropies": statistics.mean(
+                 entropy(list(s[p:])) for s, p in zip(d.sequences, d.prompt_lengths))}
+    assert not [n for n, v in wrong.items() if earns("ch05_exercise_3_check", ch05.check_unigram_loss, v, d)]
+
+
+def test_05_exercise_4_ar_loss(ch05_data):
+    from dflash_lite.exercises import ch05
+
+    target, tokenizer = shipped_target()
+    good = _worked("05", "ar_loss")
+    F = torch.nn.functional
+    wrong = {"the last slot weighted too": edit(good, "torch.cat([weights, torch.zeros(1)])",
+                                                "torch.cat([weights, torch.ones(1)])"),
+             "unweighted mean": edit(good, "return (w * ce).sum() / w.sum()", "return ce.mean()"),
+             "not normalised": edit(good, "return (w * ce).sum() / w.sum()", "return (w * ce).sum()")}
+    run = lambda src: earns("ch05_exercise_4_check", ch05.check_ar_loss, define(src, "ar_loss", F=F),
+                            target, ch05_data, tokenizer)
+    assert run(good)
+    assert not [n for n, src in wrong.items() if run(src)]
+
+
+def test_05_exercise_5_training(ch05_data):
+    from dflash_lite.data import epoch_batches
+    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.exercises import ch05
+    from dflash_lite.train import drafter_loss
+    from dflash_lite.trainer import TrainConfig, Trainer
+
+    target, tokenizer = shipped_target()
+    good = _worked("05", "train").replace("num_layers=2", "num_layers=1")
+    context = dict(target=target, tokenizer=tokenizer, data=ch05_data, block_size=8, DrafterConfig=DrafterConfig,
+                   DFlashDrafter=DFlashDrafter, Trainer=Trainer, TrainConfig=TrainConfig,
+                   epoch_batches=epoch_batches, drafter_loss=drafter_loss)
+    wrong = {"ignores its seed": edit(edit(good, "torch.manual_seed(seed)", "torch.manual_seed(0)"),
+                                      "manual_seed(seed)", "manual_seed(0)"),
+             "ignores its seed and flips the weights": edit(
+                 edit(edit(good, "torch.manual_seed(seed)", "torch.manual_seed(0)"), "manual_seed(seed)",
+                      "manual_seed(0)"), "drafter_loss(m, target, b, weights)",
+                 "drafter_loss(m, target, b, weights.flip(0))"),
+             "never seeds the model": edit(good, "    torch.manual_seed(seed)\n", "")}
+    run = lambda src: earns("ch05_exercise_5_check", ch05.check_weighted_training, define(src, "train", **context),
+                            target, ch05_data, tokenizer, 8)
+    assert run(good)
+    assert not [n for n, src in wrong.items() if run(src)]
