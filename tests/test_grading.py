@@ -509,3 +509,162 @@ def test_05_exercise_5_training(ch05_data):
                             target, ch05_data, tokenizer, 8)
     assert run(good)
     assert not [n for n, src in wrong.items() if run(src)]
+
+
+# ---------------------------------------------------------------------------------------------
+# 06, benchmarks; 07, the source article; 08, real models; 09, trees; 10, GPUs. The reports and
+# probes are the committed ones (read only), or small synthetic ones.
+
+def committed_report(name: str = "06_benchmark_cpu.json") -> dict:
+    import json
+
+    return json.loads((ROOT / "results" / name).read_text())
+
+
+def test_06_exercises():
+    import copy
+
+    from dflash_lite.exercises import ch06
+    from dflash_lite.report import Kind, row_of
+
+    report = committed_report()
+    t, d = report["cost_model"]["costs"]["t_target"], report["cost_model"]["costs"]["t_draft"]
+    tau16 = row_of(report, Kind.DFLASH, block_size=16)["tau"]
+    good = tau16 * t["1"] / (t["16"] + d["16"])
+    assert earns("ch06_exercise_1_check", ch06.check_predicted_speedup, good, report)
+    for wrong in (tau16 * t["1"] / t["16"], tau16 * t["16"] / (t["1"] + d["16"]), tau16):
+        assert not earns("ch06_exercise_1_check", ch06.check_predicted_speedup, wrong, report), wrong
+
+    sizes = [b for b in (4, 8, 16) if str(b) in d]
+    good = {b: (t[str(b)] + d[str(b)]) / t["1"] for b in sizes}
+    assert earns("ch06_exercise_2_check", ch06.check_break_even, good, report)
+    no_draft = {b: t[str(b)] / t["1"] for b in sizes}
+    assert not earns("ch06_exercise_2_check", ch06.check_break_even, no_draft, report)
+    assert not earns("ch06_exercise_2_check", ch06.check_break_even, {16: good[16]}, report)
+
+    code = copy.deepcopy(report)
+    code["env"]["prompts_source"] = "built-in held-out code"
+    rows = [r for r in code["methods"] if r["error"] is None and r["speedup"] is not None]
+    fastest = max(rows, key=lambda r: r["speedup"])["name"]
+    assert earns("ch06_exercise_3_check", ch06.check_fastest_method, fastest, code)
+    assert not earns("ch06_exercise_3_check", ch06.check_fastest_method, fastest, report), \
+        "a math report passed as the code one"
+    slowest = min(rows, key=lambda r: r["speedup"])["name"]
+    assert not earns("ch06_exercise_3_check", ch06.check_fastest_method, slowest, code)
+
+
+def test_07_exercises(ch03_setup):
+    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.exercises import ch07
+    from dflash_lite.prompts import builtin_prompts
+
+    s = ch03_setup
+    ids = s["tokenizer"](builtin_prompts("math", 1)[0], return_tensors="pt").input_ids
+    lengths = generate(s["target"], DFlashProposer(s["drafter"], s["target"], 16), ids, 24,
+                       stop_token_ids=s["stops"]).acceptance_lengths
+    tau, rate = statistics.mean(lengths), sum(a - 1 for a in lengths) / (len(lengths) * 15)
+    run = lambda answer: earns("ch07_exercise_1_check", ch07.check_rate_and_tau, answer, s["target"],
+                               s["drafter"], s["tokenizer"], 24)
+    assert run((tau, rate))
+    for wrong in ((tau - 1, rate), (tau, sum(lengths) / (len(lengths) * 16)), (tau, (tau - 1) / 16)):
+        assert not run(wrong), wrong
+
+    good = ("def mse_on_probs(logits, labels, weights):\n"
+            "    onehot = torch.nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)\n"
+            "    per_position = ((logits.softmax(-1) - onehot) ** 2).mean(-1)\n"
+            "    return (per_position * weights).sum(-1).mean() / weights.sum()\n")
+    wrong = {"summed over the vocabulary": edit(good, ".mean(-1)\n", ".sum(-1)\n"),
+             "unweighted": edit(good, "(per_position * weights).sum(-1).mean() / weights.sum()",
+                                "per_position.mean()"),
+             "on the logits, not the probabilities": edit(good, "logits.softmax(-1) - onehot", "logits - onehot"),
+             "weights not normalised": edit(good, ".mean() / weights.sum()", ".mean()")}
+
+    def run2(src):
+        fn = define(src, "mse_on_probs")
+        return earns("ch07_exercise_2_check", ch07.check_mse_on_probs, fn, mse_on_probs=fn)
+
+    assert run2(good)
+    assert not [n for n, src in wrong.items() if run2(src)]
+
+
+def test_08_exercises(tmp_path, ch03_setup):
+    import copy
+
+    from dflash_lite.checkpoints import export_dflash
+    from dflash_lite.exercises import ch08
+    from dflash_lite.report import Kind, row_of
+
+    ratio = {1: 1.0, 16: 1.7}
+    assert earns("ch08_exercise_1_check", ch08.check_predicted_from_curve, 6.5 / 1.8, ratio)
+    for wrong in (6.5 / 1.7, 6.5 / 1.8 / 16, 6.5 * 1.8):
+        assert not earns("ch08_exercise_1_check", ch08.check_predicted_from_curve, wrong, ratio), wrong
+
+    report = committed_report("08_tiny_builtin_cpu_float32.json")
+    exported = export_dflash(ch03_setup["drafter"], tmp_path / "public")
+    from_export = copy.deepcopy(report)
+    from_export["env"]["drafter"] = str(exported)
+    tau = row_of(report, Kind.DFLASH, block_size=16)["tau"]
+    run = lambda answer, r: earns("ch08_exercise_2_check", ch08.check_exported_drafter, answer, exported, r,
+                                  report)
+    assert run(tau, from_export)
+    assert not run(tau, report), "the shipped directory's report passed as the export's"
+    assert not run(tau + 0.5, from_export)
+
+
+def test_09_exercises():
+    from dflash_lite.exercises import ch09
+    from dflash_lite.tree import add_branch, build_tree
+
+    g = torch.Generator().manual_seed(0)
+    draft_logits = torch.randn(15, 50, generator=g) * 3
+    root = torch.tensor([1])
+    tree = build_tree(root, torch.log_softmax(draft_logits, -1), 12)
+    P = 20
+    deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
+    assert earns("ch09_exercise_1_check", ch09.check_visible_keys, P + tree.depths[deepest] + 1, tree, P)
+    for wrong in (P + tree.depths[deepest], P + len(tree), tree.depths[deepest] + 1):
+        assert not earns("ch09_exercise_1_check", ch09.check_visible_keys, wrong, tree, P), wrong
+
+    t, t_draft = {1: 0.01, 16: 0.02, 33: 0.03}, 0.005
+    good = (t[33] + t_draft) / (t[16] + t_draft)
+    assert earns("ch09_exercise_2_check", ch09.check_break_even_gain, good, t, t_draft)
+    for wrong in (t[33] / t[16], (t[33] + t_draft) / t[16], t[32 // 2] / t[33]):
+        assert not earns("ch09_exercise_2_check", ch09.check_break_even_gain, wrong, t, t_draft), wrong
+
+    depth = {temp: ch09.tree_depth(draft_logits, root, temp) for temp in (0.5, 1.0, 2.0)}
+    assert depth[0.5] != depth[1.0], "degenerate logits: the temperature changes nothing"
+    assert earns("ch09_exercise_3_check", ch09.check_sharper_tree, depth[0.5], draft_logits, root)
+    assert not earns("ch09_exercise_3_check", ch09.check_sharper_tree, depth[1.0], draft_logits, root)
+    assert not earns("ch09_exercise_3_check", ch09.check_sharper_tree, depth[2.0], draft_logits, root)
+
+    branch = tree.chain[:2] + [int(root)] * 3
+    new = len(add_branch(tree, branch)) - len(tree)
+    assert 0 < new < len(branch), "degenerate branch: all of it or none of it is new"
+    assert earns("ch09_exercise_5_check", ch09.check_branch_nodes, new, tree, branch)
+    for wrong in (len(branch), len(branch) - tree.path_length(branch) + 1, 0):
+        if wrong != new:
+            assert not earns("ch09_exercise_5_check", ch09.check_branch_nodes, wrong, tree, branch), wrong
+
+
+def test_10_exercises():
+    from dflash_lite.exercises import ch10
+
+    probe = {"params_target_B": 8.03, "t_target_ms": {"1": 20.0, "16": 21.0}, "t_draft_ms": {"16": 1.5}}
+    floor = 1e3 * 8.03e9 * 2 / 4.8e12
+    assert earns("ch10_exercise_1_check", ch10.check_bandwidth_floor, floor, probe)
+    for wrong in (floor / 1e3, floor * 2, floor / 2):                   # seconds; fp32; one byte
+        assert not earns("ch10_exercise_1_check", ch10.check_bandwidth_floor, wrong, probe), wrong
+
+    good = 5.0 * (21.0 + 1.5) / 20.0
+    assert earns("ch10_exercise_2_check", ch10.check_tau_for_speedup, good, probe, 5.0)
+    for wrong in (5.0 * 21.0 / 20.0, 5.0 * 20.0 / (21.0 + 1.5)):
+        assert not earns("ch10_exercise_2_check", ch10.check_tau_for_speedup, wrong, probe, 5.0), wrong
+
+    row = {"tau": 6.0, "overhead_per_step_s": 0.004, "t_target_1": 0.02, "t_target_b": 0.022, "t_draft_b": 0.003}
+    verify = {"eager": 22.0, "reduce-overhead": 11.0}
+    r, o = 2.0, 0.004
+    good = 6.0 * (0.02 / r + o) / ((0.022 + 0.003) / r + o)
+    assert earns("ch10_exercise_3_check", ch10.check_graphs_speedup, good, row, verify)
+    for wrong in (6.0 * (0.02 / r + o / r) / ((0.025) / r + o / r), 6.0 * (0.02 + o) / (0.025 + o),
+                  6.0 * 0.02 / 0.025):                                  # overhead sped up; no graphs; no o
+        assert not earns("ch10_exercise_3_check", ch10.check_graphs_speedup, wrong, row, verify), wrong

@@ -49,6 +49,8 @@ def check_fastest_method(answer, report) -> bool:
     """Exercise 3: the fastest method of a report (by the speedup column)."""
     if answer is None or report is None:
         return not_attempted("Exercise 3", "Run bench on code prompts, then name its fastest method.")
+    assert "code" in str(report.get("env", {}).get("prompts_source", "")), \
+        "this report is not on code prompts: run bench with domain=\"code\""
     rows = [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
     best = max(rows, key=lambda r: r["speedup"])
     assert answer == best["name"], "not the fastest row of this report (compare the speedup column; names as printed)"
