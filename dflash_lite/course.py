@@ -123,19 +123,167 @@ def prepare_course(course_root: Path, notebooks: list[Path]):
     return api
 
 
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
+
+
+def _is_stub(region: str) -> bool:
+    """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines
+    (the exercises' regions; their worked answers are kept apart, as instructor material)."""
+    import ast
+
+    try:
+        tree = ast.parse("\n".join(line.strip() for line in region.splitlines()))
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        value = getattr(node, "value", False)
+        if not isinstance(node, (ast.Assign, ast.Return)) or value is None:
+            continue
+        parts = value.elts if isinstance(value, ast.Tuple) else [value]
+        if not all(isinstance(v, ast.Constant) and v.value is None for v in parts):
+            return False
+    return bool(tree.body)
+
+
+def stub(region: str, in_function: bool = False) -> str:
+    """The blank a student sees for a solution region: the region's full-line comments (its
+    hints), then, inside a function, ``raise NotImplementedError()``; at the top level, each
+    name the region assigns set to None, with a shape comment kept, so the rest of the cell
+    (and the demonstrations after it) still run, and only the check of this region fails."""
+    import ast
+    import re
+
+    if _is_stub(region):
+        return region
+    lines = region.splitlines()
+    body = [line for line in lines if line.strip()]
+    indent = re.match(r"\s*", body[0]).group(0) if body else ""
+    out = [line for line in lines if line.strip().startswith("#")]
+    if in_function:
+        return "\n".join(out + [f"{indent}raise NotImplementedError()  # YOUR CODE HERE"])
+    try:
+        tree = ast.parse("\n".join(line[len(indent):] for line in lines))
+    except SyntaxError:
+        return "\n".join(out + ["raise NotImplementedError()  # YOUR CODE HERE"])
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
+                line = lines[node.lineno - 1]
+                shape = re.search(r"#\s*(\([^)]*\))\s*$", line)
+                out.append(f"{indent}{name} = None  # YOUR CODE HERE" + (f" {shape.group(1)}" if shape else ""))
+    return "\n".join(out or [f"{indent}pass  # YOUR CODE HERE"])
+
+
+def blank(source: str) -> str:
+    """A solution cell's source with every region replaced by its :func:`stub`."""
+    import re
+
+    def enclosed_by_def(start: int) -> bool:
+        """Whether the region at ``start`` is in a function body: the nearest line above it that
+        is less indented opens a def."""
+        region = source[start:].split("\n", 2)[1] if "\n" in source[start:] else ""
+        depth = len(region) - len(region.lstrip())
+        for line in reversed(source[:start].splitlines()):
+            if line.strip() and len(line) - len(line.lstrip()) < depth:
+                return line.lstrip().startswith(("def ", "async def "))
+        return False
+
+    return re.sub(rf"^[ \t]*{BEGIN}\n(.*?)^[ \t]*{END}[ \t]*\n?",
+                  lambda m: stub(m.group(1), enclosed_by_def(m.start())) + "\n", source, flags=re.S | re.M)
+
+
+def student_markdown(source: str) -> str:
+    """Markdown for students: the pointers to the worked solutions taken out."""
+    import re
+
+    return re.sub(r"\s*[Ww]orked solutions:\s*`notebooks/" r"solutions/[^`]*`\.?", "", source)
+
+
+def _check_edition_dir(out: Path, names: list[str]) -> None:
+    """Refuse a folder that holds anything student-edition did not write there: source notebooks,
+    a student's work, a foreign file of the same name."""
+    from .outputs import refusal
+    from .validate import check_output_dir
+
+    check_output_dir(out, "the student edition's folder")
+    why = refusal(out)
+    if why:
+        raise ValueError(f"{out} {why}; choose a folder of its own")
+    if _inside(out, ROOT):
+        raise ValueError(f"{out} is inside the repository: write the student edition outside it")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    mark = out / EDITION_MARK
+    if not mark.is_file():
+        raise ValueError(f"{out} is not empty and was not written by student-edition: give a new folder")
+    ours = set(mark.read_text().split())
+    foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
+    if foreign:
+        raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: give a new folder")
+
+
+BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
+
+
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
-    """Write the student edition of the chapters (all, or ``selection``) into ``out_dir``: every
-    solution region replaced by ``raise NotImplementedError()``, outputs cleared, test cells locked."""
-    out = Path(out_dir)
+    """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
+    region replaced by a :func:`stub`, outputs cleared, test cells locked, no pointer to the
+    worked solutions), this package beside them (it holds no reference answers: those are in
+    ``instructor/``), the committed results the notebooks read, and ``STUDENTS.md`` (how to
+    install). None of the worked solutions or instructor material, and no complete notebook.
+    Refuses a folder that holds anything it did not write itself."""
+    import nbformat
+
+    out = Path(out_dir).resolve()
     notebooks = chapters(selection)
+    _check_edition_dir(out, [nb.name for nb in notebooks])
     with tempfile.TemporaryDirectory() as tmp:
         prepare_course(Path(tmp), notebooks)
         out.mkdir(parents=True, exist_ok=True)
+        mark = out / EDITION_MARK
+        ours = set(mark.read_text().split()) if mark.is_file() else set()
         written = []
         for nb in notebooks:
-            released = Path(tmp) / "release" / ASSIGNMENT / nb.name
-            written.append(Path(shutil.copy(released, out / nb.name)))
+            released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
+            source = nbformat.read(nb, as_version=4)
+            for cell, original in zip(released.cells, source.cells):
+                if cell.metadata.get("nbgrader", {}).get("solution"):
+                    cell.source = blank(original.source)
+                elif cell.cell_type == "markdown":
+                    cell.source = student_markdown(cell.source)
+            path = out / nb.name
+            ours.add(nb.name)
+            mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
+            nbformat.write(released, path)
+            written.append(path)
+        for name in BUNDLE:
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(ROOT / name, target)
+        (out / "STUDENTS.md").write_text(STUDENTS_MD)
     return written
+
+
+STUDENTS_MD = """# dflash-lite, student edition
+
+The notebooks here are the course's chapters with the exercises left blank. Install the package
+beside them (it holds the self-checks, not the answers), then open the notebooks:
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install -r requirements.txt && pip install -e .
+    jupyter lab
+
+Each exercise cell says what to write (a name, a type, a shape); the cell under it checks your
+answer and shows the points. A blank fails only its own check. The points that count are
+computed by your teacher's grader, from your answers, not from what your notebook prints.
+"""
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -315,8 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "student-edition":
         if args.notebooks is not None and not chapters(args.notebooks):
             parser.error(f"no chapter matches {args.notebooks}")
-        for path in student_edition(args.out_dir, args.notebooks):
-            print(path)
+        try:
+            for path in student_edition(args.out_dir, args.notebooks):
+                print(path)
+        except ValueError as e:
+            parser.error(str(e))
     elif args.command == "autograde":
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")

@@ -1,5 +1,4 @@
 """Self-checks for notebook 01 (the autoregressive bottleneck).
-Worked solutions: ``notebooks/solutions/01_autoregressive_bottleneck.py``.
 
 Expected answers are computed here from the shipped target; the one timing exercise is checked
 against the measurements the learner passes in, so machine noise cannot fail a right answer.

@@ -1,4 +1,4 @@
-"""Self-checks for notebook 04 (conditioning). Worked solutions: ``notebooks/solutions/04_conditioning.py``.
+"""Self-checks for notebook 04 (conditioning).
 
 Expected answers are computed here from the shipped target and drafter, never typed in.
 """
