@@ -177,6 +177,29 @@ def instrument(submitted, source) -> None:
     submitted.cells = cells
 
 
+def _preprocessor_base():
+    try:
+        from nbconvert.preprocessors import Preprocessor
+    except ImportError:                               # nbgrader (and so nbconvert) not installed
+        return object
+    return Preprocessor
+
+
+class InsertCollectors(_preprocessor_base()):
+    """An nbconvert preprocessor for stock ``nbgrader autograde``: put it in
+    ``Autograde.sanitize_preprocessors`` after ``OverwriteCells`` (course/nbgrader_config.py), so
+    the autograded notebooks carry the values :func:`score_notebook` scores."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.enabled = True                           # nbconvert registers classes disabled
+
+    def preprocess(self, nb, resources):
+        if not any(c.get("metadata", {}).get(COLLECTOR_KEY) for c in nb.cells):
+            instrument(nb, nb)
+        return nb, resources
+
+
 def collected(executed) -> dict[str, dict]:
     """``{grade_id: {name: encoded value}}`` from the collector cells' outputs."""
     found = {}

@@ -137,10 +137,10 @@ def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path,
             cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in SMALL[stem].items())
     nbformat.write(unfilled, blank / f"{stem}.ipynb")
 
-    full = course.autograde(done, course_root=tmp_path / "course_done")[stem]
+    full = course.autograde(done, course_root=tmp_path / "course_done", allow_root=True)[stem]
     assert full["max_score"] > 0 and full["score"] == full["max_score"], full["cells"]
 
-    zero = course.autograde(blank, course_root=tmp_path / "course_blank")[stem]
+    zero = course.autograde(blank, course_root=tmp_path / "course_blank", allow_root=True)[stem]
     assert zero["max_score"] == full["max_score"]
     assert all(score == 0 for score, _ in zero["cells"].values()), zero["cells"]
 
