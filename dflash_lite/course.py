@@ -403,9 +403,29 @@ def mathjax_dir() -> Path:
     return Path(jupyter_server_mathjax.__file__).parent / "static"
 
 
-def stage_site(stage: Path) -> Path:
+def student_notebook(path: Path):
+    """A chapter as the student site shows it: its outputs, but every solution cell blanked
+    (:func:`blank`, its outputs dropped) and no pointer to the worked solutions."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = blank(cell.source)
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = student_markdown(cell.source)
+    return nb
+
+
+def stage_site(stage: Path, instructor: bool = False) -> Path:
     """Lay the site's sources out in ``stage`` as the repository has them (``index.md``,
-    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``."""
+    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``. The
+    student site (the default) shows the chapters without their solutions; ``instructor`` keeps
+    them."""
+    import nbformat
+
     for name in ("conf.py", "index.md"):
         shutil.copy2(SITE_SOURCE / name, stage / name)
     (stage / "docs").mkdir()
@@ -413,22 +433,43 @@ def stage_site(stage: Path) -> Path:
         shutil.copy2(ROOT / "docs" / name, stage / "docs" / name)
     (stage / "notebooks").mkdir()
     for path in chapters():
-        shutil.copy2(path, stage / "notebooks" / path.name)
+        if instructor:
+            shutil.copy2(path, stage / "notebooks" / path.name)
+        else:
+            nbformat.write(student_notebook(path), stage / "notebooks" / path.name)
     shutil.copytree(mathjax_dir(), stage / "_static" / "mathjax")
     return stage
 
 
-def build_site(out_dir: str | Path, jobs: int = 2) -> Path:
+SITE_MARK = ".dflash-site"
+
+
+def check_site_dir(out_dir: Path) -> None:
+    """Refuse a site folder that holds anything this command did not build (a foreign
+    ``index.html`` above all), or that lies inside the package."""
+    from .outputs import refusal
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir} exists and is not a directory")
+    why = refusal(out_dir)
+    if why:
+        raise ValueError(f"{out_dir} {why}; choose a folder of its own")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SITE_MARK).is_file():
+        raise ValueError(f"{out_dir} is not empty and was not built by course site: give a new folder")
+
+
+def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> Path:
     """Build the course site into ``out_dir`` (HTML; ``index.html`` is the landing page) and return
-    the landing page's path. Warnings are printed, not fatal: a stale link must not block a
-    release."""
+    the landing page's path: the student site, or with ``instructor`` the one with the solutions.
+    Warnings are printed, not fatal: a stale link must not block a release."""
     from sphinx.cmd.build import build_main
 
     out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{out_dir} exists and is not a directory")
+    check_site_dir(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SITE_MARK).write_text("instructor\n" if instructor else "student\n")
     with tempfile.TemporaryDirectory(prefix="dflash-site-") as tmp:
-        stage = stage_site(Path(tmp))
+        stage = stage_site(Path(tmp), instructor)
         status = build_main(["-b", "html", "-q", "-j", str(jobs), "-d", str(stage / "_doctrees"),
                              str(stage), str(out_dir)])
     if status != 0:
@@ -451,15 +492,19 @@ def main(argv: list[str] | None = None) -> int:
                        help="grade as root anyway (students' code runs while grading)")
     site = commands.add_parser("site", help="build the course site (HTML) from the executed notebooks")
     site.add_argument("out_dir")
+    site.add_argument("--instructor", action="store_true",
+                      help="the instructor's site, with the solutions (default: the student site)")
     args = parser.parse_args(argv)
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)
         except ImportError:
             parser.error("the site needs the docs dependencies: pip install -r docs/requirements.txt")
-        if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
-            parser.error(f"{args.out_dir} exists and is not a directory")
-        print(build_site(args.out_dir))
+        try:
+            check_site_dir(Path(args.out_dir).resolve())
+        except ValueError as e:
+            parser.error(str(e))
+        print(build_site(args.out_dir, instructor=args.instructor))
     elif args.command == "student-edition":
         if args.notebooks is not None and not chapters(args.notebooks):
             parser.error(f"no chapter matches {args.notebooks}")
