@@ -449,8 +449,8 @@ score(check_cache_numbers(answer_2), 1)
 # `dflash_lite/train.py`: `DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
 # num_layers=..., block_size=..., target_layer_ids=[5, 6])`, then `regenerate`, `epoch_batches`,
 # `drafter_loss` and `Trainer` from `dflash_lite.train`. The check measures both drafters' tau on
-# held-out prompts itself; when they tie (the budget was too small to tell), either answer passes,
-# so give them enough steps to differ.
+# held-out prompts itself, and when the taus tie, their held-out accuracy over the block positions;
+# drafters that tie on both score nothing, so give them enough steps to differ.
 
 # %% nbgrader={"grade": false, "grade_id": "ch04_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_taps_experiment

@@ -27,7 +27,7 @@ def check_loss_weights(answer) -> bool:
     assert abs(answer - float(w[:3].sum() / w.sum())) > 1e-3 or abs(answer - expected) < 1e-3, \
         "that is positions 1-3; the question asks for 1 to 4"
     assert abs(answer - expected) < 1e-3, (
-        f"{answer:.3f} is not it. w_k = exp(-(k-1)/7) for k = 1..15: add w_1..w_4, divide by the sum of all 15.")
+        f"{answer:.3f} is not it: the weight of positions 1 to 4, as a share of the weight of all 15.")
     return correct("Exercise 1", f"{expected:.3f}: 4 of the 15 positions carry {expected:.0%} of the weight.")
 
 
@@ -38,8 +38,7 @@ def check_half_weight_gamma(answer) -> bool:
     w = position_weights(16, gamma=float(answer))
     ratio = float(w[7] / w[0])
     assert abs(ratio - 0.5) < 1e-3, (
-        f"with gamma = {float(answer):.3f}, w_8 / w_1 = {ratio:.3f}, not 0.5. Position 8 is 7 steps from "
-        "position 1, so the ratio is exp(-7/gamma).")
+        f"with gamma = {float(answer):.3f}, w_8 / w_1 = {ratio:.3f}, not 0.5.")
     return correct("Exercise 2", f"gamma = 7 / ln 2 = {7 / math.log(2):.2f}; the paper's gamma = 7 decays faster.")
 
 

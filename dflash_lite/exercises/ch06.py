@@ -40,7 +40,7 @@ def check_break_even(answer, report: dict) -> bool:
         expected = (t[str(b)] + d[str(b)]) / t["1"]
         got = float(answer[b] if b in answer else answer[str(b)])
         assert abs(got - expected) < 1e-6 * expected, \
-            f"B={b}: speedup 1 means tau * t(1) = t(B) + t_draft(B); solve for tau"
+            f"B={b}: not the tau at which this block only matches plain decoding"
     above = [b for b in sizes if row_of(report, Kind.DFLASH, block_size=b)["tau"] > (t[str(b)] + d[str(b)]) / t["1"]]
     return correct("Exercise 2", f"blocks whose tau beat break-even here: {above or 'none'}.")
 
