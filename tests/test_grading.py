@@ -668,3 +668,19 @@ def test_10_exercises():
     for wrong in (6.0 * (0.02 / r + o / r) / ((0.025) / r + o / r), 6.0 * (0.02 + o) / (0.025 + o),
                   6.0 * 0.02 / 0.025):                                  # overhead sped up; no graphs; no o
         assert not earns("ch10_exercise_3_check", ch10.check_graphs_speedup, wrong, row, verify), wrong
+
+
+def test_04_exercise_3_untrained_drafters_tie_and_score_nothing():
+    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.exercises import ch04
+
+    target, tokenizer = shipped_target()
+    drafters = {}
+    for name, taps in (("deep", [5, 6]), ("shallow", [0, 1])):
+        torch.manual_seed(0)
+        config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1, block_size=8,
+                                           target_layer_ids=taps)
+        drafters[name] = DFlashDrafter(config).eval()
+    for answer in ("deep", "shallow"):                   # a tie: neither answer may score
+        assert not earns("ch04_exercise_3_check", ch04.check_taps_experiment, answer, drafters["deep"],
+                         drafters["shallow"]), answer
