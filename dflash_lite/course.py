@@ -167,6 +167,11 @@ def stub(region: str, in_function: bool = False) -> str:
     except SyntaxError:
         return "\n".join(out + ["raise NotImplementedError()  # YOUR CODE HERE"])
     for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            head = (f"def {node.name}({ast.unparse(node.args)}):" if isinstance(node, ast.FunctionDef)
+                    else f"class {node.name}:")
+            out += [indent + head, f"{indent}    raise NotImplementedError()  # YOUR CODE HERE"]
+            continue
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
         for target in targets:

@@ -558,10 +558,10 @@ score(check_visible_keys(answer_1), 1)
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_least_sure_position
-### BEGIN SOLUTION
 def least_sure_position(ids):
+    ### BEGIN SOLUTION
     return None   # an int in 1..block_size-1
-### END SOLUTION
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch03_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from dflash_lite.exercises import score

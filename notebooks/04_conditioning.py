@@ -409,7 +409,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
+# put your answer in place of `None` and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/04_conditioning.py`.
 #
 # **1. ★ Which hidden states.** A drafter built with `target_layer_ids=[5, 6]`: which entries of the
