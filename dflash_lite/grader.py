@@ -117,9 +117,12 @@ def __dflash_collect(grade_id, names, store):
             return {"__dtype__": str(v)[6:]}
         if isinstance(v, (types.FunctionType, type)):
             if getattr(v, "__module__", None) == "__main__":
-                for name in getattr(getattr(v, "__code__", None), "co_names", ()):
-                    if name in g and name not in done:
-                        todo.append(name)
+                codes = [v.__code__] if isinstance(v, types.FunctionType) else [
+                    f.__code__ for f in vars(v).values() if isinstance(f, types.FunctionType)]
+                while codes:                     # the globals it reads, nested functions included
+                    code = codes.pop()
+                    codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+                    todo += [n for n in code.co_names if n in g and n not in done]
                 return {"__code__": v.__name__}
             return {"__ref__": [v.__module__, v.__qualname__]}
         if hasattr(v, "name_or_path") and hasattr(v, "config") and hasattr(v, "forward"):

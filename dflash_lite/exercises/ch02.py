@@ -19,7 +19,7 @@ def first_prompt_ids(tokenizer) -> torch.Tensor:
     return tokenizer(prompt, return_tensors="pt").input_ids
 
 
-def greedy_prompts(tokenizer, per_domain: int = 3) -> list[torch.Tensor]:
+def greedy_prompts(tokenizer, per_domain: int = 2) -> list[torch.Tensor]:
     """Held-out prompts of both domains, the notebook's first prompt first."""
     texts = corpus.prompts("held_out", "math", per_domain) + corpus.prompts("held_out", "code", per_domain)
     return [tokenizer(t, return_tensors="pt").input_ids for t in texts]
@@ -29,8 +29,9 @@ def check_speculative_greedy(speculative_greedy, target, draft, tokenizer, max_n
                              draft_lengths=(2, 4)) -> bool:
     """Build it: ``speculative_greedy(target, draft, ids, k, max_new_tokens, stops)`` returns the
     target's own greedy tokens and, at every verify step, the package loop's accepted length, on
-    prompts of both domains and for several k."""
+    prompts of both domains and for several k (at most 40 new tokens: enough for rejections)."""
     stops = stop_token_ids(target, tokenizer)
+    max_new_tokens = min(max_new_tokens, 40)                     # long enough for several rejections
     for i, ids in enumerate(greedy_prompts(tokenizer)):
         ids = ids.to(target.device)
         alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops).tokens
