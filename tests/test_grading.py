@@ -684,3 +684,85 @@ def test_04_exercise_3_untrained_drafters_tie_and_score_nothing():
     for answer in ("deep", "shallow"):                   # a tie: neither answer may score
         assert not earns("ch04_exercise_3_check", ch04.check_taps_experiment, answer, drafters["deep"],
                          drafters["shallow"]), answer
+
+
+def test_00_exercise_2_distinct_samples():
+    from dflash_lite import SamplingParams, generate_autoregressive, stop_token_ids
+    from dflash_lite.exercises import ch00
+
+    model, tokenizer = shipped_target()
+    ids, stops = ch00._tour_prompt_ids(), stop_token_ids(model, tokenizer)
+    params = SamplingParams(temperature=0.8, top_p=0.9)
+    runs = {tuple(generate_autoregressive(model, ids, 32, params, stop_token_ids=stops,
+                                          generator=torch.Generator().manual_seed(s)).tokens) for s in range(10)}
+    one_generator = torch.Generator().manual_seed(0)                  # one generator for all ten runs
+    shared = {tuple(generate_autoregressive(model, ids, 32, params, stop_token_ids=stops,
+                                            generator=one_generator).tokens) for _ in range(10)}
+    assert earns("ch00_exercise_2_check", ch00.check_distinct_samples, len(runs))
+    for wrong in {len(runs) + 1, len(runs) - 1, 10, 1, len(shared)} - {len(runs)}:
+        assert not earns("ch00_exercise_2_check", ch00.check_distinct_samples, wrong), wrong
+
+
+def test_03_exercise_3_second_pass(ch03_setup):
+    from dflash_lite.decode import DFlashProposer
+    from dflash_lite.exercises.ch03 import _first_block, check_second_pass
+
+    s = ch03_setup
+    ids = s["mixed_ids"][0]
+    features, last, _ = _first_block(s["drafter"], s["target"], ids, 16)
+    drafts = {}
+    for passes in (1, 2, 3):
+        proposer = DFlashProposer(s["drafter"], s["target"], 16, passes=passes)
+        proposer.start(ids, features)
+        drafts[passes] = proposer.propose(last, 15)[0]
+    assert not torch.equal(drafts[1], drafts[2]), "degenerate prompt: the second pass changes nothing"
+    run = lambda answer: earns("ch03_exercise_3_check", check_second_pass, answer, s["drafter"], s["target"],
+                               ids, 16)
+    assert run(drafts[2])
+    assert not run(drafts[1]), "the first-pass draft passed"
+    assert not run(torch.cat([last.reshape(1), drafts[2][:-1]])), "the draft shifted by one slot passed"
+
+
+def test_06_exercise_4_own_prompts(tmp_path):
+    import copy
+    import json
+
+    from dflash_lite.exercises import ch06
+
+    own = tmp_path / "own.jsonl"
+    own.write_text("".join(json.dumps({"prompt": f"Write a haiku about {w}."}) + "\n" for w in ("rain", "tea", "ink")))
+    report = copy.deepcopy(committed_report())
+    report["env"]["prompts"] = 3
+    default = next(r for r in report["methods"] if r.get("default"))
+    other = next(r for r in report["methods"] if not r.get("default") and r["speedup"] is not None
+                 and r["speedup"] != default["speedup"])
+    run = lambda answer, path, r: earns("ch06_exercise_4_check", ch06.check_own_prompts, answer, path, r)
+    assert run(default["speedup"], own, report)
+    assert not run(other["speedup"], own, report), "another row's speedup passed"
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(own.read_text().splitlines(keepends=True)[:2]))
+    assert not run(default["speedup"], two, report), "two prompts passed"
+    fewer = copy.deepcopy(report)
+    fewer["env"]["prompts"] = 1
+    assert not run(default["speedup"], own, fewer), "a report on one of the prompts passed"
+
+
+def test_07_exercise_3_harmless_threshold(ch03_setup):
+    from dflash_lite import SamplingParams
+    from dflash_lite.acceptance import target_probs
+    from dflash_lite.exercises import ch07
+
+    target, tokenizer = ch03_setup["target"], ch03_setup["tokenizer"]
+
+    def top(prompt):
+        with torch.inference_mode():
+            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            return float(target_probs(target(ids).logits[0, -1:], SamplingParams(temperature=1.0))[0].max())
+
+    text = ch07.builtin_prompts("math", 1)[0]
+    cuts = [text[:n] for n in range(8, len(text), 7)]
+    sure = next(c for c in cuts if top(c) >= 0.5)
+    unsure = next(c for c in cuts if top(c) < 0.5)
+    run = lambda prompt: earns("ch07_exercise_3_check", ch07.check_harmless_threshold, prompt, target, tokenizer)
+    assert run(unsure)
+    assert not run(sure), "a prompt after which the top token has p >= 0.5 passed"

@@ -116,7 +116,7 @@ def check_least_sure_position(least_sure_position, drafter, target, tokenizer, b
 def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: int) -> bool:
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
     if answer is None:
-        return not_attempted("Exercise 3", "put the first-pass argmax into slots 1..B-1 and run the drafter again.")
+        return not_attempted("Exercise 3", "Give the second-pass draft: a LongTensor of B-1 token ids.")
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
     for passes in (1, 2):
