@@ -298,12 +298,14 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def read_only_package(into: Path) -> Path:
     """A copy of this package under ``into`` that nobody can write to (files 0444, folders
-    0555): what the graded notebooks import, so a submission cannot plant a module that a later
-    grading imports. Returns the folder to put on PYTHONPATH."""
+    0555), with the committed ``results/`` the notebooks read: what the graded notebooks import,
+    so a submission cannot plant a module that a later grading imports. Returns the folder to put
+    on PYTHONPATH."""
     package = into / "dflash_lite"
     shutil.copytree(ROOT / "dflash_lite", package,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for folder, dirs, files in os.walk(package, topdown=False):
+    shutil.copytree(ROOT / "results", into / "results")        # committed inputs the notebooks read
+    for folder, dirs, files in os.walk(into, topdown=False):
         for name in files:
             os.chmod(Path(folder) / name, 0o444)
         os.chmod(folder, 0o555)

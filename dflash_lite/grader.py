@@ -61,7 +61,8 @@ def free_names(source: str) -> list[str]:
             bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             bound.add(node.name)
-            bound |= {a.arg for a in ast.walk(node.args)} if not isinstance(node, ast.ClassDef) else set()
+            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} \
+                if not isinstance(node, ast.ClassDef) else set()
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
         elif isinstance(node, (ast.Lambda,)):
