@@ -21,6 +21,7 @@ are computed here, in a fresh process:
 
 Run by ``course autograde``; by hand: ``python -m dflash_lite.grader SOURCE.ipynb EXECUTED.ipynb``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,8 +62,11 @@ def free_names(source: str) -> list[str]:
             bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             bound.add(node.name)
-            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} \
-                if not isinstance(node, ast.ClassDef) else set()
+            bound |= (
+                {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+                if not isinstance(node, ast.ClassDef)
+                else set()
+            )
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
         elif isinstance(node, (ast.Lambda,)):
@@ -71,8 +75,13 @@ def free_names(source: str) -> list[str]:
             bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     seen = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound \
-                and not hasattr(builtins, node.id) and node.id not in seen:
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id not in bound
+            and not hasattr(builtins, node.id)
+            and node.id not in seen
+        ):
             seen.append(node.id)
     return seen
 
@@ -123,7 +132,7 @@ def __dflash_collect(grade_id, names, store):
                 while codes:                     # the globals it reads, nested functions included
                     code = codes.pop()
                     codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-                    todo += [n for n in code.co_names if n in g and n not in done]
+                    todo.extend(n for n in code.co_names if n in g and n not in done)
                 return {"__code__": v.__name__}
             return {"__ref__": [v.__module__, v.__qualname__]}
         if hasattr(v, "name_or_path") and hasattr(v, "config") and hasattr(v, "forward"):
@@ -158,11 +167,14 @@ def __dflash_collect(grade_id, names, store):
 
 
 def collector_cell(grade_id: str, names: list[str], store: str = ".grader") -> dict:
-    """The code cell inserted before the test cell ``grade_id``: it prints the values of ``names``."""
+    """The code cell inserted before the test cell ``grade_id``: it prints the values of
+    ``names``."""
     import nbformat
 
-    source = (COLLECTOR + f"\nprint({MARK!r} + __dflash_collect({grade_id!r}, {names!r}, {store!r}))"
-              "\ndel __dflash_collect")
+    source = (
+        COLLECTOR + f"\nprint({MARK!r} + __dflash_collect({grade_id!r}, {names!r}, {store!r}))"
+        "\ndel __dflash_collect"
+    )
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata[COLLECTOR_KEY] = grade_id
     return cell
@@ -184,7 +196,7 @@ def instrument(submitted, source) -> None:
 def _preprocessor_base():
     try:
         from nbconvert.preprocessors import Preprocessor
-    except ImportError:                               # nbgrader (and so nbconvert) not installed
+    except ImportError:  # nbgrader (and so nbconvert) not installed
         return object
     return Preprocessor
 
@@ -196,7 +208,7 @@ class InsertCollectors(_preprocessor_base()):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.enabled = True                           # nbconvert registers classes disabled
+        self.enabled = True  # nbconvert registers classes disabled
 
     def preprocess(self, nb, resources):
         if not any(c.get("metadata", {}).get(COLLECTOR_KEY) for c in nb.cells):
@@ -211,11 +223,13 @@ def collected(executed) -> dict[str, dict]:
         grade_id = cell.get("metadata", {}).get(COLLECTOR_KEY)
         if not grade_id:
             continue
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout")
+        text = "".join(
+            o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"
+        )
         for line in text.splitlines():
             if line.startswith(MARK):
                 try:
-                    data = json.loads(line[len(MARK):])
+                    data = json.loads(line[len(MARK) :])
                 except ValueError:
                     continue
                 if data.get("grade_id") == grade_id:
@@ -225,6 +239,7 @@ def collected(executed) -> dict[str, dict]:
 
 # ---------------------------------------------------------------------------------------------
 # 2. Score (a fresh process)
+
 
 class Rebuilt:
     """Turns collected values back into objects; models are loaded from their files, safetensors
@@ -322,18 +337,31 @@ def _exec_each(source: str, namespace: dict) -> None:
     tree = ast.parse(source) if source else ast.Module(body=[], type_ignores=[])
     for node in tree.body:
         try:
-            exec(compile(ast.Module(body=[node], type_ignores=[]), "<submission>", "exec"), namespace)
+            exec(
+                compile(ast.Module(body=[node], type_ignores=[]), "<submission>", "exec"), namespace
+            )
         except Exception:
             pass
 
 
-WATCHED = ("builtins", "math", "statistics", "json", "torch", "torch.testing", "torch.nn.functional",
-           "numpy", "numpy.testing", "hidden_checks")
+WATCHED = (
+    "builtins",
+    "math",
+    "statistics",
+    "json",
+    "torch",
+    "torch.testing",
+    "torch.nn.functional",
+    "numpy",
+    "numpy.testing",
+    "hidden_checks",
+)
 
 
 def _watched():
     """The namespaces a submission could patch to change a check: this package's modules, the
-    instructor's hidden checks, the builtins, and the parts of torch and numpy checks compare with."""
+    instructor's hidden checks, the builtins, and the parts of torch and numpy checks compare with.
+    """
     import torch
 
     for name, module in list(sys.modules.items()):
@@ -375,17 +403,23 @@ def _test_program(source: str):
     ``__dflash_result__ = check``; returns (code, True if it was a score cell)."""
     tree = _tree(source)
     last = tree.body[-1] if tree and tree.body else None
-    scored = (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-              and getattr(last.value.func, "id", None) == "score" and last.value.args)
+    scored = (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and getattr(last.value.func, "id", None) == "score"
+        and last.value.args
+    )
     if scored:
-        tree.body[-1] = ast.Assign(targets=[ast.Name("__dflash_result__", ast.Store())],
-                                   value=last.value.args[0])
+        tree.body[-1] = ast.Assign(
+            targets=[ast.Name("__dflash_result__", ast.Store())], value=last.value.args[0]
+        )
         ast.fix_missing_locations(tree)
     return compile(tree, "<test cell>", "exec"), bool(scored)
 
 
-def score_answers(source, answers: dict[str, dict], submission_defs: str,
-                  hidden: dict | None = None) -> dict[str, list]:
+def score_answers(
+    source, answers: dict[str, dict], submission_defs: str, hidden: dict | None = None
+) -> dict[str, list]:
     """Points of every graded cell of the ``source`` notebook, from collected ``answers``
     (``{grade_id: {name: encoded value}}``) and the submission's definitions (source text).
     Returns ``{grade_id: [score, max_score, message]}``."""
@@ -394,10 +428,10 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
     matplotlib.use("Agg")
     hidden = load_hidden() if hidden is None else hidden
     base: dict = {"__name__": "__grader__"}
-    _exec_each(definitions(source, solutions=False), base)   # the instructor's imports, helpers
+    _exec_each(definitions(source, solutions=False), base)  # the instructor's imports, helpers
     before = _fingerprint()
     code = dict(base)
-    _exec_each(submission_defs, code)              # the student's functions and classes
+    _exec_each(submission_defs, code)  # the student's functions and classes
     rebuild = Rebuilt()
     report, tampered = {}, _changed(before)
     for cell in source.cells:
@@ -421,7 +455,7 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
             message = "" if passed else "the check did not pass"
             if passed and grade_id in hidden:
                 hidden[grade_id](namespace)
-        except Exception as e:                       # noqa: BLE001 (any failure is 0 points)
+        except Exception as e:  # noqa: BLE001 (any failure is 0 points)
             passed, message = False, (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:300]
         tampered = _changed(before)
         if tampered:
@@ -430,8 +464,9 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
     return report
 
 
-def score_notebook(source_path: str | Path, executed_path: str | Path,
-                   hidden_path: str | Path | None = HIDDEN) -> dict[str, list]:
+def score_notebook(
+    source_path: str | Path, executed_path: str | Path, hidden_path: str | Path | None = HIDDEN
+) -> dict[str, list]:
     """Points of an executed, instrumented submission against its source notebook."""
     import nbformat
 
@@ -444,8 +479,9 @@ def score_notebook(source_path: str | Path, executed_path: str | Path,
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m dflash_lite.grader",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("source", help="the instructor's notebook")
     parser.add_argument("executed", help="the executed, instrumented submission")
     parser.add_argument("--hidden", default=str(HIDDEN), help="the hidden checks (a .py file)")
@@ -455,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{path} is not a file")
     try:
         report = score_notebook(args.source, args.executed, args.hidden)
-    except Exception:                                # noqa: BLE001
+    except Exception:  # noqa: BLE001
         print(traceback.format_exc(), file=sys.stderr)
         return 1
     print(json.dumps(report))

@@ -1,6 +1,7 @@
 """Hidden checks: run by the grader (dflash_lite/grader.py) after a graded cell's own check
 passed, on the namespace that cell ran in. Instructor-only: in neither the student bundle nor the
 student package. ``CHECKS`` maps a grade id to a function that raises AssertionError."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,14 +9,16 @@ from pathlib import Path
 
 import torch
 
-_spec = importlib.util.spec_from_file_location("instructor_references", Path(__file__).with_name("references.py"))
+_spec = importlib.util.spec_from_file_location(
+    "instructor_references", Path(__file__).with_name("references.py")
+)
 references = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(references)
 
 
 def _pairs(seed: int, count: int = 8):
     g = torch.Generator().manual_seed(1000 + seed)
-    for size in (3, 9, 33)[:1 + seed % 3] + (17,):
+    for size in (3, 9, 33)[: 1 + seed % 3] + (17,):
         for _ in range(count):
             p = torch.rand(size, generator=g, dtype=torch.float64) ** 3
             q = torch.rand(size, generator=g, dtype=torch.float64) ** 3
@@ -44,9 +47,15 @@ def ch02_tv(ns: dict) -> None:
 def ch02_lookup(ns: dict) -> None:
     g = torch.Generator().manual_seed(77)
     for _ in range(200):
-        tokens = torch.randint(0, 3, (int(torch.randint(0, 25, (1,), generator=g)),), generator=g).tolist()
-        k, n = int(torch.randint(1, 7, (1,), generator=g)), int(torch.randint(1, 4, (1,), generator=g))
-        assert list(ns["lookup_draft"](list(tokens), k, ngram=n)) == references.lookup_draft(tokens, k, n)
+        tokens = torch.randint(
+            0, 3, (int(torch.randint(0, 25, (1,), generator=g)),), generator=g
+        ).tolist()
+        k, n = int(torch.randint(1, 7, (1,), generator=g)), int(
+            torch.randint(1, 4, (1,), generator=g)
+        )
+        assert list(ns["lookup_draft"](list(tokens), k, ngram=n)) == references.lookup_draft(
+            tokens, k, n
+        )
 
 
 def ch03_unmasking(ns: dict) -> None:
@@ -59,8 +68,14 @@ def ch03_unmasking(ns: dict) -> None:
     from dflash_lite import corpus
 
     tokenizer = ns.get("tokenizer")
-    extra = [] if tokenizer is None else [tokenizer(t, return_tensors="pt").input_ids for t in
-                                          corpus.function_headers(corpus.stdlib_files("held_out"), 2, seed=5)]
+    extra = (
+        []
+        if tokenizer is None
+        else [
+            tokenizer(t, return_tensors="pt").input_ids
+            for t in corpus.function_headers(corpus.stdlib_files("held_out"), 2, seed=5)
+        ]
+    )
     for size in (block_size, 8, 12):
         for x in list(prompt_ids) + extra:
             features, last, _ = _first_block(drafter, target, x, size)
@@ -69,12 +84,24 @@ def ch03_unmasking(ns: dict) -> None:
                 proposer = cls(drafter, target, size)
                 proposer.start(x, features)
                 drafts.append(torch.as_tensor(proposer.propose(last, size - 1)[0]).cpu())
-            assert torch.equal(drafts[0], drafts[1]), f"B={size}: a first step's draft differs from the reference"
+            assert torch.equal(
+                drafts[0], drafts[1]
+            ), f"B={size}: a first step's draft differs from the reference"
     for x in prompt_ids:
-        mine = generate(target, answer(drafter, target, block_size), x, ns["max_new_tokens"],
-                        stop_token_ids=ns["stops"])
-        ref = generate(target, reference(drafter, target, block_size), x, ns["max_new_tokens"],
-                       stop_token_ids=ns["stops"])
+        mine = generate(
+            target,
+            answer(drafter, target, block_size),
+            x,
+            ns["max_new_tokens"],
+            stop_token_ids=ns["stops"],
+        )
+        ref = generate(
+            target,
+            reference(drafter, target, block_size),
+            x,
+            ns["max_new_tokens"],
+            stop_token_ids=ns["stops"],
+        )
         assert mine.acceptance_lengths == ref.acceptance_lengths, "a later step drafts differently"
 
 
