@@ -168,8 +168,8 @@ def stub(region: str, in_function: bool = False) -> str:
         return "\n".join(out + ["raise NotImplementedError()  # YOUR CODE HERE"])
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            head = (f"def {node.name}({ast.unparse(node.args)}):" if isinstance(node, ast.FunctionDef)
-                    else f"class {node.name}:")
+            head = (f"def {node.name}({ast.unparse(node.args)}):"
+                    if isinstance(node, ast.FunctionDef) else f"class {node.name}:")
             out += [indent + head, f"{indent}    raise NotImplementedError()  # YOUR CODE HERE"]
             continue
         targets = node.targets if isinstance(node, ast.Assign) else \
@@ -178,7 +178,8 @@ def stub(region: str, in_function: bool = False) -> str:
             for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
                 line = lines[node.lineno - 1]
                 shape = re.search(r"#\s*(\([^)]*\))\s*$", line)
-                out.append(f"{indent}{name} = None  # YOUR CODE HERE" + (f" {shape.group(1)}" if shape else ""))
+                kept = f" {shape.group(1)}" if shape else ""
+                out.append(f"{indent}{name} = None  # YOUR CODE HERE{kept}")
     return "\n".join(out or [f"{indent}pass  # YOUR CODE HERE"])
 
 
@@ -197,7 +198,8 @@ def blank(source: str) -> str:
         return False
 
     return re.sub(rf"^[ \t]*{BEGIN}\n(.*?)^[ \t]*{END}[ \t]*\n?",
-                  lambda m: stub(m.group(1), enclosed_by_def(m.start())) + "\n", source, flags=re.S | re.M)
+                  lambda m: stub(m.group(1), enclosed_by_def(m.start())) + "\n", source,
+                  flags=re.S | re.M)
 
 
 def student_markdown(source: str) -> str:
@@ -223,11 +225,13 @@ def _check_edition_dir(out: Path, names: list[str]) -> None:
         return
     mark = out / EDITION_MARK
     if not mark.is_file():
-        raise ValueError(f"{out} is not empty and was not written by student-edition: give a new folder")
+        raise ValueError(f"{out} is not empty and was not written by student-edition: "
+                         "give a new folder")
     ours = set(mark.read_text().split())
     foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
     if foreign:
-        raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: give a new folder")
+        raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
+                         "give a new folder")
 
 
 BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
@@ -269,7 +273,8 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
             if target.is_dir():
                 shutil.rmtree(target)
             if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                shutil.copytree(ROOT / name, target,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             else:
                 shutil.copy2(ROOT / name, target)
         (out / "STUDENTS.md").write_text(STUDENTS_MD)
@@ -320,7 +325,7 @@ def _writable_again(folder: Path) -> None:
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
               hidden: str | Path | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb`` files).
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``).
 
     Each runs top to bottom (nbgrader) in a throwaway copy, with the test cells restored from the
     source and this package imported from a read-only copy; then the points are computed in a
@@ -361,7 +366,8 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
         for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
             os.environ.setdefault(var, str(root / name))     # keep the runs' files out of the repository
         # the notebooks import the read-only copy of the package, whatever the kernel's directory
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))
+        paths = [str(package), env.get("PYTHONPATH")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         try:
             _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
         finally:
@@ -391,7 +397,8 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
 
 
 def _output_env(root: Path) -> dict:
-    return {"DFLASH_LITE_FIGURES": str(root / "figures"), "DFLASH_LITE_RESULTS": str(root / "results"),
+    return {"DFLASH_LITE_FIGURES": str(root / "figures"),
+            "DFLASH_LITE_RESULTS": str(root / "results"),
             "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
@@ -462,7 +469,8 @@ def check_site_dir(out_dir: Path) -> None:
     if why:
         raise ValueError(f"{out_dir} {why}; choose a folder of its own")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SITE_MARK).is_file():
-        raise ValueError(f"{out_dir} is not empty and was not built by course site: give a new folder")
+        raise ValueError(f"{out_dir} is not empty and was not built by course site: "
+                         "give a new folder")
 
 
 def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> Path:

@@ -40,17 +40,26 @@ def check_mse_on_probs(mse_on_probs) -> bool:
     for scale in (1.0, 10.0):
         got = torch.as_tensor(mse_on_probs(logits * scale, labels, weights), dtype=torch.float64)
         assert got.shape == (), "return one number (a 0-d tensor)"
-        assert 0 <= float(got) <= 2, "a mean of squared differences between probabilities lies in [0, 2]"
+        assert (
+            0 <= float(got) <= 2
+        ), "a mean of squared differences between probabilities lies in [0, 2]"
     perfect = torch.nn.functional.one_hot(labels, 11).float() * 60
-    assert abs(float(mse_on_probs(perfect, labels, weights))) < 1e-6, "a certain, right prediction must cost 0"
-    weights_first = torch.zeros(5); weights_first[0] = 1.0
+    assert (
+        abs(float(mse_on_probs(perfect, labels, weights))) < 1e-6
+    ), "a certain, right prediction must cost 0"
+    weights_first = torch.zeros(5)
+    weights_first[0] = 1.0
     a = float(mse_on_probs(logits, labels, weights_first))
     b = float(mse_on_probs(logits[:, :1], labels[:, :1], weights_first[:1]))
     assert abs(a - b) < 1e-6, "a position with weight 0 must not change the loss"
     doubled = float(mse_on_probs(logits, labels, 2 * weights))
-    assert abs(doubled - float(mse_on_probs(logits, labels, weights))) < 1e-6, \
-        "scaling all weights must not change the loss: divide by their sum"
-    return correct("Exercise 2", "Each wrong token's error is tiny, so the loss barely moves when the right token gains.")
+    assert (
+        abs(doubled - float(mse_on_probs(logits, labels, weights))) < 1e-6
+    ), "scaling all weights must not change the loss: divide by their sum"
+    return correct(
+        "Exercise 2",
+        "Each wrong token's error is tiny, so the loss barely moves when the right token gains.",
+    )
 
 
 def check_harmless_threshold(prompt, target, tokenizer) -> bool:
