@@ -55,7 +55,7 @@ def check_speculative_greedy(
             )
             assert (
                 steps == package.acceptance_lengths
-            ), f"held-out prompt {i}, k={k}: the tokens committed per step differ from the package's"
+            ), f"held-out prompt {i}, k={k}: the tokens per step differ from the package's"
     return correct("Build it", "the target's own tokens on every prompt, with the package's steps.")
 
 

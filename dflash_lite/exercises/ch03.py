@@ -192,7 +192,7 @@ def check_tau_at_block_size(
     if abs(trained - expected) > 1e-6:
         assert (
             abs(float(answer) - trained) > 1e-6
-        ), f"that is tau at the trained block size {drafter.config.block_size}: use the one asked for"
+        ), f"that is tau at the trained block size {drafter.config.block_size}, not the one asked"
     if abs(mean_of_means - expected) > 1e-6:
         assert (
             abs(float(answer) - mean_of_means) > 1e-6
