@@ -430,8 +430,7 @@ def score_answers(
     base: dict = {"__name__": "__grader__"}
     _exec_each(definitions(source, solutions=False), base)  # the instructor's imports, helpers
     before = _fingerprint()
-    code = dict(base)
-    _exec_each(submission_defs, code)  # the student's functions and classes
+    _exec_each(submission_defs, dict(base))  # the student's functions and classes, once to check
     rebuild = Rebuilt()
     report, tampered = {}, _changed(before)
     for cell in source.cells:
@@ -445,7 +444,11 @@ def score_answers(
         if grade_id not in answers:
             report[grade_id] = [0.0, points, "not reached: the notebook stopped before this cell"]
             continue
-        namespace = dict(code)
+        # the student's functions are defined in the namespace the cell runs in, so that the
+        # globals they read are the values collected for this cell
+        namespace = dict(base)
+        _exec_each(submission_defs, namespace)
+        code = dict(namespace)
         try:
             for name, value in answers[grade_id].items():
                 namespace[name] = rebuild(value, code)
