@@ -492,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.source, args.executed):
         if not Path(path).is_file():
             parser.error(f"{path} is not a file")
+    import os
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="dflash-grader-")         # figures the test cells save
+    for var in ("DFLASH_LITE_FIGURES", "DFLASH_LITE_RESULTS", "DFLASH_LITE_CACHE"):
+        os.environ.setdefault(var, os.path.join(scratch, var.rsplit("_", 1)[1].lower()))
     try:
         report = score_notebook(args.source, args.executed, args.hidden)
     except Exception:  # noqa: BLE001
