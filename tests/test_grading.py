@@ -1075,3 +1075,23 @@ def test_07_exercise_3_harmless_threshold(ch03_setup):
     )
     assert run(unsure)
     assert not run(sure), "a prompt after which the top token has p >= 0.5 passed"
+
+
+def test_09_exercise_4_falls_back(ch03_setup):
+    from dflash_lite.decode import generate
+    from dflash_lite.exercises import ch09
+    from dflash_lite.policy import default_policy
+
+    s = ch03_setup
+    target, tokenizer, drafter = s["target"], s["tokenizer"], s["drafter"]
+    run = lambda policy: earns("ch09_exercise_4_check", ch09.check_falls_back, policy)
+
+    def ran(text):
+        policy = default_policy(drafter, target)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+        generate(target, policy, ids, 48, stop_token_ids=s["stops"])
+        return policy
+
+    assert run(ran("Once upon a time, in a quiet village by the sea,"))
+    assert not run(default_policy(drafter, target)), "a policy that never ran passed"
+    assert not run(drafter), "the drafter instead of the policy passed"
