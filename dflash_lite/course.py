@@ -123,57 +123,283 @@ def prepare_course(course_root: Path, notebooks: list[Path]):
     return api
 
 
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
+
+
+def _is_stub(region: str) -> bool:
+    """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines
+    (the exercises' regions; their worked answers are kept apart, as instructor material)."""
+    import ast
+
+    try:
+        tree = ast.parse("\n".join(line.strip() for line in region.splitlines()))
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        value = getattr(node, "value", False)
+        if not isinstance(node, (ast.Assign, ast.Return)) or value is None:
+            continue
+        parts = value.elts if isinstance(value, ast.Tuple) else [value]
+        if not all(isinstance(v, ast.Constant) and v.value is None for v in parts):
+            return False
+    return bool(tree.body)
+
+
+def stub(region: str, in_function: bool = False) -> str:
+    """The blank a student sees for a solution region: the region's full-line comments (its
+    hints), then, inside a function, ``raise NotImplementedError()``; at the top level, each
+    name the region assigns set to None, with a shape comment kept, so the rest of the cell
+    (and the demonstrations after it) still run, and only the check of this region fails."""
+    import ast
+    import re
+
+    if _is_stub(region):
+        return region
+    lines = region.splitlines()
+    body = [line for line in lines if line.strip()]
+    indent = re.match(r"\s*", body[0]).group(0) if body else ""
+    out = [line for line in lines if line.strip().startswith("#")]
+    if in_function:
+        return "\n".join(out + [f"{indent}raise NotImplementedError()  # YOUR CODE HERE"])
+    try:
+        tree = ast.parse("\n".join(line[len(indent):] for line in lines))
+    except SyntaxError:
+        return "\n".join(out + ["raise NotImplementedError()  # YOUR CODE HERE"])
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            head = (f"def {node.name}({ast.unparse(node.args)}):"
+                    if isinstance(node, ast.FunctionDef) else f"class {node.name}:")
+            out += [indent + head, f"{indent}    raise NotImplementedError()  # YOUR CODE HERE"]
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
+                line = lines[node.lineno - 1]
+                shape = re.search(r"#\s*(\([^)]*\))\s*$", line)
+                kept = f" {shape.group(1)}" if shape else ""
+                out.append(f"{indent}{name} = None  # YOUR CODE HERE{kept}")
+    return "\n".join(out or [f"{indent}pass  # YOUR CODE HERE"])
+
+
+def blank(source: str) -> str:
+    """A solution cell's source with every region replaced by its :func:`stub`."""
+    import re
+
+    def enclosed_by_def(start: int) -> bool:
+        """Whether the region at ``start`` is in a function body: the nearest line above it that
+        is less indented opens a def."""
+        region = source[start:].split("\n", 2)[1] if "\n" in source[start:] else ""
+        depth = len(region) - len(region.lstrip())
+        for line in reversed(source[:start].splitlines()):
+            if line.strip() and len(line) - len(line.lstrip()) < depth:
+                return line.lstrip().startswith(("def ", "async def "))
+        return False
+
+    return re.sub(rf"^[ \t]*{BEGIN}\n(.*?)^[ \t]*{END}[ \t]*\n?",
+                  lambda m: stub(m.group(1), enclosed_by_def(m.start())) + "\n", source,
+                  flags=re.S | re.M)
+
+
+def student_markdown(source: str) -> str:
+    """Markdown for students: the pointers to the worked solutions taken out."""
+    import re
+
+    return re.sub(r"\s*[Ww]orked solutions:\s*`notebooks/" r"solutions/[^`]*`\.?", "", source)
+
+
+def _check_edition_dir(out: Path, names: list[str]) -> None:
+    """Refuse a folder that holds anything student-edition did not write there: source notebooks,
+    a student's work, a foreign file of the same name."""
+    from .outputs import refusal
+    from .validate import check_output_dir
+
+    check_output_dir(out, "the student edition's folder")
+    why = refusal(out)
+    if why:
+        raise ValueError(f"{out} {why}; choose a folder of its own")
+    if _inside(out, ROOT):
+        raise ValueError(f"{out} is inside the repository: write the student edition outside it")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    mark = out / EDITION_MARK
+    if not mark.is_file():
+        raise ValueError(f"{out} is not empty and was not written by student-edition: "
+                         "give a new folder")
+    ours = set(mark.read_text().split())
+    foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
+    if foreign:
+        raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
+                         "give a new folder")
+
+
+BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
+
+
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
-    """Write the student edition of the chapters (all, or ``selection``) into ``out_dir``: every
-    solution region replaced by ``raise NotImplementedError()``, outputs cleared, test cells locked."""
-    out = Path(out_dir)
+    """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
+    region replaced by a :func:`stub`, outputs cleared, test cells locked, no pointer to the
+    worked solutions), this package beside them (it holds no reference answers: those are in
+    ``instructor/``), the committed results the notebooks read, and ``STUDENTS.md`` (how to
+    install). None of the worked solutions or instructor material, and no complete notebook.
+    Refuses a folder that holds anything it did not write itself."""
+    import nbformat
+
+    out = Path(out_dir).resolve()
     notebooks = chapters(selection)
+    _check_edition_dir(out, [nb.name for nb in notebooks])
     with tempfile.TemporaryDirectory() as tmp:
         prepare_course(Path(tmp), notebooks)
         out.mkdir(parents=True, exist_ok=True)
+        mark = out / EDITION_MARK
+        ours = set(mark.read_text().split()) if mark.is_file() else set()
         written = []
         for nb in notebooks:
-            released = Path(tmp) / "release" / ASSIGNMENT / nb.name
-            written.append(Path(shutil.copy(released, out / nb.name)))
+            released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
+            source = nbformat.read(nb, as_version=4)
+            for cell, original in zip(released.cells, source.cells):
+                if cell.metadata.get("nbgrader", {}).get("solution"):
+                    cell.source = blank(original.source)
+                elif cell.cell_type == "markdown":
+                    cell.source = student_markdown(cell.source)
+            path = out / nb.name
+            ours.add(nb.name)
+            mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
+            nbformat.write(released, path)
+            written.append(path)
+        for name in BUNDLE:
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, target,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(ROOT / name, target)
+        (out / "STUDENTS.md").write_text(STUDENTS_MD)
     return written
 
 
+STUDENTS_MD = """# dflash-lite, student edition
+
+The notebooks here are the course's chapters with the exercises left blank. Install the package
+beside them (it holds the self-checks, not the answers), then open the notebooks:
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install -r requirements.txt && pip install -e .
+    jupyter lab
+
+Each exercise cell says what to write (a name, a type, a shape); the cell under it checks your
+answer and shows the points. A blank fails only its own check. The points that count are
+computed by your teacher's grader, from your answers, not from what your notebook prints.
+"""
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def read_only_package(into: Path) -> Path:
+    """A copy of this package under ``into`` that nobody can write to (files 0444, folders
+    0555), with the committed ``results/`` the notebooks read: what the graded notebooks import,
+    so a submission cannot plant a module that a later grading imports. Returns the folder to put
+    on PYTHONPATH."""
+    package = into / "dflash_lite"
+    shutil.copytree(ROOT / "dflash_lite", package,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "results", into / "results")        # committed inputs the notebooks read
+    for folder, dirs, files in os.walk(into, topdown=False):
+        for name in files:
+            os.chmod(Path(folder) / name, 0o444)
+        os.chmod(folder, 0o555)
+    return into
+
+
+def _writable_again(folder: Path) -> None:
+    for path, dirs, files in os.walk(folder):
+        os.chmod(path, 0o755)
+
+
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
-              course_root: str | Path | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb`` files):
-    each runs top to bottom with the test cells restored from the source. Returns
-    ``{notebook: {"score", "max_score", "cells": {grade_id: [score, max_score]}}}``."""
+              course_root: str | Path | None = None, allow_root: bool = False,
+              hidden: str | Path | None = None) -> dict:
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``).
+
+    Each runs top to bottom (nbgrader) in a throwaway copy, with the test cells restored from the
+    source and this package imported from a read-only copy; then the points are computed in a
+    fresh process (:mod:`dflash_lite.grader`) from the values the notebook's answers had, never
+    from what the student's kernel printed. Returns ``{notebook: {"score", "max_score", "cells":
+    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "kernel_score":
+    nbgrader's own count, for comparison}}``."""
+    import subprocess
+
+    import nbformat
     from nbgrader.api import Gradebook
 
+    from . import grader
+
     submitted = Path(submitted_dir)
+    if _inside(submitted, ROOT):
+        raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
+                         "outside it (their code runs while grading)")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not allow_root:
+        raise PermissionError("refusing to grade as root: students' code runs while grading "
+                              "(use an unprivileged user or a container, or pass --allow-root)")
     names = {p.name for p in submitted.glob("[0-9][0-9]_*.ipynb")}
     notebooks = [nb for nb in chapters(selection) if nb.name in names]
     if not notebooks:
         raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(course_root) if course_root else Path(tmp)
+    hidden = Path(hidden) if hidden else grader.HIDDEN
+    with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
+        root = Path(course_root) if course_root else Path(tmp) / "course"
         api = prepare_course(root, notebooks)
         inbox = root / "submitted" / STUDENT / ASSIGNMENT
         inbox.mkdir(parents=True, exist_ok=True)
         for nb in notebooks:
-            shutil.copy(submitted / nb.name, inbox / nb.name)
+            copy = nbformat.read(submitted / nb.name, as_version=4)
+            grader.instrument(copy, nbformat.read(nb, as_version=4))
+            nbformat.write(copy, inbox / nb.name)
+        package = read_only_package(Path(tmp) / "package")
         env = {**os.environ}
         for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
             os.environ.setdefault(var, str(root / name))     # keep the runs' files out of the repository
-        # the notebooks import this checkout's package, whatever the kernel's working directory
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        # the notebooks import the read-only copy of the package, whatever the kernel's directory
+        paths = [str(package), env.get("PYTHONPATH")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         try:
             _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
         finally:
             os.environ.clear(); os.environ.update(env)
-        report = {}
+        kernel = {}
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-            submission = gradebook.find_submission(ASSIGNMENT, STUDENT)
-            for nb in submission.notebooks:
-                report[nb.name] = {"score": nb.score, "max_score": nb.max_score,
-                                   "cells": {g.name: [g.score, g.max_score] for g in nb.grades}}
+            for nb in gradebook.find_submission(ASSIGNMENT, STUDENT).notebooks:
+                kernel[nb.name] = nb.score
+        report = {}
+        graded = root / "autograded" / STUDENT / ASSIGNMENT
+        for nb in notebooks:
+            run = subprocess.run(
+                [sys.executable, "-m", "dflash_lite.grader", str(nb), str(graded / nb.name),
+                 "--hidden", str(hidden)], capture_output=True, text=True, cwd=graded,
+                env={**env, "PYTHONPATH": str(package), **_output_env(root)})
+            if run.returncode != 0:
+                raise RuntimeError(f"grading {nb.name} failed:\n{run.stderr[-3000:]}")
+            cells = json.loads(run.stdout.strip().splitlines()[-1])
+            report[nb.stem] = {
+                "score": sum(c[0] for c in cells.values()),
+                "max_score": sum(c[1] for c in cells.values()),
+                "cells": {g: c[:2] for g, c in cells.items()},
+                "messages": {g: c[2] for g, c in cells.items() if c[2]},
+                "kernel_score": kernel.get(nb.stem)}
+        _writable_again(package)
     return report
 
+
+def _output_env(root: Path) -> dict:
+    return {"DFLASH_LITE_FIGURES": str(root / "figures"),
+            "DFLASH_LITE_RESULTS": str(root / "results"),
+            "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,9 +417,29 @@ def mathjax_dir() -> Path:
     return Path(jupyter_server_mathjax.__file__).parent / "static"
 
 
-def stage_site(stage: Path) -> Path:
+def student_notebook(path: Path):
+    """A chapter as the student site shows it: its outputs, but every solution cell blanked
+    (:func:`blank`, its outputs dropped) and no pointer to the worked solutions."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = blank(cell.source)
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = student_markdown(cell.source)
+    return nb
+
+
+def stage_site(stage: Path, instructor: bool = False) -> Path:
     """Lay the site's sources out in ``stage`` as the repository has them (``index.md``,
-    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``."""
+    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``. The
+    student site (the default) shows the chapters without their solutions; ``instructor`` keeps
+    them."""
+    import nbformat
+
     for name in ("conf.py", "index.md"):
         shutil.copy2(SITE_SOURCE / name, stage / name)
     (stage / "docs").mkdir()
@@ -201,22 +447,44 @@ def stage_site(stage: Path) -> Path:
         shutil.copy2(ROOT / "docs" / name, stage / "docs" / name)
     (stage / "notebooks").mkdir()
     for path in chapters():
-        shutil.copy2(path, stage / "notebooks" / path.name)
+        if instructor:
+            shutil.copy2(path, stage / "notebooks" / path.name)
+        else:
+            nbformat.write(student_notebook(path), stage / "notebooks" / path.name)
     shutil.copytree(mathjax_dir(), stage / "_static" / "mathjax")
     return stage
 
 
-def build_site(out_dir: str | Path, jobs: int = 2) -> Path:
+SITE_MARK = ".dflash-site"
+
+
+def check_site_dir(out_dir: Path) -> None:
+    """Refuse a site folder that holds anything this command did not build (a foreign
+    ``index.html`` above all), or that lies inside the package."""
+    from .outputs import refusal
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir} exists and is not a directory")
+    why = refusal(out_dir)
+    if why:
+        raise ValueError(f"{out_dir} {why}; choose a folder of its own")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SITE_MARK).is_file():
+        raise ValueError(f"{out_dir} is not empty and was not built by course site: "
+                         "give a new folder")
+
+
+def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> Path:
     """Build the course site into ``out_dir`` (HTML; ``index.html`` is the landing page) and return
-    the landing page's path. Warnings are printed, not fatal: a stale link must not block a
-    release."""
+    the landing page's path: the student site, or with ``instructor`` the one with the solutions.
+    Warnings are printed, not fatal: a stale link must not block a release."""
     from sphinx.cmd.build import build_main
 
     out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{out_dir} exists and is not a directory")
+    check_site_dir(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SITE_MARK).write_text("instructor\n" if instructor else "student\n")
     with tempfile.TemporaryDirectory(prefix="dflash-site-") as tmp:
-        stage = stage_site(Path(tmp))
+        stage = stage_site(Path(tmp), instructor)
         status = build_main(["-b", "html", "-q", "-j", str(jobs), "-d", str(stage / "_doctrees"),
                              str(stage), str(out_dir)])
     if status != 0:
@@ -235,26 +503,38 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submitted_dir")
     grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
+    grade.add_argument("--allow-root", action="store_true",
+                       help="grade as root anyway (students' code runs while grading)")
     site = commands.add_parser("site", help="build the course site (HTML) from the executed notebooks")
     site.add_argument("out_dir")
+    site.add_argument("--instructor", action="store_true",
+                      help="the instructor's site, with the solutions (default: the student site)")
     args = parser.parse_args(argv)
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)
         except ImportError:
             parser.error("the site needs the docs dependencies: pip install -r docs/requirements.txt")
-        if Path(args.out_dir).exists() and not Path(args.out_dir).is_dir():
-            parser.error(f"{args.out_dir} exists and is not a directory")
-        print(build_site(args.out_dir))
+        try:
+            check_site_dir(Path(args.out_dir).resolve())
+        except ValueError as e:
+            parser.error(str(e))
+        print(build_site(args.out_dir, instructor=args.instructor))
     elif args.command == "student-edition":
         if args.notebooks is not None and not chapters(args.notebooks):
             parser.error(f"no chapter matches {args.notebooks}")
-        for path in student_edition(args.out_dir, args.notebooks):
-            print(path)
+        try:
+            for path in student_edition(args.out_dir, args.notebooks):
+                print(path)
+        except ValueError as e:
+            parser.error(str(e))
     elif args.command == "autograde":
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")
-        report = autograde(args.submitted_dir, args.notebooks)
+        try:
+            report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)
+        except (ValueError, PermissionError) as e:
+            parser.error(str(e))
         for name, nb in report.items():
             print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
         if args.out:

@@ -225,7 +225,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions: `notebooks/solutions/00_tour.py`.
+# put your answer in place of `None` and run the check cell under it, which shows the points scored. Worked solutions: `notebooks/solutions/00_tour.py`.
 #
 # **1. ★ Counting forwards.** On this notebook's held-out problem, with `max_new_tokens=64` and the
 # stop tokens, how many target forwards (prefill included) does the autoregressive loop make, and how

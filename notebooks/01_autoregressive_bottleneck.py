@@ -290,7 +290,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
+# put your answer in place of `None` and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/01_autoregressive_bottleneck.py`.
 #
 # **1. ★ What the cache holds.** Run `generate_autoregressive(model, x, 16)` (no stop tokens) on

@@ -52,9 +52,8 @@ from dflash_lite.acceptance import (accept_article_ratio, accept_article_thresho
 from dflash_lite.decode import generate
 from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.target import SHIPPED_BASELINES
-from dflash_lite.plotting import save_figure, subplots
+from dflash_lite.plotting import COLORBLIND, save_figure, subplots
 from dflash_lite.timing import interleaved
-from dflash_lite.exercises.ch02 import reference_article_output   # exercise 2's answer, kept out of sight
 
 from dflash_lite.course import chapter_clock
 
@@ -171,6 +170,8 @@ print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(
       f"{len(package.acceptance_lengths)} steps; target alone: {len(alone.tokens)} forwards")
 assert mine == package.tokens == alone.tokens
 assert my_steps == package.acceptance_lengths
+from dflash_lite.exercises import ch02, score                   # more prompts (both domains) and k
+score(ch02.check_speculative_greedy(speculative_greedy, target, draft, tokenizer, max_new_tokens), 3)
 
 # %% [markdown]
 # Same tokens as the target alone, and the same accepted length at every step as the package's
@@ -242,8 +243,11 @@ def exact_output(rule):
     if rule == "lossless (min(1, p/q))":
         residual = (p - q).clamp(min=0)
         return torch.minimum(p, q) + (1 - torch.minimum(p, q).sum()) * residual / residual.sum()
-    if rule == "article: p(x) >= q(x)":            # its formula is exercise 2; the exercise's reference computes it
-        return reference_article_output(p, q)
+    if rule == "article: p(x) >= q(x)":            # by enumeration of the draft; its formula is exercise 2
+        out = torch.zeros_like(p)
+        for x in range(len(p)):
+            out += q[x] * (torch.nn.functional.one_hot(torch.tensor(x), len(p)).double() if p[x] >= q[x] else p)
+        return out
     if rule == "article: p(x) >= 0.5 (argmax draft)":
         out = p.clone() * 0
         star = int(p.argmax())                      # a good drafter proposes the target's favourite
@@ -447,7 +451,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # %% nbgrader={"grade": false, "grade_id": "ch02_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch02
 ### BEGIN SOLUTION
-answer_1 = None   # e.g. {2: statistics.mean(steps_k2), 8: statistics.mean(steps_k8)}
+answer_1 = None   # a dict {2: float, 8: float}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch02_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

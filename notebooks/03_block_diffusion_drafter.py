@@ -189,6 +189,9 @@ cos, sin = rope_cos_sin(block_pos)
 ref_cos, ref_sin = drafter.rotary_emb(block_embeds, block_pos[None].to(device))   # (1, B, D) each
 torch.testing.assert_close(cos, ref_cos[0])
 torch.testing.assert_close(sin, ref_sin[0])
+from dflash_lite.exercises import score                      # more positions, and rotate itself
+from dflash_lite.exercises.ch03 import check_rope
+score(check_rope(rope_cos_sin, rotate, drafter), 1)
 
 # %% [markdown]
 # ### 1d. KV-injection attention
@@ -315,6 +318,9 @@ ax.set_xlabel("keys: context positions 0-11 | block tokens of 3 blocks")
 ax.set_ylabel("queries: 3 blocks x 4")
 ax.set_title("Training attention mask (black = may attend)")
 _ = save_figure(fig, "03_block_attention_mask")
+from dflash_lite.exercises import score                      # more anchors, lengths and block sizes
+from dflash_lite.exercises.ch03 import check_block_mask
+score(check_block_mask(my_block_mask), 2)
 
 # %% [markdown]
 # The claim "each block behaves as if it ran alone" is testable. Take three anchors inside our prompt,
@@ -559,19 +565,21 @@ from dflash_lite.exercises import score
 score(check_visible_keys(answer_1), 1)
 
 # %% [markdown]
-# **2. ★★ Where is the drafter unsure?** For the prompt of section 1 (`ids`, `features`, `last`),
-# find the block position (1..B-1) where the drafter's top-1 probability is lowest. Print its top-3
-# candidates there with their probabilities.
+# **2. ★★ Where is the drafter unsure?** Write `least_sure_position(ids)`: for a prompt `ids`
+# (a `(1, C)` tensor of token ids), draft its first block as in section 1 and return the block
+# position (an int in 1..B-1) where the drafter's top-1 probability is lowest. Print its top-3
+# candidates for the section-1 prompt, with their probabilities. The check tries several prompts.
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_least_sure_position
-### BEGIN SOLUTION
-answer_2 = None   # your answer: an int in 1..block_size-1
-### END SOLUTION
+def least_sure_position(ids):
+    ### BEGIN SOLUTION
+    return None   # an int in 1..block_size-1
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch03_exercise_2_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from dflash_lite.exercises import score
-score(check_least_sure_position(answer_2, drafter, target, ids, block_size), 2)
+score(check_least_sure_position(least_sure_position, drafter, target, tokenizer, block_size), 2)
 
 # %% [markdown]
 # **3. ★★ A second pass by hand.** Using `my_draft_logits` (or `drafter.draft_logits`) on the
@@ -590,19 +598,21 @@ from dflash_lite.exercises import score
 score(check_second_pass(answer_3, drafter, target, ids, block_size), 2)
 
 # %% [markdown]
-# **4. ★★ Train 16, run 8.** The shipped drafter was trained with B = 16. Measure its tau on the math
-# prompts of section 4 (`prompt_ids["math"]`, `max_new_tokens`, `stops`) at block size 8. Does it
+# **4. ★★ Train 16, run 8.** The shipped drafter was trained with B = 16. Measure its tau on all the
+# prompts of section 4 (`prompt_ids["math"] + prompt_ids["code"]`, `max_new_tokens`, `stops`) at
+# block size 8, pooling the steps of every prompt. Does it
 # lose much, and why (hint: look at the acceptance-by-position curve)?
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_tau_at_block_size
 ### BEGIN SOLUTION
-answer_4 = None   # your answer: tau (float), all acceptance lengths of all math prompts pooled
+answer_4 = None   # your answer: tau (a float)
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch03_exercise_4_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from dflash_lite.exercises import score
-score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"], 8, max_new_tokens, stops), 2)
+score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"] + prompt_ids["code"], 8,
+                              max_new_tokens, stops), 2)
 
 # %% [markdown]
 # **5. ★★★ MDLM-style unmasking.** Write a subclass of `DFlashProposer` whose `propose` runs one

@@ -427,7 +427,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # ## Exercises
 #
 # Difficulty: ★ a few minutes, ★★ about an hour, ★★★ a project. Each exercise has a check:
-# put your answer in place of `None` (in the student edition, in place of `raise NotImplementedError()`) and run the check cell under it, which shows the points scored. Worked solutions:
+# put your answer in place of `None` and run the check cell under it, which shows the points scored. Worked solutions:
 # `notebooks/solutions/04_conditioning.py`.
 #
 # **1. ★ Which hidden states.** A drafter built with `target_layer_ids=[5, 6]`: which entries of the
@@ -467,8 +467,8 @@ score(check_cache_numbers(answer_2), 1)
 # `dflash_lite/train.py`: `DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
 # num_layers=..., block_size=..., target_layer_ids=[5, 6])`, then `regenerate`, `epoch_batches`,
 # `drafter_loss` and `Trainer` from `dflash_lite.train`. The check measures both drafters' tau on
-# held-out prompts itself; when they tie (the budget was too small to tell), either answer passes,
-# so give them enough steps to differ.
+# held-out prompts itself, and when the taus tie, their held-out accuracy over the block positions;
+# drafters that tie on both score nothing, so give them enough steps to differ.
 
 # %% nbgrader={"grade": false, "grade_id": "ch04_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_taps_experiment

@@ -258,7 +258,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # %% nbgrader={"grade": false, "grade_id": "ch06_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch06
 ### BEGIN SOLUTION
-answer_1 = None   # tau * t_target(1) / (t_target(16) + t_draft(16))
+answer_1 = None   # a float: the predicted speedup
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch06_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -272,7 +272,7 @@ score(ch06.check_predicted_speedup(answer_1, report), 1)
 
 # %% nbgrader={"grade": false, "grade_id": "ch06_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-answer_2 = None   # {4: ..., 8: ..., 16: ...}
+answer_2 = None   # a dict {block size: float}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch06_exercise_2_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

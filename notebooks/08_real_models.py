@@ -213,7 +213,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # %% nbgrader={"grade": false, "grade_id": "ch08_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises import ch08
 ### BEGIN SOLUTION
-answer_1 = None   # 6.5 / (t(16)/t(1) + 0.1)
+answer_1 = None   # a float: the predicted speedup
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch08_exercise_1_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

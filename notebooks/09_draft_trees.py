@@ -293,6 +293,7 @@ ax.set_xlabel("key: tree node"); ax.set_ylabel("query: tree node")
 ax.set_title("Tree attention mask (the context columns, all visible, left out)")
 _ = save_figure(fig, "09_tree_mask")
 
+# %%
 with torch.inference_mode():
     tree_logits, tree_features = verify_tree(target, tree, cache, drafter.config.target_layer_ids)
     cache.rewind(P)                                        # forget the tree again: the next write starts at P

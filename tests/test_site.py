@@ -22,9 +22,11 @@ def _missing_docs_deps() -> list[str]:
 @pytest.mark.skipif(bool(_missing_docs_deps()), reason="the docs dependencies are not installed "
                     "(pip install -r docs/requirements.txt)")
 def test_site_builds_every_chapter_with_figures_and_local_maths(tmp_path):
-    index = course.build_site(tmp_path / "site")
+    index = course.build_site(tmp_path / "site")                   # the student site
     assert index.is_file()
     landing = index.read_text()
+    pages = "\n".join(re.sub(r"<[^>]+>", "", p.read_text()) for p in (index.parent / "notebooks").glob("*.html"))
+    assert "crop(n - k)" not in pages and "speculative_greedy" in pages, "the student site shows a solution"
     for notebook in course.chapters():
         page = index.parent / "notebooks" / (notebook.stem + ".html")
         assert page.is_file(), page
@@ -138,3 +140,38 @@ def test_site_refuses_a_file_as_output_dir(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not a directory" in err or "docs dependencies" in err
     assert "Traceback" not in err
+
+
+SOLUTION_LINES = ("cache.crop(n - k)", "mask[rows, :a] = True", "return x * cos + torch.cat([-x2, x1], dim=-1) * sin")
+
+
+def test_student_site_stages_no_solution_and_instructor_site_does(tmp_path):
+    """Staged sources (no Sphinx run): the student site's chapters have their solution cells
+    blanked, the instructor's keep them."""
+    if _missing_docs_deps():
+        pytest.skip("the docs dependencies are not installed")
+    staged = {}
+    for instructor in (False, True):
+        stage = tmp_path / ("instructor" if instructor else "student")
+        stage.mkdir()
+        course.stage_site(stage, instructor=instructor)
+        staged[instructor] = "\n".join(p.read_text() for p in (stage / "notebooks").glob("*.ipynb"))
+    for line in SOLUTION_LINES:
+        assert line not in staged[False], f"the student site shows {line!r}"
+        assert line in staged[True], f"the instructor site lacks {line!r}"
+    assert "BEGIN SOLUTION" not in staged[False] and "notebooks/solutions/" not in staged[False]
+
+
+def test_site_never_builds_over_a_foreign_folder(tmp_path, capsys):
+    foreign = tmp_path / "web"
+    foreign.mkdir()
+    (foreign / "index.html").write_text("<p>someone's page</p>")
+    with pytest.raises(ValueError, match="not built by course site"):
+        course.check_site_dir(foreign)
+    with pytest.raises(SystemExit):
+        course.main(["site", str(foreign)])
+    assert "Traceback" not in capsys.readouterr().err
+    assert (foreign / "index.html").read_text() == "<p>someone's page</p>"
+    with pytest.raises(ValueError, match="package"):
+        course.check_site_dir(course.ROOT / "dflash_lite" / "site")
+    course.check_site_dir(tmp_path / "new")                     # a new folder is fine

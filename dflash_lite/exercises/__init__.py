@@ -3,7 +3,7 @@
 Each ``check_*`` function takes the learner's answer. ``None`` means "not attempted yet": it says
 what to do and returns None. Any other answer is checked against what this repository measures
 or computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns True.
-Worked solutions live in ``notebooks/solutions/``.
+Worked solutions and the grader's hidden checks are instructor material, outside the package.
 """
 from functools import lru_cache
 

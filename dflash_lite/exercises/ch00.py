@@ -1,4 +1,4 @@
-"""Self-checks for notebook 00 (a tour of the box). Worked solutions: ``notebooks/solutions/00_tour.py``.
+"""Self-checks for notebook 00 (a tour of the box).
 
 Every expected answer is computed here, from the shipped models and the package, never typed in.
 """

@@ -1,4 +1,4 @@
-"""Self-checks for notebook 04 (conditioning). Worked solutions: ``notebooks/solutions/04_conditioning.py``.
+"""Self-checks for notebook 04 (conditioning).
 
 Expected answers are computed here from the shipped target and drafter, never typed in.
 """
@@ -72,22 +72,64 @@ def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
     return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 
 
+def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -> float:
+    """Mean accuracy of ``drafter`` over the block positions, on the target's own answers to
+    held-out prompts of both domains: a finer measure than tau, which short training leaves at 1."""
+    from .. import corpus
+    from ..data import make_batch, regenerate
+    from ..train import drafter_loss, position_weights
+
+    target, tokenizer = shipped_target()
+    prompts = corpus.prompts("held_out", "math", num_prompts // 2) + corpus.prompts(
+        "held_out", "code", num_prompts - num_prompts // 2
+    )
+    data = regenerate(target, tokenizer, prompts, max_new_tokens)
+    block_size = drafter.config.block_size
+    batch = make_batch(
+        data.sequences,
+        data.prompt_lengths,
+        block_size,
+        8,
+        tokenizer,
+        torch.Generator().manual_seed(0),
+    )
+    with torch.no_grad():
+        _, metrics = drafter_loss(drafter.eval(), target, batch, position_weights(block_size))
+    return float(sum(metrics["accuracy_per_position"]) / len(metrics["accuracy_per_position"]))
+
+
 def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
     """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and ``answer``,
-    which of them drafts worse ("deep" or "shallow"). tau is measured here; within ``tie`` either
-    answer passes, since the two are then indistinguishable on these prompts."""
+    which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out prompts, or,
+    when the two taus tie within ``tie``, the held-out accuracy over the block positions. Drafters
+    that tie on both cannot be told apart, and score nothing: train them longer."""
     name = "Exercise 3"
     if answer is None or deep is None or shallow is None:
         return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')
-    assert deep.config.target_layer_ids == DEEP_TAPS, f"the deep drafter taps {deep.config.target_layer_ids}"
-    assert shallow.config.target_layer_ids == SHALLOW_TAPS, f"the shallow drafter taps {shallow.config.target_layer_ids}"
-    assert deep.config.num_layers == shallow.config.num_layers and deep.config.block_size == shallow.config.block_size, \
-        "train both with the same shape (layers, block size), or the comparison says nothing about taps"
+    assert (
+        deep.config.target_layer_ids == DEEP_TAPS
+    ), f"the deep drafter taps {deep.config.target_layer_ids}"
+    assert (
+        shallow.config.target_layer_ids == SHALLOW_TAPS
+    ), f"the shallow drafter taps {shallow.config.target_layer_ids}"
+    assert (
+        deep.config.num_layers == shallow.config.num_layers
+        and deep.config.block_size == shallow.config.block_size
+    ), "train both with the same shape (layers, block size), or the comparison says nothing"
     assert answer in ("deep", "shallow"), 'answer "deep" or "shallow"'
     taus = {"deep": tau_of(deep), "shallow": tau_of(shallow)}
-    worse = min(taus, key=taus.get)
     summary = f"tau deep {taus['deep']:.2f}, shallow {taus['shallow']:.2f}"
+    measure = taus
     if abs(taus["deep"] - taus["shallow"]) < tie:
-        return correct(name, f"{summary}: a tie at this budget, so either answer stands.")
-    assert answer == worse, f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
+        measure = {"deep": held_out_accuracy(deep), "shallow": held_out_accuracy(shallow)}
+        summary += (
+            f"; held-out accuracy deep {measure['deep']:.3f}, shallow {measure['shallow']:.3f}"
+        )
+        assert (
+            abs(measure["deep"] - measure["shallow"]) >= 0.005
+        ), f"measured here: {summary}. The two drafters cannot be told apart: train them longer"
+    worse = min(measure, key=measure.get)
+    assert (
+        answer == worse
+    ), f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
     return correct(name, f"{summary}.")

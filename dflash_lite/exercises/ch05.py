@@ -19,7 +19,7 @@ from ..variants import make_drafter
 def check_loss_weights(answer) -> bool:
     """Exercise 1: the share of the total weight carried by positions 1-4 at B = 16."""
     if answer is None:
-        return not_attempted("Exercise 1", "position_weights(16) holds w_1..w_15; divide a partial sum by the total.")
+        return not_attempted("Exercise 1", "Give the share as a float between 0 and 1.")
     w = position_weights(16)
     expected = float(w[:4].sum() / w.sum())
     answer = float(answer)
@@ -27,27 +27,25 @@ def check_loss_weights(answer) -> bool:
     assert abs(answer - float(w[:3].sum() / w.sum())) > 1e-3 or abs(answer - expected) < 1e-3, \
         "that is positions 1-3; the question asks for 1 to 4"
     assert abs(answer - expected) < 1e-3, (
-        f"{answer:.3f} is not it. w_k = exp(-(k-1)/7) for k = 1..15: add w_1..w_4, divide by the sum of all 15.")
+        f"{answer:.3f} is not it: the weight of positions 1 to 4, as a share of the weight of all 15.")
     return correct("Exercise 1", f"{expected:.3f}: 4 of the 15 positions carry {expected:.0%} of the weight.")
 
 
 def check_half_weight_gamma(answer) -> bool:
     """Exercise 2: the gamma at which w_8 = w_1 / 2."""
     if answer is None:
-        return not_attempted("Exercise 2", "solve exp(-(8-1)/gamma) = 1/2 for gamma.")
+        return not_attempted("Exercise 2", "Give gamma as a float.")
     w = position_weights(16, gamma=float(answer))
     ratio = float(w[7] / w[0])
     assert abs(ratio - 0.5) < 1e-3, (
-        f"with gamma = {float(answer):.3f}, w_8 / w_1 = {ratio:.3f}, not 0.5. Position 8 is 7 steps from "
-        "position 1, so the ratio is exp(-7/gamma).")
+        f"with gamma = {float(answer):.3f}, w_8 / w_1 = {ratio:.3f}, not 0.5.")
     return correct("Exercise 2", f"gamma = 7 / ln 2 = {7 / math.log(2):.2f}; the paper's gamma = 7 decays faster.")
 
 
 def check_unigram_loss(answer, data) -> bool:
     """Exercise 3: the entropy (nats) of the token frequencies of all response tokens in ``data``."""
     if answer is None:
-        return not_attempted("Exercise 3", "count each token over every response, p = count / total, "
-                                           "entropy = -sum p ln p.")
+        return not_attempted("Exercise 3", "Give the loss as a float, in nats.")
     tokens = [t for s, p in zip(data.sequences, data.prompt_lengths) for t in s[p:]]
     counts = Counter(tokens)
     total = len(tokens)
@@ -80,8 +78,7 @@ def check_ar_loss(answer, target, data, tokenizer) -> bool:
     """Exercise 4: ``answer(logits, labels, slots, weights)`` equals the package's loss for an
     autoregressive drafter."""
     if answer is None:
-        return not_attempted("Exercise 4", "write ar_loss(logits, labels, slots, weights): slot j gets weights[j], "
-                                           "the last slot none; weighted sum of CE / sum of weights.")
+        return not_attempted("Exercise 4", "Write ar_loss(logits, labels, slots, weights) returning a 0-d tensor.")
     drafter, batch, weights = _ar_setup(target, data, tokenizer)
     block_size = weights.shape[0] + 1
     with torch.no_grad():
@@ -111,6 +108,9 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int, st
     same = all(torch.equal(states["decay"][key], states["decay again"][key]) for key in states["decay"])
     assert same, ("two runs with the same weights and seed gave different drafters: seed the model's "
                   "initialisation (torch.manual_seed) and the batch generator from `seed`")
+    reseeded = answer(decay, 1, steps)[0].state_dict()
+    assert any(not torch.equal(states["decay"][key], reseeded[key]) for key in states["decay"]), \
+        "seeds 0 and 1 gave the same drafter: draw the initialisation and the batches from `seed`"
     differ = any(not torch.equal(states["decay"][key], states["uniform"][key]) for key in states["decay"])
     assert differ, "decay and uniform weights gave the same drafter: are the weights passed to drafter_loss?"
     # one fixed batch, the same for both drafters

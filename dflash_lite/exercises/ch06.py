@@ -40,7 +40,7 @@ def check_break_even(answer, report: dict) -> bool:
         expected = (t[str(b)] + d[str(b)]) / t["1"]
         got = float(answer[b] if b in answer else answer[str(b)])
         assert abs(got - expected) < 1e-6 * expected, \
-            f"B={b}: speedup 1 means tau * t(1) = t(B) + t_draft(B); solve for tau"
+            f"B={b}: not the tau at which this block only matches plain decoding"
     above = [b for b in sizes if row_of(report, Kind.DFLASH, block_size=b)["tau"] > (t[str(b)] + d[str(b)]) / t["1"]]
     return correct("Exercise 2", f"blocks whose tau beat break-even here: {above or 'none'}.")
 
@@ -49,6 +49,8 @@ def check_fastest_method(answer, report) -> bool:
     """Exercise 3: the fastest method of a report (by the speedup column)."""
     if answer is None or report is None:
         return not_attempted("Exercise 3", "Run bench on code prompts, then name its fastest method.")
+    assert "code" in str(report.get("env", {}).get("prompts_source", "")), \
+        "this report is not on code prompts: run bench with domain=\"code\""
     rows = [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
     best = max(rows, key=lambda r: r["speedup"])
     assert answer == best["name"], "not the fastest row of this report (compare the speedup column; names as printed)"

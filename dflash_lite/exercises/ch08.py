@@ -15,7 +15,7 @@ def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost
     assert block_size in ratio, f"the curve has no n = {block_size}: run with {block_size} in token_counts"
     expected = tau * 1.0 / (ratio[block_size] + draft_cost)
     assert abs(float(answer) - expected) < 1e-6 * expected, \
-        "speedup = tau * t(1) / (t(B) + t_draft(B)); divide through by t(1)"
+        "not the speedup the cost model predicts from this curve"
     return correct("Exercise 1", f"{expected:.2f}x on this device, against tau = {tau}: the gap is the verify's cost.")
 
 
@@ -31,6 +31,11 @@ def check_exported_drafter(answer, directory, exported_report, report, block_siz
     assert "dflash_config" in config and "target_layer_ids" in config["dflash_config"], \
         "that directory is not in the public DFlash layout (use dflash_lite.checkpoints.export_dflash)"
     assert (Path(directory) / "model.safetensors").is_file(), "the export has no model.safetensors"
+    source = exported_report.get("env", {}).get("drafter")
+    here = Path(directory).resolve()
+    root = Path(__file__).resolve().parents[2]                   # bench names the package's own relatively
+    assert source is not None and here in (Path(source).resolve(), (root / source).resolve()), \
+        "this report was not run on the exported directory: pass drafter=<that directory> to bench"
     row = _row(exported_report, block_size)
     assert row["identical_to_target"], "the exported drafter's output differs from the target's"
     assert abs(float(answer) - row["tau"]) < 1e-9, f"give the tau of the 'DFlash (ours) B={block_size}' row"

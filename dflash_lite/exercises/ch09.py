@@ -11,21 +11,20 @@ from ..tree import add_branch, build_tree
 def check_visible_keys(answer, tree, context_length: int) -> bool:
     """Exercise 1: keys the deepest node of ``tree`` may attend to in the tree verify."""
     if answer is None:
-        return not_attempted("Exercise 1", "Count the context positions plus the node's own path.")
+        return not_attempted("Exercise 1", "Give the number of keys, an int.")
     deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
     expected = context_length + int(tree.ancestor_mask()[deepest].sum())
-    assert int(answer) == expected, ("every context position, plus the root, the node's ancestors and "
-                                     "the node itself (depth + 1 tree tokens); no sibling branch")
+    assert int(answer) == expected, "not the number of keys the deepest node may attend to (context and tree)"
     return correct("Exercise 1", f"{context_length} context keys + {expected - context_length} on its own path.")
 
 
 def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int = 32, block_size: int = 16) -> bool:
     """Exercise 2: tau_tree / tau_chain at which a tree of ``tree_size`` only matches the chain."""
     if answer is None:
-        return not_attempted("Exercise 2", "Equate the two speeds and solve for tau_tree / tau_chain.")
+        return not_attempted("Exercise 2", "Give the ratio tau_tree / tau_chain, a float.")
     expected = (t_target[tree_size + 1] + t_draft) / (t_target[block_size] + t_draft)
     assert abs(float(answer) - expected) < 1e-6 * expected, \
-        f"the ratio of the two steps' costs: (t({tree_size + 1}) + t_draft) / (t({block_size}) + t_draft)"
+        "not the ratio at which the tree's step and the chain's step commit tokens equally fast"
     return correct("Exercise 2", f"the tree must commit {expected:.2f}x the chain's tokens per step to break even.")
 
 
@@ -38,10 +37,9 @@ def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: floa
 def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -> bool:
     """Exercise 3: the greatest depth of a 32-node tree from the drafter's logits at temperature 0.5."""
     if answer is None:
-        return not_attempted("Exercise 3", "Build the tree from draft_logits / 0.5 and give its greatest depth.")
+        return not_attempted("Exercise 3", "Give the greatest depth, an int.")
     expected = tree_depth(draft_logits, root, 0.5)
-    assert int(answer) == expected, ("divide the logits by 0.5 before log_softmax, build_tree(root, ..., 32), "
-                                     "then take max(tree.depths)")
+    assert int(answer) == expected, "not the greatest depth of the 32-node tree at temperature 0.5"
     others = {temp: tree_depth(draft_logits, root, temp) for temp in (1.0, 2.0)}
     return correct("Exercise 3", f"depth {expected} at temperature 0.5, "
                    + ", ".join(f"{d} at {temp:g}" for temp, d in others.items())
@@ -64,9 +62,8 @@ def check_branch_nodes(answer, tree, branch: list[int]) -> bool:
     """Exercise 5: the nodes ``add_branch(tree, branch)`` adds: the branch's tokens past the part of
     it the tree already holds."""
     if answer is None:
-        return not_attempted("Exercise 5", "Walk the branch down from the root: tree.path_length(branch) are shared.")
+        return not_attempted("Exercise 5", "Give the number of new nodes, an int.")
     expected = len(add_branch(tree, branch)) - len(tree)
-    assert int(answer) == expected, ("the first tree.path_length(branch) tokens are already nodes; "
-                                     "every token after them is a new node")
+    assert int(answer) == expected, "not the number of nodes add_branch adds for this branch"
     return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens were shared, "
                    f"{expected} new nodes.")

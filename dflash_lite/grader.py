@@ -1,0 +1,511 @@
+"""Scores that the student's kernel cannot change.
+
+Autograding runs a student's notebook, and the notebook runs the student's code: anything it
+prints, or any number a check returns in that kernel, the student can forge (one line,
+``dflash_lite.exercises.score = lambda r, p: float(p)``, used to give full marks). So the points
+are computed here, in a fresh process:
+
+1. **Collect.** Before each graded test cell of the (throwaway) copy that is executed, the grader
+   inserts a collector cell (:func:`collector_cell`). It writes the values the test cell uses as
+   data (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and,
+   for the functions and classes the notebook defines, only their names.
+2. **Score.** :func:`score_notebook` reads the executed copy, rebuilds those values (never with
+   pickle), re-creates the notebook's functions and classes from the submitted notebook's source
+   (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the
+   *instructor's* notebook has it, and counts its points itself: the points of a ``score(check,
+   points)`` cell when the check returned True, those of an assert cell when nothing raised. A
+   grade id listed in the hidden checks (``instructor/hidden_checks.py``, shipped to neither
+   students nor their package) must pass those too.
+3. **Tampering.** The package, torch, numpy and the builtins are fingerprinted before any
+   submitted code runs; a submission that changes them scores 0 from that cell on.
+
+Run by ``course autograde``; by hand: ``python -m dflash_lite.grader SOURCE.ipynb EXECUTED.ipynb``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.util
+import json
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HIDDEN = ROOT / "instructor" / "hidden_checks.py"
+MARK = "DFLASH-GRADER-ANSWERS "
+COLLECTOR_KEY = "dflash_grader_collector"
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _tree(source: str):
+    """The cell's syntax tree, IPython magics and shell lines blanked."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def free_names(source: str) -> list[str]:
+    """Names a cell reads without binding them first (its inputs), builtins left out."""
+    tree = _tree(source)
+    if tree is None:
+        return []
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            bound.add(node.name)
+            bound |= (
+                {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+                if not isinstance(node, ast.ClassDef)
+                else set()
+            )
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Lambda,)):
+            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        elif isinstance(node, ast.comprehension):
+            bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    seen = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id not in bound
+            and not hasattr(builtins, node.id)
+            and node.id not in seen
+        ):
+            seen.append(node.id)
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Collect (runs in the student's kernel; imports nothing from this package, which the student
+#    may have patched)
+
+COLLECTOR = r'''
+def __dflash_collect(grade_id, names, store):
+    import dataclasses, inspect, json, os, types
+    from pathlib import PurePath
+    g = globals()
+    store = os.path.abspath(store)
+    out, todo, done = {}, list(names), set()
+
+    def enc(v, depth=0):
+        if depth > 12:
+            raise ValueError("too deep")
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float):
+            return v if v == v and abs(v) != float("inf") else {"__float__": repr(v)}
+        if isinstance(v, (list, tuple, set, frozenset)):
+            items = [enc(x, depth + 1) for x in v]
+            return items if isinstance(v, list) else {"__" + type(v).__name__ + "__": items}
+        if isinstance(v, dict):
+            return {"__dict__": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if isinstance(v, PurePath):
+            return {"__path__": str(v)}
+        t = type(v)
+        mod = t.__module__ or ""
+        if mod.startswith("numpy"):
+            return enc(v.tolist(), depth + 1)
+        if mod.startswith("torch") and t.__name__ in ("Tensor", "Parameter"):
+            return {"__tensor__": v.detach().cpu().tolist(), "dtype": str(v.dtype)[6:],
+                    "shape": list(v.shape)}
+        if mod.startswith("torch") and t.__name__ == "device":
+            return {"__device__": str(v)}
+        if mod.startswith("torch") and t.__name__ == "dtype":
+            return {"__dtype__": str(v)[6:]}
+        if isinstance(v, (types.FunctionType, type)):
+            if getattr(v, "__module__", None) == "__main__":
+                codes = [v.__code__] if isinstance(v, types.FunctionType) else [
+                    f.__code__ for f in vars(v).values() if isinstance(f, types.FunctionType)]
+                while codes:                     # the globals it reads, nested functions included
+                    code = codes.pop()
+                    codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+                    todo.extend(n for n in code.co_names if n in g and n not in done)
+                return {"__code__": v.__name__}
+            return {"__ref__": [v.__module__, v.__qualname__]}
+        if hasattr(v, "name_or_path") and hasattr(v, "config") and hasattr(v, "forward"):
+            return {"__hf__": str(v.name_or_path)}
+        if hasattr(v, "convert_ids_to_tokens") and hasattr(v, "name_or_path"):
+            return {"__tokenizer__": str(v.name_or_path)}
+        if t.__name__ == "DFlashDrafter":
+            os.makedirs(store, exist_ok=True)
+            path = os.path.join(store, f"drafter{len(os.listdir(store))}")
+            from dflash_lite.checkpoints import save_drafter
+            save_drafter(v, path)
+            return {"__drafter__": path}
+        if mod.split(".")[0] == "dflash_lite":
+            state = ({f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+                     if dataclasses.is_dataclass(v) else vars(v))
+            return {"__obj__": [mod, t.__qualname__], "state": enc(state, depth + 1)}
+        raise TypeError(f"cannot collect a {t.__name__}")
+
+    while todo:
+        name = todo.pop(0)
+        if name in done or name not in g:
+            continue
+        done.add(name)
+        if isinstance(g[name], types.ModuleType):
+            continue
+        try:
+            out[name] = enc(g[name])
+        except Exception as e:
+            out[name] = {"__unsupported__": f"{type(e).__name__}: {e}"[:200]}
+    return json.dumps({"grade_id": grade_id, "values": out})
+'''
+
+
+def collector_cell(grade_id: str, names: list[str], store: str = ".grader") -> dict:
+    """The code cell inserted before the test cell ``grade_id``: it prints the values of
+    ``names``."""
+    import nbformat
+
+    source = (
+        COLLECTOR + f"\nprint({MARK!r} + __dflash_collect({grade_id!r}, {names!r}, {store!r}))"
+        "\ndel __dflash_collect"
+    )
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata[COLLECTOR_KEY] = grade_id
+    return cell
+
+
+def instrument(submitted, source) -> None:
+    """Insert a collector cell before each graded test cell of ``submitted`` (in place); the
+    names collected are those that the *source* notebook's test cell reads."""
+    tests = {_nbgrader(c)["grade_id"]: c.source for c in source.cells if _nbgrader(c).get("grade")}
+    cells = []
+    for cell in submitted.cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if _nbgrader(cell).get("grade") and grade_id in tests:
+            cells.append(collector_cell(grade_id, free_names(tests[grade_id])))
+        cells.append(cell)
+    submitted.cells = cells
+
+
+def _preprocessor_base():
+    try:
+        from nbconvert.preprocessors import Preprocessor
+    except ImportError:  # nbgrader (and so nbconvert) not installed
+        return object
+    return Preprocessor
+
+
+class InsertCollectors(_preprocessor_base()):
+    """An nbconvert preprocessor for stock ``nbgrader autograde``: put it in
+    ``Autograde.sanitize_preprocessors`` after ``OverwriteCells`` (course/nbgrader_config.py), so
+    the autograded notebooks carry the values :func:`score_notebook` scores."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.enabled = True  # nbconvert registers classes disabled
+
+    def preprocess(self, nb, resources):
+        if not any(c.get("metadata", {}).get(COLLECTOR_KEY) for c in nb.cells):
+            instrument(nb, nb)
+        return nb, resources
+
+
+def collected(executed) -> dict[str, dict]:
+    """``{grade_id: {name: encoded value}}`` from the collector cells' outputs."""
+    found = {}
+    for cell in executed.cells:
+        grade_id = cell.get("metadata", {}).get(COLLECTOR_KEY)
+        if not grade_id:
+            continue
+        text = "".join(
+            o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"
+        )
+        for line in text.splitlines():
+            if line.startswith(MARK):
+                try:
+                    data = json.loads(line[len(MARK) :])
+                except ValueError:
+                    continue
+                if data.get("grade_id") == grade_id:
+                    found[grade_id] = data.get("values", {})
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Score (a fresh process)
+
+
+class Rebuilt:
+    """Turns collected values back into objects; models are loaded from their files, safetensors
+    only, and only classes of this package are re-created."""
+
+    def __init__(self):
+        self.models = {}
+
+    def __call__(self, v, code: dict):
+        if isinstance(v, list):
+            return [self(x, code) for x in v]
+        if not isinstance(v, dict):
+            return v
+        import torch
+
+        if "__dict__" in v:
+            return {self._key(k, code): self(x, code) for k, x in v["__dict__"]}
+        for kind, make in (("__tuple__", tuple), ("__set__", set), ("__frozenset__", frozenset)):
+            if kind in v:
+                return make(self(x, code) for x in v[kind])
+        if "__float__" in v:
+            return float(v["__float__"])
+        if "__path__" in v:
+            return Path(v["__path__"])
+        if "__tensor__" in v:
+            dtype = getattr(torch, v["dtype"])
+            return torch.tensor(v["__tensor__"], dtype=dtype).reshape(v["shape"])
+        if "__device__" in v:
+            return torch.device(v["__device__"])
+        if "__dtype__" in v:
+            return getattr(torch, v["__dtype__"])
+        if "__code__" in v:
+            if v["__code__"] not in code:
+                raise LookupError(f"{v['__code__']} is not defined by the notebook's source")
+            return code[v["__code__"]]
+        if "__ref__" in v:
+            module, qualname = v["__ref__"]
+            if not module.split(".")[0] in ("dflash_lite", "torch", "numpy", "math", "statistics"):
+                raise LookupError(f"{module}.{qualname} is not something the grader imports")
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            return obj
+        if "__hf__" in v or "__tokenizer__" in v:
+            from .target import load_pretrained
+
+            name = v.get("__hf__") or v.get("__tokenizer__")
+            if name not in self.models:
+                self.models[name] = load_pretrained(name)
+            return self.models[name][0 if "__hf__" in v else 1]
+        if "__drafter__" in v:
+            from .checkpoints import load_drafter
+
+            return load_drafter(v["__drafter__"]).eval()
+        if "__obj__" in v:
+            module, qualname = v["__obj__"]
+            if module.split(".")[0] != "dflash_lite":
+                raise LookupError(f"{module}.{qualname} is not a class of this package")
+            cls = importlib.import_module(module)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+            obj = cls.__new__(cls)
+            obj.__dict__.update(self(v["state"], code))
+            return obj
+        if "__unsupported__" in v:
+            raise TypeError(f"a value could not be collected ({v['__unsupported__']})")
+        return v
+
+    def _key(self, k, code):
+        k = self(k, code)
+        return tuple(k) if isinstance(k, list) else k
+
+
+def definitions(notebook, solutions: bool = True) -> str:
+    """The imports, functions and classes of a notebook's code cells (top level only), as
+    source: what the grader needs of the notebook without running any of its cells. With
+    ``solutions=False``, only the imports of the solution cells (the instructor's notebook: its
+    solutions must never stand in for a student's)."""
+    imports = (ast.Import, ast.ImportFrom)
+    keep = imports + (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    parts = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cell.get("metadata", {}).get(COLLECTOR_KEY):
+            continue
+        tree = _tree(cell.source)
+        kinds = keep if solutions or not _nbgrader(cell).get("solution") else imports
+        if tree is not None:
+            parts += [ast.unparse(node) for node in tree.body if isinstance(node, kinds)]
+    return "\n\n".join(parts)
+
+
+def _exec_each(source: str, namespace: dict) -> None:
+    """Run each top-level statement of ``source`` on its own: one that fails (a stub that raises
+    at definition time, an import that is missing) leaves the others defined."""
+    tree = ast.parse(source) if source else ast.Module(body=[], type_ignores=[])
+    for node in tree.body:
+        try:
+            exec(
+                compile(ast.Module(body=[node], type_ignores=[]), "<submission>", "exec"), namespace
+            )
+        except Exception:
+            pass
+
+
+WATCHED = (
+    "builtins",
+    "math",
+    "statistics",
+    "json",
+    "torch",
+    "torch.testing",
+    "torch.nn.functional",
+    "numpy",
+    "numpy.testing",
+    "hidden_checks",
+)
+
+
+def _watched():
+    """The namespaces a submission could patch to change a check: this package's modules, the
+    instructor's hidden checks, the builtins, and the parts of torch and numpy checks compare with.
+    """
+    import torch
+
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name in WATCHED or name.split(".")[0] == "dflash_lite"):
+            yield name, module
+    yield "torch.Tensor", torch.Tensor
+
+
+def _fingerprint() -> dict:
+    """id() of every attribute of the watched namespaces."""
+    return {name: {k: id(v) for k, v in list(vars(space).items())} for name, space in _watched()}
+
+
+def _changed(before: dict) -> list[str]:
+    """The watched namespaces whose attributes changed since ``before`` (new ones are allowed:
+    lazy imports add them)."""
+    now = dict(_watched())
+    changed = []
+    for name, marks in before.items():
+        space = vars(now[name]) if name in now else {}
+        if any(k not in space or id(space[k]) != v for k, v in marks.items()):
+            changed.append(name)
+    return changed
+
+
+def load_hidden(path: Path | None = HIDDEN) -> dict:
+    """``{grade_id: check(namespace)}`` of the instructor's hidden checks ({} when absent)."""
+    if path is None or not Path(path).is_file():
+        return {}
+    spec = importlib.util.spec_from_file_location("hidden_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hidden_checks"] = module
+    spec.loader.exec_module(module)
+    return dict(module.CHECKS)
+
+
+def _test_program(source: str):
+    """The test cell's code, with its last ``score(check, points)`` turned into
+    ``__dflash_result__ = check``; returns (code, True if it was a score cell)."""
+    tree = _tree(source)
+    last = tree.body[-1] if tree and tree.body else None
+    scored = (
+        isinstance(last, ast.Expr)
+        and isinstance(last.value, ast.Call)
+        and getattr(last.value.func, "id", None) == "score"
+        and last.value.args
+    )
+    if scored:
+        tree.body[-1] = ast.Assign(
+            targets=[ast.Name("__dflash_result__", ast.Store())], value=last.value.args[0]
+        )
+        ast.fix_missing_locations(tree)
+    return compile(tree, "<test cell>", "exec"), bool(scored)
+
+
+def score_answers(
+    source, answers: dict[str, dict], submission_defs: str, hidden: dict | None = None
+) -> dict[str, list]:
+    """Points of every graded cell of the ``source`` notebook, from collected ``answers``
+    (``{grade_id: {name: encoded value}}``) and the submission's definitions (source text).
+    Returns ``{grade_id: [score, max_score, message]}``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    hidden = load_hidden() if hidden is None else hidden
+    base: dict = {"__name__": "__grader__"}
+    _exec_each(definitions(source, solutions=False), base)  # the instructor's imports, helpers
+    before = _fingerprint()
+    _exec_each(submission_defs, dict(base))  # the student's functions and classes, once to check
+    rebuild = Rebuilt()
+    report, tampered = {}, _changed(before)
+    for cell in source.cells:
+        meta = _nbgrader(cell)
+        if not meta.get("grade"):
+            continue
+        grade_id, points = meta["grade_id"], float(meta.get("points", 0))
+        if tampered:
+            report[grade_id] = [0.0, points, f"the submission changed {tampered[0]}"]
+            continue
+        if grade_id not in answers:
+            report[grade_id] = [0.0, points, "not reached: the notebook stopped before this cell"]
+            continue
+        # the student's functions are defined in the namespace the cell runs in, so that the
+        # globals they read are the values collected for this cell
+        namespace = dict(base)
+        _exec_each(submission_defs, namespace)
+        code = dict(namespace)
+        try:
+            for name, value in answers[grade_id].items():
+                namespace[name] = rebuild(value, code)
+            program, scored = _test_program(cell.source)
+            exec(program, namespace)
+            passed = namespace.get("__dflash_result__") is True if scored else True
+            message = "" if passed else "the check did not pass"
+            if passed and grade_id in hidden:
+                hidden[grade_id](namespace)
+        except Exception as e:  # noqa: BLE001 (any failure is 0 points)
+            passed, message = False, (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:300]
+        tampered = _changed(before)
+        if tampered:
+            passed, message = False, f"the submission changed {tampered[0]}"
+        report[grade_id] = [points if passed else 0.0, points, message]
+    return report
+
+
+def score_notebook(
+    source_path: str | Path, executed_path: str | Path, hidden_path: str | Path | None = HIDDEN
+) -> dict[str, list]:
+    """Points of an executed, instrumented submission against its source notebook."""
+    import nbformat
+
+    source = nbformat.read(source_path, as_version=4)
+    executed = nbformat.read(executed_path, as_version=4)
+    hidden = load_hidden(Path(hidden_path) if hidden_path else None)
+    return score_answers(source, collected(executed), definitions(executed), hidden)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("source", help="the instructor's notebook")
+    parser.add_argument("executed", help="the executed, instrumented submission")
+    parser.add_argument("--hidden", default=str(HIDDEN), help="the hidden checks (a .py file)")
+    args = parser.parse_args(argv)
+    for path in (args.source, args.executed):
+        if not Path(path).is_file():
+            parser.error(f"{path} is not a file")
+    import os
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="dflash-grader-")         # figures the test cells save
+    for var in ("DFLASH_LITE_FIGURES", "DFLASH_LITE_RESULTS", "DFLASH_LITE_CACHE"):
+        os.environ.setdefault(var, os.path.join(scratch, var.rsplit("_", 1)[1].lower()))
+    try:
+        report = score_notebook(args.source, args.executed, args.hidden)
+    except Exception:  # noqa: BLE001
+        print(traceback.format_exc(), file=sys.stderr)
+        return 1
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Scores the student's kernel cannot change (dflash_lite/grader.py, course autograde).
+
+* Fast: the grader scores collected answers in its own process: a right answer gets the cell's
+  points, a forged one none; a submission whose definitions patch the package, torch or the
+  builtins scores 0; the stubs of the student edition score 0 without stopping the others.
+* Fast: autograde refuses a submission folder inside the repository, and root unless asked.
+* Slow: an edition of notebook 02 whose first cell patches ``dflash_lite.exercises.score`` and a
+  check, with every answer left blank, gets full marks from its own kernel and 0 from the grader.
+"""
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dflash_lite import course, grader
+
+ROOT = Path(__file__).resolve().parent.parent
+NB02 = ROOT / "notebooks" / "02_speculative_decoding.ipynb"
+
+GOOD_LOOKUP = '''
+def lookup_draft(tokens, k, ngram=2):
+    tail = tokens[-ngram:]
+    for start in range(len(tokens) - ngram - 1, -1, -1):
+        if tokens[start:start + ngram] == tail:
+            return tokens[start + ngram:start + ngram + k]
+    return []
+'''
+
+PATCHING = {
+    "score replaced": "import dflash_lite.exercises\n"
+    "@(lambda f: (setattr(dflash_lite.exercises, 'score', lambda r, p: float(p)), f)[1])\n"
+    "def lookup_draft(tokens, k, ngram=2):\n    return [0]\n",
+    "check replaced": "class lookup_draft:\n    import dflash_lite.exercises.ch02 as m\n"
+    "    m.check_lookup_draft = lambda *a, **k: True\n",
+    "builtin replaced": "class lookup_draft:\n    import builtins\n"
+    "    builtins.all = lambda *a: True\n",
+}
+
+
+def lookup_answers() -> dict:
+    return {"ch02_exercise_4_check": {"lookup_draft": {"__code__": "lookup_draft"}}}
+
+
+@pytest.fixture(scope="module")
+def source():
+    return nbformat.read(NB02, as_version=4)
+
+
+def test_grader_scores_collected_answers(source):
+    report = grader.score_answers(
+        source, lookup_answers(), GOOD_LOOKUP, hidden=grader.load_hidden()
+    )
+    assert report["ch02_exercise_4_check"][:2] == [2.0, 2.0], report["ch02_exercise_4_check"]
+    wrong = GOOD_LOOKUP.replace(
+        "range(len(tokens) - ngram - 1, -1, -1)", "range(len(tokens) - ngram)"
+    )
+    report = grader.score_answers(source, lookup_answers(), wrong, hidden=grader.load_hidden())
+    assert report["ch02_exercise_4_check"][0] == 0
+    # cells the notebook never reached score 0, with a reason
+    assert (
+        report["ch02_exercise_2_check"][0] == 0
+        and "not reached" in report["ch02_exercise_2_check"][2]
+    )
+
+
+SCORE_IN_A_CHILD = """
+import json, sys
+import nbformat
+from dflash_lite import grader
+source = nbformat.read(sys.argv[1], as_version=4)
+answers = {"ch02_exercise_4_check": {"lookup_draft": {"__code__": "lookup_draft"}}}
+report = grader.score_answers(source, answers, sys.stdin.read(), hidden={})
+print(json.dumps(report["ch02_exercise_4_check"]))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(PATCHING))
+def test_patching_from_a_submission_scores_zero(name, tmp_path):
+    """Run in a child process: the patches must not reach this test session."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", SCORE_IN_A_CHILD, str(NB02)],
+        input=PATCHING[name],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    score, points, message = json.loads(run.stdout.strip().splitlines()[-1])
+    assert points == 2 and score == 0, message
+    assert "changed" in message, message
+
+
+def test_kernel_values_are_the_only_input(source):
+    """A forged collector line printed by a student's own cell is ignored: only the grader's
+    collector cells are read."""
+    nb = nbformat.v4.new_notebook()
+    fake = nbformat.v4.new_code_cell("print('forged')")
+    fake.outputs = [
+        nbformat.v4.new_output(
+            "stream",
+            name="stdout",
+            text=grader.MARK + '{"grade_id": '
+            '"ch02_exercise_1_check", "values": {"answer_1": 1}}\n',
+        )
+    ]
+    nb.cells = [fake]
+    assert grader.collected(nb) == {}
+
+
+def test_autograde_refuses_a_folder_inside_the_repository(capsys):
+    with pytest.raises(SystemExit):
+        course.main(["autograde", str(ROOT / "notebooks"), "--allow-root"])
+    err = capsys.readouterr().err
+    assert "inside the repository" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="runs as root only")
+def test_autograde_refuses_root_unless_asked(tmp_path, capsys):
+    (tmp_path / "02_speculative_decoding.ipynb").write_text(NB02.read_text())
+    with pytest.raises(SystemExit):
+        course.main(["autograde", str(tmp_path)])
+    assert "refusing to grade as root" in capsys.readouterr().err
+
+
+def forging_edition(edition: Path, out: Path) -> Path:
+    """The student edition of 02, blank, with a first cell that forges every score it can."""
+    stem = "02_speculative_decoding"
+    nb = nbformat.read(edition / f"{stem}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source += "\ndraft_tokens = 2\nnum_prompts = 1\nnum_samples = 600"
+    forge = nbformat.v4.new_code_cell(
+        "import dflash_lite.exercises, dflash_lite.exercises.ch02 as _c\n"
+        "dflash_lite.exercises.score = lambda r, p: float(p)\n"
+        "for _n in dir(_c):\n"
+        "    if _n.startswith('check_'):\n"
+        "        setattr(_c, _n, lambda *a, **k: True)\n"
+    )
+    nb.cells.insert(1, forge)
+    # the build-it cell must not stop the run: give it a body that returns nothing useful
+    for cell in nb.cells:
+        if (
+            cell.metadata.get("nbgrader", {}).get("solution")
+            and "def speculative_greedy" in cell.source
+        ):
+            cell.source = cell.source.replace("raise NotImplementedError()", "return [], []")
+    out.mkdir()
+    nbformat.write(nb, out / f"{stem}.ipynb")
+    return out
+
+
+@pytest.mark.slow
+def test_forged_scores_get_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_LITE_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("DFLASH_LITE_RESULTS", str(tmp_path / "results"))
+    edition = tmp_path / "edition"
+    course.student_edition(edition, ["02"])
+    submitted = forging_edition(edition, tmp_path / "submitted")
+    report = course.autograde(submitted, course_root=tmp_path / "course", allow_root=True)
+    nb = report["02_speculative_decoding"]
+    assert nb["kernel_score"] > 0, "the forgery did not even fool the student's own kernel"
+    assert nb["score"] == 0, nb
+
+
+def test_collector_encodes_values_and_the_globals_functions_read(tmp_path):
+    """The collector (run here as the kernel would run it) writes values as data and, for a
+    function or class of the notebook, its name plus the globals it reads, nested code included."""
+    import json
+
+    import torch
+
+    namespace = {"__name__": "__main__"}
+    exec(
+        "import torch\nscale = 3\noffset = {'a': (1, 2.5)}\n"
+        "def helper(x):\n    return x + 1\n"
+        "def answer(x):\n    return [helper(v) * scale for v in x]\n"
+        "class Shape:\n    def area(self):\n        return (lambda: offset)()\n"
+        "t = torch.arange(4).reshape(2, 2)\n",
+        namespace,
+    )
+    exec(grader.COLLECTOR, namespace)
+    line = namespace["__dflash_collect"]("g", ["answer", "Shape", "t"], str(tmp_path))
+    values = json.loads(line)["values"]
+    assert values["answer"] == {"__code__": "answer"} and values["Shape"] == {"__code__": "Shape"}
+    assert values["scale"] == 3 and values["helper"] == {"__code__": "helper"}
+    rebuilt = grader.Rebuilt()
+    assert rebuilt(values["offset"], {}) == {"a": (1, 2.5)}
+    assert torch.equal(rebuilt(values["t"], {}), torch.arange(4).reshape(2, 2))
