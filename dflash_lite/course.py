@@ -108,7 +108,8 @@ def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
 
 def _checked(result: dict, what: str) -> None:
     if not result.get("success"):
-        raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n{result.get('error', '')}")
+        raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n"
+                           f"{result.get('error', '')}")
 
 
 def prepare_course(course_root: Path, notebooks: list[Path]):
@@ -364,7 +365,8 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
         package = read_only_package(Path(tmp) / "package")
         env = {**os.environ}
         for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
-            os.environ.setdefault(var, str(root / name))     # keep the runs' files out of the repository
+            # keep the runs' files out of the repository
+            os.environ.setdefault(var, str(root / name))
         # the notebooks import the read-only copy of the package, whatever the kernel's directory
         paths = [str(package), env.get("PYTHONPATH")]
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
@@ -494,18 +496,23 @@ def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> 
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dflash_lite.course",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    release = commands.add_parser("student-edition", help="write the student edition (blanks, no outputs)")
+    release = commands.add_parser("student-edition",
+                                  help="write the student edition (blanks, no outputs)")
     release.add_argument("out_dir")
-    release.add_argument("--notebooks", nargs="*", help="chapter numbers, e.g. 02 03 (default: all)")
+    release.add_argument("--notebooks", nargs="*",
+                         help="chapter numbers, e.g. 02 03 (default: all)")
     grade = commands.add_parser("autograde", help="autograde filled-in student notebooks")
     grade.add_argument("submitted_dir")
-    grade.add_argument("--notebooks", nargs="*", help="chapter numbers (default: every notebook found)")
+    grade.add_argument("--notebooks", nargs="*",
+                       help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
     grade.add_argument("--allow-root", action="store_true",
                        help="grade as root anyway (students' code runs while grading)")
-    site = commands.add_parser("site", help="build the course site (HTML) from the executed notebooks")
+    site = commands.add_parser("site",
+                               help="build the course site (HTML) from the executed notebooks")
     site.add_argument("out_dir")
     site.add_argument("--instructor", action="store_true",
                       help="the instructor's site, with the solutions (default: the student site)")
@@ -514,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import myst_nb  # noqa: F401  (checked before any work)
         except ImportError:
-            parser.error("the site needs the docs dependencies: pip install -r docs/requirements.txt")
+            parser.error("the site needs the docs dependencies: "
+                         "pip install -r docs/requirements.txt")
         try:
             check_site_dir(Path(args.out_dir).resolve())
         except ValueError as e:

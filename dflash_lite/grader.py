@@ -9,8 +9,8 @@ are computed here, in a fresh process:
    inserts a collector cell (:func:`collector_cell`). It writes the values the test cell uses as
    data (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and,
    for the functions and classes the notebook defines, only their names.
-2. **Score.** :func:`score_notebook` reads the executed copy, rebuilds those values (never with
-   pickle), re-creates the notebook's functions and classes from the submitted notebook's source
+2. **Score.** :func:`score_notebook` reads the executed copy, rebuilds those values (from plain
+   data only), re-creates the notebook's functions and classes from the submitted notebook's source
    (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the
    *instructor's* notebook has it, and counts its points itself: the points of a ``score(check,
    points)`` cell when the check returned True, those of an assert cell when nothing raised. A

@@ -29,6 +29,8 @@
 # * build the greedy draft-then-verify loop and check it against the target alone;
 # * derive the lossless sampled acceptance rule and check it with a [chi-square](../docs/glossary.md#chi-square-test) test and the [TV distance](../docs/glossary.md#tv-distance);
 # * explain why DFlash's point-mass rule (sample the target, accept while equal) is lossless;
+# * build seeded sampling keyed by position (Gumbel-max), see one sampled output come out the same
+#   under four drafting schemes, and measure what the coupled rule costs a sampled draft;
 # * compare with a training-free drafter, [prompt lookup](../docs/glossary.md#prompt-lookup).
 #
 # **Prerequisites:** chapters 00, 01.
@@ -358,6 +360,102 @@ for name, token in (("the target's argmax", int(p.argmax())), ("the 5th likelies
 # first disagreement. A bad draft costs speed, never correctness.
 
 # %% [markdown]
+# ## Seeded sampling: the same text, whatever was drafted
+#
+# The rule above emits the target's own sample at every position, but *which* sample depends on
+# the random stream: a step that drafts more tokens draws its samples in another order, so one
+# seed gives different text at block size 4 and at block size 16. Fix the noise by position
+# instead. The Gumbel-max trick samples from `p` as `argmax(log p + g)`, with `g = -log(-log u)`
+# for uniform `u`. If `u` is a function of (seed, position, token) only, the target's token at
+# position i is a fixed function of the seed and of the tokens before it, and a point-mass draft
+# is accepted exactly when it equals that token. Whatever is drafted, the committed text is the
+# target's own seeded sample (drafter-invariant speculative decoding, arXiv 2408.07978).
+# `PositionNoise` in `dflash_lite/acceptance.py` computes `u` with a counter-based hash of the
+# three numbers. Build the sampler from its uniforms, and check it against `p`:
+
+# %%
+from dflash_lite.acceptance import PositionNoise, choose_tokens
+
+noise = PositionNoise(seed=11)
+positions = torch.arange(num_samples)                      # one draw per position, one seed
+u = noise.uniform(positions, len(p))                       # (n, V) uniforms in (0, 1)
+logp = p.log().float()
+gumbel_max = (logp.double()[None] - torch.log(-torch.log(u))).argmax(dim=-1)
+package = choose_tokens(logp[None].expand(num_samples, -1), sampling, None, noise, positions)
+tally = np.bincount(gumbel_max.numpy(), minlength=len(p))
+pv = chi2_against_p(tally, num_samples)
+print(f"Gumbel-max by hand equals the package's sampler: {bool(torch.equal(gumbel_max, package))}; "
+      f"chi-square against p: p-value {pv:.3g}")
+assert torch.equal(gumbel_max, package) and pv > 0.001
+
+# %% [markdown]
+# One seeded sampled completion of the held-out problem, four ways: plain decoding; DFlash with
+# the shipped drafter as a chain of block size 16 and as a draft tree of 16 nodes; and the small
+# draft model drafting `draft_tokens` tokens with the same noise, `argmax(log q + g)` (the
+# *coupled* rule). Same seed, same text, whatever tau each scheme reaches:
+
+# %%
+from dflash_lite.baselines import NoDraftProposer
+from dflash_lite.checkpoints import load_drafter
+from dflash_lite.decode import DFlashProposer
+from dflash_lite.target import default_drafter_path
+from dflash_lite.tree import DFlashTreeProposer
+
+drafter = load_drafter(default_drafter_path(target_name)).to(device).eval()
+schemes = {"plain decoding": NoDraftProposer(),
+           "DFlash B=16": DFlashProposer(drafter, target, 16),
+           "DFlash tree N=16": DFlashTreeProposer(drafter, target, 16),
+           f"draft model k={draft_tokens}, coupled": DraftModelProposer(
+               draft, target, draft_tokens + 1, sampling, sample=True, generator=PositionNoise(21))}
+seeded = {name: generate(target, proposer, ids, max_new_tokens, sampling, stops, PositionNoise(21))
+          for name, proposer in schemes.items()}
+for name, result in seeded.items():
+    print(f"{name:<26} tau {result.tau:5.2f}   {tokenizer.decode(result.tokens)[:50]!r}")
+same = len({tuple(r.tokens) for r in seeded.values()}) == 1
+print("the same tokens under every scheme:", same)
+assert same
+
+# %% [markdown]
+# The coupled rule is not free. With the `min(1, p/q)` rule a sampled draft is accepted with
+# probability `1 - TV(p, q)`, the most any rule can reach; coupled through the same noise it is
+# accepted when the two Gumbel-max samples agree, which happens at least `(1 - TV) / (1 + TV)` of
+# the time. Measure it at every position of the target's answer above, with the small draft
+# model's `q` (2000 noise draws per position), against both lines:
+
+# %%
+coupling_noise, draws = PositionNoise(5), torch.arange(2000)
+answer_rows = list(range(ids.shape[1] - 1, full.shape[1] - 1))
+tv_at, coupled_at = [], []
+for i in answer_rows:
+    g = -torch.log(-torch.log(coupling_noise.uniform(draws + 10_000 * i, P.shape[1])))
+    coupled_at.append(float(((P[i].log() + g).argmax(-1) == (Q[i].log() + g).argmax(-1)).double().mean()))
+    tv_at.append(0.5 * float((P[i] - Q[i]).abs().sum()))
+tv_at, coupled_at = np.array(tv_at), np.array(coupled_at)
+bound = (1 - tv_at) / (1 + tv_at)
+print(f"{len(answer_rows)} positions, mean acceptance of one sampled draft: min(1, p/q) rule "
+      f"{np.mean(1 - tv_at):.3f}, coupled rule {coupled_at.mean():.3f}, bound (1 - TV)/(1 + TV) "
+      f"{bound.mean():.3f}")
+assert np.all(coupled_at >= bound - 0.05) and np.all(coupled_at <= 1 - tv_at + 0.05)
+
+fig, ax = subplots(height=3.2)
+grid = np.linspace(0, 1, 101)
+ax.plot(grid, 1 - grid, color=COLORBLIND[0], label="min(1, p/q) rule: 1 - TV")
+ax.plot(grid, (1 - grid) / (1 + grid), color=COLORBLIND[1], ls="--", label="coupled, bound: (1 - TV)/(1 + TV)")
+ax.scatter(tv_at, coupled_at, s=14, color=COLORBLIND[2], label="coupled, measured", zorder=3)
+ax.set_xlabel("TV(p, q) at a position of the answer")
+ax.set_ylabel("P(the draft is accepted)")
+ax.set_xlim(0, max(0.05, tv_at.max() * 1.1))
+ax.legend(loc="lower left")
+_ = save_figure(fig, "02_coupled_acceptance")
+
+# %% [markdown]
+# What to look for: every measured point lies between the two lines. Where the draft model agrees
+# with the target (small TV) the two rules accept almost alike; the gap grows with TV. The coupled
+# rule buys a sampled output that does not depend on the drafter, the block size or the policy's
+# choices, at the price of some acceptance for a sampled draft; for DFlash's argmax drafts there
+# is no price at all, since a point mass is accepted exactly when it is the target's sample either way.
+
+# %% [markdown]
 # ## Expected tau under a constant acceptance rate
 #
 # If every draft token were accepted independently with probability `a`, a step with `k` drafts
@@ -433,6 +531,10 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   `min(1, p/q)` and the residual `max(p - q, 0)`.
 # * With an argmax draft the rule becomes "sample the target, accept while equal": DFlash's rule,
 #   lossless by the derivation and the chi-square check above.
+# * With noise keyed by position (seed, position, token), sampling is Gumbel-max and the committed
+#   text is the target's own seeded sample whatever was drafted; a sampled draft model coupled to
+#   the same noise is accepted at least (1 - TV)/(1 + TV) of the time, against 1 - TV for
+#   `min(1, p/q)`.
 # * The source article's rules are not lossless: their TV distance from `p` is not zero. How much
 #   mass they move depends on the position: the printed TV distances and chi-square lines above say
 #   which shift this many samples can see here (exercise 2 shows why the ratio rule is biased everywhere).

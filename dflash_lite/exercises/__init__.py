@@ -2,8 +2,9 @@
 
 Each ``check_*`` function takes the learner's answer. ``None`` means "not attempted yet": it says
 what to do and returns None. Any other answer is checked against what this repository measures
-or computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns True.
-Worked solutions and the grader's hidden checks are instructor material, outside the package.
+or computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns
+True. Worked solutions and the grader's hidden checks are instructor material, outside the
+package.
 """
 from functools import lru_cache
 
@@ -17,7 +18,8 @@ def shipped_target():
 
 
 def forward_inputs(model, run) -> list:
-    """The input ids of every call of ``model``'s forward while ``run()`` runs (a pre-hook records them)."""
+    """The input ids of every call of ``model``'s forward while ``run()`` runs (a pre-hook
+    records them)."""
     seen = []
 
     def record(module, args, kwargs):

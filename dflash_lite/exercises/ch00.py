@@ -17,7 +17,8 @@ from ..checkpoints import load_drafter
 from ..decode import DFlashProposer, generate
 from ..target import default_drafter_path, load_pretrained, stop_token_ids
 
-TOUR_SEED_OFFSET = 42          # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
+# the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
+TOUR_SEED_OFFSET = 42
 TOUR_MAX_NEW_TOKENS = 64
 
 
@@ -41,22 +42,28 @@ def check_target_forwards(answer) -> bool:
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
-    ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids, TOUR_MAX_NEW_TOKENS,
+    ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids,
+                                                                      TOUR_MAX_NEW_TOKENS,
                                                                       stop_token_ids=stops))
     sd = count_target_forwards(model, lambda: generate(model, DFlashProposer(drafter, model), ids,
-                                                                   TOUR_MAX_NEW_TOKENS, stop_token_ids=stops))
-    assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give two numbers: (autoregressive, DFlash)"
+                                                       TOUR_MAX_NEW_TOKENS, stop_token_ids=stops))
+    assert isinstance(answer, (tuple, list)) and len(answer) == 2, \
+        "give two numbers: (autoregressive, DFlash)"
     answer = tuple(int(a) for a in answer)
-    assert answer[0] == ar, (f"autoregressive: {answer[0]} is not what a hook on the target counts. "
-                             "Hint: the prefill writes the first token; each later token costs one forward.")
+    assert answer[0] == ar, (f"autoregressive: {answer[0]} is not what a hook on the target "
+                             "counts. Hint: the prefill writes the first token; each later token "
+                             "costs one forward.")
     assert answer[1] == sd, (f"DFlash: {answer[1]} is not what a hook on the target counts. "
-                             "Hint: one prefill, then one verification per step (len(acceptance_lengths)).")
-    return correct(name, f"{ar} target forwards autoregressively, {sd} with DFlash, for the same tokens.")
+                             "Hint: one prefill, then one verification per step "
+                             "(len(acceptance_lengths)).")
+    return correct(name, f"{ar} target forwards autoregressively, {sd} with DFlash, "
+                         "for the same tokens.")
 
 
 def check_distinct_samples(answer) -> bool:
-    """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem with
-    ``SamplingParams(temperature=0.8, top_p=0.9)``, 32 new tokens, one ``torch.Generator`` per seed."""
+    """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem
+    with ``SamplingParams(temperature=0.8, top_p=0.9)``, 32 new tokens, one ``torch.Generator``
+    per seed."""
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
@@ -69,35 +76,45 @@ def check_distinct_samples(answer) -> bool:
                                              generator=torch.Generator().manual_seed(seed)).tokens)
 
     runs = [sample(seed) for seed in range(10)]
-    assert sample(0) == runs[0], "the same seed gave different tokens: sampling is not reproducible here"
+    assert sample(0) == runs[0], \
+        "the same seed gave different tokens: sampling is not reproducible here"
     expected = len(set(runs))
-    assert int(answer) == expected, (f"{answer} distinct completions is not what seeds 0..9 give. Hint: pass a fresh "
-                                     "torch.Generator().manual_seed(seed) per run and compare the token lists.")
-    return correct(name, f"{expected} distinct completions out of 10; the same seed always repeats itself.")
+    assert int(answer) == expected, (f"{answer} distinct completions is not what seeds 0..9 give. "
+                                     "Hint: pass a fresh torch.Generator().manual_seed(seed) per "
+                                     "run and compare the token lists.")
+    return correct(name, f"{expected} distinct completions out of 10; "
+                         "the same seed always repeats itself.")
 
 
-_ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
+_ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)"
+                         r"\s*=\s*(-?\d+(?:\.\d+)?)")
 
 
 def check_math_template(template) -> bool:
-    """Exercise 3: a new template ``template(r: random.Random) -> corpus.MathProblem``, like those in
-    ``dflash_lite/corpus.py``: deterministic per seed, varied, correct arithmetic, parseable answer."""
+    """Exercise 3: a new template ``template(r: random.Random) -> corpus.MathProblem``, like those
+    in ``dflash_lite/corpus.py``: deterministic per seed, varied, correct arithmetic, parseable
+    answer."""
     name = "Exercise 3"
     if template is None:
         return not_attempted(name, "Write template(r) -> corpus.MathProblem and pass the function.")
     problems = [template(random.Random(seed)) for seed in range(20)]
     assert all(isinstance(p, corpus.MathProblem) for p in problems), "return a corpus.MathProblem"
-    assert problems[3] == template(random.Random(3)), "the same seed must give the same problem: draw only from r"
-    assert len({p.question for p in problems}) >= 10, "20 seeds gave fewer than 10 different questions: use r more"
+    assert problems == [template(random.Random(seed)) for seed in range(20)], \
+        "the same seed must give the same problem: draw only from r"
+    assert len({p.question for p in problems}) >= 10, \
+        "20 seeds gave fewer than 10 different questions: use r more"
     for p in problems:
         assert p.solution.rstrip().endswith(f"The answer is {p.answer}."), \
             f"the solution must end with 'The answer is {p.answer}.': {p.solution!r}"
-        assert corpus.final_answer(p.text) == p.answer, f"corpus.final_answer does not read {p.answer} from {p.text!r}"
+        assert corpus.final_answer(p.text) == p.answer, \
+            f"corpus.final_answer does not read {p.answer} from {p.text!r}"
         for a, op, b, result in _ARITHMETIC.findall(p.solution):
             value = {"+": float(a) + float(b), "-": float(a) - float(b), "*": float(a) * float(b),
                      "/": float(a) / float(b) if float(b) else float("nan")}[op]
-            assert abs(value - float(result)) < 1e-9, f"wrong arithmetic in the solution: {a} {op} {b} = {result}"
-    return correct(name, f"20 problems, {len({p.question for p in problems})} different, all parse and add up.")
+            assert abs(value - float(result)) < 1e-9, \
+                f"wrong arithmetic in the solution: {a} {op} {b} = {result}"
+    return correct(name, f"20 problems, {len({p.question for p in problems})} different, "
+                         "all parse and add up.")
 
 
 def check_llama_parity(path) -> bool:
@@ -105,9 +122,11 @@ def check_llama_parity(path) -> bool:
     opens, on which the project's loop gives exactly ``model.generate``'s greedy tokens."""
     name = "Exercise 4"
     if path is None:
-        return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
+        return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory "
+                                   "and pass its path.")
     model, tokenizer = load_pretrained(path)
-    assert type(model).__name__ == "LlamaForCausalLM", f"{path} holds a {type(model).__name__}, not a Llama"
+    assert type(model).__name__ == "LlamaForCausalLM", \
+        f"{path} holds a {type(model).__name__}, not a Llama"
     stops = stop_token_ids(model, tokenizer)
     prompts = [p.prompt for p in corpus.math_problems(2, split="held_out", start=300)]
     for prompt in prompts:
@@ -117,4 +136,5 @@ def check_llama_parity(path) -> bool:
                              pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
         assert ours == ref, "the project's loop and model.generate disagree on this model"
     layers = model.config.num_hidden_layers
-    return correct(name, f"a {layers}-layer Llama loads offline and matches model.generate on {len(prompts)} prompts.")
+    return correct(name, f"a {layers}-layer Llama loads offline and matches model.generate "
+                         f"on {len(prompts)} prompts.")

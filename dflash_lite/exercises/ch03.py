@@ -19,7 +19,8 @@ def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
     """Target forward over ``ids``; returns (features, last token, block [last, MASK x (B-1)])."""
     with torch.inference_mode():
         out = target(ids, output_hidden_states=True)
-    features = context_features(out.hidden_states, drafter.config.target_layer_ids)     # (1, C, K*H)
+    # (1, C, K*H)
+    features = context_features(out.hidden_states, drafter.config.target_layer_ids)
     last = out.logits[0, -1].argmax()
     block = torch.full((1, block_size), drafter.config.mask_token_id, device=ids.device)
     block[0, 0] = last
@@ -71,14 +72,17 @@ def check_block_mask(my_block_mask) -> bool:
 
 
 def check_visible_keys(answer) -> bool:
-    """Exercise 1: keys one query of the last block may attend to (anchors [3, 6, 9], T = 12, B = 4)."""
+    """Exercise 1: keys one query of the last block may attend to
+    (anchors [3, 6, 9], T = 12, B = 4)."""
     if answer is None:
-        return not_attempted("Exercise 1", "Count the black cells in one row of the last block in the mask figure.")
+        return not_attempted("Exercise 1", "Count the black cells in one row of the last block "
+                                           "in the mask figure.")
     mask = block_attention_mask(torch.tensor([3, 6, 9]), 12, 4)
     expected = int(mask[-1].sum())
     assert int(answer) == expected, (
-        f"{answer} is not it. A query of the last block (anchor 9) sees the context positions strictly "
-        "before its anchor, plus every slot of its own block (both directions), and nothing else.")
+        f"{answer} is not it. A query of the last block (anchor 9) sees the context positions "
+        "strictly before its anchor, plus every slot of its own block (both directions), and "
+        "nothing else.")
     return correct("Exercise 1", f"{expected} keys: {int(mask[-1, :12].sum())} context positions + "
                                  f"{int(mask[-1, 12:].sum())} slots of its own block.")
 
@@ -145,12 +149,15 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     if torch.equal(drafts[1], drafts[2]):
         print("(For this prompt the second pass happens to give the same draft as the first.)")
     else:
-        assert not torch.equal(answer, drafts[1]), "that is the first-pass draft: run the drafter a second time"
+        assert not torch.equal(answer, drafts[1]), \
+            "that is the first-pass draft: run the drafter a second time"
     assert torch.equal(answer, drafts[2]), (
-        f"{int((answer != drafts[2]).sum())} of {block_size - 1} tokens differ from DFlashProposer(passes=2). "
-        "Slot 0 keeps the last token, slots 1..B-1 hold the first-pass draft, positions are unchanged.")
+        f"{int((answer != drafts[2]).sum())} of {block_size - 1} tokens differ from "
+        "DFlashProposer(passes=2). Slot 0 keeps the last token, slots 1..B-1 hold the first-pass "
+        "draft, positions are unchanged.")
     changed = int((drafts[1] != drafts[2]).sum())
-    return correct("Exercise 3", f"the second pass changed {changed} of {block_size - 1} draft tokens.")
+    return correct("Exercise 3",
+                   f"the second pass changed {changed} of {block_size - 1} draft tokens.")
 
 
 def measured_tau(proposer_factory, target, prompt_ids, max_new_tokens: int, stops) -> float:
@@ -212,7 +219,8 @@ def check_tau_at_block_size(
 def check_unmasking_proposer(
     answer, drafter, target, prompt_ids, block_size: int, max_new_tokens: int, stops
 ) -> bool:
-    """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two steps)."""
+    """Exercise 5: a proposer class that unmasks the confident half first
+    (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted(
             "Exercise 5", "subclass DFlashProposer and override propose(last_token, k)."

@@ -17,28 +17,33 @@ DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
 
 def check_tap_indices(answer) -> bool:
-    """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: which entries of the target's
-    ``output_hidden_states`` tuple ``context_features`` reads, and how many inputs ``fc`` then has."""
+    """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: which entries of the
+    target's ``output_hidden_states`` tuple ``context_features`` reads, and how many inputs ``fc``
+    then has."""
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give a pair (list of hidden_states indices, fc input width).")
     target, tokenizer = shipped_target()
     n = target.config.num_hidden_layers
-    labelled = tuple(torch.full((1, 1, 1), float(i)) for i in range(n + 1))   # entry i holds the number i
+    # entry i holds the number i
+    labelled = tuple(torch.full((1, 1, 1), float(i)) for i in range(n + 1))
     indices = [int(v) for v in context_features(labelled, DEEP_TAPS)[0, 0].tolist()]
-    width = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, target_layer_ids=DEEP_TAPS,
-                                      num_layers=1).num_context_features
+    width = DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
+                                      target_layer_ids=DEEP_TAPS, num_layers=1).num_context_features
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give a pair: (indices, width)"
     got_indices, got_width = answer
-    assert [int(i) for i in got_indices] == indices, \
-        f"{list(got_indices)} are not the indices read. Hint: what is at index 0 of output_hidden_states?"
-    assert int(got_width) == width, f"{got_width} is not fc's input width. Hint: the taps are concatenated per position."
+    assert [int(i) for i in got_indices] == indices, (
+        f"{list(got_indices)} are not the indices read. Hint: what is at index 0 of "
+        "output_hidden_states?")
+    assert int(got_width) == width, (f"{got_width} is not fc's input width. Hint: the taps are "
+                                     "concatenated per position.")
     return correct(name, f"hidden_states{indices}, concatenated to {width} numbers per position.")
 
 
 def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
-    """Numbers the drafter's cache holds per context position, over all its layers (keys and values),
-    measured by drafting once with ``context`` positions and counting what the cache kept."""
+    """Numbers the drafter's cache holds per context position, over all its layers (keys and
+    values), measured by drafting once with ``context`` positions and counting what the cache
+    kept."""
     cache = SlotCache(drafter.config.num_layers)
     features = torch.randn(1, context, drafter.config.num_context_features)
     block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
@@ -50,24 +55,30 @@ def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
 
 
 def check_cache_numbers(answer) -> bool:
-    """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position that its
-    ``SlotCache`` holds (all layers, keys and values), and the width of the raw tapped features."""
+    """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position that
+    its ``SlotCache`` holds (all layers, keys and values), and the width of the raw tapped
+    features."""
     name = "Exercise 2"
     if answer is None:
-        return not_attempted(name, "Give a pair (numbers cached per position, raw tapped numbers per position).")
+        return not_attempted(name, "Give a pair (numbers cached per position, "
+                                   "raw tapped numbers per position).")
     target, _ = shipped_target()
     drafter = load_drafter(default_drafter_path("tiny"))
     cached, raw = cache_numbers_per_position(drafter, target), drafter.config.num_context_features
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, "give a pair: (cached, raw)"
-    assert int(answer[0]) == cached, (f"{answer[0]} is not what the cache holds per position. Hint: per layer, one "
-                                      "key and one value of num_key_value_heads * head_dim numbers.")
-    assert int(answer[1]) == raw, f"{answer[1]} is not the raw width. Hint: K taps of hidden_size each."
-    return correct(name, f"{cached} cached against {raw} raw: the cache keeps what each layer's attention reads, "
-                         "so no step recomputes fc, the norm or the K/V projections of old positions.")
+    assert int(answer[0]) == cached, (f"{answer[0]} is not what the cache holds per position. "
+                                      "Hint: per layer, one key and one value of "
+                                      "num_key_value_heads * head_dim numbers.")
+    assert int(answer[1]) == raw, \
+        f"{answer[1]} is not the raw width. Hint: K taps of hidden_size each."
+    return correct(name, f"{cached} cached against {raw} raw: the cache keeps what each layer's "
+                         "attention reads, so no step recomputes fc, the norm or the K/V "
+                         "projections of old positions.")
 
 
 def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
-    """Mean acceptance length of ``drafter`` on held-out math and code prompts (``train.tau_probe``)."""
+    """Mean acceptance length of ``drafter`` on held-out math and code prompts
+    (``train.tau_probe``)."""
     target, tokenizer = shipped_target()
     return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 
@@ -99,10 +110,11 @@ def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -
 
 
 def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
-    """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and ``answer``,
-    which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out prompts, or,
-    when the two taus tie within ``tie``, the held-out accuracy over the block positions. Drafters
-    that tie on both cannot be told apart, and score nothing: train them longer."""
+    """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and
+    ``answer``, which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out
+    prompts, or, when the two taus tie within ``tie``, the held-out accuracy over the block
+    positions. Drafters that tie on both cannot be told apart, and score nothing: train them
+    longer."""
     name = "Exercise 3"
     if answer is None or deep is None or shallow is None:
         return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')

@@ -12,8 +12,10 @@ from ..target import stop_token_ids
 from . import correct, not_attempted
 
 
-def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int, block_size: int = 16) -> bool:
-    """Exercise 1: tau and the article's per-token acceptance rate on the first held-out math prompt."""
+def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int,
+                       block_size: int = 16) -> bool:
+    """Exercise 1: tau and the article's per-token acceptance rate on the first
+    held-out math prompt."""
     if answer is None:
         return not_attempted("Exercise 1", "Give (tau, rate).")
     ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids.to(target.device)
@@ -23,10 +25,13 @@ def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int, 
     tau = statistics.mean(lengths)
     rate = sum(a - 1 for a in lengths) / (len(lengths) * (block_size - 1))
     got_tau, got_rate = (float(v) for v in answer)
-    assert abs(got_tau - tau) < 1e-6, "tau is the mean number of tokens committed per verify step (bonus included)"
-    assert abs(got_rate - rate) < 1e-6, f"the rate is accepted drafts / drafted tokens, with {block_size - 1} drafts per step"
-    return correct("Exercise 1", f"tau {tau:.2f}, rate {rate:.0%}: tau * t(1) / (t(B) + t_draft) predicts the speedup; "
-                   "the rate counts drafts after the first miss, which never had a chance.")
+    assert abs(got_tau - tau) < 1e-6, \
+        "tau is the mean number of tokens committed per verify step (bonus included)"
+    assert abs(got_rate - rate) < 1e-6, \
+        f"the rate is accepted drafts / drafted tokens, with {block_size - 1} drafts per step"
+    return correct("Exercise 1", f"tau {tau:.2f}, rate {rate:.0%}: tau * t(1) / (t(B) + t_draft) "
+                   "predicts the speedup; the rate counts drafts after the first miss, which never "
+                   "had a chance.")
 
 
 def check_mse_on_probs(mse_on_probs) -> bool:
@@ -69,11 +74,14 @@ def check_harmless_threshold(prompt, target, tokenizer) -> bool:
     ids = tokenizer(prompt, return_tensors="pt").input_ids.to(target.device)
     assert ids.shape[1] > 0, "the prompt is empty"
     with torch.inference_mode():
-        p = target_probs(target(ids).logits[0, -1:], SamplingParams(temperature=1.0))[0].double().cpu()
+        p = target_probs(target(ids).logits[0, -1:],
+                         SamplingParams(temperature=1.0))[0].double().cpu()
     top = float(p.max())
     out = p if top < 0.5 else torch.nn.functional.one_hot(p.argmax(), len(p)).double()
     tv = 0.5 * float((out - p).abs().sum())
-    assert tv < 1e-9, f"after this prompt the target's top token has p = {top:.3f} >= 0.5, so the rule always " \
-                      f"keeps it and drops the other {1 - top:.3f} of the mass (TV {tv:.3f})"
-    return correct("Exercise 3", f"top p = {top:.3f} < 0.5: the rule never fires and resamples from p. "
-                   "It is harmless only when no token reaches the threshold (or one has all the mass).")
+    assert tv < 1e-9, f"after this prompt the target's top token has p = {top:.3f} >= 0.5, so " \
+                      f"the rule always keeps it and drops the other {1 - top:.3f} of the mass " \
+                      f"(TV {tv:.3f})"
+    return correct("Exercise 3", f"top p = {top:.3f} < 0.5: the rule never fires and resamples "
+                   "from p. It is harmless only when no token reaches the threshold (or one has "
+                   "all the mass).")

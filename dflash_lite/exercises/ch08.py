@@ -8,37 +8,47 @@ from ..report import Kind, row_of
 from . import correct, not_attempted
 
 
-def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost: float = 0.1, block_size: int = 16) -> bool:
+def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost: float = 0.1,
+                               block_size: int = 16) -> bool:
     """Exercise 1: tau / (t(B)/t(1) + t_draft/t(1)) from this device's measured curve."""
     if answer is None:
-        return not_attempted("Exercise 1", "Predict the speedup at B = 16 from the t(n)/t(1) curve.")
-    assert block_size in ratio, f"the curve has no n = {block_size}: run with {block_size} in token_counts"
+        return not_attempted("Exercise 1",
+                             "Predict the speedup at B = 16 from the t(n)/t(1) curve.")
+    assert block_size in ratio, \
+        f"the curve has no n = {block_size}: run with {block_size} in token_counts"
     expected = tau * 1.0 / (ratio[block_size] + draft_cost)
     assert abs(float(answer) - expected) < 1e-6 * expected, \
         "not the speedup the cost model predicts from this curve"
-    return correct("Exercise 1", f"{expected:.2f}x on this device, against tau = {tau}: the gap is the verify's cost.")
+    return correct("Exercise 1", f"{expected:.2f}x on this device, against tau = {tau}: "
+                                 "the gap is the verify's cost.")
 
 
 def _row(report: dict, block_size: int) -> dict:
     return row_of(report, Kind.DFLASH, block_size=block_size)
 
 
-def check_exported_drafter(answer, directory, exported_report, report, block_size: int = 16) -> bool:
+def check_exported_drafter(answer, directory, exported_report, report,
+                           block_size: int = 16) -> bool:
     """Exercise 2: the shipped drafter exported to the public layout and benchmarked from there."""
     if answer is None or directory is None or exported_report is None:
-        return not_attempted("Exercise 2", "Export the drafter, run bench with drafter=<that directory>, give its tau.")
+        return not_attempted("Exercise 2", "Export the drafter, run bench with "
+                                           "drafter=<that directory>, give its tau.")
     config = json.loads((Path(directory) / "config.json").read_text())
-    assert "dflash_config" in config and "target_layer_ids" in config["dflash_config"], \
-        "that directory is not in the public DFlash layout (use dflash_lite.checkpoints.export_dflash)"
+    assert "dflash_config" in config and "target_layer_ids" in config["dflash_config"], (
+        "that directory is not in the public DFlash layout "
+        "(use dflash_lite.checkpoints.export_dflash)")
     assert (Path(directory) / "model.safetensors").is_file(), "the export has no model.safetensors"
     source = exported_report.get("env", {}).get("drafter")
     here = Path(directory).resolve()
-    root = Path(__file__).resolve().parents[2]                   # bench names the package's own relatively
+    # bench names the package's own relatively
+    root = Path(__file__).resolve().parents[2]
     assert source is not None and here in (Path(source).resolve(), (root / source).resolve()), \
         "this report was not run on the exported directory: pass drafter=<that directory> to bench"
     row = _row(exported_report, block_size)
     assert row["identical_to_target"], "the exported drafter's output differs from the target's"
-    assert abs(float(answer) - row["tau"]) < 1e-9, f"give the tau of the 'DFlash (ours) B={block_size}' row"
+    assert abs(float(answer) - row["tau"]) < 1e-9, \
+        f"give the tau of the 'DFlash (ours) B={block_size}' row"
     shipped = _row(report, block_size)["tau"]
-    return correct("Exercise 2", f"tau {row['tau']:.2f} from the export, {shipped:.2f} from the shipped directory "
-                   "(equal when the same prompts and length are used: same weights, greedy).")
+    return correct("Exercise 2", f"tau {row['tau']:.2f} from the export, {shipped:.2f} from the "
+                   "shipped directory (equal when the same prompts and length are used: same "
+                   "weights, greedy).")

@@ -14,28 +14,34 @@ def check_visible_keys(answer, tree, context_length: int) -> bool:
         return not_attempted("Exercise 1", "Give the number of keys, an int.")
     deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
     expected = context_length + int(tree.ancestor_mask()[deepest].sum())
-    assert int(answer) == expected, "not the number of keys the deepest node may attend to (context and tree)"
-    return correct("Exercise 1", f"{context_length} context keys + {expected - context_length} on its own path.")
+    assert int(answer) == expected, \
+        "not the number of keys the deepest node may attend to (context and tree)"
+    return correct("Exercise 1", f"{context_length} context keys + "
+                                 f"{expected - context_length} on its own path.")
 
 
-def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int = 32, block_size: int = 16) -> bool:
+def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int = 32,
+                          block_size: int = 16) -> bool:
     """Exercise 2: tau_tree / tau_chain at which a tree of ``tree_size`` only matches the chain."""
     if answer is None:
         return not_attempted("Exercise 2", "Give the ratio tau_tree / tau_chain, a float.")
     expected = (t_target[tree_size + 1] + t_draft) / (t_target[block_size] + t_draft)
     assert abs(float(answer) - expected) < 1e-6 * expected, \
         "not the ratio at which the tree's step and the chain's step commit tokens equally fast"
-    return correct("Exercise 2", f"the tree must commit {expected:.2f}x the chain's tokens per step to break even.")
+    return correct("Exercise 2", f"the tree must commit {expected:.2f}x the chain's tokens per "
+                                 "step to break even.")
 
 
-def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float, budget: int = 32) -> int:
+def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float,
+               budget: int = 32) -> int:
     """Greatest depth of the ``budget``-node tree built from ``draft_logits / temperature``."""
     tree = build_tree(root, torch.log_softmax(draft_logits.float() / temperature, dim=-1), budget)
     return max(tree.depths)
 
 
 def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -> bool:
-    """Exercise 3: the greatest depth of a 32-node tree from the drafter's logits at temperature 0.5."""
+    """Exercise 3: the greatest depth of a 32-node tree from the drafter's logits
+    at temperature 0.5."""
     if answer is None:
         return not_attempted("Exercise 3", "Give the greatest depth, an int.")
     expected = tree_depth(draft_logits, root, 0.5)
@@ -49,12 +55,14 @@ def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -
 def check_falls_back(policy) -> bool:
     """Exercise 4: a default-policy run that chose plain decoding (block size 1) at least once."""
     if policy is None:
-        return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, then pass the policy.")
-    assert isinstance(policy, CostAwareProposer), "pass the policy object you ran: default_policy(drafter, target)"
+        return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, "
+                                           "then pass the policy.")
+    assert isinstance(policy, CostAwareProposer), \
+        "pass the policy object you ran: default_policy(drafter, target)"
     assert len(policy.chosen) > 1, "run generate(target, policy, ids, 48, ...) with it first"
     steps = [c.block_size for c in policy.chosen]           # one entry per step that could draft
-    assert 1 in steps, ("no step was plain decoding on this prompt: try text the drafter was not trained on "
-                        "(it knows generated math problems and Python functions)")
+    assert 1 in steps, ("no step was plain decoding on this prompt: try text the drafter was not "
+                        "trained on (it knows generated math problems and Python functions)")
     return correct("Exercise 4", f"{steps.count(1)} of {len(steps)} steps were plain decoding.")
 
 
@@ -65,5 +73,5 @@ def check_branch_nodes(answer, tree, branch: list[int]) -> bool:
         return not_attempted("Exercise 5", "Give the number of new nodes, an int.")
     expected = len(add_branch(tree, branch)) - len(tree)
     assert int(answer) == expected, "not the number of nodes add_branch adds for this branch"
-    return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens were shared, "
-                   f"{expected} new nodes.")
+    return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens "
+                   f"were shared, {expected} new nodes.")

@@ -1,4 +1,5 @@
-"""Self-checks for notebook 10, the GPU chapter: bandwidth floors, the cost model at scale, CUDA graphs."""
+"""Self-checks for notebook 10, the GPU chapter: bandwidth floors, the cost model at scale,
+CUDA graphs."""
 from __future__ import annotations
 
 from . import correct, not_attempted
@@ -14,8 +15,8 @@ def check_bandwidth_floor(answer, probe: dict) -> bool:
     assert abs(float(answer) - expected) < 0.01 * expected, \
         "not the time to read the bf16 weights once at the H200's bandwidth, in milliseconds"
     measured = probe["t_target_ms"]["1"]
-    return correct("Exercise 1", f"{expected:.2f} ms; the eager forward measured {measured:.1f} ms, "
-                                 f"{measured / expected:.1f}x the floor.")
+    return correct("Exercise 1", f"{expected:.2f} ms; the eager forward measured "
+                                 f"{measured:.1f} ms, {measured / expected:.1f}x the floor.")
 
 
 def check_tau_for_speedup(answer, probe: dict, speedup: float) -> bool:
@@ -24,8 +25,10 @@ def check_tau_for_speedup(answer, probe: dict, speedup: float) -> bool:
         return not_attempted("Exercise 2", "Give tau as a float.")
     t = probe["t_target_ms"]
     expected = speedup * (t["16"] + probe["t_draft_ms"]["16"]) / t["1"]
-    assert abs(float(answer) - expected) < 0.01 * expected, "not the tau at which the cost model gives this speedup"
-    return correct("Exercise 2", f"tau {expected:.2f}: the paper's drafter reaches 6.49 on average.")
+    assert abs(float(answer) - expected) < 0.01 * expected, \
+        "not the tau at which the cost model gives this speedup"
+    return correct("Exercise 2",
+                   f"tau {expected:.2f}: the paper's drafter reaches 6.49 on average.")
 
 
 def check_graphs_speedup(answer, row: dict, verify_ms: dict) -> bool:
@@ -35,8 +38,11 @@ def check_graphs_speedup(answer, row: dict, verify_ms: dict) -> bool:
         return not_attempted("Exercise 3", "Give the speedup as a float.")
     r = verify_ms["eager"] / verify_ms["reduce-overhead"]
     o = row["overhead_per_step_s"]
-    expected = row["tau"] * (row["t_target_1"] / r + o) / ((row["t_target_b"] + row["t_draft_b"]) / r + o)
-    assert abs(float(answer) - expected) < 0.01 * expected, \
-        "not the cost model's speedup with both forwards faster by the verify's ratio and the overhead unchanged"
-    return correct("Exercise 3", f"{expected:.2f}x: once the forwards are cheap, the loop's own overhead "
-                                 "decides, so it must go on the device too (the static path).")
+    expected = (row["tau"] * (row["t_target_1"] / r + o)
+                / ((row["t_target_b"] + row["t_draft_b"]) / r + o))
+    assert abs(float(answer) - expected) < 0.01 * expected, (
+        "not the cost model's speedup with both forwards faster by the verify's ratio and the "
+        "overhead unchanged")
+    return correct("Exercise 3", f"{expected:.2f}x: once the forwards are cheap, the loop's own "
+                                 "overhead decides, so it must go on the device too "
+                                 "(the static path).")
