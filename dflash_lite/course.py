@@ -539,15 +539,29 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "autograde":
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")
-        try:
+        from .files import atomic_write_text
+        from .outputs import guard_output_file
+
+        try:          # the report's place is checked before any grading, like every --out
+            out = guard_output_file(args.out, "--out", own=_is_score_report) if args.out else None
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)
         except (ValueError, PermissionError) as e:
             parser.error(str(e))
         for name, nb in report.items():
             print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
-        if args.out:
-            Path(args.out).write_text(json.dumps(report, indent=1))
+        if out is not None:
+            atomic_write_text(out, json.dumps(report, indent=1))
     return 0
+
+
+def _is_score_report(path: Path) -> bool:
+    """An earlier ``autograde --out``: a JSON object of notebooks, each with its score."""
+    try:
+        report = json.loads(path.read_text()) if path.stat().st_size < 1 << 24 else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and all(isinstance(v, dict) and {"score", "max_score"} <= set(v)
+                                            for v in report.values())
 
 
 if __name__ == "__main__":

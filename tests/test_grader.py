@@ -122,6 +122,26 @@ def test_autograde_refuses_a_folder_inside_the_repository(capsys):
     assert "inside the repository" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("where", ["package", "foreign"])
+def test_autograde_out_is_guarded_before_any_grading(tmp_path, capsys, monkeypatch, where):
+    """``--out`` into the package, or onto a file that is not a score report, is one line (exit
+    2) before a single notebook is graded; the foreign file is left as it was."""
+    import dflash_lite
+
+    graded = []
+    monkeypatch.setattr(course, "autograde", lambda *a, **k: graded.append(a) or {})
+    (tmp_path / "sub").mkdir()
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"mine": 1}')
+    out = Path(dflash_lite.__file__).parent / "scores.json" if where == "package" else foreign
+    with pytest.raises(SystemExit) as exit_:
+        course.main(["autograde", str(tmp_path / "sub"), "--allow-root", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--out" in err and "Traceback" not in err and not graded
+    assert foreign.read_text() == '{"mine": 1}'
+    assert not (Path(dflash_lite.__file__).parent / "scores.json").exists()
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="runs as root only")
 def test_autograde_refuses_root_unless_asked(tmp_path, capsys):
     (tmp_path / "02_speculative_decoding.ipynb").write_text(NB02.read_text())
