@@ -1,0 +1,116 @@
+"""This checkout's decode loop against the loop of an earlier commit, in one process.
+
+The package as it was at ``--commit`` is extracted (``git archive``) into a temporary folder under
+another name, ``dflash_lite_then``, so both versions load side by side; the target is loaded once
+and shared, each version loads its own drafter from the same files. Every row runs on the same
+prompts, after a warm-up, interleaved (the one timer), and every row's tokens are checked against
+the first row's. Rows: plain decoding, DFlash B=16 and the default policy, then and now, and the
+default policy now on fixed shapes (eager forwards). Prints tokens/s, tau and the ratios now / then.
+
+    python tools/loop_against_commit.py --commit 96346d4 --domain math --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_then(commit: str, into: Path):
+    """The package at ``commit`` as the importable package ``dflash_lite_then``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "dflash_lite"],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "dflash_lite").rename(into / "dflash_lite_then")
+    sys.path.insert(0, str(into))
+    return {name: importlib.import_module(f"dflash_lite_then.{name}")
+            for name in ("decode", "baselines", "policy", "checkpoints")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commit", default="96346d4")
+    parser.add_argument("--domain", default="math", choices=["math", "code"])
+    parser.add_argument("--num-prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from dflash_lite.baselines import NoDraftProposer
+    from dflash_lite.checkpoints import load_pair
+    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.policy import DEFAULT_OPTIONS, PolicySession
+    from dflash_lite.prompts import builtin_prompts, encode
+    from dflash_lite.shapes import FixedShapes
+    from dflash_lite.target import stop_token_ids
+    from dflash_lite.timing import interleaved
+
+    with tempfile.TemporaryDirectory() as tmp:
+        then = load_then(args.commit, Path(tmp))
+        target, tokenizer, drafter = load_pair("tiny", None, "cpu", None)
+        _, _, drafter_then = then["checkpoints"].load_pair("tiny", None, "cpu", None)
+        stops = stop_token_ids(target, tokenizer)
+        ids = [encode(tokenizer, t, True) for t in builtin_prompts(args.domain, args.num_prompts)]
+        n = args.max_new_tokens
+        fixed = FixedShapes(max(x.shape[1] for x in ids) + n)
+
+        def each(make, gen):
+            return lambda: [gen(target, make(), x, n, stop_token_ids=stops) for x in ids]
+
+        def policy(session, gen, **kw):
+            def run():
+                out = []
+                for x in ids:
+                    proposer = session.proposer(x, **kw)
+                    out.append(gen(target, proposer, x, n, stop_token_ids=stops))
+                    session.finished(proposer)
+                return out
+            return run
+
+        d, b, p = then["decode"], then["baselines"], then["policy"]
+        runs = {
+            "plain, then": each(b.NoDraftProposer, d.generate),
+            "plain, now": each(NoDraftProposer, generate),
+            "DFlash B=16, then": each(lambda: d.DFlashProposer(drafter_then, target, 16),
+                                      d.generate),
+            "DFlash B=16, now": each(lambda: DFlashProposer(drafter, target, 16), generate),
+            "default policy, then": policy(p.PolicySession(drafter_then, target, p.DEFAULT_OPTIONS,
+                                                           recalibrate=False), d.generate),
+            "default policy, now": policy(PolicySession(drafter, target, DEFAULT_OPTIONS,
+                                                        recalibrate=False), generate),
+            "default policy, now, fixed shapes": policy(PolicySession(
+                drafter, target, DEFAULT_OPTIONS, recalibrate=False), generate, shapes=fixed),
+        }
+        timed = interleaved(runs, repeats=args.repeats, warmup=1)
+    speed, reference = {}, None
+    for name, calls in timed.items():
+        tokens = [r.tokens for r in calls[0][1]]
+        reference = reference or tokens
+        assert tokens == reference, f"{name} differs from plain decoding"
+        speed[name] = statistics.median(sum(len(r.tokens) for r in res) / s for s, res in calls)
+        lengths = [a for r in calls[0][1] for a in r.acceptance_lengths]
+        print(f"{name:<36} {speed[name]:8.1f} tokens/s   tau {sum(lengths) / len(lengths):.2f}")
+    for row in ("plain", "DFlash B=16", "default policy"):
+        print(f"{row}: now / then = {speed[row + ', now'] / speed[row + ', then']:.3f}")
+    print(f"default policy, fixed shapes / eager: "
+          f"{speed['default policy, now, fixed shapes'] / speed['default policy, now']:.3f}")
+    print(f"({len(ids)} held-out {args.domain} prompts x {n} new tokens, median of {args.repeats} "
+          f"interleaved repeats, {torch.get_num_threads()} threads; every output identical)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
