@@ -247,3 +247,22 @@ def test_bench_compile_adds_compiled_rows_with_the_targets_output(tmp_path):
         assert row["identical_to_target"] is True
     assert dflash["speedup_vs_compiled"] == pytest.approx(dflash["tokens_per_s"] / plain["tokens_per_s"])
     assert not policy["default"] and dflash["tau"] > 1
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["eager", "fixed"])
+def test_a_sliding_window_target_decodes_as_transformers_does(fixed):
+    """Qwen3 with sliding-window layers (window 8, shorter than the output): the one cache's own
+    sliding mask gives model.generate's greedy tokens, plain and with multi-token verifies."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         max_position_embeddings=256, use_sliding_window=True, sliding_window=8,
+                         layer_types=["full_attention", "sliding_attention"] * 2)
+    model = Qwen3ForCausalLM(config).eval()
+    ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(1))
+    expected = model.generate(ids, max_new_tokens=30, do_sample=False)[0, 20:].tolist()
+    for proposer in (NoDraftProposer(FixedShapes(128) if fixed else EAGER),
+                     NgramProposer(4, shapes=FixedShapes(128) if fixed else EAGER)):
+        assert generate(model, proposer, ids, 30).tokens == expected
