@@ -7,6 +7,7 @@ Greedy decoding (temperature 0) is the argmax of the raw logits.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -63,7 +64,8 @@ def _signed(c: int) -> int:
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-_GOLDEN, _POSITION = _signed(0x9E3779B97F4A7C15), _signed(0xD1B54A32D192ED03)
+_GOLDEN = 0x9E3779B97F4A7C15
+_POSITION = _signed(0xD1B54A32D192ED03)
 _MIX1, _MIX2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
 
 
@@ -83,8 +85,9 @@ class PositionNoise:
     decoding, arXiv 2408.07978)."""
 
     def __init__(self, seed: int | None = None):
-        self.seed = int(torch.randint(0, 2**62, ()).item()) if seed is None else int(seed)
-        self._key = _signed((self.seed * (_GOLDEN % (1 << 64)) + _GOLDEN % (1 << 64)) % (1 << 64))
+        # a drawn seed leaves torch's global generator (and so the caller's randomness) alone
+        self.seed = secrets.randbits(62) if seed is None else int(seed)
+        self._key = _signed((self.seed + 1) * _GOLDEN % (1 << 64))   # seed * g + g, in int64
 
     def uniform(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
         """(N, V) uniforms in (0, 1) for the tokens at ``positions`` (N,)."""

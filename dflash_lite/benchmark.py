@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from .report import (TRANSFORMERS_KINDS, Kind, Method, cost_model, format_cost_m
                      summarise)
 from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from .shapes import EAGER, FixedShapes, Shapes
-from .prompts import DATASETS, builtin_prompts, dataset_prompts, encode, load_prompts
+from .prompts import builtin_prompts, dataset_prompts, encode, load_prompts
 from .target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype,
                      stop_token_ids, target_context)
 from .timing import interleaved

@@ -77,8 +77,7 @@ class SlotLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         width = key_states.shape[-2]
         if self.cache.fixed:
-            index = (self.cache.at_tensor(self)[:, None]
-                     + torch.arange(width, device=self.keys.device))
+            index = self.at[:, None] + torch.arange(width, device=self.keys.device)
             _write(self.keys, index, key_states)
             _write(self.values, index, value_states)
             self.at.add_(width)
@@ -156,8 +155,11 @@ class SlotCache(Cache):
         """The write position of row 0 (the only row of a single request)."""
         return self.layers[0].starts[0]
 
-    def at_tensor(self, layer: SlotLayer | None = None) -> torch.Tensor:
-        return (layer or self.layers[0]).at
+    def write_positions(self) -> torch.Tensor:
+        """(rows,) where the next forward writes, on the device (a fixed cache keeps it there)."""
+        if self.fixed:
+            return self.layers[0].at
+        return torch.tensor(self.layers[0].starts, device=self.device)
 
     def rewind(self, to, end=None) -> None:
         """The next forward writes from slot ``to`` (an int, a per-row list, or on a fixed cache a
@@ -205,8 +207,7 @@ class SlotCache(Cache):
         if ancestors is None:
             ancestors = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         if self.fixed or self.rows > 1:
-            at = (self.at_tensor() if self.fixed
-                  else torch.tensor(self.layers[0].starts, device=device))
+            at = self.write_positions()
             slots = self.length if self.fixed else int(at.max()) + width
             relative = torch.arange(slots, device=device)[None] - at[:, None]            # (R, L)
             inside = (relative >= 0) & (relative < width)
@@ -225,7 +226,7 @@ class SlotCache(Cache):
         rule)."""
         rows, _, width, slots = mask.shape
         device = mask.device
-        at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts, device=device)
+        at = self.write_positions()
         depths = torch.arange(width, device=device) if depths is None else depths
         query = at[:, None] + depths[None]                                              # (R, W)
         key = torch.arange(slots, device=device)[None].expand(rows, -1).clone()         # (R, L)
@@ -254,8 +255,7 @@ class SlotCache(Cache):
         """(rows, W) position ids of a forward of ``width`` rows written from the write position:
         consecutive, or the write position plus each row's ``depths`` (W,) (a tree)."""
         if self.fixed or self.rows > 1:
-            at = self.at_tensor() if self.fixed else torch.tensor(self.layers[0].starts,
-                                                                  device=self.device)
+            at = self.write_positions()
             offsets = torch.arange(width, device=self.device) if depths is None else depths
             return at[:, None] + offsets[None]
         if depths is None:

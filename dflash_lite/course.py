@@ -28,6 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import grader
+from .files import atomic_write_text
+from .outputs import guard_output_file, refusal
+from .validate import check_output_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
@@ -213,9 +218,6 @@ def student_markdown(source: str) -> str:
 def _check_edition_dir(out: Path, names: list[str]) -> None:
     """Refuse a folder that holds anything student-edition did not write there: source notebooks,
     a student's work, a foreign file of the same name."""
-    from .outputs import refusal
-    from .validate import check_output_dir
-
     check_output_dir(out, "the student edition's folder")
     why = refusal(out)
     if why:
@@ -339,8 +341,6 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     import nbformat
     from nbgrader.api import Gradebook
 
-    from . import grader
-
     submitted = Path(submitted_dir)
     if _inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
@@ -463,8 +463,6 @@ SITE_MARK = ".dflash-site"
 def check_site_dir(out_dir: Path) -> None:
     """Refuse a site folder that holds anything this command did not build (a foreign
     ``index.html`` above all), or that lies inside the package."""
-    from .outputs import refusal
-
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} exists and is not a directory")
     why = refusal(out_dir)
@@ -539,9 +537,6 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "autograde":
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")
-        from .files import atomic_write_text
-        from .outputs import guard_output_file
-
         try:          # the report's place is checked before any grading, like every --out
             out = guard_output_file(args.out, "--out", own=_is_score_report) if args.out else None
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)

@@ -136,6 +136,22 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
     return out.logits[0], features
 
 
+def verify_on(shapes: Shapes, target, ids: torch.Tensor, cache: SlotCache, layer_ids,
+              depths: torch.Tensor | None = None, ancestors: torch.Tensor | None = None):
+    """:func:`verify` of a chain (or, with ``depths`` and ``ancestors``, a tree) as ``shapes`` run
+    it: as wide as it is, or padded to a bucket and compiled (one function per set of taps)."""
+    return shapes.verify(lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
+                         ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
+
+
+def seeded(sampling: SamplingParams, generator):
+    """The generator a run samples with: ``generator``, or with none given and a
+    ``sampling.seed``, that seed's :class:`~dflash_lite.acceptance.PositionNoise`."""
+    if generator is None and sampling.seed is not None and not sampling.greedy:
+        return PositionNoise(sampling.seed)
+    return generator
+
+
 def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
            generator, positions: torch.Tensor | None = None) -> list[int]:
     """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
@@ -169,16 +185,15 @@ class ChainDraft(NamedTuple):
         """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
         choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
         block = torch.cat([last, self.tokens])[None]                    # (1, k+1): [last, d1..dk]
-        return shapes.verify(lambda ids, depths, ancestors: verify(
-            target, ids, cache, layer_ids, depths=depths, ancestors=ancestors), block,
-            key=("verify", tuple(layer_ids or ())))
+        return verify_on(shapes, target, block, cache, layer_ids)
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
                position: int = 0):
         """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
         tokens it commits, d1..dn and the target's own token after them (:func:`accept`);
         ``position``: where ``last`` sits (row i chooses the token at position + 1 + i)."""
-        positions = torch.arange(len(self.tokens) + 1, device=target_logits.device) + position + 1
+        positions = None if not isinstance(generator, PositionNoise) else \
+            torch.arange(len(self.tokens) + 1, device=target_logits.device) + position + 1
         tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator,
                         positions)
         return list(range(len(tokens))), tokens
@@ -289,8 +304,7 @@ def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: i
     the output the target's own seeded sample, whatever was drafted
     (docs/method.md#seeded-sampling)."""
     shapes = getattr(proposer, "shapes", EAGER)
-    if generator is None and sampling.seed is not None and not sampling.greedy:
-        generator = PositionNoise(sampling.seed)
+    generator = seeded(sampling, generator)
     stops, processors = set(stop_token_ids), sampling.processors()
     cache = shapes.target_cache(target, input_ids.shape[1] + max_new_tokens)
     # the prompt through the target; every prompt position's features to the drafter
@@ -333,8 +347,7 @@ def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens
              generator: torch.Generator | PositionNoise | None = None) -> GenerationResult:
     """Speculative decoding to the end, checked and timed: every :class:`Step` collected."""
     check_request(target, input_ids, max_new_tokens)
-    if generator is None and sampling.seed is not None and not sampling.greedy:
-        generator = PositionNoise(sampling.seed)
+    generator = seeded(sampling, generator)
     timer = PhaseTimer(target.device)
     result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
                               seed=generator.seed if isinstance(generator, PositionNoise) else None)

@@ -130,7 +130,8 @@ class Engine:
             check_seed(seed)
         input_ids = self.encode(prompt)
         check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
-        pieces = self._stream(input_ids, max_new_tokens, sampling, PositionNoise(seed))
+        noise = None if sampling.greedy else PositionNoise(seed)    # a greedy call draws nothing
+        pieces = self._stream(input_ids, max_new_tokens, sampling, noise)
         return pieces if stream else "".join(pieces)
 
     def _stream(self, input_ids, max_new_tokens, sampling, generator):
@@ -145,7 +146,7 @@ class Engine:
 
     def _decode(self, input_ids, max_new_tokens, sampling, generator):
         timer = PhaseTimer(self.target.device)
-        seed = None if sampling.greedy else generator.seed
+        seed = None if generator is None else generator.seed
         self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
                                                      seed=seed)
         shapes = self.shapes_for(input_ids.shape[1] + max_new_tokens)

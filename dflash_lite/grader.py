@@ -32,6 +32,9 @@ import sys
 import traceback
 from pathlib import Path
 
+from .checkpoints import load_drafter
+from .target import load_pretrained
+
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ROOT / "instructor" / "hidden_checks.py"
 MARK = "DFLASH-GRADER-ANSWERS "
@@ -284,15 +287,11 @@ class Rebuilt:
                 obj = getattr(obj, part)
             return obj
         if "__hf__" in v or "__tokenizer__" in v:
-            from .target import load_pretrained
-
             name = v.get("__hf__") or v.get("__tokenizer__")
             if name not in self.models:
                 self.models[name] = load_pretrained(name)
             return self.models[name][0 if "__hf__" in v else 1]
         if "__drafter__" in v:
-            from .checkpoints import load_drafter
-
             return load_drafter(v["__drafter__"]).eval()
         if "__obj__" in v:
             module, qualname = v["__obj__"]

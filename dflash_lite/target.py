@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .prompts import check_chat_template
 from .validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).parent / "models"
@@ -222,7 +223,6 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
                         f"tensors missing, {len(mismatched)} of another shape, e.g. {names[0]}); "
                         f"refusing to run on random weights")
     _check_tokenizer(model, tokenizer, directory)
-    from .prompts import check_chat_template
     try:
         check_chat_template(tokenizer, str(directory))  # rendered once here, in a sandbox
     except ValueError as e:

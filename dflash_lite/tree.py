@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .acceptance import SamplingParams, choose_tokens
+from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .decode import DFlashProposer, verify
+from .decode import DFlashProposer, verify_on
 from .ngram import NgramProposer
 from .shapes import EAGER, Shapes
 
@@ -95,7 +95,8 @@ class DraftTree:
                position: int = 0):
         """The accepted path (node indices, root first) and the tokens it commits: its drafts
         and the target's token after it (:func:`accept_tree`); the root sits at ``position``."""
-        positions = torch.tensor(self.depths, device=target_logits.device) + position + 1
+        positions = None if not isinstance(generator, PositionNoise) else \
+            torch.tensor(self.depths, device=target_logits.device) + position + 1
         path, next_token = accept_tree(self, target_logits, sampling, processors, generator,
                                        positions)
         tokens = self.token_list
@@ -166,10 +167,8 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
     and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
     device = tree.tokens.device
     depths = torch.tensor(tree.depths, device=device)
-    return shapes.verify(lambda ids, d, a: verify(target, ids, cache, layer_ids, depths=d,
-                                                  ancestors=a),
-                         tree.tokens.view(1, -1), depths, tree.ancestor_mask().to(device),
-                         key=("verify", tuple(layer_ids or ())))
+    return verify_on(shapes, target, tree.tokens.view(1, -1), cache, layer_ids, depths,
+                     tree.ancestor_mask().to(device))
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,

@@ -27,7 +27,7 @@ import time
 import torch
 
 from dflash_lite.costs import measure_step_costs
-from dflash_lite.decode import prefill, verify
+from dflash_lite.decode import prefill, verify_on
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.files import atomic_write_text
 from dflash_lite.shapes import FixedShapes
@@ -82,8 +82,7 @@ def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats
 
     def target_step(b):
         cache.rewind(length)
-        shapes.verify(lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
-                      ids[:, -1:].expand(1, b), key=("verify", tuple(layer_ids)))
+        verify_on(shapes, target, ids[:, -1:].expand(1, b), cache, layer_ids)
 
     runs = {("target", b): (lambda b=b: target_step(b)) for b in sizes}
     runs[("draft", 16)] = lambda: shapes.draft(drafter, target, dcache, block, features[:, -16:],

@@ -39,13 +39,8 @@ def check_speculative_greedy(
         ids = ids.to(target.device)
         alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops).tokens
         for k in draft_lengths:
-            package = generate(
-                target,
-                DraftModelProposer(draft, target, k + 1),
-                ids,
-                max_new_tokens,
-                stop_token_ids=stops,
-            )
+            package = generate(target, DraftModelProposer(draft, target, k + 1), ids,
+                               max_new_tokens, stop_token_ids=stops)
             got = speculative_greedy(target, draft, ids, k, max_new_tokens, set(stops))
             assert isinstance(got, tuple) and len(got) == 2, "return a pair: (tokens, steps)"
             mine, steps = list(got[0]), list(got[1])
@@ -67,13 +62,8 @@ def check_tau_by_draft_length(answer, target, draft, tokenizer, max_new_tokens: 
     ids = first_prompt_ids(tokenizer).to(target.device)
     stops = stop_token_ids(target, tokenizer)
     for k in (2, 8):
-        r = generate(
-            target,
-            DraftModelProposer(draft, target, k + 1),
-            ids,
-            max_new_tokens,
-            stop_token_ids=stops,
-        )
+        r = generate(target, DraftModelProposer(draft, target, k + 1), ids, max_new_tokens,
+                     stop_token_ids=stops)
         expected = statistics.mean(r.acceptance_lengths)
         assert 1 <= float(answer[k]) <= k + 1, f"tau for k={k} must lie in 1..{k + 1}"
         assert abs(float(answer[k]) - expected) <= 1e-6 * expected, (

@@ -9,6 +9,8 @@ import statistics
 import torch
 
 from . import correct, not_attempted
+from .. import corpus
+from ..drafter import apply_rope
 from ..baselines import generate_autoregressive
 from ..data import block_attention_mask
 from ..decode import DFlashProposer, generate
@@ -30,8 +32,6 @@ def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
 def check_rope(rope_cos_sin, rotate, drafter) -> bool:
     """Build it: ``rope_cos_sin(positions)`` and ``rotate(x, cos, sin)`` against the drafter's
     rotary embedding and ``drafter.apply_rope``, on several position ranges and random inputs."""
-    from ..drafter import apply_rope
-
     c = drafter.config
     g = torch.Generator().manual_seed(0)
     device = next(drafter.parameters()).device
@@ -90,8 +90,6 @@ def check_visible_keys(answer) -> bool:
 def exercise_prompts(tokenizer) -> list[torch.Tensor]:
     """Exercise 2's prompts: section 1's, more held-out problems and a code header. On some of
     them ranking by raw logits and by probabilities disagree."""
-    from .. import corpus
-
     texts = [corpus.math_problem(corpus.HELD_OUT_SEED + n).prompt for n in (123, 124, 128)]
     texts += corpus.function_headers(corpus.stdlib_files("held_out"), 1, seed=31)
     return [tokenizer(t, return_tensors="pt").input_ids for t in texts]

@@ -7,11 +7,13 @@ from __future__ import annotations
 import torch
 
 from . import correct, not_attempted, shipped_target
+from .. import corpus
 from ..checkpoints import load_drafter
 from ..cache import SlotCache
+from ..data import make_batch, regenerate
 from ..drafter import DrafterConfig
 from ..target import context_features, default_drafter_path
-from ..train import tau_probe
+from ..train import drafter_loss, position_weights, tau_probe
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
@@ -86,10 +88,6 @@ def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
 def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -> float:
     """Mean accuracy of ``drafter`` over the block positions, on the target's own answers to
     held-out prompts of both domains: a finer measure than tau, which short training leaves at 1."""
-    from .. import corpus
-    from ..data import make_batch, regenerate
-    from ..train import drafter_loss, position_weights
-
     target, tokenizer = shipped_target()
     prompts = corpus.prompts("held_out", "math", num_prompts // 2) + corpus.prompts(
         "held_out", "code", num_prompts - num_prompts // 2
