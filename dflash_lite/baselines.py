@@ -41,6 +41,10 @@ class NoDraftProposer:
     def accepted(self, block, n, position, target_hidden) -> None:
         pass
 
+    # a batch: nothing per row either
+    start_rows = accepted_rows = keep_rows = lambda self, *args: None
+    propose_rows = propose
+
 
 def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
                             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),

@@ -165,57 +165,89 @@ class SlotCache(Cache):
         """The next forward writes from slot ``to`` (an int, a per-row list, or on a fixed cache a
         (rows,) device tensor); the slots before it are the committed ones. ``end``: on a fixed
         cache, where the slots a drafter forward may see end (default: after what it writes)."""
-        if isinstance(to, torch.Tensor):
+        if isinstance(to, torch.Tensor) and self.fixed:
             for layer in self.layers:
                 layer.at.copy_(to)
             if end is not None:
                 self.ends.copy_(end)
             return
-        starts = _as_rows(to, self.rows)
+        starts = _as_rows(to.tolist() if isinstance(to, torch.Tensor) else to, self.rows)
         for layer in self.layers:
             layer.starts = list(starts)
-        if self.fixed:
+        if self.fixed or (self.rows > 1 and end is not None):
             value = torch.tensor(starts, device=self.device)
-            for layer in self.layers:
-                layer.at.copy_(value)
-            self.ends.copy_(value if end is None else torch.as_tensor(end, device=self.device))
+            if self.fixed:
+                for layer in self.layers:
+                    layer.at.copy_(value)
+            self.ends = (value if end is None else torch.as_tensor(end, device=self.device)
+                         ).clone()
 
     def keep_path(self, position: int, path: list[int]) -> None:
         """The K/V of the verify rows ``path`` (written from slot ``position``, root first) move to
         slots ``position ..`` of every layer, in place, and the write position follows them."""
+        self.keep_paths([position] * self.rows, [path] * self.rows)
+
+    def keep_paths(self, positions: list[int], paths: list[list[int]]) -> None:
+        """Per row r, the K/V of verify rows ``paths[r]`` (written from slot ``positions[r]``, root
+        first) move to consecutive slots from there (a chain's path is there already), and the
+        row's write position follows them: the next write starts after each row's path."""
         device = self.layers[0].keys.device
-        source = torch.tensor(path, device=device) + position
-        target = torch.arange(position, position + len(path), device=device)
+        for r, (position, path) in enumerate(zip(positions, paths)):
+            if path == list(range(len(path))):
+                continue
+            source = torch.tensor(path, device=device) + position
+            target = torch.arange(position, position + len(path), device=device)
+            for layer in self.layers:
+                for buffer in (layer.keys, layer.values):
+                    row = buffer[r: r + 1] if self.rows > 1 else buffer
+                    row.index_copy_(2, target, row.index_select(2, source))
+        self.rewind([p + len(path) for p, path in zip(positions, paths)])
+
+    def keep_rows(self, index: list[int]) -> None:
+        """Only the rows ``index`` stay, in that order (finished requests leave the batch)."""
+        keep = torch.tensor(index, device=self.device)
         for layer in self.layers:
-            layer.keys.index_copy_(2, target, layer.keys.index_select(2, source))
-            layer.values.index_copy_(2, target, layer.values.index_select(2, source))
-        self.rewind(position + len(path))
+            if layer.is_initialized:
+                layer.keys = layer.keys.index_select(0, keep.to(layer.keys.device))
+                layer.values = layer.values.index_select(0, keep.to(layer.values.device))
+            layer.starts = [layer.starts[i] for i in index]
+            layer.at = layer.at.index_select(0, keep.to(layer.at.device))
+        self.ends = self.ends.index_select(0, keep.to(self.ends.device))
+        self.rows = len(index)
 
     # ------------------------------------------------------------------ what a forward sees
     def verify_mask(self, width: int, ancestors: torch.Tensor | None = None,
-                    depths: torch.Tensor | None = None, sliding_window: int | None = None):
-        """The target's mask for a forward of ``width`` rows written from the write position:
-        every committed slot, and among the new slots the row's ``ancestors`` (W, W) (None: a
-        chain, the lower triangle). A mapping {layer type: (rows, 1, W, visible) bool or None};
-        None: nothing to hide (one token, or a prompt from slot 0, which SDPA's causal flag
-        covers). ``depths`` (W,): the rows' position offsets, for a sliding window."""
+                    depths: torch.Tensor | None = None, sliding_window: int | None = None,
+                    lengths: torch.Tensor | None = None):
+        """The target's mask for a forward of ``width`` tokens per row written from the write
+        position: every committed slot, and among the new slots the token's ``ancestors`` (W, W),
+        or per row (R, W, W) (None: a chain, the lower triangle). ``lengths`` (R,): a prompt batch
+        padded on the right, row r's keys past its own length hidden. A mapping {layer type:
+        (rows, 1, W, visible) bool or None}; None: nothing to hide (one token, or a prompt from
+        slot 0, which SDPA's causal flag covers). ``depths`` (W,) or (R, W): the tokens' position
+        offsets, for a sliding window."""
         device = self.device
         start = None if self.fixed else self.position     # a compiled forward reads no host state
-        if not self.fixed and self.rows == 1 and sliding_window is None \
+        if not self.fixed and self.rows == 1 and sliding_window is None and lengths is None \
                 and (width == 1 or (start == 0 and ancestors is None)):
             return {"full_attention": None}
         if ancestors is None:
             ancestors = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        if lengths is not None:
+            ancestors = ancestors & (torch.arange(width, device=device)[None, None]
+                                     < lengths.to(device)[:, None, None])
         if self.fixed or self.rows > 1:
             at = self.write_positions()
             slots = self.length if self.fixed else int(at.max()) + width
             relative = torch.arange(slots, device=device)[None] - at[:, None]            # (R, L)
             inside = (relative >= 0) & (relative < width)
-            part = ancestors[:, relative.clamp(0, width - 1)].permute(1, 0, 2)           # (R, W, L)
+            where = relative.clamp(0, width - 1)
+            part = ancestors[:, where].permute(1, 0, 2) if ancestors.ndim == 2 else \
+                ancestors.gather(2, where[:, None].expand(-1, width, -1))               # (R, W, L)
             mask = ((part & inside[:, None]) | (relative < 0)[:, None])[:, None]
         else:
             mask = torch.cat([torch.ones(width, start, dtype=torch.bool, device=device),
-                              ancestors], dim=1)[None, None]
+                              ancestors.view(width, width)], dim=1)[None, None]
         masks = {"full_attention": mask}
         if sliding_window is not None:
             masks["sliding_attention"] = mask & self._window(mask, depths, sliding_window)
@@ -228,20 +260,24 @@ class SlotCache(Cache):
         device = mask.device
         at = self.write_positions()
         depths = torch.arange(width, device=device) if depths is None else depths
-        query = at[:, None] + depths[None]                                              # (R, W)
+        query = at[:, None] + (depths if depths.ndim == 2 else depths[None])            # (R, W)
         key = torch.arange(slots, device=device)[None].expand(rows, -1).clone()         # (R, L)
         relative = key - at[:, None]
         inside = (relative >= 0) & (relative < width)
-        key = torch.where(inside, at[:, None] + depths[relative.clamp(0, width - 1)], key)
+        where = relative.clamp(0, width - 1)
+        depth = depths[where] if depths.ndim == 1 else depths.gather(1, where)
+        key = torch.where(inside, at[:, None] + depth, key)
         return (query[:, :, None] - key[:, None, :] < window)[:, None]
 
-    def context_mask(self, block_width: int):
+    def context_mask(self, block_width: int, new: int = 0):
         """The drafter's mask for a forward whose block (``block_width`` positions, never stored)
-        sees the committed context: (rows, 1, 1, L + B) on a fixed cache (slots before ``ends``,
-        and the whole block), None on an eager one (the filled slots are the context)."""
-        if not self.fixed:
+        sees the committed context after writing ``new`` slots: (rows, 1, 1, L + B) on a fixed
+        cache or a batch (slots before each row's ``ends``, and the whole block), None on an eager
+        cache of one row (the filled slots are the context)."""
+        if not self.fixed and self.rows == 1:
             return None
-        slots = torch.arange(self.length, device=self.device)
+        slots = torch.arange(self.length if self.fixed else max(self.layers[0].starts) + new,
+                             device=self.device)
         context = slots[None] < self.ends[:, None]                                     # (R, L)
         block = torch.ones(self.rows, block_width, dtype=torch.bool, device=self.device)
         return torch.cat([context, block], dim=1)[:, None, None]
@@ -257,10 +293,10 @@ class SlotCache(Cache):
         if self.fixed or self.rows > 1:
             at = self.write_positions()
             offsets = torch.arange(width, device=self.device) if depths is None else depths
-            return at[:, None] + offsets[None]
+            return at[:, None] + (offsets if offsets.ndim == 2 else offsets[None])
         if depths is None:
             return torch.arange(self.position, self.position + width, device=self.device)[None]
-        return (depths + self.position)[None]
+        return (depths + self.position).view(1, -1)
 
     def key_positions(self, new: int) -> torch.Tensor:
         """(rows, visible) absolute positions of the slots a forward writing ``new`` slots sees."""

@@ -10,6 +10,7 @@ first token and tau are summarised the same way everywhere.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -26,19 +27,22 @@ from .acceptance import (
 )
 from .cache import SlotCache
 from .drafter import check_compatible
-from .shapes import EAGER, Shapes
+from .shapes import EAGER, Shapes, pad
 from .target import context_features
 from .timing import PhaseTimer, no_phase
 from .validate import check_int
 
 
 class Step(NamedTuple):
-    """What one step of :func:`steps` yields."""
+    """What one step of :func:`steps` yields, for one request of the batch."""
     # committed by this step; a stop token, if hit, is the last one
     tokens: list[int]
     # tokens the step's target forward committed (n + 1); None: prefill's
     committed: int | None
     stopped: bool                     # a stop token ended the output
+    row: int = 0                      # which prompt of the batch
+    # accepted tokens given back by the naive rollback (``rollback="shortest"``)
+    discarded: int = 0
 
 
 @dataclass
@@ -55,6 +59,8 @@ class GenerationResult:
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"     # or "stop_token"
     seed: int | None = None                 # a seeded sampled run's seed: it replays the output
+    # accepted tokens the naive rollback gave back (0 for the per-row loop)
+    discarded: int = 0
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def record(self, step: Step) -> None:
@@ -62,6 +68,7 @@ class GenerationResult:
         self.token_times += [time.perf_counter() - self.started] * len(step.tokens)
         if step.committed is not None:
             self.acceptance_lengths.append(step.committed)
+        self.discarded += step.discarded
         if step.stopped:
             self.stop_reason = "stop_token"
 
@@ -105,17 +112,47 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
                          f"({max_new_tokens}) exceeds the target's context of {limit} tokens")
 
 
+def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
+    """A request or a batch, as rows: the prompts (each (1, T_r)), each row's ``max_new_tokens``
+    and stop tokens. ``input_ids``: one (1, T) tensor (a single request) or a list of them (or of
+    1-D tensors or token lists); ``max_new_tokens`` and ``stop_token_ids`` are shared, or given
+    per row as lists of the batch's length."""
+    rows = [input_ids] if isinstance(input_ids, torch.Tensor) else list(input_ids)
+    if not rows:
+        raise ValueError("the batch is empty: give at least one prompt")
+    prompts = [torch.as_tensor(p, dtype=torch.long) for p in rows]
+    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in prompts]
+    limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) \
+        else [max_new_tokens] * len(prompts)
+    stops = list(stop_token_ids)
+    per_row = bool(stops) and all(isinstance(s, (list, tuple, set, frozenset)) for s in stops)
+    stops = [set(s) for s in stops] if per_row else [set(stops)] * len(prompts)
+    if len(limits) != len(prompts) or len(stops) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts, but max_new_tokens or stop_token_ids for "
+                         f"{len(limits)} / {len(stops)}")
+    return prompts, limits, stops
+
+
 def new_cache(model, length: int | None = None) -> SlotCache:
     """The target's cache for one request (:class:`~dflash_lite.cache.SlotCache`, eager)."""
     return SlotCache.for_target(model, length)
 
 
 @torch.inference_mode()
-def prefill(target, input_ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None):
+def prefill(target, input_ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None,
+            lengths: list[int] | None = None):
     """The prompt through the target, filling ``cache`` from slot 0: the last position's logits
-    (1, V), and the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks."""
+    (1, V), and the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks.
+    A batch: ``input_ids`` (R, T) padded on the right to the longest of ``lengths``; (R, V) at
+    each row's own last position, (R, T, K*H), and each row's write position at its length."""
     cache.rewind(0)
-    return verify(target, input_ids, cache, layer_ids, logits_to_keep=1)
+    if lengths is None:
+        return verify(target, input_ids, cache, layer_ids, logits_to_keep=1)
+    last = torch.tensor(lengths, device=input_ids.device) - 1
+    logits, features = verify_batch(target, input_ids, cache, layer_ids, logits_to_keep=last,
+                                    lengths=last + 1)
+    cache.rewind(list(lengths))
+    return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
 
 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
@@ -124,24 +161,54 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
     """One target forward over ``block`` (1, W) written at the cache's write position: logits
     (W, V) (the last ``logits_to_keep`` when given) and the tapped features (1, W, K*H) or None.
     A chain by default; a tree gives each row's ``depths`` (W,) and ``ancestors`` (W, W)."""
+    logits, features = verify_batch(target, block, cache, layer_ids, logits_to_keep, depths,
+                                    ancestors)
+    return logits[0], features
+
+
+def verify_batch(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
+                 logits_to_keep=0, depths: torch.Tensor | None = None,
+                 ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
+    """:func:`verify` of a batch: ``block`` (R, W), each row at its own write position, with
+    ``depths`` and ``ancestors`` shared or per row ((R, W), (R, W, W)); logits (R, W, V) and
+    features (R, W, K*H). ``lengths``: a padded prompt batch (:meth:`SlotCache.verify_mask`)."""
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
-    masks = cache.verify_mask(block.shape[1], ancestors, depths, window)
+    masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)
     out = target(block, attention_mask=masks if window is not None else masks["full_attention"],
                  position_ids=cache.positions(block.shape[1], depths),
                  past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
                  output_hidden_states=([i + 1 for i in layer_ids] if layer_ids is not None
                                        else False))
     features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
-    return out.logits[0], features
+    return out.logits, features
 
 
 def verify_on(shapes: Shapes, target, ids: torch.Tensor, cache: SlotCache, layer_ids,
               depths: torch.Tensor | None = None, ancestors: torch.Tensor | None = None):
     """:func:`verify` of a chain (or, with ``depths`` and ``ancestors``, a tree) as ``shapes`` run
-    it: as wide as it is, or padded to a bucket and compiled (one function per set of taps)."""
-    return shapes.verify(lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
-                         ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
+    it: as wide as it is, or padded to a bucket and compiled (one function per set of taps and
+    batch size). ``ids`` (R, W): logits (R, W, V) for a batch, (W, V) for one row."""
+    logits, features = shapes.verify(
+        lambda i, d, a: verify_batch(target, i, cache, layer_ids, depths=d, ancestors=a),
+        ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
+    return (logits[0] if ids.shape[0] == 1 else logits), features
+
+
+def verify_rows(shapes: Shapes, target, drafts, last: torch.Tensor, cache: SlotCache, layer_ids):
+    """ONE target forward over every row's draft (each :meth:`ChainDraft.layout`), padded to the
+    widest (:func:`dflash_lite.shapes.pad`): logits (R, W, V), features (R, W, K*H) or None, and
+    each row's own width (its first positions of both)."""
+    layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
+    widths = [len(ids) for ids, _, _ in layouts]
+    if len(layouts) == 1:
+        logits, features = verify_on(shapes, target, layouts[0][0][None], cache, layer_ids,
+                                     *layouts[0][1:])
+        return logits[None], features, widths
+    padded = [pad(ids[None], depths, ancestors, max(widths)) for ids, depths, ancestors in layouts]
+    ids, depths, ancestors = (torch.cat(part) if i == 0 else torch.stack(part)
+                              for i, part in enumerate(zip(*padded)))
+    return (*verify_on(shapes, target, ids, cache, layer_ids, depths, ancestors), widths)
 
 
 def seeded(sampling: SamplingParams, generator):
@@ -175,17 +242,17 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
 class ChainDraft(NamedTuple):
     """k drafts in a row after the last committed token, and their distributions (k, V) when they
     were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
-    A draft knows how it is verified, accepted and kept; :class:`dflash_lite.tree.DraftTree` is
-    the other shape, and :func:`steps` calls the same three methods on either."""
+    A draft knows how it is laid out for the verify and how it is accepted;
+    :class:`dflash_lite.tree.DraftTree` is the other shape, and :func:`steps` calls the same two
+    methods on either."""
     tokens: torch.Tensor                    # (k,)
     q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
 
-    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids,
-               shapes: Shapes = EAGER):
-        """ONE target forward scores [last, d1..dk] after the cache: logits row i is the target's
-        choice after token i (k+1, V), and the tapped features (1, k+1, K*H) or None."""
-        block = torch.cat([last, self.tokens])[None]                    # (1, k+1): [last, d1..dk]
-        return verify_on(shapes, target, block, cache, layer_ids)
+    def layout(self, last: torch.Tensor):
+        """What ONE target forward scores: [last, d1..dk] (k+1,), at consecutive positions (depths
+        None) under a causal mask (ancestors None); row i of its logits is the target's choice
+        after token i."""
+        return torch.cat([last, self.tokens]), None, None
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
                position: int = 0):
@@ -198,29 +265,26 @@ class ChainDraft(NamedTuple):
                         positions)
         return list(range(len(tokens))), tokens
 
-    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden):
-        """The target's cache keeps last + the accepted drafts (the next write starts after them);
-        the path's features (1, n+1, K*H) or None."""
-        cache.rewind(position + len(path))
-        return None if target_hidden is None else target_hidden[:, : len(path)]
-
 
 class Draft(Protocol):
     """What :func:`steps` asks of a draft: :class:`ChainDraft` or
-    :class:`dflash_lite.tree.DraftTree`."""
+    :class:`dflash_lite.tree.DraftTree`. The loop keeps the accepted path in the target's cache
+    itself (:meth:`~dflash_lite.cache.SlotCache.keep_paths`)."""
 
-    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids, shapes: Shapes): ...
+    def layout(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                  torch.Tensor | None]: ...
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
                position: int) -> tuple[list[int], list[int]]: ...
 
-    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden): ...
-
 
 # ============================================================================= proposers
 class Proposer(Protocol):
-    """What the decode loop asks of a drafter. ``layer_ids``: the target layers whose features it
-    reads (None: none); ``block_size``: tokens per target forward it wants next (1: no draft)."""
+    """What the decode loop asks of a drafter, for one request. ``layer_ids``: the target layers
+    whose features it reads (None: none); ``block_size``: tokens per target forward it wants next
+    (1: no draft). A proposer that drafts a whole batch at once adds ``start_rows``,
+    ``propose_rows``, ``accepted_rows`` and ``keep_rows`` (:class:`DFlashProposer`); any other is
+    run on a batch one copy per row (:class:`RowProposers`)."""
     layer_ids: list[int] | None
     block_size: int
 
@@ -237,9 +301,66 @@ class Proposer(Protocol):
         ``target_hidden``: its features (1, n+1, K*H) when the proposer reads them."""
 
 
+def stack_rows(parts: list[torch.Tensor]) -> torch.Tensor:
+    """(1, n_r, D) per row -> (R, max n_r, D), zero-padded on the right."""
+    return torch.nn.utils.rnn.pad_sequence([p[0] for p in parts], batch_first=True)
+
+
+class RowProposers:
+    """Any :class:`Proposer` on a batch: one shallow copy per row, each drafting its own request
+    (prompt lookup, the baselines, a proposer of your own); the target still verifies every row
+    in one forward. A proposer with its own ``*_rows`` methods drafts the batch itself instead
+    (:func:`rows_of`)."""
+
+    def __init__(self, proposer, rows: int):
+        if rows > 1 and isinstance(proposer, DFlashProposer) and proposer.shapes.fixed:
+            raise ValueError(f"{type(proposer).__name__} drafts one request at a time on fixed "
+                             "shapes; run a batch eager")
+        self.proposers, self.layer_ids = [proposer], proposer.layer_ids
+
+    @property
+    def block_size(self) -> int:
+        return max(p.block_size for p in self.proposers)
+
+    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
+        lengths = lengths or [prompt_ids.shape[1]]
+        for r, length in enumerate(lengths):
+            if r:           # copied after the first start: what it measured once is shared
+                self.proposers.append(copy.copy(self.proposers[0]))
+            self.proposers[r].start(prompt_ids[r: r + 1, :length], None if target_hidden is None
+                                    else target_hidden[r: r + 1, :length])
+
+    def propose_rows(self, last_token, k: int) -> list:
+        return [p.propose(last_token[r: r + 1], min(k, p.block_size - 1))
+                if min(k, p.block_size - 1) > 0 else ChainDraft(last_token[:0])
+                for r, p in enumerate(self.proposers)]
+
+    def accepted_rows(self, blocks, positions, target_hidden) -> None:
+        for p, block, position, hidden in zip(self.proposers, blocks, positions, target_hidden):
+            if block.shape[1]:                      # a finished row kept as padding: nothing
+                p.accepted(block, block.shape[1] - 1, position, hidden)
+
+    def keep_rows(self, index: list[int]) -> None:
+        self.proposers = [self.proposers[i] for i in index]
+
+
+def rows_of(proposer, rows: int):
+    """The batch interface of ``proposer``: its own ``*_rows`` methods, where the class that
+    defines each of ``start``, ``propose`` and ``accepted`` defines its ``_rows`` form too (a
+    subclass that overrides ``propose`` alone does not draft batches), else
+    :class:`RowProposers`."""
+    def native(name: str) -> bool:
+        owner = next(c for c in type(proposer).__mro__ if name in vars(c))
+        return f"{name}_rows" in vars(owner)
+    if all(native(name) for name in ("start", "propose", "accepted")):
+        return proposer
+    return RowProposers(proposer, rows)
+
+
 class DFlashProposer:
     """The paper's drafter as a :class:`Proposer`: ``block_size - 1`` drafts from one forward of a
-    :class:`~dflash_lite.drafter.DFlashDrafter` over ``[last, MASK x (block_size - 1)]``."""
+    :class:`~dflash_lite.drafter.DFlashDrafter` over ``[last, MASK x (block_size - 1)]``. On a
+    batch, one drafter forward drafts every row, each after its own committed features only."""
 
     # the kind of drafter this proposer runs (see baselines.EagleProposer)
     autoregressive = False
@@ -259,81 +380,155 @@ class DFlashProposer:
         self.shapes = shapes                # what the loop runs this proposer's steps on
 
     def start(self, prompt_ids, target_hidden) -> None:
-        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
-        # (1, T, K*H) of positions 0..T-1
-        self.new_context, self.new_context_start = target_hidden, 0
+        self.start_rows(prompt_ids, target_hidden, None)
+
+    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
+        """``prompt_ids`` (R, T) padded on the right to the longest of ``lengths`` (None: one
+        prompt, all of it) and their features (R, T, K*H)."""
+        if lengths is not None and self.passes > 1:
+            raise ValueError("more than one drafter pass drafts one request at a time")
+        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device, prompt_ids.shape[0])
+        # (R, C, K*H) of positions start..start+C-1; per row, its first `lengths` are real
+        self.new_context, self.new_context_lengths = target_hidden, lengths
+        self.new_context_start = 0 if lengths is None else [0] * len(lengths)
 
     def block_logits(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One drafter forward over ``[last, MASK x k]`` with the new context: the block (1, k+1)
-        and the drafter's logits at its k masked slots (1, k, V). With fixed shapes the block is
-        always the proposer's full block, and its first k drafts are read."""
+        """One drafter forward over ``[last, MASK x k]`` per row (``last_token`` (R,)) with the new
+        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V). With
+        fixed shapes the block is always the proposer's full block, and its first k drafts are
+        read."""
         width = self.block_size if self.shapes.fixed else k + 1
-        block = torch.full((1, width), self.drafter.config.mask_token_id, dtype=torch.long,
-                           device=last_token.device)
-        block[0, 0] = last_token                                        # [last, MASK x k]
+        block = torch.full((last_token.shape[0], width), self.drafter.config.mask_token_id,
+                           dtype=torch.long, device=last_token.device)
+        block[:, 0] = last_token                                        # [last, MASK x k]
         logits = self.shapes.draft(self.drafter, self.target, self.cache, block, self.new_context,
-                                   self.new_context_start)
+                                   self.new_context_start, self.new_context_lengths)
         return block[:, : k + 1], logits[:, :k]
 
     def propose(self, last_token: torch.Tensor, k: int):
+        return self.propose_rows(last_token, k)[0]
+
+    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[ChainDraft]:
         block, logits = self.block_logits(last_token, k)
-        position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
-        # DFlash uses 1 pass; more is an experiment:
+        # DFlash uses 1 pass; more is an experiment (one request only):
         for _ in range(self.passes - 1):
+            position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
             # re-feed the draft instead of the masks
             block[0, 1:] = logits[0].argmax(dim=-1)
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0],
                                                position, self.cache)
-        return ChainDraft(logits[0].argmax(dim=-1))                     # (k,), a point-mass draft
+        return [ChainDraft(row) for row in logits.argmax(dim=-1)]     # (k,) each, point masses
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the drafter's context on the next propose
         self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
 
+    def accepted_rows(self, blocks, positions, target_hidden) -> None:
+        """Per row: the committed block (1, n_r+1) at ``positions[r]`` and its features."""
+        if self.new_context_lengths is None:        # one request
+            return DFlashProposer.accepted(self, blocks[0], blocks[0].shape[1] - 1, positions[0],
+                                           target_hidden[0])
+        self.new_context = stack_rows(target_hidden)
+        self.new_context_start = list(positions)
+        self.new_context_lengths = [h.shape[1] for h in target_hidden]
+
+    def keep_rows(self, index: list[int]) -> None:
+        """Only the rows ``index`` stay (finished requests leave the batch)."""
+        self.cache.keep_rows(index)
+        self.new_context = self.new_context[index]
+        self.new_context_start = [self.new_context_start[i] for i in index]
+        self.new_context_lengths = [self.new_context_lengths[i] for i in index]
+
 
 # ============================================================================= the loop
+ROLLBACKS = ("row", "shortest")
+
+
 @torch.inference_mode()
-def steps(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
+def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-          generator: torch.Generator | PositionNoise | None = None, phase=no_phase):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop), one :class:`Step` per
-    target forward, each yielded as it is committed. ``phase(name)`` is an optional observer
-    wrapped around each phase (:class:`dflash_lite.timing.PhaseTimer`). The proposer's ``shapes``
-    (:mod:`dflash_lite.shapes`; default eager) say how wide each forward runs, and compile them.
-    At temperature > 0 a :class:`~dflash_lite.acceptance.PositionNoise` as ``generator`` makes
-    the output the target's own seeded sample, whatever was drafted
-    (docs/method.md#seeded-sampling)."""
+          generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
+          rollback: str = "row"):
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of one request or a
+    batch (:func:`as_batch`), one :class:`Step` per request per target forward, each yielded as it
+    is committed. Every row keeps its own write position, accepted length, drafter context, stop
+    tokens and ``max_new_tokens``; a finished row leaves the batch (on fixed shapes it stays as a
+    padding row that commits nothing). ``rollback="shortest"`` is the naive batch rule, a
+    teaching baseline: every row keeps only the batch's shortest accepted path
+    (docs/method.md#batches). ``phase(name)`` is an optional observer wrapped around each phase
+    (:class:`dflash_lite.timing.PhaseTimer`). The proposer's ``shapes`` (:mod:`dflash_lite.shapes`;
+    default eager) say how wide each forward runs, and compile them. At temperature > 0 a
+    :class:`~dflash_lite.acceptance.PositionNoise` as ``generator`` makes the output the target's
+    own seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    if rollback not in ROLLBACKS:
+        raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     shapes = getattr(proposer, "shapes", EAGER)
-    generator = seeded(sampling, generator)
-    stops, processors = set(stop_token_ids), sampling.processors()
-    cache = shapes.target_cache(target, input_ids.shape[1] + max_new_tokens)
-    # the prompt through the target; every prompt position's features to the drafter
+    generator, processors = seeded(sampling, generator), sampling.processors()
+    prompts, limits, stops = as_batch(input_ids, max_new_tokens, stop_token_ids)
+    lengths, rows = [p.shape[1] for p in prompts], rows_of(proposer, len(prompts))
+    batch = lengths if len(prompts) > 1 else None
+    cache = shapes.target_cache(target, max(map(sum, zip(lengths, limits))), len(prompts))
+    # the prompts through the target; every prompt position's features to the drafter
     with phase("prefill"):
-        logits, hidden = prefill(target, input_ids, cache, proposer.layer_ids)
-        # (1,) the first new token
-        last = choose_tokens(logits, sampling, processors, generator,
-                             torch.tensor([input_ids.shape[1]]))
-        proposer.start(input_ids, hidden)
-    position = input_ids.shape[1]   # the target's cache holds 0..position-1
-    emitted = 1
-    stopped = int(last) in stops
-    yield Step([int(last)], None, stopped)
-    while not stopped and emitted < max_new_tokens:
-        k = min(proposer.block_size, max_new_tokens - emitted) - 1      # never past the limit
+        ids = stack_rows([p[..., None] for p in prompts])[..., 0].to(target.device)   # (R, T)
+        logits, hidden = prefill(target, ids, cache, rows.layer_ids, batch)
+        last = choose_tokens(logits, sampling, processors, generator, torch.tensor(lengths))
+        rows.start_rows(ids, hidden, batch)
+    # per batch row: its prompt (None: finished, kept as padding), where `last` sits, and what
+    # the last step committed
+    live, position, emitted = list(range(len(prompts))), list(lengths), [0] * len(prompts)
+    new, paths, discarded = [[t] for t in last.tolist()], [None] * len(prompts), [0] * len(prompts)
+    while True:
+        finished = []
+        for r, row in enumerate(live):
+            if row is None:
+                continue
+            piece, stopped = cut_at_stop(new[r], stops[row])   # a stop token ends the output there
+            piece = piece[: limits[row] - emitted[row]]
+            emitted[row] += len(piece)
+            yield Step(piece, paths[r] and len(paths[r]), stopped, row, discarded[r])
+            if stopped or emitted[row] >= limits[row]:
+                finished.append(r)
+        if finished and not shapes.fixed:               # the finished rows leave the batch
+            index = [r for r in range(len(live)) if r not in finished]
+            if index and len(index) < len(live):
+                cache.keep_rows(index)
+                rows.keep_rows(index)
+            live, position, last = [live[r] for r in index], [position[r] for r in index], \
+                last[index]
+        for r in finished if shapes.fixed else ():
+            live[r] = None
+        if all(row is None for row in live):
+            return
+        k = min(rows.block_size, max(limits[i] - emitted[i] for i in live if i is not None)) - 1
         with phase("draft"):        # depth k after `last`: a chain or a tree (0: plain decoding)
-            draft = proposer.propose(last, k) if k else ChainDraft(last[:0])
-        with phase("verify"):       # ONE target forward scores `last` and every draft
-            logits, hidden = draft.verify(target, last, cache, proposer.layer_ids, shapes)
-        with phase("accept"):       # the path the target agrees with, then its own token:
-            path, tokens = draft.accept(logits, sampling, processors, generator, position)
-            hidden = draft.keep(cache, position, path, hidden)   # both caches keep the path
-            block = torch.tensor([[int(last)] + tokens[:-1]], device=last.device)   # (1, n+1)
-            proposer.accepted(block, len(path) - 1, position, hidden)
-        new, stopped = cut_at_stop(tokens, stops)   # a stop token ends the output there
-        position += len(path)
-        emitted += len(new)
-        last = block.new_tensor([tokens[-1]])
-        yield Step(new, len(path), stopped)
+            drafts = rows.propose_rows(last, k) if k else [ChainDraft(last[:0])] * len(live)
+        with phase("verify"):       # ONE target forward scores every row's `last` and drafts
+            logits, hidden, widths = verify_rows(shapes, target, drafts, last, cache,
+                                                 rows.layer_ids)
+        with phase("accept"):       # per row, the path the target agrees with, then its own token
+            paths, new = map(list, zip(*(
+                draft.accept(logits[r, : widths[r]], sampling, processors, generator, position[r])
+                if live[r] is not None else ([], []) for r, draft in enumerate(drafts))))
+            # never past a row's own max_new_tokens (the batch drafts for its longest request)
+            room = [limits[i] - emitted[i] if i is not None else 0 for i in live]
+            paths, new = [p[:m] for p, m in zip(paths, room)], [t[:m] for t, m in zip(new, room)]
+            discarded = [0] * len(live)
+            if rollback == "shortest":          # the naive rule: every row to the shortest path
+                shortest = min(len(p) for p in paths if p)
+                discarded = [max(len(p) - shortest, 0) for p in paths]
+                paths, new = [p[:shortest] for p in paths], [t[:shortest] for t in new]
+            cache.keep_paths(position, paths)                   # both caches keep the paths
+            kept = [None if hidden is None else hidden[r: r + 1, : len(p)]
+                    if p == list(range(len(p))) else hidden[r: r + 1, p]
+                    for r, p in enumerate(paths)]
+            blocks = [torch.tensor([[int(last[r])] + t[: len(p) - 1]] if p else [[]],
+                                   dtype=torch.long, device=last.device)        # (1, n+1)
+                      for r, (p, t) in enumerate(zip(paths, new))]
+            rows.accepted_rows(blocks, position, kept)
+        position = [a + len(p) for a, p in zip(position, paths)]
+        last = torch.tensor([t[-1] if t else int(last[r]) for r, t in enumerate(new)],
+                            device=last.device)
 
 
 def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
@@ -342,16 +537,21 @@ def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
     return (tokens[: min(tokens.index(s) for s in hit) + 1], True) if hit else (tokens, False)
 
 
-def generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int,
+def generate(target, proposer: Proposer, input_ids, max_new_tokens,
              sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-             generator: torch.Generator | PositionNoise | None = None) -> GenerationResult:
-    """Speculative decoding to the end, checked and timed: every :class:`Step` collected."""
-    check_request(target, input_ids, max_new_tokens)
+             generator: torch.Generator | PositionNoise | None = None, rollback: str = "row"):
+    """Speculative decoding to the end, checked and timed: every :class:`Step` collected, in a
+    :class:`GenerationResult` (a list of them, one per prompt, for a batch: :func:`as_batch`)."""
+    prompts, limits, stops = as_batch(input_ids, max_new_tokens, stop_token_ids)
+    for prompt, limit in zip(prompts, limits):
+        check_request(target, prompt, limit)
     generator = seeded(sampling, generator)
     timer = PhaseTimer(target.device)
-    result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
-                              seed=generator.seed if isinstance(generator, PositionNoise) else None)
-    for step in steps(target, proposer, input_ids.to(target.device), max_new_tokens, sampling,
-                      stop_token_ids, generator, timer):
-        result.record(step)
-    return result
+    results = [GenerationResult(p.shape[1], phase_times=timer.seconds,
+                                seed=generator.seed if isinstance(generator, PositionNoise)
+                                else None) for p in prompts]
+    batch = [p.to(target.device) for p in prompts]
+    for step in steps(target, proposer, batch[0] if isinstance(input_ids, torch.Tensor) else batch,
+                      limits, sampling, stops, generator, timer, rollback):
+        results[step.row].record(step)
+    return results[0] if isinstance(input_ids, torch.Tensor) else results

@@ -453,7 +453,7 @@ class DFlashDrafter(nn.Module):
         mask = None
         if cache is not None:
             cache.rewind(start, block_start)
-            mask = cache.context_mask(b)
+            mask = cache.context_mask(b, c)
         # the drafter's; the target's may differ
         dtype = self.fc.weight.dtype
         # (N, B, H)

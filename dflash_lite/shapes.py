@@ -26,18 +26,23 @@ HEADROOM = 64           # slots an eager cache holds past prompt + new tokens be
 
 def pad(ids: torch.Tensor, depths: torch.Tensor | None, ancestors: torch.Tensor | None,
         width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A verify of w rows (``ids`` (1, w); ``depths`` None and ``ancestors`` None: a chain) laid out
-    on ``width`` rows: padding rows repeat the first token at depth 0 and see only themselves (and
-    the committed context), so no real row ever attends to one."""
-    w, device = ids.shape[1], ids.device
+    """A verify of w tokens per row (``ids`` (R, w); ``depths`` (w,) or (R, w) and ``ancestors``
+    (w, w) or (R, w, w), None: a chain) laid out on ``width`` tokens: padding tokens repeat the
+    first token at depth 0 and see only themselves (and the committed context), so no real token
+    ever attends to one. One row gives (1, width), (width,), (width, width); more rows give every
+    part per row."""
+    rows, w = ids.shape
+    device = ids.device
     if w > width:
         raise ValueError(f"a draft of {w} rows does not fit a verify of width {width}")
     depths = torch.arange(w, device=device) if depths is None else depths
-    mask = torch.eye(width, dtype=torch.bool, device=device)
-    mask[:w, :w] = torch.ones(w, w, dtype=torch.bool, device=device).tril() \
-        if ancestors is None else ancestors
-    return (torch.cat([ids, ids[:, :1].expand(1, width - w)], dim=1),
-            torch.cat([depths, depths.new_zeros(width - w)]), mask)
+    if ancestors is None:
+        ancestors = torch.ones(w, w, dtype=torch.bool, device=device).tril()
+    mask = torch.eye(width, dtype=torch.bool, device=device).repeat(rows, 1, 1)
+    mask[:, :w, :w] = ancestors
+    depths = torch.cat([depths.expand(rows, w), depths.new_zeros(rows, width - w)], dim=1)
+    ids = torch.cat([ids, ids[:, :1].expand(rows, width - w)], dim=1)
+    return (ids, depths[0], mask[0]) if rows == 1 else (ids, depths, mask)
 
 
 class Shapes:
@@ -45,22 +50,29 @@ class Shapes:
     fixed = False
     compiled = False
 
-    def target_cache(self, target, length: int) -> SlotCache:
-        """The target's cache for a request of ``length`` tokens (prompt + new tokens)."""
-        return SlotCache.for_target(target, length + HEADROOM)
+    def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
+        """The target's cache for ``rows`` requests of up to ``length`` tokens (prompt + new
+        tokens)."""
+        return SlotCache.for_target(target, length + HEADROOM, rows)
 
-    def drafter_cache(self, drafter, device) -> SlotCache:
-        return SlotCache(drafter.config.num_layers, device=device)
+    def drafter_cache(self, drafter, device, rows: int = 1) -> SlotCache:
+        return SlotCache(drafter.config.num_layers, rows=rows, device=device)
 
     def verify(self, forward, ids, depths=None, ancestors=None, key="verify"):
-        """``forward(ids, depths, ancestors)`` -> (logits (w, V), features (1, w, K*H) or None).
+        """``forward(ids, depths, ancestors)`` -> (logits (R, w, V), features (R, w, K*H) or None).
         ``key`` names the forward (the taps it reads): one compiled function per key."""
         return forward(ids, depths, ancestors)
 
-    def draft(self, drafter, target, cache, block, features, start: int):
-        """One drafter forward over ``block`` (1, B) after the new context ``features`` (1, C, K*H)
-        at ``start``: the logits of the block's masked slots (1, B-1, V)."""
-        return drafter.draft_logits(target, block, features, start, cache)
+    def draft(self, drafter, target, cache, block, features, start, lengths=None):
+        """One drafter forward over ``block`` (R, B) after the new context ``features``
+        (R, C, K*H) at ``start`` (an int, or per row); ``lengths``: per row, how much of its
+        context is real (None: all C): the logits of the block's masked slots (R, B-1, V)."""
+        if lengths is None:
+            return drafter.draft_logits(target, block, features, start, cache)
+        device = block.device
+        start = torch.tensor(start, device=device)
+        return drafter.draft_logits(target, block, features, start, cache,
+                                    start + torch.tensor(lengths, device=device))
 
 
 EAGER = Shapes()
@@ -82,43 +94,48 @@ class FixedShapes(Shapes):
     def width(self, w: int) -> int:
         return next((b for b in self.buckets if b >= w), w)
 
-    def _cache(self, key: str, make) -> SlotCache:
-        if key not in self.caches:
+    def _cache(self, key: str, make, rows: int = 1) -> SlotCache:
+        key = key if rows == 1 else f"{key}:{rows}"
+        if key not in self.caches or self.caches[key].rows != rows:   # rows that left a batch
             self.caches[key] = make()
         cache = self.caches[key]
         cache.rewind(0)
         return cache
 
-    def target_cache(self, target, length: int) -> SlotCache:
+    def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
         if length > self.length:
             raise ValueError(f"prompt + max_new_tokens ({length} tokens) exceeds these fixed "
                              f"shapes' length of {self.length}")
-        return self._cache("target", lambda: SlotCache.for_target(target, self.slots, fixed=True))
+        return self._cache("target", lambda: SlotCache.for_target(target, self.slots, rows,
+                                                                  fixed=True), rows)
 
     @property
     def slots(self) -> int:
         # room for a padded last draft
         return self.length + max(self.buckets[-1], self.context_width)
 
-    def drafter_cache(self, drafter, device) -> SlotCache:
+    def drafter_cache(self, drafter, device, rows: int = 1) -> SlotCache:
         if not drafter.fixed_shapes:
             raise ValueError(f"{type(drafter).__name__} has no fixed-shape forward; run it eager")
         # what a compiled forward reads
         drafter.rope_table(self.slots + self.context_width, device)
         def make():
-            cache = SlotCache(drafter.config.num_layers, self.slots, fixed=True, device=device)
+            cache = SlotCache(drafter.config.num_layers, self.slots, rows, fixed=True,
+                              device=device)
             config = drafter.config
             cache.allocate(config.num_key_value_heads, config.head_dim, drafter.fc.weight.dtype)
             return cache
-        return self._cache("drafter", make)
+        return self._cache("drafter", make, rows)
 
     def _run(self, key: str, forward, *args):
         """``forward(*args)``, compiled the first time for ``key`` (the same target and caches)."""
         if not self.compiled:
             return forward(*args)
+        rows = args[0].shape[0]
+        key = key if rows == 1 else (key, rows)     # one function per batch size too
         if key not in self.forwards:
-            # one graph per bucket width and per set of taps: more than dynamo's default of 8
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            # one graph per bucket width, per set of taps and per batch size: more than dynamo's 8
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
             device = args[0].device.type
             # CUDA graphs exist on CUDA only
             mode = "reduce-overhead" if device == "cuda" else None
@@ -130,22 +147,26 @@ class FixedShapes(Shapes):
     def verify(self, forward, ids, depths=None, ancestors=None, key="verify"):
         w = ids.shape[1]
         logits, features = self._run(key, forward, *pad(ids, depths, ancestors, self.width(w)))
-        return logits[:w], None if features is None else features[:, :w]
+        return logits[:, :w], None if features is None else features[:, :w]
 
-    def draft(self, drafter, target, cache, block, features, start: int):
-        width, device = self.context_width, block.device
+    def draft(self, drafter, target, cache, block, features, start, lengths=None):
+        width, device, rows = self.context_width, block.device, block.shape[0]
 
         def forward(block, features, start, end):
             return drafter.draft_forward(target, block, features, start, cache, end)
-        # chunks of one width; only the last one's drafts
+        starts = torch.tensor(start, device=device).view(-1).expand(rows)
+        lengths = torch.full((rows,), features.shape[1], device=device) if lengths is None \
+            else torch.tensor(lengths, device=device)
+        # chunks of one width; only the last one's drafts are read, the others only write their
+        # context (a row whose context ran out writes padding past its end, which stays hidden)
+        offset = 0
         while True:
-            # are read, the others only write their context
-            chunk = features[:, :width]
-            end = start + chunk.shape[1]
-            chunk = torch.cat([chunk, chunk.new_zeros(1, width - chunk.shape[1], chunk.shape[-1])],
-                              dim=1)
-            logits = self._run("draft", forward, block, chunk, torch.tensor([start], device=device),
-                               torch.tensor([end], device=device))
-            features, start = features[:, width:], end
-            if features.shape[1] == 0:
+            chunk = features[:, offset: offset + width]
+            chunk = torch.cat([chunk, chunk.new_zeros(rows, width - chunk.shape[1],
+                                                      chunk.shape[-1])], dim=1)
+            begin = starts + lengths.clamp(max=offset)
+            end = starts + lengths.clamp(max=offset + width)
+            logits = self._run("draft", forward, block, chunk, begin, end)
+            offset += width
+            if offset >= features.shape[1]:
                 return logits

@@ -42,7 +42,7 @@ import torch
 
 from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .decode import DFlashProposer, verify_on
+from .decode import DFlashProposer, RowProposers, verify_on
 from .ngram import NgramProposer
 from .shapes import EAGER, Shapes
 
@@ -85,11 +85,11 @@ class DraftTree:
         return kids
 
     # the draft interface the decode loop calls (dflash_lite.decode.Draft), as ChainDraft has it
-    def verify(self, target, last: torch.Tensor, cache: SlotCache, layer_ids,
-               shapes: Shapes = EAGER):
-        """The whole tree in one target forward (:func:`verify_tree`); the root already holds
-        ``last``."""
-        return verify_tree(target, self, cache, layer_ids, shapes)
+    def layout(self, last: torch.Tensor):
+        """The whole tree in one target forward (:func:`verify_tree`): its tokens (the root already
+        holds ``last``), each node's depth and its ancestors."""
+        return (self.tokens, torch.tensor(self.depths, device=self.tokens.device),
+                self.ancestor_mask().to(self.tokens.device))
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
                position: int = 0):
@@ -101,12 +101,6 @@ class DraftTree:
                                        positions)
         tokens = self.token_list
         return path, [tokens[i] for i in path[1:]] + [next_token]
-
-    def keep(self, cache: SlotCache, position: int, path: list[int], target_hidden):
-        """The target's cache keeps the path, moved to consecutive slots; returns the path's
-        features (1, n+1, K*H), laid out as a chain all of which stays."""
-        cache.keep_path(position, path)
-        return target_hidden[:, path]
 
     @property
     def token_list(self) -> list[int]:
@@ -165,10 +159,8 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
     """One target forward over the whole tree, written at the cache's write position (the root's
     slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
     and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
-    device = tree.tokens.device
-    depths = torch.tensor(tree.depths, device=device)
-    return verify_on(shapes, target, tree.tokens.view(1, -1), cache, layer_ids, depths,
-                     tree.ancestor_mask().to(device))
+    tokens, depths, ancestors = tree.layout(tree.tokens[:1])
+    return verify_on(shapes, target, tokens.view(1, -1), cache, layer_ids, depths, ancestors)
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
@@ -192,8 +184,16 @@ def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
                tree_size: int) -> DraftTree:
     """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
     ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache)."""
-    _, logits = proposer.block_logits(last_token, depth)                # (1, depth, V)
-    return build_tree(last_token, torch.log_softmax(logits[0].float(), dim=-1), tree_size)
+    return draft_trees(proposer, last_token, depth, tree_size)[0]
+
+
+def draft_trees(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
+                tree_size: int) -> list[DraftTree]:
+    """:func:`draft_tree` of every row of a batch (``last_token`` (R,)) from one drafter
+    forward: a tree per row."""
+    _, logits = proposer.block_logits(last_token, depth)                # (R, depth, V)
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return [build_tree(last_token[r], logprobs[r], tree_size) for r in range(len(logprobs))]
 
 
 class DFlashTreeProposer(DFlashProposer):
@@ -208,7 +208,10 @@ class DFlashTreeProposer(DFlashProposer):
         self.tree_size = tree_size
 
     def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        return draft_tree(self, last_token, k, self.tree_size)
+        return self.propose_rows(last_token, k)[0]
+
+    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[DraftTree]:
+        return draft_trees(self, last_token, k, self.tree_size)
 
 
 class HybridTreeProposer(DFlashTreeProposer):
@@ -223,13 +226,29 @@ class HybridTreeProposer(DFlashTreeProposer):
         self.ngram = NgramProposer(ngram_drafts, max_ngram)
 
     def start(self, prompt_ids, target_hidden) -> None:
-        super().start(prompt_ids, target_hidden)
-        self.ngram.start(prompt_ids, target_hidden)
+        self.start_rows(prompt_ids, target_hidden, None)
+
+    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
+        super().start_rows(prompt_ids, target_hidden, lengths)
+        self.ngram = RowProposers(self.ngram.proposers[0] if isinstance(self.ngram, RowProposers)
+                                  else self.ngram, prompt_ids.shape[0])
+        self.ngram.start_rows(prompt_ids, None, lengths)
 
     def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        branch = self.ngram.propose(last_token, min(k, self.ngram.block_size - 1)).tokens
-        return add_branch(super().propose(last_token, k), branch.tolist())
+        return self.propose_rows(last_token, k)[0]
+
+    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[DraftTree]:
+        branches = self.ngram.propose_rows(last_token, k)
+        return [add_branch(tree, branch.tokens.tolist())
+                for tree, branch in zip(super().propose_rows(last_token, k), branches)]
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        super().accepted(block, n, position, target_hidden)
-        self.ngram.accepted(block, n, position, target_hidden)
+        self.accepted_rows([block[:, : n + 1]], [position], [target_hidden[:, : n + 1]])
+
+    def accepted_rows(self, blocks, positions, target_hidden) -> None:
+        super().accepted_rows(blocks, positions, target_hidden)
+        self.ngram.accepted_rows(blocks, positions, target_hidden)
+
+    def keep_rows(self, index: list[int]) -> None:
+        super().keep_rows(index)
+        self.ngram.keep_rows(index)
