@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import transformers
 
-from . import outputs, validate
+from . import batching, outputs, validate
 from .acceptance import SamplingParams
 from .baselines import (AdaptiveDFlashProposer, DraftModelProposer, EagleProposer, NoDraftProposer,
                         hf_generate)
@@ -334,6 +334,8 @@ class BenchConfig:
     quiet: bool = False
     # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
     compile: bool = False
+    # the batch sweep instead (dflash_lite.batching): these batch sizes, its own methods
+    batch_sizes: tuple[int, ...] = ()
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -343,6 +345,9 @@ class BenchConfig:
             validate.check_int(name, getattr(self, name), 1, validate.MAX_REPEATS)
         self.block_sizes = validate.check_block_sizes(self.block_sizes)
         self.tree_sizes = tuple(self.tree_sizes)
+        if self.batch_sizes:
+            self.batch_sizes = validate.check_block_sizes(self.batch_sizes, "batch_sizes",
+                                                          high=validate.MAX_BATCH)
         self.temperature = validate.check_temperature(self.temperature)
         self.seed = validate.check_seed(self.seed)
         self.device = validate.check_device(self.device)
@@ -372,6 +377,7 @@ class Setup:
     # the DFlash drafter (None: no DFlash rows, no cost model)
     drafter: Any = None
     settings: dict = field(default_factory=dict)
+    tokenizer: Any = None
 
 
 @dataclass
@@ -462,15 +468,17 @@ def resolve(config: BenchConfig) -> Setup:
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
-    eagle, small_lm, eagle_path, small_path = (_peers(c, torch_dtype) if c.baselines
+    eagle, small_lm, eagle_path, small_path = (_peers(c, torch_dtype)
+                                               if c.baselines and not c.batch_sizes
                                                else (None, None, None, None))
     if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
-    methods = standard_methods(model, tokenizer, draft, eagle, small_lm, Rows(
-        c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature, seed=c.seed),
-        c.hf_dflash, adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
+    methods = [] if c.batch_sizes else standard_methods(
+        model, tokenizer, draft, eagle, small_lm, Rows(
+            c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature, seed=c.seed),
+            c.hf_dflash, adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     # shapes sized for the longest prompt, built here: never inside a timed run
-    if c.compile:
+    if c.compile and not c.batch_sizes:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
                                     max(x.shape[1] for x in ids) + c.max_new_tokens,
                                     SamplingParams(temperature=c.temperature, seed=c.seed),
@@ -487,7 +495,7 @@ def resolve(config: BenchConfig) -> Setup:
                 "chat_template": bool(c.chat_template
                                       and getattr(tokenizer, "chat_template", None)),
                 "prompt_template": c.prompt_template}
-    return Setup(c, methods, ids, model, draft, settings)
+    return Setup(c, methods, ids, model, draft, settings, tokenizer)
 
 
 def run(setup: Setup) -> Measured:
@@ -499,6 +507,8 @@ def run(setup: Setup) -> Measured:
     sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
     if not sampling.greedy:
         torch.manual_seed(c.seed)
+    if c.batch_sizes:
+        return _sweep(setup, sampling)
     stats = measure(setup.methods, setup.prompts, c.max_new_tokens, c.repeats, device=c.device,
                     greedy=sampling.greedy, seeded=sampling.seed is not None)
     env = environment(c.device)
@@ -513,11 +523,60 @@ def run(setup: Setup) -> Measured:
     return Measured(stats, env, costs)
 
 
+def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
+    """The batch sweep (:func:`dflash_lite.batching.sweep`), eager, and with ``compile`` on
+    compiled fixed shapes too, sized for the longest prompt."""
+    c = setup.config
+    stops = stop_token_ids(setup.target, setup.tokenizer)
+    tree = c.tree_sizes[0] if c.tree_sizes else None
+    progress = None if c.quiet else print
+    shapes = [EAGER]
+    if c.compile:
+        length = max(x.shape[1] for x in setup.prompts) + c.max_new_tokens
+        shapes.append(FixedShapes(length, compile=True, buckets={
+            1, 2, 4, 8, 16, 32, 64, *c.block_sizes, *((tree + 1,) if tree else ())}))
+    rows, costs = [], {}
+    for s in shapes:
+        result = batching.sweep(setup.target, setup.drafter, setup.prompts, c.max_new_tokens,
+                                c.batch_sizes, c.block_sizes, tree, sampling, stops, c.repeats,
+                                c.cost_repeats, c.device, s, progress)
+        for row in result["rows"]:
+            row["compiled"] = s.compiled
+            if s.compiled:
+                row["name"] += " (compiled)"
+        rows += result["rows"]
+        costs = costs or result["costs"]
+    return Measured({}, environment(c.device), {"batch": {"rows": rows, "costs": costs}})
+
+
+def _batch_report(setup: Setup, measured: Measured) -> dict:
+    c, rows = setup.config, measured.costs["batch"]["rows"]
+    eager = [r for r in rows if not r["compiled"]]
+    summary = {"env": {**measured.env, **setup.settings}, "methods": rows,
+               "batch_sizes": list(c.batch_sizes), "max_new_tokens": c.max_new_tokens,
+               "num_prompts": len(setup.prompts), "repeats": c.repeats,
+               "cost_model": {"costs_by_batch": measured.costs["batch"]["costs"]},
+               "crossover": {"line": batching.PAYS,
+                             "measured": batching.crossover(eager),
+                             "predicted": batching.crossover(eager, key="predicted_speedup")}}
+    if not c.quiet:
+        print(batching.format_batch_table(rows))
+        x = summary["crossover"]
+        print(f"\nthe best speculative row falls below {x['line']}x over batched plain decoding "
+              f"at batch {x['measured']} (measured; None: never in this sweep); the cost model "
+              f"says {x['predicted']}")
+    if c.json_out:
+        atomic_write_text(c.json_out, json.dumps(summary, indent=1))
+    return summary
+
+
 def report(setup: Setup, measured: Measured) -> dict:
     """The summary (the JSON at the top of this module): one row per method with its speedups
     (:func:`summarise`), the cost model's rows next to the measured costs, and the setup's choices
     in ``"env"``. Printed unless ``quiet``; written whole to ``json_out`` when given."""
     c = setup.config
+    if c.batch_sizes:
+        return _batch_report(setup, measured)
     summary = summarise(measured.stats, measured.env, c.max_new_tokens, len(setup.prompts),
                         c.repeats)
     if measured.costs is not None:

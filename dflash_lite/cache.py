@@ -180,7 +180,7 @@ class SlotCache(Cache):
                 for layer in self.layers:
                     layer.at.copy_(value)
             self.ends = (value if end is None else torch.as_tensor(end, device=self.device)
-                         ).clone()
+                         ).expand(self.rows).clone()
 
     def keep_path(self, position: int, path: list[int]) -> None:
         """The K/V of the verify rows ``path`` (written from slot ``position``, root first) move to
@@ -269,18 +269,22 @@ class SlotCache(Cache):
         key = torch.where(inside, at[:, None] + depth, key)
         return (query[:, :, None] - key[:, None, :] < window)[:, None]
 
-    def context_mask(self, block_width: int, new: int = 0):
+    def context_mask(self, block_width: int, new: int = 0,
+                     block_lengths: torch.Tensor | None = None):
         """The drafter's mask for a forward whose block (``block_width`` positions, never stored)
         sees the committed context after writing ``new`` slots: (rows, 1, 1, L + B) on a fixed
-        cache or a batch (slots before each row's ``ends``, and the whole block), None on an eager
-        cache of one row (the filled slots are the context)."""
-        if not self.fixed and self.rows == 1:
+        cache or a batch (slots before each row's ``ends``, and the block), None on an eager cache
+        of one row with a whole block (the filled slots are the context). ``block_lengths`` (R,):
+        row r's block is its first ``block_lengths[r]`` positions (a shorter block, exactly)."""
+        if block_lengths is None and not self.fixed and self.rows == 1:
             return None
         slots = torch.arange(self.length if self.fixed else max(self.layers[0].starts) + new,
                              device=self.device)
-        context = slots[None] < self.ends[:, None]                                     # (R, L)
-        block = torch.ones(self.rows, block_width, dtype=torch.bool, device=self.device)
-        return torch.cat([context, block], dim=1)[:, None, None]
+        context = slots[None] < self.ends[:, None] if self.fixed or self.rows > 1 \
+            else torch.ones(1, len(slots), dtype=torch.bool, device=self.device)      # (R, L)
+        block = torch.arange(block_width, device=self.device)[None]
+        block = block >= 0 if block_lengths is None else block < block_lengths.view(-1, 1)
+        return torch.cat([context, block.expand(self.rows, -1)], dim=1)[:, None, None]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """The drafter's write: (rows, kv, C, D) of new context into layer ``layer``; what it

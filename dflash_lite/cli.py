@@ -259,6 +259,8 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
           help="skip the EAGLE-style and draft-model peers")
     b.add("--compile", action="store_true",
           help="add static-shape rows, plain and DFlash (CUDA graphs on CUDA)")
+    b.add("--batch-sizes", type=validate.block_sizes_arg,
+          help="the batch sweep instead, e.g. 1,2,4,8,16: every method at each batch size")
     return b.parser
 
 

@@ -18,7 +18,7 @@ from collections import deque
 import torch
 
 from .cache import SlotCache
-from .decode import new_cache, prefill, verify
+from .decode import prefill, verify_batch
 from .timing import interleaved
 
 # the second context length step_costs measures: the prompt's + this many tokens
@@ -171,28 +171,29 @@ class DriftMonitor:
 
 @torch.inference_mode()
 def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, draft_sizes,
-                       repeats: int = 5) -> dict:
+                       repeats: int = 5, rows: int = 1) -> dict:
     """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
-    blocks of b (``draft_sizes``) at the prompt's context length, interleaved so that load drift
-    hits all sizes alike. Returns ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
+    blocks of b (``draft_sizes``) at the prompt's context length, for a batch of ``rows`` requests
+    (t(rows, b)), interleaved so that load drift hits all sizes alike. Returns
+    ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
     device = target.device
-    ids = prompt_ids.to(device)
+    ids = prompt_ids.to(device).expand(rows, -1)
     length = ids.shape[1]
     layer_ids = drafter.config.target_layer_ids
-    cache = new_cache(target)
-    _, features = prefill(target, ids, cache, layer_ids)
-    dcache = SlotCache(drafter.config.num_layers, device=device)
+    cache = SlotCache.for_target(target, rows=rows)
+    _, features = prefill(target, ids, cache, layer_ids, None if rows == 1 else [length] * rows)
+    dcache = SlotCache(drafter.config.num_layers, rows=rows, device=device)
     mask_id = drafter.config.mask_token_id
-    drafter.draft_logits(target, torch.full((1, 2), mask_id, device=device), features[:, :-1],
+    drafter.draft_logits(target, torch.full((rows, 2), mask_id, device=device), features[:, :-1],
                          0, dcache)
 
     def target_step(b):             # b tokens after the prompt; the next one overwrites them
         cache.rewind(length)
-        verify(target, ids[:, -1:].expand(1, b), cache, layer_ids)
+        verify_batch(target, ids[:, -1:].expand(rows, b), cache, layer_ids)
 
     def draft_step(b):              # one new context position, written at the same slot each time
-        drafter.draft_logits(target, torch.full((1, b), mask_id, device=device), features[:, -1:],
-                             length - 1, dcache)
+        drafter.draft_logits(target, torch.full((rows, b), mask_id, device=device),
+                             features[:, -1:], length - 1, dcache)
 
     fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
     fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})
@@ -212,12 +213,14 @@ def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> tor
 
 
 def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, tree_sizes=(),
-               repeats: int = 7, longer_ids: torch.Tensor | None = None) -> StepCosts:
+               repeats: int = 7, longer_ids: torch.Tensor | None = None,
+               rows: int = 1) -> StepCosts:
     """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1, N+1+B for
     each tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the
     prompt's and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
     (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
-    once and passes the result to every policy it builds."""
+    once and passes the result to every policy it builds. ``rows``: the batch size the costs are
+    for (every row the same prompt)."""
     started = time.perf_counter()
     grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size}
                   | {max_block_size})
@@ -226,14 +229,14 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
     tables = {}
     for ids in (prompt_ids, longer):
         measured = measure_step_costs(target, drafter, ids, set(grid) | wide,
-                                      [b for b in grid if b > 1], repeats)
+                                      [b for b in grid if b > 1], repeats, rows)
         tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
     return StepCosts.by_context(tables, time.perf_counter() - started, measured=True)
 
 
 @torch.inference_mode()
 def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
-                  tree_sizes=()) -> dict:
+                  tree_sizes=(), rows: int = 1) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
     length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
     N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
@@ -241,9 +244,10 @@ def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), 
     tree_block = drafter.config.block_size
     measured = measure_step_costs(target, drafter, prompt_ids,
                                   {1, *block_sizes, *(n + 1 for n in tree_sizes)},
-                                  {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats)
+                                  {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats,
+                                  rows)
     # keys are strings, as they will be in the JSON
-    return {"context_length": prompt_ids.shape[1], "repeats": repeats,
+    return {"context_length": prompt_ids.shape[1], "repeats": repeats, "batch_size": rows,
             "tree_block_size": tree_block,
             "t_target": {str(b): t for b, t in measured["t_target"].items()},
             "t_draft": {str(b): t for b, t in measured["t_draft"].items()}}

@@ -330,10 +330,11 @@ class RowProposers:
             self.proposers[r].start(prompt_ids[r: r + 1, :length], None if target_hidden is None
                                     else target_hidden[r: r + 1, :length])
 
-    def propose_rows(self, last_token, k: int) -> list:
-        return [p.propose(last_token[r: r + 1], min(k, p.block_size - 1))
-                if min(k, p.block_size - 1) > 0 else ChainDraft(last_token[:0])
-                for r, p in enumerate(self.proposers)]
+    def propose_rows(self, last_token, k) -> list:
+        depths = [k] * len(self.proposers) if isinstance(k, int) else k
+        return [p.propose(last_token[r: r + 1], min(d, p.block_size - 1))
+                if min(d, p.block_size - 1) > 0 else ChainDraft(last_token[:0])
+                for r, (p, d) in enumerate(zip(self.proposers, depths))]
 
     def accepted_rows(self, blocks, positions, target_hidden) -> None:
         for p, block, position, hidden in zip(self.proposers, blocks, positions, target_hidden):
@@ -392,24 +393,30 @@ class DFlashProposer:
         self.new_context, self.new_context_lengths = target_hidden, lengths
         self.new_context_start = 0 if lengths is None else [0] * len(lengths)
 
-    def block_logits(self, last_token: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def block_logits(self, last_token: torch.Tensor, k) -> tuple[torch.Tensor, torch.Tensor]:
         """One drafter forward over ``[last, MASK x k]`` per row (``last_token`` (R,)) with the new
-        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V). With
-        fixed shapes the block is always the proposer's full block, and its first k drafts are
-        read."""
+        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V).
+        ``k``: one depth, or one per row (each row drafts as a block of its own k + 1 would; the
+        widest sets the shapes). With fixed shapes the block is always the proposer's full
+        block, and its first k drafts are read."""
+        depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
+        k = max(depths)
         width = self.block_size if self.shapes.fixed else k + 1
         block = torch.full((last_token.shape[0], width), self.drafter.config.mask_token_id,
                            dtype=torch.long, device=last_token.device)
         block[:, 0] = last_token                                        # [last, MASK x k]
+        lengths = None if all(d + 1 == width for d in depths) else [d + 1 for d in depths]
         logits = self.shapes.draft(self.drafter, self.target, self.cache, block, self.new_context,
-                                   self.new_context_start, self.new_context_lengths)
+                                   self.new_context_start, self.new_context_lengths, lengths)
         return block[:, : k + 1], logits[:, :k]
 
     def propose(self, last_token: torch.Tensor, k: int):
-        return self.propose_rows(last_token, k)[0]
+        return self.propose_rows(last_token, [k])[0]
 
-    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[ChainDraft]:
-        block, logits = self.block_logits(last_token, k)
+    def propose_rows(self, last_token: torch.Tensor, k) -> list[ChainDraft]:
+        """Per row a chain of its depth ``k[r]`` (a list, or one int for every row)."""
+        depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
+        block, logits = self.block_logits(last_token, depths)
         # DFlash uses 1 pass; more is an experiment (one request only):
         for _ in range(self.passes - 1):
             position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
@@ -417,7 +424,8 @@ class DFlashProposer:
             block[0, 1:] = logits[0].argmax(dim=-1)
             logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0],
                                                position, self.cache)
-        return [ChainDraft(row) for row in logits.argmax(dim=-1)]     # (k,) each, point masses
+        # (k_r,) each, point masses
+        return [ChainDraft(row[:d]) for row, d in zip(logits.argmax(dim=-1), depths)]
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the drafter's context on the next propose
@@ -500,9 +508,11 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
             live[r] = None
         if all(row is None for row in live):
             return
-        k = min(rows.block_size, max(limits[i] - emitted[i] for i in live if i is not None)) - 1
-        with phase("draft"):        # depth k after `last`: a chain or a tree (0: plain decoding)
-            drafts = rows.propose_rows(last, k) if k else [ChainDraft(last[:0])] * len(live)
+        # per row: depth k after `last`, never past its own max_new_tokens (0: plain decoding)
+        k = [min(rows.block_size, limits[i] - emitted[i]) - 1 if i is not None else 0
+             for i in live]
+        with phase("draft"):        # a chain or a tree per row
+            drafts = rows.propose_rows(last, k) if max(k) else [ChainDraft(last[:0])] * len(live)
         with phase("verify"):       # ONE target forward scores every row's `last` and drafts
             logits, hidden, widths = verify_rows(shapes, target, drafts, last, cache,
                                                  rows.layer_ids)
@@ -510,9 +520,6 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
             paths, new = map(list, zip(*(
                 draft.accept(logits[r, : widths[r]], sampling, processors, generator, position[r])
                 if live[r] is not None else ([], []) for r, draft in enumerate(drafts))))
-            # never past a row's own max_new_tokens (the batch drafts for its longest request)
-            room = [limits[i] - emitted[i] if i is not None else 0 for i in live]
-            paths, new = [p[:m] for p, m in zip(paths, room)], [t[:m] for t, m in zip(new, room)]
             discarded = [0] * len(live)
             if rollback == "shortest":          # the naive rule: every row to the shortest path
                 shortest = min(len(p) for p in paths if p)

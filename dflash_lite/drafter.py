@@ -430,19 +430,24 @@ class DFlashDrafter(nn.Module):
 
     @torch.inference_mode()
     def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
-                     cache: SlotCache | None = None, block_start=None) -> torch.Tensor:
+                     cache: SlotCache | None = None, block_start=None,
+                     block_lengths=None) -> torch.Tensor:
         """:meth:`draft_forward` without autograd (what every caller outside a compiled region
         wants)."""
-        return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start)
+        return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start,
+                                  block_lengths)
 
     def draft_forward(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
-                      cache: SlotCache | None = None, block_start=None) -> torch.Tensor:
+                      cache: SlotCache | None = None, block_start=None,
+                      block_lengths=None) -> torch.Tensor:
         """Logits for the B-1 masked positions of ``block_ids`` (N, B) -> (N, B-1, V).
 
         ``target_hidden`` holds the features of the new context positions ``start .. start+C-1``
         (``start``: an int, or (N,) on the device); with a cache they are written there, and the
         earlier context is read from it. The block's first token sits at ``block_start`` (default:
         right after the new context); a fixed-shape cache masks what lies past the context.
+        ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]``
+        positions would (the rest hidden), so a batch drafts every row at its own depth.
         """
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
@@ -453,7 +458,7 @@ class DFlashDrafter(nn.Module):
         mask = None
         if cache is not None:
             cache.rewind(start, block_start)
-            mask = cache.context_mask(b, c)
+            mask = cache.context_mask(b, c, block_lengths)
         # the drafter's; the target's may differ
         dtype = self.fc.weight.dtype
         # (N, B, H)

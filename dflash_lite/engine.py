@@ -3,6 +3,7 @@
 >>> engine = Engine.from_pretrained("tiny")                 # shipped target + its shipped drafter
 >>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
 >>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
+>>> engine.generate([prompt_a, prompt_b])                    # one batch: a list of completions
 
 The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be
 a local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16.
@@ -23,10 +24,10 @@ import torch
 from .acceptance import PositionNoise, SamplingParams
 from .baselines import NoDraftProposer
 from .checkpoints import load_pair
-from .costs import StepCosts
+from .costs import StepCosts, step_costs
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
+from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession, batch_policy
 from .prompts import encode
 from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
 from .target import parse_dtype, stop_token_ids
@@ -71,6 +72,7 @@ class Engine:
         # fixed shapes own their caches and compiled forwards (shapes_for)
         self.shapes: Shapes = EAGER
         self._busy = threading.Lock()
+        self.batch_costs: dict[int, StepCosts] = {}      # the batch policy's, per batch size
 
     def shapes_for(self, length: int) -> Shapes:
         """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
@@ -115,55 +117,89 @@ class Engine:
         ids = input_ids.to(self.target.device) if input_ids is not None else None
         return self.session.proposer(ids, shapes)
 
-    def generate(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0,
-                 top_p: float | None = None, top_k: int | None = None, stream: bool = False,
-                 seed: int | None = None):
+    def batch_proposer(self, input_ids: list[torch.Tensor], shapes: Shapes = EAGER):
+        """The proposer of a batch: plain decoding or DFlash at a fixed block size as for one
+        prompt; by default the batch policy (:func:`dflash_lite.policy.batch_policy`), on step
+        costs measured once per batch size and kept."""
+        if self.drafter is None or self.block_size is not None:
+            return self.proposer(None, shapes)
+        rows = len(input_ids)
+        if rows not in self.batch_costs:
+            ids = input_ids[0].to(self.target.device)
+            self.batch_costs[rows] = step_costs(self.target, self.drafter, ids,
+                                                self.drafter.config.block_size,
+                                                DEFAULT_TREE_SIZES, rows=rows)
+        return batch_policy(self.drafter, self.target, self.batch_costs[rows], shapes)
+
+    def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,
+                 stream: bool = False, seed: int | None = None):
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
         pieces that yields as blocks are accepted. ``self.last_result`` holds the timings and tau.
         ``seed`` fixes a sampled call: the noise of the token at each position is a function of
         the seed and the position only (:class:`~dflash_lite.acceptance.PositionNoise`), so the
         text is the target's own seeded sample whatever the policy drafts, on either mode.
-        Without a seed one is drawn; ``self.last_result.seed`` gives it, to replay the call."""
+        Without a seed one is drawn; ``self.last_result.seed`` gives it, to replay the call.
+
+        A list of prompts is one batch (docs/method.md#batches): a list of completions, each the
+        one its prompt gets alone when greedy, or with ``stream=True`` ``(row, piece)`` pairs;
+        ``self.last_result`` is then a list, one result per prompt."""
         sampling = SamplingParams(temperature, top_k, top_p)
         check_int("max_new_tokens", max_new_tokens)
         if seed is not None:
             check_seed(seed)
-        input_ids = self.encode(prompt)
-        check_request(self.target, input_ids, max_new_tokens)   # fail before anything is yielded
+        batch = isinstance(prompt, (list, tuple))
+        if batch and not prompt:
+            raise ValueError("the batch is empty: give at least one prompt")
+        input_ids = [self.encode(p) for p in (prompt if batch else [prompt])]
+        for ids in input_ids:                   # fail before anything is yielded
+            check_request(self.target, ids, max_new_tokens)
         noise = None if sampling.greedy else PositionNoise(seed)    # a greedy call draws nothing
-        pieces = self._stream(input_ids, max_new_tokens, sampling, noise)
-        return pieces if stream else "".join(pieces)
+        pieces = self._stream(input_ids, max_new_tokens, sampling, noise, batch)
+        if stream:
+            return pieces if batch else (piece for _, piece in pieces)
+        texts = [""] * len(input_ids)
+        for row, piece in pieces:
+            texts[row] += piece
+        return texts if batch else texts[0]
 
-    def _stream(self, input_ids, max_new_tokens, sampling, generator):
+    def _stream(self, input_ids, max_new_tokens, sampling, generator, batch):
         if self.compile and not self._busy.acquire(blocking=False):
             raise RuntimeError("this Engine(compile=True) is serving another call (its fixed-shape "
                                "caches hold one request); use one Engine per thread")
         try:
-            yield from self._decode(input_ids, max_new_tokens, sampling, generator)
+            yield from self._decode(input_ids, max_new_tokens, sampling, generator, batch)
         finally:
             if self.compile:
                 self._busy.release()
 
-    def _decode(self, input_ids, max_new_tokens, sampling, generator):
+    def _decode(self, input_ids, max_new_tokens, sampling, generator, batch):
         timer = PhaseTimer(self.target.device)
         seed = None if generator is None else generator.seed
-        self.last_result = result = GenerationResult(input_ids.shape[1], phase_times=timer.seconds,
-                                                     seed=seed)
-        shapes = self.shapes_for(input_ids.shape[1] + max_new_tokens)
-        proposer = self.proposer(input_ids, shapes)
-        loop = steps(self.target, proposer, input_ids.to(self.target.device), max_new_tokens,
-                     sampling, self.stops, generator, timer)
-        emitted = ""
+        results = [GenerationResult(ids.shape[1], phase_times=timer.seconds, seed=seed)
+                   for ids in input_ids]
+        self.last_result = results if batch else results[0]
+        shapes = self.shapes_for(max(ids.shape[1] for ids in input_ids) + max_new_tokens)
+        proposer = self.batch_proposer(input_ids, shapes) if batch else \
+            self.proposer(input_ids[0], shapes)
+        device = self.target.device
+        loop = steps(self.target, proposer, [ids.to(device) for ids in input_ids] if batch
+                     else input_ids[0].to(device), max_new_tokens, sampling, self.stops,
+                     generator, timer)
+        emitted = [""] * len(input_ids)
         for step in loop:
+            result = results[step.row]
             result.record(step)
             text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
             if text.endswith("\ufffd"):    # half of a multi-byte character: wait for the rest
                 continue
-            yield text[len(emitted):]
-            emitted = text
-        if self.session is not None and self.block_size is None:   # the next call starts from here
-            self.session.finished(proposer,
-                                  torch.cat([input_ids, torch.tensor([result.tokens])], dim=1))
-        text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
-        if len(text) > len(emitted):
-            yield text[len(emitted):]
+            yield step.row, text[len(emitted[step.row]):]
+            emitted[step.row] = text
+        if not batch and self.session is not None and self.block_size is None:
+            # the next call starts from here
+            self.session.finished(proposer, torch.cat([input_ids[0],
+                                                       torch.tensor([results[0].tokens])], dim=1))
+        for row, result in enumerate(results):
+            text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+            if len(text) > len(emitted[row]):
+                yield row, text[len(emitted[row]):]

@@ -60,10 +60,10 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .costs import StepCosts, step_costs
-from .decode import ChainDraft, DFlashProposer
+from .decode import ChainDraft, DFlashProposer, RowProposers, stack_rows
 from .ngram import NgramProposer
 from .shapes import EAGER, Shapes
-from .tree import add_branch, draft_tree
+from .tree import DFlashTreeProposer, add_branch, draft_tree, draft_trees
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -439,6 +439,135 @@ class CostAwareProposer(DFlashProposer):
         for estimate, path, chain, held in self.pending:
             estimate.observe_chain(*chain_accepted(path, chain, held, next_token))
         self.pending = []
+
+
+def choose_batch(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
+                 continuations: list[int], context_length: int | None = None,
+                 depth: int | None = None) -> Choice:
+    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the
+    most expected committed tokens over all rows per second of the step at this batch size
+    (``costs`` measured for it). ``continuations``: per row, how many drafts prompt lookup has;
+    a row without one commits a single token on a lookup step. Plain decoding is always a
+    candidate, so a batch where no draft pays decodes plainly. Ties go to the cheaper kind."""
+    depth = estimate.depth if depth is None else min(depth, estimate.depth)
+    rows = len(continuations)
+    candidates = [(rows * e, Choice(b))
+                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
+    for n in options.tree_sizes if depth else ():
+        candidates.append((rows * estimate.expected_tree_tokens(n, options.tree_prior_gain, depth),
+                           Choice(depth + 1, n)))
+    most = min(max(continuations, default=0), depth)
+    if estimate.ngram is not None and most:
+        expected = estimate.ngram.expected_tokens()
+        candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
+                       for m in range(1, min(most, estimate.ngram.depth) + 1)]
+    rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
+    return candidates[rates.index(max(rates))][1]
+
+
+class BatchPolicy(DFlashTreeProposer):
+    """The policy of a batch: each step, :func:`choose_batch`'s one option for every row (plain
+    decoding, a DFlash chain of b, a draft tree of ``options.tree_sizes[0]`` nodes, or prompt
+    lookup's continuation), from one acceptance estimate pooled over the rows and step costs
+    measured at this batch size (:func:`~dflash_lite.costs.step_costs` with ``rows``). Features
+    of steps that ran no drafter wait, per row, for the next drafter forward. Every draft is a
+    point mass, so every step is lossless (docs/method.md#batches)."""
+
+    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
+                 costs: StepCosts | None = None, shapes: Shapes = EAGER):
+        super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
+                         options.max_block_size, shapes)
+        self.options = replace(options, max_block_size=self.block_size,
+                               tree_sizes=options.tree_sizes[:1])
+        self.costs = costs
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.start_rows(prompt_ids, target_hidden, None)
+
+    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
+        lengths = lengths or [prompt_ids.shape[1]]
+        super().start_rows(prompt_ids, target_hidden, lengths)
+        o, rows = self.options, len(lengths)
+        if self.costs is None:
+            self.costs = step_costs(self.target, self.drafter, prompt_ids[:1, : lengths[0]],
+                                    o.max_block_size, o.tree_sizes, rows=rows)
+        self.estimate = AcceptanceEstimate.for_options(o)
+        self.lookup = RowProposers(NgramProposer(o.ngram_drafts, o.max_ngram), rows) \
+            if o.ngram_drafts else None
+        if self.lookup is not None:
+            self.lookup.start_rows(prompt_ids, None, lengths)
+        # per row: the features no drafter forward has seen yet, and where they start
+        self.waiting = [[target_hidden[r: r + 1, :n]] for r, n in enumerate(lengths)]
+        self.waiting_start, self.context = [0] * rows, list(lengths)
+        self.choice, self.drafted, self.chosen = Choice(1), False, []
+        self.continuations = [[] for _ in lengths]
+
+    def propose(self, last_token, k):
+        return self.propose_rows(last_token, [k])[0]
+
+    def propose_rows(self, last_token, k):
+        lasts, depths = last_token.tolist(), [k] * len(last_token) if isinstance(k, int) else k
+        self.continuations = [p.continuation(t, min(d, p.block_size - 1))
+                              for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
+            if self.lookup is not None else [[] for _ in lasts]
+        c = self.choice = choose_batch(self.estimate, self.costs, self.options,
+                                       [len(x) for x in self.continuations],
+                                       sum(self.context) // len(self.context), max(depths))
+        self.chosen.append(c)
+        if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
+            return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long,
+                                            device=last_token.device))
+                    for x in self.continuations]
+        # the drafter takes in every row's features since its last forward
+        self.new_context = stack_rows([torch.cat(w, dim=1) for w in self.waiting])
+        self.new_context_start = list(self.waiting_start)
+        self.new_context_lengths = [sum(x.shape[1] for x in w) for w in self.waiting]
+        self.drafted = True
+        depths = [min(d, c.block_size - 1) for d in depths]
+        if c.tree_size:
+            return draft_trees(self, last_token, depths, c.tree_size)
+        return DFlashProposer.propose_rows(self, last_token, depths)
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        self.accepted_rows([block[:, : n + 1]], [position], [target_hidden[:, : n + 1]])
+
+    def accepted_rows(self, blocks, positions, target_hidden) -> None:
+        c, e, o = self.choice, self.estimate, self.options
+        looked = e.ngram is not None and any(self.continuations)
+        e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
+        for r, (block, position, hidden) in enumerate(zip(blocks, positions, target_hidden)):
+            n = block.shape[1] - 1
+            if n < 0:                               # a finished row kept as padding
+                continue
+            if c.tree_size:
+                e.observe_tree(c.tree_size, n + 1)
+            elif c.kind == "chain":
+                e.observe_chain(n, min(n + 1, c.block_size - 1))
+            elif c.kind == "ngram" and self.continuations[r][: c.ngram]:
+                e.ngram.observe_chain(n, min(n + 1, len(self.continuations[r][: c.ngram])))
+            if self.drafted:
+                self.waiting[r], self.waiting_start[r] = [hidden], position
+            else:
+                self.waiting[r].append(hidden)
+            self.context[r] = position + n + 1
+        if self.lookup is not None:
+            self.lookup.accepted_rows(blocks, positions, target_hidden)
+        self.choice, self.drafted, self.continuations = Choice(1), False, [[] for _ in blocks]
+
+    def keep_rows(self, index: list[int]) -> None:
+        super().keep_rows(index)
+        self.waiting = [self.waiting[i] for i in index]
+        self.waiting_start = [self.waiting_start[i] for i in index]
+        self.context = [self.context[i] for i in index]
+        if self.lookup is not None:
+            self.lookup.keep_rows(index)
+
+
+def batch_policy(drafter, target, costs: StepCosts | None = None,
+                 shapes: Shapes = EAGER) -> BatchPolicy:
+    """The default's options (:data:`DEFAULT_OPTIONS`) as one choice per step for a whole batch
+    (what ``Engine.generate`` and ``bench --batch-sizes`` run on more than one prompt)."""
+    return BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs, shapes)
 
 
 @dataclass

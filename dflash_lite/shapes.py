@@ -63,16 +63,20 @@ class Shapes:
         ``key`` names the forward (the taps it reads): one compiled function per key."""
         return forward(ids, depths, ancestors)
 
-    def draft(self, drafter, target, cache, block, features, start, lengths=None):
+    def draft(self, drafter, target, cache, block, features, start, lengths=None,
+              block_lengths=None):
         """One drafter forward over ``block`` (R, B) after the new context ``features``
         (R, C, K*H) at ``start`` (an int, or per row); ``lengths``: per row, how much of its
-        context is real (None: all C): the logits of the block's masked slots (R, B-1, V)."""
-        if lengths is None:
-            return drafter.draft_logits(target, block, features, start, cache)
+        context is real (None: all C); ``block_lengths``: per row, how much of the block it
+        drafts with (None: all B). The logits of the block's masked slots (R, B-1, V)."""
         device = block.device
+        blocks = None if block_lengths is None else torch.tensor(block_lengths, device=device)
+        if lengths is None:
+            return drafter.draft_logits(target, block, features, start, cache,
+                                        block_lengths=blocks)
         start = torch.tensor(start, device=device)
         return drafter.draft_logits(target, block, features, start, cache,
-                                    start + torch.tensor(lengths, device=device))
+                                    start + torch.tensor(lengths, device=device), blocks)
 
 
 EAGER = Shapes()
@@ -149,11 +153,15 @@ class FixedShapes(Shapes):
         logits, features = self._run(key, forward, *pad(ids, depths, ancestors, self.width(w)))
         return logits[:, :w], None if features is None else features[:, :w]
 
-    def draft(self, drafter, target, cache, block, features, start, lengths=None):
+    def draft(self, drafter, target, cache, block, features, start, lengths=None,
+              block_lengths=None):
         width, device, rows = self.context_width, block.device, block.shape[0]
 
-        def forward(block, features, start, end):
-            return drafter.draft_forward(target, block, features, start, cache, end)
+        def forward(block, features, start, end, block_lengths):
+            return drafter.draft_forward(target, block, features, start, cache, end,
+                                         block_lengths)
+        blocks = torch.tensor([block.shape[1]] * rows if block_lengths is None else block_lengths,
+                              device=device)
         starts = torch.tensor(start, device=device).view(-1).expand(rows)
         lengths = torch.full((rows,), features.shape[1], device=device) if lengths is None \
             else torch.tensor(lengths, device=device)
@@ -166,7 +174,7 @@ class FixedShapes(Shapes):
                                                       chunk.shape[-1])], dim=1)
             begin = starts + lengths.clamp(max=offset)
             end = starts + lengths.clamp(max=offset + width)
-            logits = self._run("draft", forward, block, chunk, begin, end)
+            logits = self._run("draft", forward, block, chunk, begin, end, blocks)
             offset += width
             if offset >= features.shape[1]:
                 return logits

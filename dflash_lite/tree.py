@@ -187,13 +187,14 @@ def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
     return draft_trees(proposer, last_token, depth, tree_size)[0]
 
 
-def draft_trees(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
+def draft_trees(proposer: DFlashProposer, last_token: torch.Tensor, depth,
                 tree_size: int) -> list[DraftTree]:
     """:func:`draft_tree` of every row of a batch (``last_token`` (R,)) from one drafter
-    forward: a tree per row."""
-    _, logits = proposer.block_logits(last_token, depth)                # (R, depth, V)
+    forward: a tree per row, of its own ``depth[r]`` (a list, or one int for every row)."""
+    depths = [depth] * last_token.shape[0] if isinstance(depth, int) else list(depth)
+    _, logits = proposer.block_logits(last_token, depths)               # (R, depth, V)
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    return [build_tree(last_token[r], logprobs[r], tree_size) for r in range(len(logprobs))]
+    return [build_tree(last_token[r], logprobs[r, :d], tree_size) for r, d in enumerate(depths)]
 
 
 class DFlashTreeProposer(DFlashProposer):
@@ -208,9 +209,9 @@ class DFlashTreeProposer(DFlashProposer):
         self.tree_size = tree_size
 
     def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        return self.propose_rows(last_token, k)[0]
+        return self.propose_rows(last_token, [k])[0]
 
-    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[DraftTree]:
+    def propose_rows(self, last_token: torch.Tensor, k) -> list[DraftTree]:
         return draft_trees(self, last_token, k, self.tree_size)
 
 
@@ -235,9 +236,9 @@ class HybridTreeProposer(DFlashTreeProposer):
         self.ngram.start_rows(prompt_ids, None, lengths)
 
     def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        return self.propose_rows(last_token, k)[0]
+        return self.propose_rows(last_token, [k])[0]
 
-    def propose_rows(self, last_token: torch.Tensor, k: int) -> list[DraftTree]:
+    def propose_rows(self, last_token: torch.Tensor, k) -> list[DraftTree]:
         branches = self.ngram.propose_rows(last_token, k)
         return [add_branch(tree, branch.tokens.tolist())
                 for tree, branch in zip(super().propose_rows(last_token, k), branches)]

@@ -36,6 +36,7 @@ def _bounds(low, high) -> str:
     return f"in {low}..{high}"
 
 
+MAX_BATCH = 64            # requests in one batch (bench --batch-sizes)
 MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its results in memory
 
 

@@ -1,0 +1,185 @@
+"""Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
+
+At each batch size b, every method decodes the same prompts in batches of b (the prompt list
+cycled to fill a batch larger than it), in one interleaved timer after a warm-up; every row's
+output is checked against its prompt decoded alone. A row of the report: total new tokens per
+second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
+per row), the accepted tokens the naive rollback gave back, and the cost model's prediction at
+batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec), from the forwards
+measured at that batch size (:func:`dflash_lite.costs.measure_costs` with ``rows``).
+
+Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
+tree, prompt lookup, the batch policy (:class:`~dflash_lite.policy.BatchPolicy`, on step costs
+measured at each b) and the naive rollback (DFlash at the largest block size, every row rolled
+back to the batch's shortest accepted path).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from .acceptance import SamplingParams
+from .baselines import NoDraftProposer
+from .costs import measure_costs, predicted_speedup, step_costs
+from .decode import DFlashProposer, generate
+from .ngram import NgramProposer
+from .policy import DEFAULT_OPTIONS, BatchPolicy
+from .report import Kind
+from .shapes import EAGER, Shapes
+from .timing import interleaved
+from .tree import DFlashTreeProposer
+
+# the batch after which drafting counts as no longer paying (the issue's 1.2x line)
+PAYS = 1.2
+
+
+@dataclass
+class BatchMethod:
+    """One row of the sweep: ``make(costs)`` builds a fresh proposer (``costs``: the batch
+    policy's step costs at this batch size); ``rollback`` as :func:`dflash_lite.decode.steps`
+    takes it."""
+    name: str
+    kind: Kind
+    make: Callable
+    block_size: int | None = None
+    tree_size: int | None = None
+    rollback: str = "row"
+    default: bool = False
+
+
+def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
+                  shapes: Shapes = EAGER) -> list[BatchMethod]:
+    """The sweep's methods (the module's docstring), on ``shapes``."""
+    rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
+                        lambda c: NoDraftProposer(shapes), 1),
+            BatchMethod("prompt lookup k=10", Kind.NGRAM,
+                        lambda c: NgramProposer(10, shapes=shapes))]
+    if drafter is None:
+        return rows
+    for b in block_sizes:
+        rows.append(BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda c, b=b: DFlashProposer(
+            drafter, target, b, shapes=shapes), b))
+    if tree_size:
+        rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
+                                lambda c: DFlashTreeProposer(drafter, target, tree_size,
+                                                             shapes=shapes), tree_size=tree_size))
+    rows.append(BatchMethod("batch policy (default)", Kind.DFLASH_POLICY,
+                            lambda c: BatchPolicy(drafter, target, DEFAULT_OPTIONS, c, shapes),
+                            default=True))
+    largest = max(block_sizes)
+    rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
+                            lambda c: DFlashProposer(drafter, target, largest, shapes=shapes),
+                            largest, rollback="shortest"))
+    return rows
+
+
+def batches_of(prompts: list, size: int) -> list[list]:
+    """``prompts`` in batches of ``size``, cycled to fill the last one (so every batch size
+    decodes every prompt, and a batch larger than the list repeats it)."""
+    rows = -(-len(prompts) // size) * size
+    cycled = [prompts[i % len(prompts)] for i in range(rows)]
+    return [cycled[i: i + size] for i in range(0, rows, size)]
+
+
+def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, block_sizes=(16,),
+          tree_size: int | None = 16, sampling=None, stops=(), repeats: int = 3,
+          cost_repeats: int = 5, device: str = "cpu", shapes: Shapes = EAGER,
+          progress=print) -> dict:
+    """Every method at every batch size (the module's docstring): ``{"rows": [...], "costs":
+    {b: measured forwards}}``, one row per (batch size, method), each with its ``batch_size``."""
+    sampling = sampling or SamplingParams()
+    alone = [generate(target, NoDraftProposer(), p, max_new_tokens, sampling, stops).tokens
+             for p in prompts]                   # every prompt decoded alone: the reference
+    rows, costs = [], {}
+    for size in batch_sizes:
+        groups = batches_of(list(range(len(prompts))), size)
+        policy_costs = None if drafter is None else step_costs(
+            target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
+            repeats=3, rows=size)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes)
+        made: dict[str, list] = {m.name: [] for m in methods}
+
+        def run(m: BatchMethod):
+            results, proposers = [], []
+            for group in groups:
+                proposers.append(m.make(policy_costs))
+                out = generate(target, proposers[-1], [prompts[i] for i in group],
+                               max_new_tokens, sampling, stops, rollback=m.rollback)
+                results += out
+            made[m.name] = proposers
+            return results
+        timed = interleaved({m.name: (lambda m=m: run(m)) for m in methods}, repeats, 1, device)
+        measured = None if drafter is None else measure_costs(
+            target, drafter, prompts[0], block_sizes, cost_repeats,
+            (tree_size,) if tree_size else (), rows=size)
+        costs[size] = measured
+        plain = None
+        for m in methods:
+            calls = timed[m.name]
+            results = calls[-1][1]
+            seconds = statistics.median(t for t, _ in calls)
+            tokens = sum(len(r.tokens) for r in results)
+            lengths = [n for r in results for n in r.acceptance_lengths]
+            order = [i for group in groups for i in group]
+            row = {"batch_size": size, "name": m.name, "kind": m.kind.value,
+                   "block_size": m.block_size, "tree_size": m.tree_size, "rollback": m.rollback,
+                   "default": m.default, "tokens_per_s": tokens / seconds,
+                   "tokens_per_s_spread": [tokens / t for t, _ in calls],
+                   "tau": sum(lengths) / len(lengths) if lengths else None,
+                   "discarded_tokens": sum(r.discarded for r in results), "error": None,
+                   "identical_to_target": all(r.tokens == alone[i]
+                                              for r, i in zip(results, order))
+                   if sampling.greedy or sampling.seed is not None else None}
+            if m.kind is Kind.AUTOREGRESSIVE:
+                plain = row
+            if m.kind is Kind.DFLASH_POLICY:
+                row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
+            row["predicted_speedup"] = _predicted(row, measured)
+            rows.append(row)
+        for row in rows[-len(methods):]:
+            row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
+        if progress is not None:
+            progress(f"batch {size}: " + ", ".join(f"{r['name']} {r['speedup']:.2f}x"
+                                                   for r in rows[-len(methods):]))
+    return {"rows": rows, "costs": {str(b): c for b, c in costs.items()}}
+
+
+def _predicted(row: dict, measured: dict | None) -> float | None:
+    """The cost model at the row's batch size, for a chain at a fixed block size (its own tau)."""
+    if measured is None or row["tau"] is None or row["block_size"] is None:
+        return None
+    t, d, b = measured["t_target"], measured["t_draft"], row["block_size"]
+    if b == 1:
+        return 1.0
+    if str(b) not in t or str(b) not in d:
+        return None
+    return predicted_speedup(row["tau"], t["1"], t[str(b)], d[str(b)])
+
+
+def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
+    """The smallest batch size at which the best speculative row's ``key`` (the measured speedup,
+    or ``predicted_speedup``) falls below ``line``; None if it never does."""
+    sizes = sorted({r["batch_size"] for r in rows})
+    for size in sizes:
+        best = max((r[key] for r in rows if r["batch_size"] == size and r[key] is not None
+                    and r["kind"] != Kind.AUTOREGRESSIVE.value and r["rollback"] == "row"),
+                   default=None)
+        if best is not None and best < line:
+            return size
+    return None
+
+
+def format_batch_table(rows: list[dict]) -> str:
+    """The sweep as text: per batch size and method, tokens/s, speedup, tau, identity, what the
+    naive rollback threw away and the cost model's prediction."""
+    lines = [f"{'batch':>5}  {'method':<26}{'tok/s':>9}{'speedup':>9}{'tau':>7}"
+             f"{'predicted':>11}{'thrown':>8}  identical"]
+    for r in rows:
+        tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
+        predicted = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
+        lines.append(f"{r['batch_size']:>5}  {r['name']:<26}{r['tokens_per_s']:>9.1f}"
+                     f"{r['speedup']:>8.2f}x{tau:>7}{predicted:>11}{r['discarded_tokens']:>8}"
+                     f"  {r['identical_to_target']}")
+    return "\n".join(lines)
