@@ -703,16 +703,32 @@ def test_05_exercise_5_training(ch05_data):
             "drafter_loss(m, target, b, weights.flip(0))",
         ),
         "never seeds the model": edit(good, "    torch.manual_seed(seed)\n", ""),
+        "seeded, but the weights flipped": edit(
+            good,
+            "drafter_loss(m, target, b, weights)",
+            "drafter_loss(m, target, b, weights.flip(0))",
+        ),
+        "seeded, but the weights permuted": edit(
+            good,
+            "drafter_loss(m, target, b, weights)",
+            "drafter_loss(m, target, b, weights[torch.randperm(len(weights))])",
+        ),
     }
-    run = lambda src: earns(
-        "ch05_exercise_5_check",
-        ch05.check_weighted_training,
-        define(src, "train", **context),
-        target,
-        ch05_data,
-        tokenizer,
-        8,
-    )
+
+    def run(src):
+        fn = define(src, "train", **context)
+        return earns(
+            "ch05_exercise_5_check",
+            ch05.check_weighted_training,
+            fn,
+            target,
+            ch05_data,
+            tokenizer,
+            8,
+            answer_5=fn,
+            block_size=8,
+        )
+
     assert run(good)
     assert not [n for n, src in wrong.items() if run(src)]
 
