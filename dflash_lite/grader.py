@@ -416,12 +416,31 @@ def _test_program(source: str):
     return compile(tree, "<test cell>", "exec"), bool(scored)
 
 
+SOLUTION_KEY = "__dflash_solution__"
+
+
+def solution_sources(notebook) -> dict[str, str]:
+    """``{grade_id: source}`` of a notebook's solution cells (the student's code as submitted)."""
+    return {
+        _nbgrader(c)["grade_id"]: c.source
+        for c in notebook.cells
+        if c.cell_type == "code" and _nbgrader(c).get("solution") and _nbgrader(c).get("grade_id")
+    }
+
+
 def score_answers(
-    source, answers: dict[str, dict], submission_defs: str, hidden: dict | None = None
+    source,
+    answers: dict[str, dict],
+    submission_defs: str,
+    hidden: dict | None = None,
+    solutions: dict[str, str] | None = None,
 ) -> dict[str, list]:
     """Points of every graded cell of the ``source`` notebook, from collected ``answers``
     (``{grade_id: {name: encoded value}}``) and the submission's definitions (source text).
-    Returns ``{grade_id: [score, max_score, message]}``."""
+    ``solutions``: the submission's solution cells (:func:`solution_sources`); a hidden check
+    finds the one its test cell checks (grade id ``X_check`` checks ``X``) under
+    ``SOLUTION_KEY``, to run the student's code of a cell that defines values, not functions,
+    on other inputs. Returns ``{grade_id: [score, max_score, message]}``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -456,6 +475,7 @@ def score_answers(
             passed = namespace.get("__dflash_result__") is True if scored else True
             message = "" if passed else "the check did not pass"
             if passed and grade_id in hidden:
+                namespace[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
                 hidden[grade_id](namespace)
         except Exception as e:  # noqa: BLE001 (any failure is 0 points)
             passed, message = False, (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:300]
@@ -475,7 +495,9 @@ def score_notebook(
     source = nbformat.read(source_path, as_version=4)
     executed = nbformat.read(executed_path, as_version=4)
     hidden = load_hidden(Path(hidden_path) if hidden_path else None)
-    return score_answers(source, collected(executed), definitions(executed), hidden)
+    return score_answers(
+        source, collected(executed), definitions(executed), hidden, solution_sources(executed)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,23 @@ def source():
     return nbformat.read(NB02, as_version=4)
 
 
+def test_hidden_checks_get_the_submitted_solution_cell(source):
+    """A hidden check finds the student's code of the solution cell its test cell checks (to run
+    a cell that defines values on other inputs); one the submission lacks is None."""
+    submitted = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("answer_4 = lookup_draft  # mine")
+    cell.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "ch02_exercise_4"}
+    submitted.cells = [cell, nbformat.v4.new_code_cell("x = 1")]
+    assert grader.solution_sources(submitted) == {"ch02_exercise_4": cell.source}
+    seen = []
+    hidden = {"ch02_exercise_4_check": lambda ns: seen.append(ns.get(grader.SOLUTION_KEY))}
+    grader.score_answers(
+        source, lookup_answers(), GOOD_LOOKUP, hidden, grader.solution_sources(submitted)
+    )
+    grader.score_answers(source, lookup_answers(), GOOD_LOOKUP, hidden)
+    assert seen == [cell.source, None]
+
+
 def test_grader_scores_collected_answers(source):
     report = grader.score_answers(
         source, lookup_answers(), GOOD_LOOKUP, hidden=grader.load_hidden()

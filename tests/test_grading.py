@@ -703,16 +703,32 @@ def test_05_exercise_5_training(ch05_data):
             "drafter_loss(m, target, b, weights.flip(0))",
         ),
         "never seeds the model": edit(good, "    torch.manual_seed(seed)\n", ""),
+        "seeded, but the weights flipped": edit(
+            good,
+            "drafter_loss(m, target, b, weights)",
+            "drafter_loss(m, target, b, weights.flip(0))",
+        ),
+        "seeded, but the weights permuted": edit(
+            good,
+            "drafter_loss(m, target, b, weights)",
+            "drafter_loss(m, target, b, weights[torch.randperm(len(weights))])",
+        ),
     }
-    run = lambda src: earns(
-        "ch05_exercise_5_check",
-        ch05.check_weighted_training,
-        define(src, "train", **context),
-        target,
-        ch05_data,
-        tokenizer,
-        8,
-    )
+
+    def run(src):
+        fn = define(src, "train", **context)
+        return earns(
+            "ch05_exercise_5_check",
+            ch05.check_weighted_training,
+            fn,
+            target,
+            ch05_data,
+            tokenizer,
+            8,
+            answer_5=fn,
+            block_size=8,
+        )
+
     assert run(good)
     assert not [n for n, src in wrong.items() if run(src)]
 
@@ -1095,3 +1111,201 @@ def test_09_exercise_4_falls_back(ch03_setup):
     assert run(ran("Once upon a time, in a quiet village by the sea,"))
     assert not run(default_policy(drafter, target)), "a policy that never ran passed"
     assert not run(drafter), "the drafter instead of the policy passed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Build-it cells whose check is the notebook's own test cell (asserts): each variant replaces
+# the solution cell, then the chapter's test cell and the hidden checks run, as the grader runs
+# them. The cells before it run once, as the notebook has them (smaller parameters where given).
+
+
+def _code(source: str) -> str:
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+
+
+def _cell(chapter: str, grade_id: str) -> str:
+    nb = nbformat.read(NOTEBOOKS[chapter], as_version=4)
+    return next(
+        c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
+def run_before(chapter: str, grade_id: str, **parameters) -> dict:
+    """The namespace of the chapter's code cells run in order up to the cell ``grade_id`` (not
+    included); ``parameters`` override the parameters cell's values."""
+    namespace = {"__name__": "__main__"}
+    nb = nbformat.read(NOTEBOOKS[chapter], as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return namespace
+        if cell.cell_type == "code":
+            exec(compile(_code(cell.source), f"<notebook {chapter}>", "exec"), namespace)
+            if cell.source.startswith("# Parameters"):
+                namespace.update(parameters)
+    raise LookupError(grade_id)
+
+
+def cell_earns(chapter: str, grade_id: str, source: str, namespace: dict) -> bool:
+    """Whether ``source`` as the solution cell ``grade_id`` gets the marks of its test cell (run
+    after it in a copy of ``namespace``) and of the hidden checks."""
+    namespace = dict(namespace)
+    check_id = f"{grade_id}_check"
+    try:
+        exec(compile(_code(source), "<solution cell>", "exec"), namespace)
+        exec(compile(_code(_cell(chapter, check_id)), "<test cell>", "exec"), namespace)
+    except Exception:  # noqa: BLE001 (a raise is a fail)
+        return False
+    # the hidden checks, as earns() runs them, on the namespace the test cell ran in
+    return earns(check_id, lambda: True, **namespace, **{grader.SOLUTION_KEY: source})
+
+
+def wrong_that_earn(chapter: str, grade_id: str, wrong: dict, namespace: dict) -> list[str]:
+    return [name for name, src in wrong.items() if cell_earns(chapter, grade_id, src, namespace)]
+
+
+@pytest.fixture(scope="module")
+def ch03_notebook():
+    return run_before("03", "ch03_build_context", num_prompts=1, max_new_tokens=16)
+
+
+def test_03_build_context(ch03_notebook):
+    good = solution("03", "ch03_build_context")
+    wrong = {
+        "eps left out": edit(
+            good, "x.pow(2).mean(-1, keepdim=True) + eps)", "x.pow(2).mean(-1, keepdim=True))"
+        ),
+        "eps outside the root": edit(
+            good,
+            "weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)",
+            "weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps)",
+        ),
+        "the taps read as one slice": edit(
+            good,
+            "torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)",
+            "torch.cat(out.hidden_states[c.target_layer_ids[0] + 1:c.target_layer_ids[-1] + 2]"
+            ", dim=-1)",
+        ),
+    }
+    assert cell_earns("03", "ch03_build_context", good, ch03_notebook)
+    assert not wrong_that_earn("03", "ch03_build_context", wrong, ch03_notebook)
+
+
+def test_03_build_kv_injection():
+    namespace = run_before("03", "ch03_build_kv_injection", num_prompts=1)
+    good = solution("03", "ch03_build_kv_injection")
+    wrong = {
+        "mask inverted": edit(good, "masked_fill(~mask", "masked_fill(mask"),
+        "mask ignored": edit(
+            good, 'scores = scores.masked_fill(~mask.to(scores.device), float("-inf"))', "pass"
+        ),
+        "key positions counted from 0": edit(
+            good, "kv_pos = torch.cat([ctx_pos, x_pos])", "kv_pos = torch.arange(kv_in.shape[1])"
+        ),
+        "queries placed right after the context": edit(
+            good, "*rope_cos_sin(x_pos))", "*rope_cos_sin(x_pos - x_pos[0] + len(ctx_pos)))"
+        ),
+    }
+    assert cell_earns("03", "ch03_build_kv_injection", good, namespace)
+    assert not wrong_that_earn("03", "ch03_build_kv_injection", wrong, namespace)
+
+
+def test_03_build_drafter_forward():
+    namespace = run_before("03", "ch03_build_drafter_forward", num_prompts=1)
+    good = solution("03", "ch03_build_drafter_forward")
+    wrong = {
+        "mask not passed on": edit(
+            good, "context, block_pos, ctx_pos, mask)", "context, block_pos, ctx_pos)"
+        ),
+        "block placed right after the context": edit(
+            good,
+            "context, block_pos, ctx_pos, mask)",
+            "context, ctx_pos[-1] + 1 + torch.arange(block_ids.shape[1]), ctx_pos, mask)",
+        ),
+        "two layers typed in": edit(
+            good, "for layer in drafter.layers:", "for layer in drafter.layers[:2]:"
+        ),
+    }
+    assert cell_earns("03", "ch03_build_drafter_forward", good, namespace)
+    assert not wrong_that_earn("03", "ch03_build_drafter_forward", wrong, namespace)
+
+
+def test_05_build_loss():
+    namespace = run_before("05", "ch05_build_loss", num_prompts=12, max_new_tokens=24)
+    good = solution("05", "ch05_build_loss")
+    wrong = {
+        "normalised by a fixed constant": edit(
+            good, "my_loss = (w_slot * ce).sum() / w_slot.sum()",
+            "my_loss = (w_slot * ce).mean() / w.mean()",
+        ),
+        "gamma typed in": edit(
+            good, "torch.exp(-(torch.arange(1, block_size) - 1) / gamma)",
+            "torch.exp(-(torch.arange(1, block_size) - 1) / 4.0)",
+        ),
+        "slot k weighted by w_(k+1)": edit(
+            good, "w_slot = w.to(device)[k - 1]", "w_slot = w.to(device)[k.clamp(max=len(w) - 1)]"
+        ),
+        "accuracy over all slots": edit(
+            good, "hit[k == j].float().mean().item()", "hit.float().mean().item()"
+        ),
+    }
+    assert cell_earns("05", "ch05_build_loss", good, namespace)
+    assert not wrong_that_earn("05", "ch05_build_loss", wrong, namespace)
+
+
+@pytest.fixture(scope="module")
+def ch09_notebook():
+    return run_before("09", "ch09_build_best_paths", num_prompts=1, max_new_tokens=16)
+
+
+def test_09_build_best_paths(ch09_notebook):
+    good = solution("09", "ch09_build_best_paths")
+    wrong = {
+        "one position too few": edit(
+            good, "if len(ranks) < top_ids.shape[0]:", "if len(ranks) < top_ids.shape[0] - 1:"
+        ),
+        "one candidate too few": edit(
+            good,
+            "if ranks[-1] + 1 < top_ids.shape[1]:",
+            "if ranks[-1] + 1 < top_ids.shape[1] - 1:",
+        ),
+        "not best first (shortest first)": edit(
+            good, "    return found", "    return sorted(found, key=len)"
+        ),
+        "ranked by the mean log-probability": edit(
+            good,
+            "return sum(float(top_logp[d, r]) for d, r in enumerate(ranks))",
+            "return statistics.mean(float(top_logp[d, r]) for d, r in enumerate(ranks))",
+        ),
+    }
+    assert cell_earns("09", "ch09_build_best_paths", good, ch09_notebook)
+    assert not wrong_that_earn("09", "ch09_build_best_paths", wrong, ch09_notebook)
+
+
+def test_09_build_tree_mask(ch09_notebook):
+    namespace = dict(ch09_notebook)
+    exec(_code(solution("09", "ch09_build_best_paths")), namespace)
+    exec(_code(_cell("09", "ch09_build_best_paths_check")), namespace)
+    good = solution("09", "ch09_build_tree_mask")
+    wrong = {
+        "the parent only": edit(
+            good,
+            "ancestors[i] |= ancestors[tree.parents[i]]",
+            "ancestors[i, tree.parents[i]] = True",
+        ),
+        "children before parents": edit(
+            good, "for i in range(1, len(tree)):", "for i in reversed(range(1, len(tree))):"
+        ),
+        "every earlier node (causal)": edit(
+            good, "ancestors[i] |= ancestors[tree.parents[i]]", "ancestors[i, :i] = True"
+        ),
+        "parent and grandparent": edit(
+            good,
+            "ancestors[i] |= ancestors[tree.parents[i]]",
+            "ancestors[i, tree.parents[i]] = ancestors[i, max(tree.parents[tree.parents[i]], 0)]"
+            " = True",
+        ),
+    }
+    assert cell_earns("09", "ch09_build_tree_mask", good, namespace)
+    assert not wrong_that_earn("09", "ch09_build_tree_mask", wrong, namespace)
