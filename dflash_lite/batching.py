@@ -22,10 +22,10 @@ from typing import Callable
 
 from .acceptance import SamplingParams
 from .baselines import NoDraftProposer
-from .costs import measure_costs, predicted_speedup, step_costs
+from .costs import StepCosts, measure_costs, predicted_speedup, step_costs
 from .decode import DFlashProposer, generate
 from .ngram import NgramProposer
-from .policy import DEFAULT_OPTIONS, BatchPolicy
+from .policy import DEFAULT_OPTIONS, BatchPolicy, PolicySession
 from .report import Kind
 from .shapes import EAGER, Shapes
 from .timing import interleaved
@@ -37,9 +37,9 @@ PAYS = 1.2
 
 @dataclass
 class BatchMethod:
-    """One row of the sweep: ``make(costs)`` builds a fresh proposer (``costs``: the batch
-    policy's step costs at this batch size); ``rollback`` as :func:`dflash_lite.decode.steps`
-    takes it."""
+    """One row of the sweep: ``make(prompts)`` builds a fresh proposer for a batch, and
+    ``finish(proposer)``, when given, keeps what it learned for the next batch; ``rollback`` as
+    :func:`dflash_lite.decode.steps` takes it."""
     name: str
     kind: Kind
     make: Callable
@@ -47,30 +47,44 @@ class BatchMethod:
     tree_size: int | None = None
     rollback: str = "row"
     default: bool = False
+    finish: Callable | None = None
 
 
 def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
-                  shapes: Shapes = EAGER) -> list[BatchMethod]:
-    """The sweep's methods (the module's docstring), on ``shapes``."""
+                  shapes: Shapes = EAGER, size: int = 1,
+                  costs: StepCosts | None = None) -> list[BatchMethod]:
+    """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
+    is the one-request policy for one prompt (``PolicySession``, as ``Engine`` keeps it) and the
+    batch policy on ``costs`` (measured at this batch size) for more, each handing what it
+    learned to its next batch."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
-                        lambda c: NoDraftProposer(shapes), 1),
+                        lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
-                        lambda c: NgramProposer(10, shapes=shapes))]
+                        lambda ids: NgramProposer(10, shapes=shapes))]
     if drafter is None:
         return rows
     for b in block_sizes:
-        rows.append(BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda c, b=b: DFlashProposer(
+        rows.append(BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda ids, b=b: DFlashProposer(
             drafter, target, b, shapes=shapes), b))
     if tree_size:
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
-                                lambda c: DFlashTreeProposer(drafter, target, tree_size,
-                                                             shapes=shapes), tree_size=tree_size))
-    rows.append(BatchMethod("batch policy (default)", Kind.DFLASH_POLICY,
-                            lambda c: BatchPolicy(drafter, target, DEFAULT_OPTIONS, c, shapes),
-                            default=True))
+                                lambda ids: DFlashTreeProposer(drafter, target, tree_size,
+                                                               shapes=shapes), tree_size=tree_size))
+    if size == 1:
+        session = PolicySession(drafter, target, DEFAULT_OPTIONS)
+        rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
+                                lambda ids: session.proposer(ids[0], shapes), default=True,
+                                finish=session.finished))
+    else:
+        learned = {"estimate": None}
+        rows.append(BatchMethod("batch policy (default)", Kind.DFLASH_POLICY,
+                                lambda ids: BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs,
+                                                        shapes, learned["estimate"]),
+                                default=True,
+                                finish=lambda p: learned.update(estimate=p.estimate)))
     largest = max(block_sizes)
     rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
-                            lambda c: DFlashProposer(drafter, target, largest, shapes=shapes),
+                            lambda ids: DFlashProposer(drafter, target, largest, shapes=shapes),
                             largest, rollback="shortest"))
     return rows
 
@@ -95,19 +109,22 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     rows, costs = [], {}
     for size in batch_sizes:
         groups = batches_of(list(range(len(prompts))), size)
-        policy_costs = None if drafter is None else step_costs(
+        policy_costs = None if drafter is None or size == 1 else step_costs(
             target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
             repeats=3, rows=size)
-        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
+                                policy_costs)
         made: dict[str, list] = {m.name: [] for m in methods}
 
         def run(m: BatchMethod):
             results, proposers = [], []
             for group in groups:
-                proposers.append(m.make(policy_costs))
-                out = generate(target, proposers[-1], [prompts[i] for i in group],
-                               max_new_tokens, sampling, stops, rollback=m.rollback)
-                results += out
+                batch = [prompts[i] for i in group]
+                proposers.append(m.make(batch))
+                results += generate(target, proposers[-1], batch, max_new_tokens, sampling,
+                                    stops, rollback=m.rollback)
+                if m.finish is not None:
+                    m.finish(proposers[-1])
             made[m.name] = proposers
             return results
         timed = interleaved({m.name: (lambda m=m: run(m)) for m in methods}, repeats, 1, device)

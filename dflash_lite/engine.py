@@ -73,6 +73,7 @@ class Engine:
         self.shapes: Shapes = EAGER
         self._busy = threading.Lock()
         self.batch_costs: dict[int, StepCosts] = {}      # the batch policy's, per batch size
+        self.batch_estimate = None                       # what the last batch learned
 
     def shapes_for(self, length: int) -> Shapes:
         """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
@@ -121,15 +122,16 @@ class Engine:
         """The proposer of a batch: plain decoding or DFlash at a fixed block size as for one
         prompt; by default the batch policy (:func:`dflash_lite.policy.batch_policy`), on step
         costs measured once per batch size and kept."""
-        if self.drafter is None or self.block_size is not None:
-            return self.proposer(None, shapes)
+        if self.drafter is None or self.block_size is not None or len(input_ids) == 1:
+            return self.proposer(input_ids[0], shapes)       # one prompt: the one-request policy
         rows = len(input_ids)
         if rows not in self.batch_costs:
             ids = input_ids[0].to(self.target.device)
             self.batch_costs[rows] = step_costs(self.target, self.drafter, ids,
                                                 self.drafter.config.block_size,
                                                 DEFAULT_TREE_SIZES, rows=rows)
-        return batch_policy(self.drafter, self.target, self.batch_costs[rows], shapes)
+        return batch_policy(self.drafter, self.target, self.batch_costs[rows], shapes,
+                            self.batch_estimate)
 
     def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,
@@ -195,10 +197,12 @@ class Engine:
                 continue
             yield step.row, text[len(emitted[step.row]):]
             emitted[step.row] = text
-        if not batch and self.session is not None and self.block_size is None:
+        if len(input_ids) == 1 and self.session is not None and self.block_size is None:
             # the next call starts from here
             self.session.finished(proposer, torch.cat([input_ids[0],
                                                        torch.tensor([results[0].tokens])], dim=1))
+        elif self.session is not None and self.block_size is None:
+            self.batch_estimate = proposer.estimate
         for row, result in enumerate(results):
             text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
             if len(text) > len(emitted[row]):

@@ -471,15 +471,18 @@ class BatchPolicy(DFlashTreeProposer):
     lookup's continuation), from one acceptance estimate pooled over the rows and step costs
     measured at this batch size (:func:`~dflash_lite.costs.step_costs` with ``rows``). Features
     of steps that ran no drafter wait, per row, for the next drafter forward. Every draft is a
-    point mass, so every step is lossless (docs/method.md#batches)."""
+    point mass, so every step is lossless (docs/method.md#batches). As the one-request policy
+    does, it times its own steps against the model (``costs.observe``: the host's work per row
+    is in no forward), and ``estimate``, what an earlier batch learned, starts the next one."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
-                 costs: StepCosts | None = None, shapes: Shapes = EAGER):
+                 costs: StepCosts | None = None, shapes: Shapes = EAGER,
+                 estimate: AcceptanceEstimate | None = None):
         super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
                          options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size,
                                tree_sizes=options.tree_sizes[:1])
-        self.costs = costs
+        self.costs, self.estimate = costs, estimate
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.start_rows(prompt_ids, target_hidden, None)
@@ -491,7 +494,10 @@ class BatchPolicy(DFlashTreeProposer):
         if self.costs is None:
             self.costs = step_costs(self.target, self.drafter, prompt_ids[:1, : lengths[0]],
                                     o.max_block_size, o.tree_sizes, rows=rows)
-        self.estimate = AcceptanceEstimate.for_options(o)
+        if self.estimate is None:
+            self.estimate = AcceptanceEstimate.for_options(o)
+        else:                                      # what earlier batches learned, at a discount
+            self.estimate.decay(o.request_decay)
         self.lookup = RowProposers(NgramProposer(o.ngram_drafts, o.max_ngram), rows) \
             if o.ngram_drafts else None
         if self.lookup is not None:
@@ -499,13 +505,14 @@ class BatchPolicy(DFlashTreeProposer):
         # per row: the features no drafter forward has seen yet, and where they start
         self.waiting = [[target_hidden[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
-        self.choice, self.drafted, self.chosen = Choice(1), False, []
+        self.choice, self.drafted, self.chosen, self.started = Choice(1), False, [], None
         self.continuations = [[] for _ in lengths]
 
     def propose(self, last_token, k):
         return self.propose_rows(last_token, [k])[0]
 
     def propose_rows(self, last_token, k):
+        self.started = time.perf_counter()
         lasts, depths = last_token.tolist(), [k] * len(last_token) if isinstance(k, int) else k
         self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                               for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
@@ -533,6 +540,11 @@ class BatchPolicy(DFlashTreeProposer):
 
     def accepted_rows(self, blocks, positions, target_hidden) -> None:
         c, e, o = self.choice, self.estimate, self.options
+        if self.started is not None and self.costs.measured:     # the step against the model
+            context = sum(self.context) // len(self.context)
+            predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
+            self.costs.observe(c.kind, time.perf_counter() - self.started, predicted)
+        self.started = None
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, target_hidden)):
@@ -563,11 +575,11 @@ class BatchPolicy(DFlashTreeProposer):
             self.lookup.keep_rows(index)
 
 
-def batch_policy(drafter, target, costs: StepCosts | None = None,
-                 shapes: Shapes = EAGER) -> BatchPolicy:
+def batch_policy(drafter, target, costs: StepCosts | None = None, shapes: Shapes = EAGER,
+                 estimate: AcceptanceEstimate | None = None) -> BatchPolicy:
     """The default's options (:data:`DEFAULT_OPTIONS`) as one choice per step for a whole batch
     (what ``Engine.generate`` and ``bench --batch-sizes`` run on more than one prompt)."""
-    return BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs, shapes)
+    return BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs, shapes, estimate)
 
 
 @dataclass

@@ -1,0 +1,249 @@
+"""Many requests at once (docs/method.md#batches): every row of a batch is its prompt decoded
+alone, token for token and step for step, for plain decoding, DFlash chains, trees, prompt lookup
+and the hybrid tree, eager and on fixed shapes, at batch sizes 1 to 16 with prompts of different
+lengths and rows that stop early; the naive rollback keeps only the batch's shortest path (and
+says how much it threw away); the batch policy falls to plain decoding where nothing pays;
+``Engine.generate`` takes a list; ``bench --batch-sizes`` reports a row per batch size.
+"""
+import json
+
+import pytest
+import torch
+
+from dflash_lite import corpus, generate_autoregressive, stop_token_ids
+from dflash_lite.acceptance import SamplingParams
+from dflash_lite.baselines import NoDraftProposer
+from dflash_lite.batching import batches_of, crossover
+from dflash_lite.benchmark import BenchConfig, bench
+from dflash_lite.checkpoints import load_drafter
+from dflash_lite.costs import StepCosts
+from dflash_lite.decode import DFlashProposer, as_batch, generate
+from dflash_lite.engine import Engine
+from dflash_lite.ngram import NgramProposer
+from dflash_lite.policy import DEFAULT_OPTIONS, BatchPolicy
+from dflash_lite.shapes import FixedShapes
+from dflash_lite.target import default_drafter_path
+from dflash_lite.tree import DFlashTreeProposer, HybridTreeProposer
+
+MAX_NEW = 32
+SIZES = (1, 2, 4, 8, 16)
+
+
+@pytest.fixture(scope="module")
+def drafter():
+    return load_drafter(default_drafter_path("tiny")).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+    """Six held-out prompts of different lengths (math and code), each with the target's greedy
+    output alone; some stop early at a stop token."""
+    target, tokenizer = tiny
+    texts = corpus.prompts("held_out", "math", 3) + corpus.prompts("held_out", "code", 3)
+    ids = [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids for t in texts]
+    stops = stop_token_ids(target, tokenizer)
+    alone = [generate_autoregressive(target, x, MAX_NEW, stop_token_ids=stops).tokens for x in ids]
+    assert len({x.shape[1] for x in ids}) > 3
+    return ids, alone, stops
+
+
+LIMITS = (MAX_NEW, 20, MAX_NEW, 9, MAX_NEW, 26)     # rows that finish early, each at its own step
+
+
+MAKE = {"plain": lambda t, d, s: NoDraftProposer(s),
+        "chain": lambda t, d, s: DFlashProposer(d, t, 8, shapes=s),
+        "tree": lambda t, d, s: DFlashTreeProposer(d, t, 12, shapes=s),
+        "ngram": lambda t, d, s: NgramProposer(6, shapes=s),
+        "hybrid": lambda t, d, s: HybridTreeProposer(d, t, 12, shapes=s)}
+
+
+@pytest.mark.parametrize("draft", list(MAKE))
+def test_every_row_of_a_batch_is_its_prompt_decoded_alone(tiny, drafter, prompts, shapes, draft):
+    """At batch sizes 1-16 (the prompts cycled to fill a batch, each with its own
+    max_new_tokens, so rows finish at different steps): each row's tokens are the target's greedy
+    output alone, and its accepted length at every step is the one it has when decoded alone with
+    the same method (for trees: tau within 5%, as rounding may pick other nodes)."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    make = lambda: MAKE[draft](target, drafter, shapes)
+    steps_alone = [generate(target, make(), x, n, stop_token_ids=stops).acceptance_lengths
+                   for x, n in zip(ids, LIMITS)]
+    for size in SIZES:
+        for group in batches_of(list(range(len(ids))), size):
+            results = generate(target, make(), [ids[i] for i in group],
+                               [LIMITS[i] for i in group], stop_token_ids=stops)
+            assert [r.tokens for r in results] == [alone[i][: LIMITS[i]] for i in group], group
+            steps = [r.acceptance_lengths for r in results]
+            if draft in ("tree", "hybrid"):     # a near-tie among a tree's nodes may flip in a
+                # batched forward's rounding: the same tokens, a tree of other nodes
+                assert sum(map(sum, steps)) / sum(map(len, steps)) == pytest.approx(
+                    sum(sum(steps_alone[i]) for i in group)
+                    / sum(len(steps_alone[i]) for i in group), rel=0.05)
+            else:
+                assert steps == [steps_alone[i] for i in group]
+
+
+def test_rows_with_their_own_limits_and_stops_leave_the_batch(tiny, drafter, prompts, shapes):
+    """Per-row max_new_tokens (one row stops after its first token) and per-row stop tokens: each
+    row ends where it ends alone, and the rows still running are undisturbed."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    limits = [1, MAX_NEW, 9, MAX_NEW, 4, 20]
+    own_stops = [stops, stops, stops, [alone[3][5]], stops, stops]   # row 3 stops at its 6th token
+    results = generate(target, DFlashProposer(drafter, target, 8, shapes=shapes), ids, limits,
+                       stop_token_ids=own_stops)
+    for i, r in enumerate(results):
+        expected = generate_autoregressive(target, ids[i], limits[i],
+                                           stop_token_ids=own_stops[i]).tokens
+        assert r.tokens == expected, i
+    assert len(results[0].tokens) == 1 and results[3].tokens == alone[3][:6]
+    assert results[3].stop_reason == "stop_token"
+
+
+def test_the_naive_rollback_keeps_only_the_shortest_path(tiny, drafter, prompts):
+    """Every row of every step commits the batch's shortest accepted path: still the target's
+    tokens, but tau falls and the accepted tokens thrown away are counted."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    row = generate(target, DFlashProposer(drafter, target, 16), ids[:4], MAX_NEW,
+                   stop_token_ids=stops)
+    naive = generate(target, DFlashProposer(drafter, target, 16), ids[:4], MAX_NEW,
+                     stop_token_ids=stops, rollback="shortest")
+    assert [r.tokens for r in naive] == alone[:4]
+    tau = lambda results: (sum(sum(r.acceptance_lengths) for r in results)
+                           / sum(len(r.acceptance_lengths) for r in results))
+    assert tau(naive) < tau(row) and sum(r.discarded for r in naive) > 0
+    assert all(r.discarded == 0 for r in row)
+    # while all four rows run, they commit the same number of tokens at every step
+    common = min(len(r.acceptance_lengths) for r in naive)
+    for step in range(common):
+        assert len({r.acceptance_lengths[step] for r in naive}) == 1
+    with pytest.raises(ValueError, match="rollback must be one of"):
+        generate(target, NoDraftProposer(), ids[:2], 4, rollback="longest")
+
+
+def test_seeded_sampling_of_a_batch_is_each_prompts_own_sample(tiny, drafter, prompts):
+    """At temperature 1 with one seed, every row of a DFlash batch is the target's seeded sample of
+    its prompt decoded alone by plain decoding."""
+    target, _ = tiny
+    ids, _, stops = prompts
+    sampling = SamplingParams(temperature=1.0, seed=7)
+    alone = [generate(target, NoDraftProposer(), x, MAX_NEW, sampling, stops).tokens for x in ids]
+    results = generate(target, DFlashTreeProposer(drafter, target, 12), ids, MAX_NEW, sampling,
+                       stops)
+    assert [r.tokens for r in results] == alone
+    assert all(r.seed == 7 for r in results)
+
+
+def _costs(compute_bound: bool) -> StepCosts:
+    widths = (1, 2, 3, 4, 6, 8, 12, 16, 17, 32)
+    target = {w: (1.0 * w if compute_bound else 1.0) for w in widths}
+    return StepCosts(target, {w: 0.5 for w in widths if w > 1})
+
+
+def test_the_batch_policy_decodes_plainly_where_no_draft_pays(tiny, drafter, prompts):
+    """Step costs that grow with the width as fast as the tokens a draft could bring (the
+    compute-bound regime) make every step plain decoding; flat costs make it draft. Either way
+    every row is the target's output alone."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    for bound, drafts in ((True, False), (False, True)):
+        policy = BatchPolicy(drafter, target, DEFAULT_OPTIONS, _costs(bound))
+        results = generate(target, policy, ids[:4], MAX_NEW, stop_token_ids=stops)
+        assert [r.tokens for r in results] == alone[:4]
+        kinds = {c.kind for c in policy.chosen}
+        assert (kinds == {"plain"}) != drafts, kinds
+
+
+def test_as_batch_refuses_what_it_cannot_serve():
+    with pytest.raises(ValueError, match="the batch is empty"):
+        as_batch([], 4)
+    with pytest.raises(ValueError, match="2 prompts, but max_new_tokens"):
+        as_batch([[1, 2], [3]], [4, 5, 6])
+    prompts, limits, stops = as_batch([[1, 2], torch.tensor([3])], 4, [9, 10])
+    assert [p.shape for p in prompts] == [(1, 2), (1, 1)] and limits == [4, 4]
+    assert stops == [{9, 10}, {9, 10}]
+
+
+def test_engine_generates_a_list_and_streams_rows(tiny):
+    target, tokenizer = tiny
+    engine = Engine(target, tokenizer)
+    texts = ["def add(a, b):", "Question: what is 2 + 3?\nAnswer:", "class Stack:"]
+    alone = [engine.generate(t, max_new_tokens=12) for t in texts]
+    assert engine.generate(texts, max_new_tokens=12) == alone
+    assert len(engine.last_result) == 3
+    joined = [""] * 3
+    for row, piece in engine.generate(texts, max_new_tokens=12, stream=True):
+        joined[row] += piece
+    assert joined == alone
+    with pytest.raises(ValueError, match="the batch is empty"):
+        engine.generate([], max_new_tokens=4)
+
+
+def test_engine_batch_policy_keeps_the_text(tiny):
+    """The default engine (shipped drafter, the batch policy on costs measured at this batch size)
+    gives every prompt its own greedy text."""
+    engine = Engine.from_pretrained("tiny")
+    texts = ["def mean(values):", "Question: Ann has 4 pens and buys 3 more. How many?\nAnswer:"]
+    plain = Engine(engine.target, engine.tokenizer)
+    assert engine.generate(texts, max_new_tokens=24) == [plain.generate(t, max_new_tokens=24)
+                                                          for t in texts]
+    assert 2 in engine.batch_costs and engine.batch_estimate is not None
+
+
+def test_bench_batch_sizes_reports_a_row_per_batch_size(tmp_path):
+    out = tmp_path / "batch.json"
+    report = bench(batch_sizes=(1, 2), num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1,
+                   block_sizes=(4,), tree_sizes=(8,), domain="math", quiet=True,
+                   json_out=str(out))
+    rows = json.loads(out.read_text())["methods"]
+    assert rows == report["methods"]
+    assert {r["batch_size"] for r in rows} == {1, 2}
+    kinds = {r["kind"] for r in rows}
+    assert {"autoregressive", "dflash", "dflash_tree", "ngram", "dflash_policy"} <= kinds
+    assert all(r["identical_to_target"] for r in rows)
+    assert all(r["speedup"] == 1.0 for r in rows if r["kind"] == "autoregressive")
+    naive = [r for r in rows if r["rollback"] == "shortest"]
+    assert [r["batch_size"] for r in naive] == [1, 2] and naive[0]["discarded_tokens"] == 0
+    assert all(r["predicted_speedup"] for r in rows if r["kind"] == "dflash")
+
+
+def test_crossover_is_the_first_batch_below_the_line():
+    rows = [{"batch_size": b, "kind": "dflash", "rollback": "row", "speedup": s}
+            for b, s in ((1, 2.0), (2, 1.5), (4, 1.1), (8, 0.9))]
+    rows += [{"batch_size": b, "kind": "autoregressive", "rollback": "row", "speedup": 1.0}
+             for b in (1, 2, 4, 8)]
+    assert crossover(rows) == 4 and crossover(rows, line=0.5) is None
+
+
+@pytest.mark.parametrize("sizes", [(0,), (65,)])
+def test_bench_refuses_a_bad_batch_size(sizes):
+    with pytest.raises(ValueError, match="batch_sizes"):
+        BenchConfig(batch_sizes=sizes).check()
+
+
+def test_a_batch_cache_keeps_each_rows_path_and_drops_finished_rows():
+    from dflash_lite.cache import SlotCache
+    cache = SlotCache(1, 16, rows=3)
+    keys = torch.arange(3 * 6, dtype=torch.float).view(3, 1, 6, 1)
+    cache.rewind([2, 4, 3])
+    cache.layers[0].update(keys, keys)                       # slots 2..7, 4..9, 3..8
+    cache.keep_paths([2, 4, 3], [[0, 2, 5], [0, 1, 2], [0]])
+    assert cache.layers[0].starts == [5, 7, 4]
+    assert cache.layers[0].keys[0, 0, 2:5, 0].tolist() == [0.0, 2.0, 5.0]    # row 0's tree path
+    assert cache.layers[0].keys[1, 0, 4:7, 0].tolist() == [6.0, 7.0, 8.0]    # row 1's chain
+    cache.keep_rows([2, 0])
+    assert cache.rows == 2 and cache.layers[0].starts == [4, 5]
+    assert cache.layers[0].keys[1, 0, 2:5, 0].tolist() == [0.0, 2.0, 5.0]
+
+
+@pytest.mark.slow
+def test_a_compiled_batch_gives_every_prompts_own_output(tiny, drafter, prompts):
+    """torch.compile (inductor, no CUDA graphs on a CPU) of a batch of 3: DFlash and plain."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    shapes = FixedShapes(256, compile=True, buckets=(1, 8))
+    for make in (lambda: NoDraftProposer(shapes), lambda: DFlashProposer(drafter, target, 8,
+                                                                         shapes=shapes)):
+        results = generate(target, make(), ids[:3], MAX_NEW, stop_token_ids=stops)
+        assert [r.tokens for r in results] == alone[:3]
