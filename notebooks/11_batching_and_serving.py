@@ -329,8 +329,8 @@ assert worst < 1e-3
 # %% [markdown]
 # The differences are rounding: a different amount of padding changes the order of the sums, not
 # what any row sees. Try it with the batch's maximum as every row's offset instead (a wrong variant
-# of `batch_positions`), and the shorter rows' logits change completely: their RoPE positions
-# skip slots that hold nothing.
+# of `batch_positions`), and the shorter rows' logits no longer match theirs alone: their RoPE
+# positions skip slots that hold nothing.
 #
 # ## 4. Naive rollback against per-row rollback
 #
