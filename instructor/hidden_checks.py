@@ -437,6 +437,57 @@ def ch09_best_paths(ns: dict) -> None:
             f"D={D}, N={N}, budget {budget}: the paths are not best first"
 
 
+def _batch_reference(at: list[int], width: int, ancestors=None, depths=None):
+    """The package's mask and positions for rows at ``at`` (a single row through a two-row cache:
+    one row alone takes the cache's one-request path, which may return no mask at all)."""
+    from dflash_lite.cache import SlotCache
+
+    rows = at if len(at) > 1 else at * 2
+    cache = SlotCache(1, rows=len(rows))
+    cache.rewind(rows)
+    mask = cache.verify_mask(width, ancestors, depths)["full_attention"][: len(at)]
+    positions = cache.positions(width, depths)[: len(at)]
+    return mask, positions
+
+
+def _batches(g):
+    """Write positions of batches of 1 to 6 rows (0: nothing committed yet), with ties."""
+    out = [[0, 3], [7], [4, 4, 4], [0, 0]]
+    for rows in (2, 3, 5, 6):
+        out.append([int(x) for x in torch.randint(0, 30, (rows,), generator=g)])
+    return out
+
+
+def ch11_verify_mask(ns: dict) -> None:
+    mine = ns["batch_verify_mask"]
+    g = torch.Generator().manual_seed(1111)
+    for at in _batches(g):
+        for width in (1, 2, 5, 16):
+            chain = torch.ones(width, width, dtype=torch.bool).tril()
+            want, _ = _batch_reference(at, width)
+            got = torch.as_tensor(mine(list(at), chain))
+            assert got.shape == want.shape and torch.equal(got.bool(), want), \
+                f"rows at {at}, a chain of {width}: not the batch's verify mask"
+        for size in (3, 11):
+            tree = _random_tree(g, size)
+            ancestors, depths = tree.ancestor_mask(), torch.tensor(tree.depths)
+            want, _ = _batch_reference(at, size, ancestors, depths)
+            got = torch.as_tensor(mine(list(at), ancestors))
+            assert got.shape == want.shape and torch.equal(got.bool(), want), \
+                f"rows at {at}, a {size}-node tree: not the batch's verify mask"
+
+
+def ch11_positions(ns: dict) -> None:
+    mine = ns["batch_positions"]
+    g = torch.Generator().manual_seed(1112)
+    for at in _batches(g):
+        for depths in (torch.arange(1), torch.arange(7), torch.tensor(_random_tree(g, 9).depths)):
+            _, want = _batch_reference(at, len(depths), depths=depths)
+            got = torch.as_tensor(mine(list(at), depths))
+            assert got.shape == want.shape and torch.equal(got.long(), want), \
+                f"rows at {at}, depths {depths.tolist()}: not the position ids"
+
+
 CHECKS.update(
     {
         "ch03_build_context_check": ch03_context,
@@ -446,5 +497,7 @@ CHECKS.update(
         "ch05_exercise_5_check": ch05_training,
         "ch09_build_best_paths_check": ch09_best_paths,
         "ch09_build_tree_mask_check": ch09_tree_mask,
+        "ch11_build_verify_mask_check": ch11_verify_mask,
+        "ch11_build_positions_check": ch11_positions,
     }
 )

@@ -272,6 +272,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   them with the printed spread.
 # * The project's loop is exact (`model.generate`'s tokens) and about as fast, so every later
 #   speedup is measured against an honest baseline.
+# * A server spends the same slack differently: it puts many requests' tokens in one forward.
+#   Notebook 11 measures t(b, w) for b requests of w tokens each, and what batching leaves for
+#   speculative decoding.
 #
 # ## Review questions
 #

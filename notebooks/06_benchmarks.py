@@ -253,6 +253,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   cost-aware default uses the measured costs to decide, down to plain decoding. On a GPU a wide
 #   verify costs much less relative to one token; notebook 08 and `tools/gpu_bench.sh` measure it.
 #   Notebook 10 shows it measured on an NVIDIA H200.
+# * Every run here decodes one request at a time. Notebook 11 runs the same methods on batches of
+#   requests (`bench --batch-sizes`) and finds where speculation stops paying as the batch grows.
 #
 # ## Exercises
 #

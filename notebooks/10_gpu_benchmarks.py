@@ -386,6 +386,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   `tools/gpu_bench.sh` measures it compiled against the eager mode on a GPU.
 # * With the paper-scale costs, the cost model at the paper's tau predicts a speedup close to the
 #   paper's measurement.
+# * All of this is one request at a time. A server batches requests, which spends the same idle
+#   compute; notebook 11 measures what is left for speculative decoding as the batch grows.
 #
 # ## Review questions
 #

@@ -1309,3 +1309,83 @@ def test_09_build_tree_mask(ch09_notebook):
     }
     assert cell_earns("09", "ch09_build_tree_mask", good, namespace)
     assert not wrong_that_earn("09", "ch09_build_tree_mask", wrong, namespace)
+
+
+# ---------------------------------------------------------------------------------------------
+# 11, batching and serving
+
+
+def test_11_exercises():
+    from dflash_lite.cache import SlotCache
+    from dflash_lite.exercises import ch11
+
+    at, width = [31, 25, 28], 16
+    cache = SlotCache(1, rows=3)
+    cache.rewind(at)
+    good = int(cache.verify_mask(width)["full_attention"].sum())
+    assert good == sum(width * a + width * (width + 1) // 2 for a in at)
+    assert earns("ch11_exercise_1_check", ch11.check_visible_pairs, good, at, width)
+    for wrong in (len(at) * (width * max(at) + width * (width + 1) // 2),   # one offset, the max
+                  sum(width * a + width * width for a in at),                # no causal triangle
+                  sum(width * a for a in at)):                               # the new slots left out
+        assert not earns("ch11_exercise_1_check", ch11.check_visible_pairs, wrong, at, width), wrong
+
+    lengths = [1, 2, 2, 3, 5, 8, 8, 16, 4, 1, 7]
+    good = ch11.expected_minimum(lengths, 4)
+    by_hand = sum((sum(x >= k for x in lengths) / len(lengths)) ** 4 for k in range(1, 17))
+    assert math.isclose(good, by_hand)
+    assert earns("ch11_exercise_2_check", ch11.check_naive_tau, good, lengths, 4)
+    for wrong in (statistics.mean(lengths), min(lengths), ch11.expected_minimum(lengths, 2),
+                  statistics.mean(lengths) / 4):
+        assert not earns("ch11_exercise_2_check", ch11.check_naive_tau, wrong, lengths, 4), wrong
+
+    heat = {16: {"t_target": {1: 0.010, 16: 0.060}, "t_draft": {16: 0.008}}}
+    good = (0.060 + 0.008) / 0.010
+    assert earns("ch11_exercise_3_check", ch11.check_break_even_tau, good, heat, 16, 16)
+    for wrong in (0.060 / 0.010, (0.060 + 0.008) / 0.060, 0.010 / (0.060 + 0.008)):
+        assert not earns(
+            "ch11_exercise_3_check", ch11.check_break_even_tau, wrong, heat, 16, 16
+        ), wrong
+
+
+def test_11_build_verify_mask():
+    good = solution("11", "ch11_build_verify_mask")
+    wrong = {
+        "one offset for all rows": edit(
+            good, "at = [int(a) for a in write_positions]",
+            "at = [int(write_positions[0])] * len(write_positions)",
+        ),
+        "the slots up to the longest row visible (rejected, stale or padding)": edit(
+            good, "mask[r, 0, :, :start] = True", "mask[r, 0, :, :max(at)] = True"
+        ),
+        "the last committed slot hidden": edit(
+            good, "mask[r, 0, :, :start] = True", "mask[r, 0, :, :start - 1] = True"
+        ),
+        "the new tokens see each other whole (no ancestors)": edit(
+            good, "mask[r, 0, :, start:start + width] = ancestors",
+            "mask[r, 0, :, start:start + width] = True",
+        ),
+    }
+    namespace = {"torch": torch}
+    assert cell_earns("11", "ch11_build_verify_mask", good, namespace)
+    assert not wrong_that_earn("11", "ch11_build_verify_mask", wrong, namespace)
+
+
+def test_11_build_positions():
+    good = solution("11", "ch11_build_positions")
+    line = "return torch.as_tensor(write_positions)[:, None] + depths[None]"
+    rows = "depths[None].repeat(len(write_positions), 1)"
+    wrong = {
+        "positions advanced by the batch's maximum": edit(
+            good, line, f"return torch.as_tensor(write_positions).max() + {rows}"
+        ),
+        "one offset for all rows": edit(good, line, f"return int(write_positions[0]) + {rows}"),
+        "consecutive, whatever the depths": edit(
+            good, line,
+            "return torch.as_tensor(write_positions)[:, None] + torch.arange(len(depths))[None]",
+        ),
+        "counted from zero": edit(good, line, f"return {rows}"),
+    }
+    namespace = {"torch": torch}
+    assert cell_earns("11", "ch11_build_positions", good, namespace)
+    assert not wrong_that_earn("11", "ch11_build_positions", wrong, namespace)

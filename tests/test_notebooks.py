@@ -36,6 +36,9 @@ OVERRIDES = {
     "09_draft_trees": {"num_prompts": 1, "max_new_tokens": 16, "tree_sizes": [4, 16], "demo_tree_size": 6,
                        "timing_repeats": 3},
     "10_gpu_benchmarks": {"token_counts": [1, 4, 16], "repeats": 2, "num_prompts": 1, "max_new_tokens": 16},
+    "11_batching_and_serving": {"num_prompts": 2, "max_new_tokens": 12, "batch_sizes": [1, 2],
+                                "cost_batch_sizes": [1, 2], "widths": [1, 4, 16], "block_sizes": [16],
+                                "repeats": 1, "cost_repeats": 1},
 }
 
 

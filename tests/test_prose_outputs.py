@@ -12,6 +12,7 @@ Two checks over the committed notebooks, both quick:
   line it describes, and checks the relation on the printed numbers.
 """
 import re
+import statistics
 from pathlib import Path
 
 import jupytext
@@ -60,6 +61,19 @@ CLAIMS = [
     ("06_benchmarks", "ratios printed above, above 1 on this CPU",
      r"t_target\(B\)/t_target\(1\): ((?:B=\d+: [\d.]+(?:, )?)+)",
      lambda v: all(float(r) > 1 for r in re.findall(r"B=\d+: ([\d.]+)", v[0]))),
+    ("11_batching_and_serving", "The per-row tau does not depend on the batch size",
+     r"tau per-row ([\d.]+),", lambda v: len(v) > 1 and max(v) - min(v) < 1e-9),
+    ("11_batching_and_serving", "The naive rule's tau falls as the batch grows",
+     r"naive ([\d.]+) \(", lambda v: all(b <= a for a, b in zip(v, v[1:])) and v[-1] < v[0]),
+    ("11_batching_and_serving", "stays well below 16 over the batch sizes measured",
+     r"t\(b,16\)/t\(b,1\) +([\d.]+)", lambda v: max(v) < 8),
+    ("11_batching_and_serving", "the break-even tau is higher at the largest batch than at one",
+     r"break-even tau +([\d.]+)", lambda v: v[-1] > v[0]),
+    ("11_batching_and_serving", "its speedup over batched plain decoding falls as the batch grows",
+     r"best speculative .* ([\d.]+)x", lambda v: v[-1] < v[0]),
+    ("11_batching_and_serving", "and sits above the measurement",
+     r"DFlash B=\d+ +batch +\d+: predicted [\d.]+x, measured [\d.]+x \((\d+)% of it\)",
+     lambda v: statistics.median(v) < 100),
     ("03_block_diffusion_drafter", "both drafters rarely get past the first positions",
      r"code\s+\S+\s+tau [\d.]+ over +\d+ steps; "
      r"share of steps with draft j accepted: 1: [\d.]+, 2: ([\d.]+)",
