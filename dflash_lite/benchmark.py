@@ -562,9 +562,10 @@ def _batch_report(setup: Setup, measured: Measured) -> dict:
     if not c.quiet:
         print(batching.format_batch_table(rows))
         x = summary["crossover"]
+        said = {key: f"at batch {x[key]}" if x[key] else "at no batch size of this sweep"
+                for key in ("measured", "predicted")}
         print(f"\nthe best speculative row falls below {x['line']}x over batched plain decoding "
-              f"at batch {x['measured']} (measured; None: never in this sweep); the cost model "
-              f"says {x['predicted']}")
+              f"{said['measured']} (measured); the cost model says {said['predicted']}")
     if c.json_out:
         atomic_write_text(c.json_out, json.dumps(summary, indent=1))
     return summary

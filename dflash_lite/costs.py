@@ -79,6 +79,8 @@ class StepCosts:
         self.timed: dict[str, list[float]] = {}
         # correction() per kind, until the next observe()
         self._ratios: dict[str, float] = {}
+        # per kind: decayed tokens a batch step committed, and what the estimates expected
+        self.yields: dict[str, list[float]] = {}
         # per length: the target line (b > 1), the draft line, one target token
         lines = {}
         for n, (t_target, t_draft) in self.tables.items():
@@ -121,6 +123,23 @@ class StepCosts:
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
         self._ratios.clear()
+
+    def observe_yield(self, kind: str, committed: float, expected: float, decay: float = 0.9,
+                      idle_decay: float = 0.98) -> None:
+        """A batch step of ``kind`` committed ``committed`` tokens over its rows where the
+        acceptance estimates expected ``expected``; every other kind's record fades
+        (``idle_decay``), so that a kind that lost is tried again some steps later."""
+        for other, sums in self.yields.items():
+            if other != kind:
+                sums[0], sums[1] = sums[0] * idle_decay, sums[1] * idle_decay
+        sums = self.yields.setdefault(kind, [0.0, 0.0, 2.0 * expected])  # its prior: 2 steps of 1
+        sums[0], sums[1] = sums[0] * decay + committed, sums[1] * decay + expected
+
+    def yield_ratio(self, kind: str) -> float:
+        """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
+        prior of two steps' worth (1 before any)."""
+        committed, expected, prior = self.yields.get(kind, (0.0, 0.0, 1.0))
+        return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:
         """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds

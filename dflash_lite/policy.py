@@ -443,12 +443,14 @@ class CostAwareProposer(DFlashProposer):
 
 def choose_batch(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
                  continuations: list[int], context_length: int | None = None,
-                 depth: int | None = None) -> Choice:
+                 depth: int | None = None) -> tuple[Choice, float]:
     """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the
     most expected committed tokens over all rows per second of the step at this batch size
-    (``costs`` measured for it). ``continuations``: per row, how many drafts prompt lookup has;
-    a row without one commits a single token on a lookup step. Plain decoding is always a
-    candidate, so a batch where no draft pays decodes plainly. Ties go to the cheaper kind."""
+    (``costs`` measured for it), and the tokens the estimates expect of it. ``continuations``:
+    per row, how many drafts prompt lookup has; a row without one commits a single token on a
+    lookup step. Each kind's expectation is scaled by what its batch steps have committed
+    against it so far (``costs.yield_ratio``). Plain decoding is always a candidate, so a batch
+    where no draft pays decodes plainly. Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows = len(continuations)
     candidates = [(rows * e, Choice(b))
@@ -461,8 +463,10 @@ def choose_batch(estimate: AcceptanceEstimate, costs: StepCosts, options: Policy
         expected = estimate.ngram.expected_tokens()
         candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
-    rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
-    return candidates[rates.index(max(rates))][1]
+    rates = [e * costs.yield_ratio(c.kind) / step_seconds(c, costs, context_length)
+             for e, c in candidates]
+    expected, choice = candidates[rates.index(max(rates))]
+    return choice, expected
 
 
 class BatchPolicy(DFlashTreeProposer):
@@ -517,9 +521,10 @@ class BatchPolicy(DFlashTreeProposer):
         self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                               for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
             if self.lookup is not None else [[] for _ in lasts]
-        c = self.choice = choose_batch(self.estimate, self.costs, self.options,
-                                       [len(x) for x in self.continuations],
-                                       sum(self.context) // len(self.context), max(depths))
+        c, self.expected = choose_batch(self.estimate, self.costs, self.options,
+                                        [len(x) for x in self.continuations],
+                                        sum(self.context) // len(self.context), max(depths))
+        self.choice = c
         self.chosen.append(c)
         if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long,
@@ -544,6 +549,7 @@ class BatchPolicy(DFlashTreeProposer):
             context = sum(self.context) // len(self.context)
             predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
             self.costs.observe(c.kind, time.perf_counter() - self.started, predicted)
+            self.costs.observe_yield(c.kind, sum(b.shape[1] for b in blocks), self.expected)
         self.started = None
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)

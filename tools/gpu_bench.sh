@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One prepared GPU run of this project, at most BUDGET seconds (default 480 s = 8 minutes) on one GPU,
-# with no network: the environment, the demo, `bench --compile` in fp32 and bf16 (every row of the
+# One prepared GPU run of this project, at most BUDGET seconds (default 560 s, under 10 minutes) on one
+# GPU, with no network: the environment, the demo, `bench --compile` in fp32 and bf16 (every row of the
 # one decode loop eager and, in the same interleaved run, on fixed shapes with its forwards recorded as
-# CUDA graphs, with the compiled speedup over compiled plain decoding), the paper-scale cost probe (a
-# random Qwen3-8B-shaped target and its drafter, eager and compiled), and the greedy identity check
-# over everything written.
+# CUDA graphs, with the compiled speedup over compiled plain decoding), the batch sweep (`bench
+# --batch-sizes`: every method at batch 1 to 64, fp32 and bf16 eager, bf16 compiled too), the
+# paper-scale cost probe (a random Qwen3-8B-shaped target and its drafter, eager and compiled), and the
+# greedy identity check over everything written.
 #
 #   bash tools/gpu_bench.sh                              # from anywhere; writes results/gpu/*.json and gpu_bench.log
 #   OUT=/tmp/run DEVICE=cpu QUICK=1 bash tools/gpu_bench.sh   # every stage with tiny settings on a CPU (a check)
@@ -20,14 +21,16 @@ PYTHON=${PYTHON:-python}
 OUT=${OUT:-results/gpu}
 DEVICE=${DEVICE:-cuda}
 QUICK=${QUICK:-0}
-BUDGET=${BUDGET:-480}
+BUDGET=${BUDGET:-560}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export DFLASH_LITE_FIGURES=${DFLASH_LITE_FIGURES:-$OUT/figures} DFLASH_LITE_RESULTS=${DFLASH_LITE_RESULTS:-$OUT}
 
 if [ "$QUICK" = 1 ]; then      # enough to see every stage work, on any machine
     PROMPTS=1; NEW=16; REPEATS=1; SHAPE="--shape smoke --context 64 --repeats 3"
+    BATCHES=1,2; COMPILED_BATCHES=1,2
 else
     PROMPTS=4; NEW=96; REPEATS=2; SHAPE="--shape qwen3-8b --context 512 --repeats 10"
+    BATCHES=1,4,16,64; COMPILED_BATCHES=1,16
 fi
 if [ "$DEVICE" != cpu ] && ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "gpu_bench.sh: no CUDA device visible to torch (torch.cuda.is_available() is False); nothing was run" >&2
@@ -78,12 +81,22 @@ PY
 stage "demo ($DEVICE)" 45 "$PYTHON" -m dflash_lite demo --device "$DEVICE" --repeats 2 --max-new-tokens "$NEW"
 
 for dtype in float32 bfloat16; do      # every row eager and compiled (fixed shapes), one interleaved run
-    stage "bench --compile, $dtype" 110 "$PYTHON" -m dflash_lite bench --device "$DEVICE" --dtype "$dtype" \
+    stage "bench --compile, $dtype" 100 "$PYTHON" -m dflash_lite bench --device "$DEVICE" --dtype "$dtype" \
         --domain math --num-prompts "$PROMPTS" --max-new-tokens "$NEW" --repeats "$REPEATS" --block-sizes 16 \
         --tree-sizes 16 --no-baselines --no-hf-dflash --cost-repeats 5 --compile --json "$OUT/bench_math_${dtype}.json"
 done
 
-stage "cost probe at the paper's scale" 130 "$PYTHON" tools/gpu_cost_probe.py --device "$DEVICE" $SHAPE \
+for dtype in float32 bfloat16; do      # the batch sweep: every method at each batch size, eager
+    stage "bench --batch-sizes $BATCHES, $dtype" 60 "$PYTHON" -m dflash_lite bench --device "$DEVICE" \
+        --dtype "$dtype" --domain math --num-prompts 8 --max-new-tokens "$NEW" --repeats 1 --block-sizes 8,16 \
+        --tree-sizes 16 --cost-repeats 3 --batch-sizes "$BATCHES" --json "$OUT/bench_batch_math_${dtype}.json"
+done
+stage "bench --batch-sizes $COMPILED_BATCHES --compile, bfloat16" 60 "$PYTHON" -m dflash_lite bench \
+    --device "$DEVICE" --dtype bfloat16 --domain math --num-prompts 8 --max-new-tokens "$NEW" --repeats 1 \
+    --block-sizes 16 --tree-sizes 16 --cost-repeats 3 --batch-sizes "$COMPILED_BATCHES" --compile \
+    --json "$OUT/bench_batch_math_compiled_bfloat16.json"
+
+stage "cost probe at the paper's scale" 110 "$PYTHON" tools/gpu_cost_probe.py --device "$DEVICE" $SHAPE \
     --compiled-sizes 1,16,64 --json "$OUT/cost_probe.json"
 
 stage "greedy identity" 30 "$PYTHON" - "$OUT" <<'PY'
