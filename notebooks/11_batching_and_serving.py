@@ -637,8 +637,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   batch grows; keeping each row's path (per-row write positions, `SlotCache.keep_paths`) keeps tau
 #   where it is alone.
 # * On this CPU the speedup over batched plain decoding falls quickly with the batch; the cost
-#   model at batch b follows the trend from above. Smaller blocks (and finally plain decoding) win
-#   as the batch grows, and the batch policy chooses accordingly from costs measured at each b.
+#   model at batch b follows the trend from above. Smaller blocks win (and, at batches past this
+#   sweep, plain decoding: `bench --batch-sizes` shows where) as the batch grows, and the batch
+#   policy chooses accordingly from costs measured at each b.
 # * Every batched greedy row is its prompt decoded alone, token for token.
 #
 # ## Review questions
