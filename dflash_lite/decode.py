@@ -399,6 +399,7 @@ class DFlashProposer:
         ``k``: one depth, or one per row (each row drafts as a block of its own k + 1 would; the
         widest sets the shapes). With fixed shapes the block is always the proposer's full
         block, and its first k drafts are read."""
+        last_token = last_token.reshape(-1)                 # (R,); a 0-d token is one row
         depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
         k = max(depths)
         width = self.block_size if self.shapes.fixed else k + 1
@@ -415,6 +416,7 @@ class DFlashProposer:
 
     def propose_rows(self, last_token: torch.Tensor, k) -> list[ChainDraft]:
         """Per row a chain of its depth ``k[r]`` (a list, or one int for every row)."""
+        last_token = last_token.reshape(-1)
         depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
         block, logits = self.block_logits(last_token, depths)
         # DFlash uses 1 pass; more is an experiment (one request only):

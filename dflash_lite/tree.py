@@ -191,6 +191,7 @@ def draft_trees(proposer: DFlashProposer, last_token: torch.Tensor, depth,
                 tree_size: int) -> list[DraftTree]:
     """:func:`draft_tree` of every row of a batch (``last_token`` (R,)) from one drafter
     forward: a tree per row, of its own ``depth[r]`` (a list, or one int for every row)."""
+    last_token = last_token.reshape(-1)
     depths = [depth] * last_token.shape[0] if isinstance(depth, int) else list(depth)
     _, logits = proposer.block_logits(last_token, depths)               # (R, depth, V)
     logprobs = torch.log_softmax(logits.float(), dim=-1)
