@@ -100,7 +100,7 @@ class FixedShapes(Shapes):
 
     def _cache(self, key: str, make, rows: int = 1) -> SlotCache:
         key = key if rows == 1 else f"{key}:{rows}"
-        if key not in self.caches or self.caches[key].rows != rows:   # rows that left a batch
+        if key not in self.caches:          # a batch keeps its rows on fixed shapes: one per size
             self.caches[key] = make()
         cache = self.caches[key]
         cache.rewind(0)
