@@ -627,6 +627,8 @@ score(ch09.check_sharper_tree(answer_3, draft_logits, root), 2)
 # back to plain decoding (block size 1) at least once in 48 new tokens. Run
 # `policy = default_policy(drafter, target)` and `generate(target, policy, ids, 48, stop_token_ids=stops)`
 # on it; the check reads `policy.chosen`. What kind of text makes the drafter's guesses fail?
+# (The policy weighs acceptance against this machine's measured step times, so a prompt on the
+# edge can fall back on one run and not the next: pick one far from math and code.)
 
 # %% nbgrader={"grade": false, "grade_id": "ch09_exercise_4", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
