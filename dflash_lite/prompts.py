@@ -25,14 +25,17 @@ def _render(tokenizer, prompt: str) -> str:
 
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
-    answer, thinking off; unchanged without a template. A template that fails is one
-    ``ValueError`` line."""
+    answer, thinking off; unchanged without a template. Every render runs under the limits of
+    :func:`check_chat_template` (in a child process where ``os.fork`` exists), so a template that
+    is quick on a short prompt and loops, allocates or writes without bound on a long one is one
+    ``ValueError`` line, not a hang. A template that fails is one ``ValueError`` line too."""
+    prompts = list(prompts)
     if not getattr(tokenizer, "chat_template", None):
-        return list(prompts)
-    try:
-        return [_render(tokenizer, p) for p in prompts]
-    except Exception as e:                  # jinja2's errors, and what the template's calls raise
-        raise ValueError(f"the tokenizer's chat template failed ({_reason(e)})") from None
+        return prompts
+    texts = _render_limited(tokenizer, prompts)
+    if isinstance(texts, str):
+        raise ValueError(f"the tokenizer's chat template {texts}")
+    return texts
 
 
 def _reason(error: BaseException) -> str:
@@ -40,53 +43,60 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
 
 
-TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a test render's limits
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
+TEMPLATE_SECONDS_PER_PROMPT = 0.05          # and the time a batch of prompts adds, per prompt
 
 
 def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
-    """Render the tokenizer's chat template once (a short user turn), in a child process with a
-    time limit (:data:`TEMPLATE_SECONDS`), a memory limit (:data:`TEMPLATE_MEMORY` more than the
-    parent's) and an output limit (:data:`TEMPLATE_BYTES`), so a template that raises, includes
-    a file, loops for minutes or allocates without bound is one ``ValueError`` line at load, not a
-    traceback, a hang or an exhausted machine on the first prompt. Without ``os.fork`` it is
-    rendered here, with only the output limit."""
+    """Render the tokenizer's chat template once (a short user turn), under the limits every
+    render has: in a child process with a time limit (:data:`TEMPLATE_SECONDS`, plus
+    :data:`TEMPLATE_SECONDS_PER_PROMPT` per prompt of a batch), a memory limit
+    (:data:`TEMPLATE_MEMORY` more than the parent's) and an output limit (:data:`TEMPLATE_BYTES`
+    beyond the prompt's own length), so a template that raises, includes a file, loops for
+    minutes or allocates without bound is one ``ValueError`` line at load, not a traceback, a hang
+    or an exhausted machine on the first prompt. Without ``os.fork`` it is rendered here, with
+    only the output limit."""
     if not getattr(tokenizer, "chat_template", None):
         return
-    if not hasattr(os, "fork"):
-        problem = _render_problem(tokenizer)
-    else:
-        problem = _render_in_child(tokenizer)
-    if problem:
+    problem = _render_limited(tokenizer, ["Hello"])
+    if isinstance(problem, str):
         raise ValueError(f"{where}: the chat template {problem}; fix it, or remove it from the "
                          f"tokenizer's files")
 
 
-def _render_problem(tokenizer) -> str | None:
-    try:
-        text = _render(tokenizer, "Hello")
-    except MemoryError:
-        return "ran out of memory"
-    except Exception as e:                  # jinja2's errors, and what the template's calls raise
-        return f"failed ({_reason(e)})"
-    if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > TEMPLATE_BYTES:
-        return f"wrote more than {TEMPLATE_BYTES >> 20} MiB for one short prompt"
-    return None
+def _render_all(tokenizer, prompts: list[str]) -> list[str] | str:
+    """The rendered prompts, or what went wrong as a phrase."""
+    texts = []
+    for prompt in prompts:
+        try:
+            text = _render(tokenizer, prompt)
+        except MemoryError:
+            return "ran out of memory"
+        except Exception as e:              # jinja2's errors, and what the template's calls raise
+            return f"failed ({_reason(e)})"
+        if not isinstance(text, str) or len(text) > TEMPLATE_BYTES + 2 * len(prompt):
+            return f"wrote more than {TEMPLATE_BYTES >> 20} MiB beyond the prompt itself"
+        texts.append(text)
+    return texts
 
 
-def _render_in_child(tokenizer) -> str | None:
+def _render_limited(tokenizer, prompts: list[str]) -> list[str] | str:
+    if not hasattr(os, "fork"):
+        return _render_all(tokenizer, prompts)
     import resource
     import select
     import signal
     import time
 
+    seconds = TEMPLATE_SECONDS + TEMPLATE_SECONDS_PER_PROMPT * len(prompts)
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:                                # the child: limits, then the render, then a line
+    if pid == 0:                                # the child: limits, then the render, then JSON
         code = 0
         try:
             os.close(read)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)      # the alarm ends it, whatever runs
-            signal.setitimer(signal.ITIMER_REAL, TEMPLATE_SECONDS + 1)
+            signal.setitimer(signal.ITIMER_REAL, seconds + 1)
             try:
                 with open("/proc/self/statm") as fh:
                     used = int(fh.read().split()[0]) * resource.getpagesize()
@@ -94,13 +104,15 @@ def _render_in_child(tokenizer) -> str | None:
                 resource.setrlimit(resource.RLIMIT_AS, limit)
             except (OSError, ValueError):
                 pass                            # no /proc or no limit here: the time limit holds
-            os.write(write, (_render_problem(tokenizer) or "").encode("utf-8", "replace")[:400])
+            result = json.dumps(_render_all(tokenizer, prompts)).encode("utf-8")
+            with os.fdopen(write, "wb") as out:
+                out.write(result)
         except BaseException:
             code = 1
         finally:
             os._exit(code)
     os.close(write)
-    deadline, message = time.monotonic() + TEMPLATE_SECONDS, b""
+    deadline, chunks = time.monotonic() + seconds, []
     try:
         while True:
             left = deadline - time.monotonic()
@@ -108,19 +120,19 @@ def _render_in_child(tokenizer) -> str | None:
             if not ready:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                return f"took more than {TEMPLATE_SECONDS:.0f} s to render one short prompt"
-            chunk = os.read(read, 4096)
+                many = "one short prompt" if prompts == ["Hello"] else f"{len(prompts)} prompt(s)"
+                return f"took more than {seconds:.0f} s to render {many}"
+            chunk = os.read(read, 1 << 16)
             if not chunk:
                 break
-            message += chunk
+            chunks.append(chunk)
     finally:
         os.close(read)
-    _, status = os.waitpid(pid, 0)
-    if message:
-        return message.decode("utf-8", "replace")
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    os.waitpid(pid, 0)
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8"))
+    except ValueError:
         return "could not be rendered (it ran out of memory or time)"
-    return None
 
 
 def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:

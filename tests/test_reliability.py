@@ -194,12 +194,19 @@ def test_the_lock_is_this_projects_own_and_is_released(tmp_path):
     outputs.release(out)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
 def test_a_card_of_a_read_only_folder_is_refused_before_the_evaluation(capsys, tmp_path,
                                                                        monkeypatch):
     monkeypatch.setattr("dflash_lite.model_card.load_pretrained",
                         lambda *a, **k: pytest.fail("evaluated"))
     folder = Path(shutil.copytree(SHIPPED["tiny"], tmp_path / "tiny"))
+    if os.geteuid() == 0:            # root may write anyway: the folder is read-only as a user's is
+        access = os.access
+
+        def user_access(path, mode, *a, **k):
+            inside = Path(path).resolve().is_relative_to(folder.resolve())
+            return not (inside and mode & os.W_OK) and access(path, mode, *a, **k)
+
+        monkeypatch.setattr(os, "access", user_access)
     folder.chmod(0o555)
     try:
         code, _, err = zoo_cli(capsys, "card", folder)
@@ -387,6 +394,24 @@ def test_a_hostile_chat_template_is_one_line_at_load_within_the_time_limit(tmp_p
     with pytest.raises(LoadError) as info:
         load_pretrained(folder)
     assert named in one_line(info.value) and "chat template" in str(info.value)
+    assert time.monotonic() - started < 20
+
+
+def test_a_template_quick_on_a_short_prompt_is_limited_on_every_later_render(tmp_path,
+                                                                             monkeypatch):
+    # about 20 000 loop steps per character: quick for the load's "Hello", minutes for a
+    # prompt of a few hundred characters
+    slow = ("{% for m in messages %}{% for c in m['content'] %}{% for i in range(20000) %}"
+            "{% endfor %}{% endfor %}{{ m['content'] }}{% endfor %}")
+    folder = Path(shutil.copytree(SHIPPED["tiny"], tmp_path / "tiny"))
+    _edit("tokenizer_config.json", lambda r: r.update(chat_template=slow))(folder)
+    _, tokenizer = load_pretrained(folder)
+    monkeypatch.setattr(prompts, "TEMPLATE_SECONDS", 1.0)
+    assert prompts.apply_chat_template(tokenizer, ["Hi"]) == ["Hi"]
+    started = time.monotonic()
+    with pytest.raises(ValueError) as info:
+        prompts.encode(tokenizer, "x" * 2000)
+    assert "took more than" in one_line(info.value) and "chat template" in str(info.value)
     assert time.monotonic() - started < 20
 
 
