@@ -176,11 +176,42 @@ def _rerun(ns: dict, chapter: str, grade_id: str, inputs: dict) -> dict:
     source = ns.get(SOLUTION_KEY)
     assert isinstance(source, str), "the solution cell's source did not reach the check"
     setup = _setup_statements(_instructor_cell(chapter, grade_id))
-    body = [node for node in _parse(source).body if ast.dump(node) not in setup]
-    env = {**ns, **inputs}
+    body = [
+        node for node in _parse(source).body
+        if ast.dump(node) not in setup and not _binds_only(node, set(inputs))
+    ]
+    env = _Pinned({**ns, **inputs}, pinned=set(inputs))
     env.pop(SOLUTION_KEY, None)
     exec(compile(ast.Module(body=body, type_ignores=[]), "<solution cell>", "exec"), env)
-    return env
+    return dict(env)
+
+
+def _binds_only(node: ast.stmt, names: set[str]) -> bool:
+    """``node`` is an assignment to some of ``names`` only (a given setup line the student
+    rewrote: the check supplies those values, so the line need not run)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    else:
+        return False
+    bound = [n for t in targets for n in ast.walk(t)
+             if not isinstance(n, (ast.Tuple, ast.List, ast.Load, ast.Store))]
+    return all(isinstance(n, ast.Name) and n.id in names for n in bound)
+
+
+class _Pinned(dict):
+    """A namespace whose ``pinned`` names keep the values the check gave them: a given setup line
+    the student rewrote (so it no longer matches the instructor's) still runs, but its assignment
+    to an input is ignored, and the cell sees the check's input."""
+
+    def __init__(self, values: dict, pinned: set[str]):
+        super().__init__(values)
+        self.pinned = pinned
+
+    def __setitem__(self, name, value):
+        if name not in self.pinned:
+            super().__setitem__(name, value)
 
 
 class _swapped:

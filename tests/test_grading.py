@@ -1195,6 +1195,12 @@ def test_03_build_context(ch03_notebook):
     }
     assert cell_earns("03", "ch03_build_context", good, ch03_notebook)
     assert not wrong_that_earn("03", "ch03_build_context", wrong, ch03_notebook)
+    # the given setup rewritten (split, reworded): the re-run on other inputs still sees its own
+    rewritten = edit(good, "C, H, eps = ids.shape[1], c.hidden_size, c.rms_norm_eps",
+                     "C = ids.size(1)\nH = c.hidden_size\neps = float(c.rms_norm_eps)")
+    rewritten = edit(rewritten, "with torch.inference_mode():\n    out = target(",
+                     "out = target(")
+    assert cell_earns("03", "ch03_build_context", rewritten, ch03_notebook)
 
 
 def test_03_build_kv_injection():
