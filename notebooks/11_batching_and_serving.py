@@ -27,33 +27,23 @@
 # of drafts, so after one step every row sits at its own write position. An implementation that
 # keeps one offset for the whole batch either throws accepted tokens away or lets a row see keys
 # it must not see.
-#
-# In this notebook you:
-#
-# 1. read what serving systems publish about speculative decoding under concurrency;
-# 2. measure t(b, w), the cost of a target forward over w tokens for each of b rows, on this
-#    machine, and see where a wide verify stops being cheap;
-# 3. **build** the per-row verify mask and position ids of a batch whose rows sit at different
-#    write positions, and check one batched forward against each row alone;
-# 4. reproduce the collapse of tau under the naive rollback (every row cut to the shortest
-#    accepted path) and its fix (every row keeps its own);
-# 5. measure tokens per second and speedup against the batch size for every method, find where
-#    speculation stops paying on this CPU, and compare the cost model at batch b with the
-#    measurement;
-# 6. see which option the batch policy picks at each batch size, and why smaller blocks win as
-#    the batch grows;
-# 7. put the published GPU numbers next to ours, and check that every batched row is still the
-#    target's own greedy output.
 
 # %% [markdown]
 # **In this chapter you will**
 #
-# * measure the cost of a forward against the [batch size](../docs/glossary.md#batch) and the
-#   number of tokens per row;
-# * build the per-row [verify mask](../docs/glossary.md#batch-verify-mask) and position ids of a
-#   batch, and see what the naive [rollback](../docs/glossary.md#naive-rollback) costs;
-# * find where speculative decoding stops paying as the batch grows, and how the
-#   [batch policy](../docs/glossary.md#policy) adapts.
+# * read what serving systems publish about speculative decoding under concurrency;
+# * measure t(b, w), the cost of a target forward over w tokens for each of b rows (the
+#   [batch size](../docs/glossary.md#batch)), and see where a wide verify stops being cheap;
+# * **build** the per-row [verify mask](../docs/glossary.md#batch-verify-mask) and position ids
+#   of a batch whose rows sit at different write positions, and check one batched forward against
+#   each row alone;
+# * reproduce the collapse of tau under the naive [rollback](../docs/glossary.md#naive-rollback)
+#   (every row cut to the shortest accepted path) and its fix (every row keeps its own);
+# * measure tokens per second and speedup against the batch size for every method, find where
+#   speculation stops paying on this CPU, and compare the cost model at batch b with the
+#   measurement;
+# * see which option the [batch policy](../docs/glossary.md#policy) picks at each batch size,
+#   and check that every batched row is still the target's own greedy output.
 #
 # **Prerequisites:** chapters 02, 06 and 09 (10 helps).
 #
