@@ -532,3 +532,194 @@ CHECKS.update(
         "ch11_build_positions_check": ch11_positions,
     }
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Collected benchmark reports: a report is plain data a student could write by hand so that a
+# check's consistency tests pass. Timings cannot be re-derived, but a report's ratios must follow
+# from its own times, and greedy (or seeded) acceptance lengths are deterministic: one row of the
+# report is run again here, on the report's own prompts, target and drafter, and must match.
+
+ROOT = Path(__file__).resolve().parent.parent
+_LOADED: dict = {}
+
+
+def _close(a, b, rel: float = 1e-9) -> bool:
+    return a is not None and b is not None and abs(float(a) - float(b)) <= rel * max(
+        1.0, abs(float(b)))
+
+
+def _ratios(report: dict) -> None:
+    """Every row's speedups are its tokens/s over the base rows' (the report's own times), its
+    tokens/s lies in its spread, and the cost model's rows follow from the report's rows."""
+    from dflash_lite.report import cost_model
+
+    rows = report["methods"]
+    columns = [("speedup", "autoregressive", False),
+               ("speedup_vs_hf_generate", "hf_generate", False)]
+    if any(r.get("compiled") for r in rows):
+        columns.append(("speedup_vs_compiled", "autoregressive", True))
+    for r in rows:
+        tps, spread = r.get("tokens_per_s"), r.get("tokens_per_s_spread")
+        if tps is not None:
+            assert spread and spread[0] - 1e-9 <= tps <= spread[1] + 1e-9, \
+                f"{r['name']}: its tokens/s lies outside its own spread"
+    for column, kind, compiled in columns:
+        base = next((r["tokens_per_s"] for r in rows if r["kind"] == kind
+                     and bool(r.get("compiled")) == compiled and r.get("tokens_per_s")), None)
+        for r in rows:
+            if r.get(column) is not None or (base and r.get("tokens_per_s")):
+                assert base and r.get("tokens_per_s") and _close(
+                    r.get(column), r["tokens_per_s"] / base), \
+                    f"{r['name']}: its {column} is not its tokens/s over the {kind} row's"
+    model = report.get("cost_model") or {}
+    if model.get("costs") and "rows" in model:
+        want = {r["name"]: r for r in cost_model(report, model["costs"])}
+        got = {r.get("name"): r for r in model["rows"]}
+        assert set(got) == set(want), "the cost model's rows are not the report's DFlash rows"
+        for name, r in want.items():
+            for key in ("tau", "predicted_speedup", "measured_speedup"):
+                assert r[key] == got[name].get(key) or _close(got[name].get(key), r[key]), \
+                    f"the cost model's {name}: its {key} does not follow from the report"
+
+
+def _report_prompts(env: dict, path=None) -> list[str]:
+    """The prompt texts a report ran on (its ``prompts_source``), templated as bench does."""
+    from dflash_lite.prompts import builtin_prompts, dataset_prompts, load_prompts
+
+    source, n = str(env.get("prompts_source", "")), int(env["prompts"])
+    if path is not None:
+        texts = load_prompts(str(path), n)
+    elif source.startswith("built-in held-out "):
+        texts = builtin_prompts(source.removeprefix("built-in held-out "), n)
+    elif source.startswith("dataset "):
+        texts = dataset_prompts(source.removeprefix("dataset "), n)
+    else:
+        texts = load_prompts(source, n)
+    assert len(texts) == n, "the report names more prompts than its source has"
+    template = str(env.get("prompt_template", "{prompt}"))
+    return [template.replace("{prompt}", t) for t in texts]
+
+
+def _local(name: str) -> str:
+    """A path as bench records it (inside this checkout: relative to it)."""
+    return str(ROOT / name) if not Path(name).exists() and (ROOT / name).exists() else name
+
+
+def _models(env: dict, drafter_dir=None):
+    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.target import load_pretrained
+
+    dtype = str(env.get("dtype") or "float32")
+    key = (str(env["target"]), dtype)
+    if key not in _LOADED:
+        _LOADED[key] = load_pretrained(_local(str(env["target"])), dtype=dtype)
+    target, tokenizer = _LOADED[key]
+    drafter = env.get("drafter") if drafter_dir is None else str(drafter_dir)
+    return target, tokenizer, (None if drafter is None else
+                               load_drafter(_local(str(drafter)), dtype=dtype).eval())
+
+
+def _rerun_row(report: dict, block_size: int | None = None, drafter_dir=None,
+               prompts_path=None, budget: int = 400) -> dict:
+    """Run one deterministic row of ``report`` again (the fixed-block DFlash row of
+    ``block_size``, else its largest one, else the autoregressive row) on the report's prompts,
+    and compare its tau and acceptance histogram with the report's; returns the row. A report of
+    more than ``budget`` new tokens in all is checked on its first prompt only: that prompt's
+    steps must be among the report's."""
+    from dflash_lite.acceptance import SamplingParams
+    from dflash_lite.baselines import NoDraftProposer
+    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.prompts import encode
+    from dflash_lite.target import stop_token_ids
+
+    env, rows = report["env"], report["methods"]
+    fixed = [r for r in rows if r["kind"] == "dflash" and not r.get("compiled")
+             and r.get("error") is None and r.get("tau") is not None]
+    chosen = [r for r in fixed if r["block_size"] == block_size] or sorted(
+        fixed, key=lambda r: r["block_size"])[-1:]
+    if not chosen:
+        chosen = [r for r in rows if r["kind"] == "autoregressive" and not r.get("compiled")
+                  and r.get("error") is None and r.get("tau") is not None]
+    assert chosen, "this report has no row that can be run again"
+    row = chosen[0]
+    n_new = int(env["max_new_tokens"])
+    assert n_new > 0 and int(env["prompts"]) > 0, "not a report bench writes"
+    target, tokenizer, drafter = _models(env, drafter_dir if row["kind"] == "dflash" else None)
+    temperature = float(env.get("temperature") or 0.0)
+    sampling = SamplingParams(temperature=temperature,
+                              seed=env.get("seed") if temperature > 0 else None)
+    stops = stop_token_ids(target, tokenizer)
+    lengths = []
+    texts = _report_prompts(env, prompts_path)
+    whole = len(texts) * n_new <= budget
+    for text in texts if whole else texts[:1]:
+        ids = encode(tokenizer, text, bool(env.get("chat_template")))
+        proposer = (DFlashProposer(drafter, target, row["block_size"]) if row["kind"] == "dflash"
+                    else NoDraftProposer())
+        with torch.inference_mode():
+            lengths += generate(target, proposer, ids, n_new, sampling, stops).acceptance_lengths
+    hist = [0] * max(lengths)
+    for a in lengths:
+        hist[a - 1] += 1
+    tau = sum(lengths) / len(lengths)
+    exact = str(env.get("device", "cpu")) == "cpu"
+    if not whole:
+        counts = list(row.get("tau_histogram") or [])
+        assert sum(counts) and _close(row["tau"], sum(
+            (i + 1) * c for i, c in enumerate(counts)) / sum(counts)), \
+            f"{row['name']}: its tau is not the mean of its own histogram"
+        assert not exact or len(hist) <= len(counts) and all(
+            c <= counts[i] for i, c in enumerate(hist)), (
+            f"{row['name']}: run again on the report's first prompt, its steps are not among the "
+            "report's: this report was not measured by bench")
+    elif exact:
+        assert list(row.get("tau_histogram") or []) == hist and _close(row["tau"], tau), (
+            f"{row['name']}: run again on the report's prompts it gives tau {tau:.3f}, not the "
+            f"report's {row['tau']:.3f}: this report was not measured by bench")
+    else:      # another device's arithmetic may flip a near tie: tau within 10%
+        assert abs(row["tau"] - tau) <= 0.1 * tau, (
+            f"{row['name']}: run again it gives tau {tau:.3f}, not the report's {row['tau']:.3f}")
+    return row
+
+
+def _genuine(report, block_size=None, **where) -> dict:
+    assert isinstance(report, dict) and isinstance(report.get("env"), dict) \
+        and isinstance(report.get("methods"), list), "not a bench report"
+    _ratios(report)
+    return _rerun_row(report, block_size, **where)
+
+
+def ch06_report(ns: dict) -> None:
+    _genuine(ns["report"], 16)
+
+
+def ch06_code_report(ns: dict) -> None:
+    report = ns["code_report"]
+    source = str(report.get("env", {}).get("prompts_source", ""))
+    assert source in ("built-in held-out code", "dataset humaneval", "dataset mbpp"), \
+        "this report is not on the built-in code prompts: run bench with domain=\"code\""
+    _genuine(report)
+
+
+def ch06_own_report(ns: dict) -> None:
+    report, path = ns["own_report"], Path(ns["own_file"])
+    source = str(report.get("env", {}).get("prompts_source", ""))
+    assert source and Path(source).resolve() == path.resolve(), \
+        "this report was not run on your file: pass prompts=<that file> to bench"
+    _genuine(report, prompts_path=path)
+
+
+def ch08_exported_report(ns: dict) -> None:
+    _genuine(ns["exported_report"], 16, drafter_dir=Path(ns["export_dir"]))
+
+
+CHECKS.update(
+    {
+        "ch06_exercise_1_check": ch06_report,
+        "ch06_exercise_2_check": ch06_report,
+        "ch06_exercise_3_check": ch06_code_report,
+        "ch06_exercise_4_check": ch06_own_report,
+        "ch08_exercise_2_check": ch08_exported_report,
+    }
+)

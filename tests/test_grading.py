@@ -747,9 +747,50 @@ def committed_report(name: str = "06_benchmark_cpu.json") -> dict:
     return json.loads((ROOT / "results" / name).read_text())
 
 
-def test_06_exercises():
+def measured_report(**options) -> dict:
+    """A small report measured by the package (bench's own steps, cheap rows only: the plain loop
+    and the fixed-block DFlash rows; no cost model), ``default`` on its last row."""
+    from dflash_lite import benchmark
+
+    config = benchmark.BenchConfig(**{**dict(
+        num_prompts=1, block_sizes=(16,), max_new_tokens=24, repeats=1, baselines=False,
+        hf_dflash=False, tree_sizes=(), quiet=True), **options})
+    setup = benchmark.resolve(config)
+    methods = [m for m in setup.methods if m.kind.value in ("autoregressive", "dflash")]
+    methods[-1].default = True
+    report = benchmark.run_benchmark(methods, setup.prompts, config.max_new_tokens, 1)
+    report["env"].update(setup.settings)
+    return report
+
+
+def forged_row(report: dict, block_size: int = 16, by: float = 1.0) -> dict:
+    """``report`` with its DFlash row of ``block_size`` claiming ``by`` more tau (histogram and cost
+    model edited to match)."""
     import copy
 
+    forged = copy.deepcopy(report)
+    for rows in (forged["methods"], (forged.get("cost_model") or {}).get("rows", [])):
+        for r in rows:
+            if r.get("kind") == "dflash" and r.get("block_size") == block_size:
+                r["tau"] += by
+                if "tau_histogram" in r:
+                    r["tau_histogram"][-1] += 1
+    return forged
+
+
+def hand_written(tau: float = 9.0, sizes=(4, 8, 16)) -> dict:
+    """A report written by hand: the rows and costs a check reads, nothing measured."""
+    costs = {"t_target": {"1": 0.01, **{str(b): 0.01 + 0.001 * b for b in sizes}},
+             "t_draft": {str(b): 0.002 for b in sizes}}
+    rows = [{"name": f"DFlash (ours) B={b}", "kind": "dflash", "block_size": b, "tau": tau,
+             "tau_histogram": [0] * 8 + [1], "speedup": 3.0, "error": None, "default": b == 16,
+             "identical_to_target": True} for b in sizes]
+    env = {"target": "tiny", "prompts": 3, "max_new_tokens": 48,
+           "prompts_source": "built-in held-out code", "drafter": "dflash_lite/models/tiny-dflash"}
+    return {"env": env, "methods": rows, "cost_model": {"costs": costs, "rows": []}}
+
+
+def test_06_exercises():
     from dflash_lite.exercises import ch06
     from dflash_lite.report import Kind, row_of
 
@@ -757,29 +798,67 @@ def test_06_exercises():
     t, d = report["cost_model"]["costs"]["t_target"], report["cost_model"]["costs"]["t_draft"]
     tau16 = row_of(report, Kind.DFLASH, block_size=16)["tau"]
     good = tau16 * t["1"] / (t["16"] + d["16"])
-    assert earns("ch06_exercise_1_check", ch06.check_predicted_speedup, good, report)
+    run1 = lambda answer, r: earns("ch06_exercise_1_check", ch06.check_predicted_speedup,
+                                   answer, r, report=r)
+    assert run1(good, report)
     for wrong in (tau16 * t["1"] / t["16"], tau16 * t["16"] / (t["1"] + d["16"]), tau16):
-        assert not earns(
-            "ch06_exercise_1_check", ch06.check_predicted_speedup, wrong, report
-        ), wrong
+        assert not run1(wrong, report), wrong
+    # reports forged to fit the check: the answer is right for them, but they were not measured
+    forged = {"hand-written": hand_written(), "B=16 tau + 1": forged_row(report)}
+    passed = [name for name, r in forged.items()
+              if run1(row_of(r, Kind.DFLASH, block_size=16)["tau"] * t["1"] / (t["16"] + d["16"])
+                      if name != "hand-written" else 9.0 * 0.01 / (0.026 + 0.002), r)]
+    assert not passed, f"forged reports that earn exercise 1: {passed}"
 
     sizes = [b for b in (4, 8, 16) if str(b) in d]
     good = {b: (t[str(b)] + d[str(b)]) / t["1"] for b in sizes}
-    assert earns("ch06_exercise_2_check", ch06.check_break_even, good, report)
+    run2 = lambda answer, r: earns("ch06_exercise_2_check", ch06.check_break_even, answer, r,
+                                   report=r)
+    assert run2(good, report)
     no_draft = {b: t[str(b)] / t["1"] for b in sizes}
-    assert not earns("ch06_exercise_2_check", ch06.check_break_even, no_draft, report)
-    assert not earns("ch06_exercise_2_check", ch06.check_break_even, {16: good[16]}, report)
+    assert not run2(no_draft, report)
+    assert not run2({16: good[16]}, report)
+    fake = hand_written()
+    assert not run2({b: (0.01 + 0.001 * b + 0.002) / 0.01 for b in (4, 8, 16)}, fake), \
+        "a hand-written report earns exercise 2"
+    assert not run2(good, forged_row(report)), "a report with a forged B=16 row earns exercise 2"
 
-    code = copy.deepcopy(report)
-    code["env"]["prompts_source"] = "built-in held-out code"
-    rows = [r for r in code["methods"] if r["error"] is None and r["speedup"] is not None]
+
+@pytest.fixture(scope="module")
+def code_report():
+    return measured_report(domain="code")
+
+
+def test_06_exercise_3_code_report(code_report):
+    import copy
+
+    from dflash_lite.exercises import ch06
+
+    run = lambda answer, r: earns("ch06_exercise_3_check", ch06.check_fastest_method, answer, r,
+                                  code_report=r)
+    rows = [r for r in code_report["methods"] if r["error"] is None and r["speedup"] is not None]
     fastest = max(rows, key=lambda r: r["speedup"])["name"]
-    assert earns("ch06_exercise_3_check", ch06.check_fastest_method, fastest, code)
-    assert not earns(
-        "ch06_exercise_3_check", ch06.check_fastest_method, fastest, report
-    ), "a math report passed as the code one"
     slowest = min(rows, key=lambda r: r["speedup"])["name"]
-    assert not earns("ch06_exercise_3_check", ch06.check_fastest_method, slowest, code)
+    assert fastest != slowest
+    assert run(fastest, code_report)
+    assert not run(slowest, code_report)
+    math = committed_report()
+    assert not run(fastest, math), "a math report passed as the code one"
+    # forged to fit the check (each earned full marks before the hidden check re-derived them)
+    relabelled = copy.deepcopy(math)
+    relabelled["env"]["prompts_source"] = "built-in held-out code"
+    math_rows = [r for r in math["methods"] if r["error"] is None and r["speedup"] is not None]
+    inflated = copy.deepcopy(code_report)
+    next(r for r in inflated["methods"] if r["name"] == slowest)["speedup"] = 99.0
+    forged = {
+        "a math report relabelled code": (max(math_rows, key=lambda r: r["speedup"])["name"],
+                                          relabelled),
+        "the slowest row's speedup raised": (slowest, inflated),
+        "hand-written": ("DFlash (ours) B=4", hand_written()),
+        "the code report's B=16 tau + 1": (fastest, forged_row(code_report)),
+    }
+    passed = [name for name, (answer, r) in forged.items() if run(answer, r)]
+    assert not passed, f"forged reports that earn exercise 3: {passed}"
 
 
 def test_07_exercises(ch03_setup):
@@ -859,11 +938,27 @@ def test_08_exercises(tmp_path, ch03_setup):
     from_export["env"]["drafter"] = str(exported)
     tau = row_of(report, Kind.DFLASH, block_size=16)["tau"]
     run = lambda answer, r: earns(
-        "ch08_exercise_2_check", ch08.check_exported_drafter, answer, exported, r, report
+        "ch08_exercise_2_check", ch08.check_exported_drafter, answer, exported, r, report,
+        answer_2=answer, export_dir=exported, exported_report=r, report=report
     )
     assert run(tau, from_export)
     assert not run(tau, report), "the shipped directory's report passed as the export's"
     assert not run(tau + 0.5, from_export)
+    # forged to fit the check (each earned full marks before the hidden check re-derived them)
+    from dflash_lite.drafter import DFlashDrafter
+
+    torch.manual_seed(0)
+    untrained = export_dflash(DFlashDrafter(ch03_setup["drafter"].config).eval(),
+                              tmp_path / "untrained")
+    other = copy.deepcopy(from_export)
+    other["env"]["drafter"] = str(untrained)
+    forged = {"the B=16 tau + 0.5": (tau + 0.5, exported, forged_row(from_export, 16, 0.5)),
+              "an untrained drafter's export with the shipped one's report": (tau, untrained,
+                                                                              other)}
+    passed = [name for name, (answer, directory, r) in forged.items() if earns(
+        "ch08_exercise_2_check", ch08.check_exported_drafter, answer, directory, r, report,
+        answer_2=answer, export_dir=directory, exported_report=r, report=report)]
+    assert not passed, f"forged reports that earn exercise 2: {passed}"
 
 
 def test_09_exercises():
@@ -1050,8 +1145,7 @@ def test_06_exercise_4_own_prompts(tmp_path):
             for w in ("rain", "tea", "ink")
         )
     )
-    report = copy.deepcopy(committed_report())
-    report["env"]["prompts"] = 3
+    report = measured_report(prompts=str(own), num_prompts=3, max_new_tokens=8)
     default = next(r for r in report["methods"] if r.get("default"))
     other = next(
         r
@@ -1059,7 +1153,8 @@ def test_06_exercise_4_own_prompts(tmp_path):
         if not r.get("default") and r["speedup"] is not None and r["speedup"] != default["speedup"]
     )
     run = lambda answer, path, r: earns(
-        "ch06_exercise_4_check", ch06.check_own_prompts, answer, path, r
+        "ch06_exercise_4_check", ch06.check_own_prompts, answer, path, r, own_file=path,
+        own_report=r
     )
     assert run(default["speedup"], own, report)
     assert not run(other["speedup"], own, report), "another row's speedup passed"
@@ -1069,6 +1164,21 @@ def test_06_exercise_4_own_prompts(tmp_path):
     fewer = copy.deepcopy(report)
     fewer["env"]["prompts"] = 1
     assert not run(default["speedup"], own, fewer), "a report on one of the prompts passed"
+    # forged to fit the check (each earned full marks before the hidden check re-derived them)
+    math = copy.deepcopy(committed_report())
+    math["env"]["prompts"] = 3
+    named = copy.deepcopy(math)
+    named["env"]["prompts_source"] = str(own)
+    edited = copy.deepcopy(report)
+    edited_default = next(r for r in edited["methods"] if r.get("default"))
+    edited_default["tau"] += 1.0
+    edited_default["tau_histogram"][-1] += 1
+    forged = {"the built-in math report, 3 prompts": math,
+              "the built-in math report naming the file": named,
+              "its own report, the default row's tau + 1": edited}
+    passed = [name for name, r in forged.items()
+              if run(next(x for x in r["methods"] if x.get("default"))["speedup"], own, r)]
+    assert not passed, f"forged reports that earn exercise 4: {passed}"
 
 
 def test_07_exercise_3_harmless_threshold(ch03_setup):
