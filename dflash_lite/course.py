@@ -294,8 +294,10 @@ beside them (it holds the self-checks, not the answers), then open the notebooks
     jupyter lab
 
 Each exercise cell says what to write (a name, a type, a shape); the cell under it checks your
-answer and shows the points. A blank fails only its own check. The points that count are
-computed by your teacher's grader, from your answers, not from what your notebook prints.
+answer and shows the points. A blank fails only its own cell and its check: a demonstration
+that builds on something you have not written yet uses the package's version and says so. The
+points that count are computed by your teacher's grader, from your answers, not from what your
+notebook prints.
 """
 
 

@@ -117,11 +117,11 @@ with torch.inference_mode():
     out = target(ids, output_hidden_states=True)
 last = out.logits[:, -1:].argmax(-1)                                        # (1, 1) the target's next token
 C, H, eps = ids.shape[1], c.hidden_size, c.rms_norm_eps
+features = context_features(out.hidden_states, c.target_layer_ids)           # the package's (dflash_lite/target.py)
 
 ### BEGIN SOLUTION
 my_features = torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)   # (1, C, K*H)
 ### END SOLUTION
-features = context_features(out.hidden_states, c.target_layer_ids)           # defined in dflash_lite/target.py
 
 
 def rms_norm(x, weight):
@@ -325,15 +325,23 @@ score(check_block_mask(my_block_mask), 2)
 # %% [markdown]
 # The claim "each block behaves as if it ran alone" is testable. Take three anchors inside our prompt,
 # run all three blocks in **one** masked forward, and compare each block with a separate inference
-# forward that is given only the context before its anchor. They must agree.
+# forward that is given only the context before its anchor. They must agree. The masked forward is
+# your `my_draft_logits` with your `my_block_mask`; while either is blank, the cell says so and
+# uses the package's.
 
 # %%
+from dflash_lite.exercises import yours_or_ours                # the package's while yours is blank
+from dflash_lite.exercises.ch03 import package_draft_logits
+masked_forward = yours_or_ours("my_draft_logits", my_draft_logits, package_draft_logits(drafter, target),
+                               "DFlashDrafter forward")
+training_mask = yours_or_ours("my_block_mask", my_block_mask, block_attention_mask)
+
 anchors = torch.tensor([C // 4, C // 2, C - 2])
 blocks = torch.full((1, len(anchors) * B), c.mask_token_id, device=device)
 blocks[0, ::B] = ids[0, anchors]                                            # [x_a, MASK x (B-1)] per anchor
 positions = (anchors[:, None] + torch.arange(B)[None]).flatten()             # block j sits at a_j .. a_j+B-1
 with torch.inference_mode():
-    together = my_draft_logits(blocks, features, positions, ctx_pos, my_block_mask(anchors, C, B))
+    together = masked_forward(blocks, features, positions, torch.arange(C), training_mask(anchors, C, B))
     for j, a in enumerate(anchors.tolist()):
         alone = drafter.draft_logits(target, blocks[:, j * B:(j + 1) * B], features[:, :a], start=0)
         torch.testing.assert_close(together[:, j * B + 1:(j + 1) * B], alone, rtol=1e-4, atol=1e-4)

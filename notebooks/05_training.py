@@ -217,11 +217,14 @@ print(f"B=16: w_8 / w_1 = {(w16[7] / w16[0]).item():.2f}; "
 # (section 4): the drafter's first job is to stop being confidently wrong.
 
 # %%
+with torch.no_grad():                                        # the package's loss on the same batch
+    untrained_loss, _ = drafter_loss(drafter, target, batch, position_weights(block_size))
 print(f"vocabulary V = {config.vocab_size}: ln V = {math.log(config.vocab_size):.2f} (uniform guess)")
 margin = logits.max(-1).values - logits.gather(-1, labels[:, None])[:, 0]      # (M,) top logit - label's
 print(f"untrained drafter: logits std over the vocabulary {logits.std(-1).mean().item():.2f}, "
-      f"top logit minus the label's logit {margin.mean().item():.2f} on average, weighted CE {loss.item():.2f}")
-assert loss.item() > math.log(config.vocab_size)
+      f"top logit minus the label's logit {margin.mean().item():.2f} on average, "
+      f"weighted CE {untrained_loss.item():.2f}")
+assert untrained_loss.item() > math.log(config.vocab_size)
 
 # %% [markdown]
 # ## 4. A short training run: loss, per-position accuracy, tau before and after

@@ -210,7 +210,6 @@ def best_paths(top_logp, top_ids, budget):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ch09_build_best_paths_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-mine = best_paths(top_logp, top_ids, demo_tree_size)
 tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/tree.py
 
 
@@ -222,6 +221,7 @@ def node_path(tree, i):
     return tuple(reversed(tokens))
 
 
+mine = best_paths(top_logp, top_ids, demo_tree_size)
 assert set(mine) == {node_path(tree, i) for i in range(1, len(tree))}
 assert all(len(p) == 1 or p[:-1] in set(mine) for p in mine)                   # closed under prefixes
 print(f"{len(mine)} paths, depths {sorted({len(p) for p in mine})}; the same set as build_tree's")

@@ -7,6 +7,9 @@ autograder scores a filled edition in full and an unfilled one at zero.
   with NotImplementedError; filled from the source's build-it regions and from the answers the
   worked solutions in ``notebooks/solutions/`` give to the same checks, it gets full marks; unfilled,
   it gets 0 on every autograded cell, and the autograder does not crash.
+* A blank fails only its own cell and its check: run with every blank left (chapter 03 quickly,
+  every chapter under ``slow``), the only cells that raise are solution cells and graded
+  test cells; the demonstrations after a blank run on the package's version and say so.
 """
 import importlib
 import inspect
@@ -19,6 +22,7 @@ import nbformat
 import pytest
 
 from dflash_lite import course
+from test_notebooks import OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -153,3 +157,51 @@ def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path,
     first_blank = next(i for i, c in enumerate(code) if nbgrader(c).get("solution"))
     assert first >= first_blank
     assert [o.ename for o in code[first].outputs if o.output_type == "error"] == ["NotImplementedError"]
+
+
+def run_blank(edition: Path, stem: str, monkeypatch) -> tuple[list, str]:
+    """Execute a chapter's student notebook as released, every blank left, at the small
+    parameters of ``tests/test_notebooks.py``, with the package bundled beside it. Returns the
+    cells that raised, as (code cell number, grade id or None, nbgrader metadata, error name),
+    and everything the cells printed."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(edition / f"{stem}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in OVERRIDES[stem].items())
+    monkeypatch.setenv("PYTHONPATH", str(edition))           # the kernel imports the bundled copy
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=1200, allow_errors=True, kernel_name="python3",
+                   resources={"metadata": {"path": str(edition)}}).execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    raised = [(i, nbgrader(c).get("grade_id"), nbgrader(c), o.ename)
+              for i, c in enumerate(code) for o in c.outputs if o.output_type == "error"]
+    printed = "".join(o.get("text", "") for c in code for o in c.outputs)
+    return raised, printed
+
+
+def assert_only_blanks_raise(raised: list, stem: str) -> None:
+    demonstrations = [(i, ename) for i, _, meta, ename in raised
+                      if not (meta.get("solution") or meta.get("grade"))]
+    assert not demonstrations, (f"{stem}: code cells that are neither a blank nor its check "
+                                f"raised with every blank left: {demonstrations}")
+
+
+def test_a_blank_fails_only_its_own_cells(tmp_path, monkeypatch):
+    """Chapter 03: five build-it blanks in a row, then a demonstration built on two of them."""
+    out = tmp_path / "release"
+    course.student_edition(out, ["03"])
+    raised, printed = run_blank(out, "03_block_diffusion_drafter", monkeypatch)
+    assert_only_blanks_raise(raised, "03")
+    failed = {grade_id for _, grade_id, _, _ in raised}
+    assert {f"ch03_build_{name}_check" for name in
+            ("context", "rope", "kv_injection", "drafter_forward", "block_mask")} <= failed
+    assert "my_draft_logits is not done yet: this cell uses the package's" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", course.chapters(), ids=lambda p: p.stem)
+def test_every_chapter_runs_past_its_blanks(edition, notebook, monkeypatch):
+    raised, _ = run_blank(edition, notebook.stem, monkeypatch)
+    assert_only_blanks_raise(raised, notebook.stem)

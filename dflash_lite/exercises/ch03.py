@@ -29,6 +29,22 @@ def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
     return features, last, block
 
 
+def package_draft_logits(drafter, target):
+    """The package's drafter forward in the shape of the notebook's ``my_draft_logits(block_ids,
+    features, block_pos, ctx_pos, mask=None)``: (1, Q) block tokens -> (1, Q, V) logits of every
+    slot, for the demonstrations while ``my_draft_logits`` is not done."""
+
+    def draft_logits(block_ids, features, block_pos, ctx_pos, mask=None):
+        device = block_ids.device
+        embeds = target.get_input_embeddings()(block_ids)                         # (1, Q, H)
+        masks = None if mask is None else mask[None, None].to(device)             # (1, 1, Q, C+Q)
+        hidden = drafter(embeds, features, block_pos[None].to(device),
+                         ctx_pos[None].to(device), None, masks)                   # (1, Q, H)
+        return target.get_output_embeddings()(hidden)                             # (1, Q, V)
+
+    return draft_logits
+
+
 def check_rope(rope_cos_sin, rotate, drafter) -> bool:
     """Build it: ``rope_cos_sin(positions)`` and ``rotate(x, cos, sin)`` against the drafter's
     rotary embedding and ``drafter.apply_rope``, on several position ranges and random inputs."""

@@ -8,6 +8,27 @@ from . import correct, not_attempted
 from ..cache import SlotCache
 
 
+def _rows_at(write_positions) -> SlotCache:
+    """A cache of rows at ``write_positions`` (one row through two: a single row takes the cache's
+    one-request path, which may return no mask at all)."""
+    at = [int(a) for a in write_positions]
+    cache = SlotCache(1, rows=max(2, len(at)))
+    cache.rewind(at if len(at) > 1 else at * 2)
+    return cache
+
+
+def package_verify_mask(write_positions, ancestors):
+    """The package's ``batch_verify_mask(write_positions, ancestors)`` (``SlotCache.verify_mask``
+    of rows at those write positions), for the demonstrations while yours is not done."""
+    mask = _rows_at(write_positions).verify_mask(ancestors.shape[0], ancestors)["full_attention"]
+    return mask[: len(write_positions)]
+
+
+def package_positions(write_positions, depths):
+    """The package's ``batch_positions(write_positions, depths)`` (``SlotCache.positions``)."""
+    return _rows_at(write_positions).positions(len(depths), depths)[: len(write_positions)]
+
+
 def check_visible_pairs(answer, write_positions: list[int], width: int) -> bool:
     """Exercise 1: the (query, key) pairs a chain verify of ``width`` tokens may attend to, summed
     over the rows of a batch at ``write_positions``."""
