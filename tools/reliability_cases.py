@@ -425,7 +425,7 @@ def outputs_lose_data() -> list[Case]:
              unmarked_old),
         Case("bench --json onto a device file", "the device replaced by a regular file",
              json_device),
-        Case("bench --json onto a 0600 report", "left it 0644", json_0600, timeout=180),
+        Case("bench --json onto a 0600 report", "left it 0644", json_0600, timeout=400),
         Case("bench --json onto a foreign file", "(What to build 1: refuse without --overwrite)",
              json_foreign),
         Case("course site over an index.html", "overwrites the existing index.html", site_index),
@@ -579,7 +579,7 @@ def hangs_and_sizes() -> list[Case]:
                         "64", "--block-size", "64"],
                        "train --num-anchors 100000 --batch-size 64 --block-size 64", out=True)),
         Case("a killed run's empty .tmp files", "the same command refuses to resume",
-             killed_run, timeout=240),
+             killed_run, timeout=400),
     ]
 
 
