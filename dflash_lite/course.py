@@ -17,7 +17,6 @@ notebooks, ``docs/method.md`` and ``docs/glossary.md`` offline, without running 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -322,6 +321,12 @@ def read_only_package(into: Path) -> Path:
     return into
 
 
+def grading_path(package: Path, env: dict) -> str:
+    """The PYTHONPATH of the graded notebooks and of the grader: the read-only copy first, so it
+    is the package they import, then what the user's PYTHONPATH holds (dependencies, say)."""
+    return os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))
+
+
 def _writable_again(folder: Path) -> None:
     for path, dirs, files in os.walk(folder):
         os.chmod(path, 0o755)
@@ -370,8 +375,8 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
             # keep the runs' files out of the repository
             os.environ.setdefault(var, str(root / name))
         # the notebooks import the read-only copy of the package, whatever the kernel's directory
-        paths = [str(package), env.get("PYTHONPATH")]
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        pythonpath = grading_path(package, env)
+        os.environ["PYTHONPATH"] = pythonpath
         try:
             _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
         finally:
@@ -386,7 +391,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
             run = subprocess.run(
                 [sys.executable, "-m", "dflash_lite.grader", str(nb), str(graded / nb.name),
                  "--hidden", str(hidden)], capture_output=True, text=True, cwd=graded,
-                env={**env, "PYTHONPATH": str(package), **_output_env(root)})
+                env={**env, "PYTHONPATH": pythonpath, **_output_env(root)})
             if run.returncode != 0:
                 raise RuntimeError(f"grading {nb.name} failed:\n{run.stderr[-3000:]}")
             cells = json.loads(run.stdout.strip().splitlines()[-1])
@@ -496,8 +501,9 @@ def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> 
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dflash_lite.course",
-                                     description=__doc__.split("\n\n")[0])
+    from .cli import Parser              # one-line usage errors, exit 2, as the other commands
+
+    parser = Parser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release = commands.add_parser("student-edition",
                                   help="write the student edition (blanks, no outputs)")

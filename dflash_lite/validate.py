@@ -309,16 +309,17 @@ def check_path_length(path: Path, name: str | None) -> Path:
     return path
 
 
-def _check_creatable(path: Path, name: str | None) -> None:
+def _check_creatable(path: Path, name: str | None, shown: Path | None = None) -> None:
     """``path`` can be created or replaced: its nearest existing ancestor is a writable
-    directory."""
-    base = _nearest_existing(path.parent)
+    directory. The message names ``shown`` (default ``path``)."""
+    base, shown = _nearest_existing(path.parent), path if shown is None else shown
     if not base.is_dir():
-        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: {str(base)!r} is a file, "
-                         "not a directory")
+        raise ValueError(f"{_named(name)}{str(shown)!r} cannot be written: {str(base)!r} is a "
+                         "file, not a directory")
     if not os.access(base, os.W_OK | os.X_OK):
-        raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission in "
-                         f"{str(base)!r}")
+        where = "" if base == shown else f" in {str(base)!r}"
+        raise ValueError(f"{_named(name)}{str(shown)!r} cannot be written: no write "
+                         f"permission{where}")
 
 
 def check_output_file(value, name: str | None = "output file") -> Path:
@@ -345,7 +346,7 @@ def check_output_dir(value, name: str | None = "output directory") -> Path:
     path = check_path_length(Path(value), name)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is an existing file, not a directory")
-    _check_creatable(path / "x", name)
+    _check_creatable(path / "x", name, shown=path)
     return path
 
 

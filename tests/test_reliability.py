@@ -158,6 +158,75 @@ def test_json_replaces_its_own_report_keeps_its_mode_and_a_foreign_file_needs_ov
     assert outputs.guard_output_file(foreign, "json_out", True, IS_BENCH_REPORT) == foreign
 
 
+def _course_plant(tmp_path: Path, case: str) -> tuple[list, Path]:
+    """The course command line of ``case`` and the folder it must leave as it was."""
+    root = PACKAGE.parent
+    if case == "student-edition over notebooks":
+        (tmp_path / "edition").mkdir()
+        shutil.copy(NOTEBOOK, tmp_path / "edition" / NOTEBOOK.name)
+        return ["student-edition", tmp_path / "edition", "--notebooks", "02"], tmp_path
+    if case == "student-edition onto the source notebooks":
+        return ["student-edition", NOTEBOOK.parent, "--notebooks", "02"], NOTEBOOK.parent
+    if case == "site over a foreign index.html":
+        (tmp_path / "site").mkdir()
+        (tmp_path / "site" / "index.html").write_text("<p>my page</p>")
+        return ["site", tmp_path / "site"], tmp_path
+    if case == "site inside the package":
+        return ["site", PACKAGE / "site"], PACKAGE / "models"
+    if case == "autograde --out into the package":
+        (tmp_path / "sub").mkdir()
+        return ["autograde", tmp_path / "sub", "--allow-root", "--out", PACKAGE / "s.json"], \
+            PACKAGE / "models"
+    if case == "autograde a folder in the repository":
+        return ["autograde", root / "notebooks", "--allow-root"], root / "notebooks"
+    if case == "autograde as root":
+        (tmp_path / "sub").mkdir()
+        shutil.copy(NOTEBOOK, tmp_path / "sub" / NOTEBOOK.name)
+        return ["autograde", tmp_path / "sub", "--notebooks", "02"], tmp_path
+    raise AssertionError(case)
+
+
+AS_ROOT = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                             reason="refusing root needs root")
+COURSE_PATHS = [pytest.param(case, named, id=case, marks=AS_ROOT if "root" in case else ())
+                for case, named in [
+    ("student-edition over notebooks", "not written by student-edition"),
+    ("student-edition onto the source notebooks", "inside the repository"),
+    ("site over a foreign index.html", "not built by course site"),
+    ("site inside the package", "inside the dflash_lite package"),
+    ("autograde --out into the package", "inside the dflash_lite package"),
+    ("autograde a folder in the repository", "inside the repository"),
+    ("autograde as root", "refusing to grade as root")]]
+
+
+@pytest.mark.parametrize("case, named", COURSE_PATHS)
+def test_every_course_command_refuses_in_one_line_before_any_work(capsys, tmp_path, monkeypatch,
+                                                                   case, named):
+    """The course's usage errors are one line, exit 2, like the other commands' (no usage
+    banner), and come before any work: nothing is written even if a check regressed."""
+    from dflash_lite import course
+    for work in ("prepare_course", "build_site"):
+        monkeypatch.setattr(course, work, lambda *a, **k: pytest.fail("the work started"))
+    argv, kept = _course_plant(tmp_path, case)
+    before = snapshot(kept)
+    with pytest.raises(SystemExit) as exit_:
+        course.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    line = the_line(err)
+    assert exit_.value.code == 2 and named in line and out == "", line
+    assert snapshot(kept) == before
+    assert not (PACKAGE / "site").exists() and not (PACKAGE / "s.json").exists()
+
+
+def test_graded_notebooks_and_the_grader_import_the_read_only_copy_first(tmp_path):
+    from dflash_lite import course
+    copy = tmp_path / "package"
+    deps = os.pathsep.join(["/opt/site-packages", str(PACKAGE.parent)])
+    assert course.grading_path(copy, {"PYTHONPATH": deps}).split(os.pathsep) == [
+        str(copy), "/opt/site-packages", str(PACKAGE.parent)]
+    assert course.grading_path(copy, {}) == str(copy)
+
+
 def test_the_guard_for_a_folder_of_outputs_refuses_files_it_did_not_write(tmp_path):
     own = outputs.is_json_with(("written_by",))
     folder = tmp_path / "release"
@@ -212,7 +281,8 @@ def test_a_card_of_a_read_only_folder_is_refused_before_the_evaluation(capsys, t
         code, _, err = zoo_cli(capsys, "card", folder)
     finally:
         folder.chmod(0o755)
-    assert code == 2 and "no write permission" in the_line(err)
+    line = the_line(err)
+    assert code == 2 and "no write permission" in line and f"{folder}/x" not in line, line
 
 
 def test_empty_temporary_files_left_by_a_killed_run_do_not_block_resuming(tmp_path):
