@@ -469,10 +469,11 @@ def test_a_hostile_chat_template_is_one_line_at_load_within_the_time_limit(tmp_p
 
 def test_a_template_quick_on_a_short_prompt_is_limited_on_every_later_render(tmp_path,
                                                                              monkeypatch):
-    # about 20 000 loop steps per character: quick for the load's "Hello", minutes for a
-    # prompt of a few hundred characters
-    slow = ("{% for m in messages %}{% for c in m['content'] %}{% for i in range(20000) %}"
-            "{% endfor %}{% endfor %}{{ m['content'] }}{% endfor %}")
+    # a million loop steps per character: well under a second for the load's "Hello", a minute
+    # or more for a prompt of a few thousand characters
+    slow = ("{% for m in messages %}{% for c in m['content'] %}{% for i in range(100000) %}"
+            "{% for j in range(10) %}{% endfor %}{% endfor %}{% endfor %}{{ m['content'] }}"
+            "{% endfor %}")
     folder = Path(shutil.copytree(SHIPPED["tiny"], tmp_path / "tiny"))
     _edit("tokenizer_config.json", lambda r: r.update(chat_template=slow))(folder)
     _, tokenizer = load_pretrained(folder)
@@ -480,7 +481,7 @@ def test_a_template_quick_on_a_short_prompt_is_limited_on_every_later_render(tmp
     assert prompts.apply_chat_template(tokenizer, ["Hi"]) == ["Hi"]
     started = time.monotonic()
     with pytest.raises(ValueError) as info:
-        prompts.encode(tokenizer, "x" * 2000)
+        prompts.encode(tokenizer, "x" * 4000)
     assert "took more than" in one_line(info.value) and "chat template" in str(info.value)
     assert time.monotonic() - started < 20
 
