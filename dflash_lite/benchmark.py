@@ -50,7 +50,7 @@ from .report import (TRANSFORMERS_KINDS, Kind, Method, cost_model, format_cost_m
                      summarise)
 from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from .shapes import EAGER, FixedShapes, Shapes
-from .prompts import builtin_prompts, dataset_prompts, encode, load_prompts
+from .prompts import builtin_prompts, dataset_prompts, encode_all, load_prompts
 from .target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype,
                      stop_token_ids, target_context)
 from .timing import interleaved
@@ -463,7 +463,7 @@ def resolve(config: BenchConfig) -> Setup:
                                         shipped=not c.random_drafter_layers)
     if draft is not None:
         validate.check_block_sizes(c.block_sizes, high=draft.config.max_block_size)
-    ids = [encode(tokenizer, t, c.chat_template).to(c.device) for t in texts]
+    ids = [x.to(c.device) for x in encode_all(tokenizer, texts, c.chat_template)]
     _check_context(model, ids, c.max_new_tokens)
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)

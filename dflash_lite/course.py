@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import grader
+from .cli import Parser              # one-line usage errors, exit 2, as the other commands
 from .files import atomic_write_text
 from .outputs import guard_output_file, refusal
 from .validate import check_output_dir
@@ -501,8 +502,6 @@ def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> 
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import Parser              # one-line usage errors, exit 2, as the other commands
-
     parser = Parser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release = commands.add_parser("student-edition",

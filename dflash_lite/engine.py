@@ -28,7 +28,7 @@ from .costs import StepCosts, step_costs
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
 from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession, batch_policy
-from .prompts import encode
+from .prompts import encode, encode_all
 from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
 from .target import parse_dtype, stop_token_ids
 from .timing import PhaseTimer
@@ -153,7 +153,8 @@ class Engine:
         batch = isinstance(prompt, (list, tuple))
         if batch and not prompt:
             raise ValueError("the batch is empty: give at least one prompt")
-        input_ids = [self.encode(p) for p in (prompt if batch else [prompt])]
+        texts = [check_prompt(p) for p in (prompt if batch else [prompt])]
+        input_ids = encode_all(self.tokenizer, texts, self.chat_template)   # one template render
         for ids in input_ids:                   # fail before anything is yielded
             check_request(self.target, ids, max_new_tokens)
         noise = None if sampling.greedy else PositionNoise(seed)    # a greedy call draws nothing

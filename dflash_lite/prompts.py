@@ -139,9 +139,14 @@ def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:
     """``text`` as token ids (1, T): through the chat template (thinking off) when ``chat_template``
     and the tokenizer has one, else as it is; no special tokens are added either way (a template
     writes its own)."""
+    return encode_all(tokenizer, [text], chat_template)[0]
+
+
+def encode_all(tokenizer, texts: list[str], chat_template: bool = True) -> list[torch.Tensor]:
+    """:func:`encode` of each text, the templates rendered in one go (one limited render)."""
     if chat_template:
-        text = apply_chat_template(tokenizer, [text])[0]
-    return tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+        texts = apply_chat_template(tokenizer, texts)
+    return [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids for t in texts]
 
 
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
