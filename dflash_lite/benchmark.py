@@ -51,8 +51,8 @@ from .report import (TRANSFORMERS_KINDS, Kind, Method, cost_model, format_cost_m
 from .policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from .shapes import EAGER, FixedShapes, Shapes
 from .prompts import builtin_prompts, dataset_prompts, encode_all, load_prompts
-from .target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained, parse_dtype,
-                     stop_token_ids, target_context)
+from .target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained, mask_token_id,
+                     parse_dtype, stop_token_ids, target_context)
 from .timing import interleaved
 from .tree import DFlashTreeProposer, HybridTreeProposer
 
@@ -434,11 +434,12 @@ def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str 
 def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDrafter:
     """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
     free memory) before it is built."""
-    if tokenizer.mask_token_id is None:
-        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token; a "
-                         "DFlash drafter needs one")
+    mask = mask_token_id(tokenizer)
+    if mask is None:
+        raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token and "
+                         "no reserved special token to use as one; a DFlash drafter needs one")
     layers = c.random_drafter_layers
-    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=layers,
+    config = DrafterConfig.from_target(model.config, mask, num_layers=layers,
                                        block_size=max(c.block_sizes))
     parameters = validate.check_model_shape(config.to_dict(), embeddings=0)
     validate.check_memory(f"a random drafter of {layers} layers", parameters * 4, c.device,

@@ -125,16 +125,25 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
     return model, tokenizer, (draft.to(device) if draft is not None else None)
 
 
+def check_mask_token(mask_token_id: int, tokenizer) -> None:
+    """A drafter's mask token must be one the target never ends a turn with: the tokenizer's own
+    mask token when it has one (checked by ``check_compatible``), else any reserved id that is not
+    its EOS, PAD or BOS token (:func:`dflash_lite.target.mask_token_id` picks one at training)."""
+    ends = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id} - {None}
+    if tokenizer.mask_token_id is None and mask_token_id in ends:
+        raise ValueError(f"drafter mask token {mask_token_id} is the target's "
+                         f"{tokenizer.convert_ids_to_tokens(mask_token_id)!r}, which it emits")
+
+
 def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
                mask: bool = True) -> None:
     """One :class:`LoadError` line when ``drafter`` cannot run against ``target``: another width or
     vocabulary, tapped layers the target does not have, or (with ``mask``) another mask token."""
-    mask_token_id = tokenizer.mask_token_id if mask else None
-    if mask and mask_token_id is None and not drafter.autoregressive:
-        raise LoadError(f"{where}: the target's tokenizer has no mask token; a DFlash drafter "
-                        f"needs one")
     try:
-        check_compatible(drafter.config, target.config, mask_token_id)
+        check_compatible(drafter.config, target.config,
+                         tokenizer.mask_token_id if mask else None)
+        if mask and not drafter.autoregressive:
+            check_mask_token(drafter.config.mask_token_id, tokenizer)
     except ValueError as e:
         raise LoadError(f"{where}: does not belong to this target ({e})") from None
 

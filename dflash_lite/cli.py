@@ -304,6 +304,11 @@ def train_options(t: Options) -> argparse.ArgumentParser:
     t.add("--fixed-anchors", action="store_true",
           help="anchors only on block boundaries of the response "
                "(ablation; DFlash samples them anywhere)")
+    t.add("--no-chat-template", dest="chat_template", action="store_false",
+          help="feed the prompts raw (by default they become user turns of the target's chat "
+               "template, as bench encodes them)")
+    t.add("--no-feature-cache", dest="cache_features", action="store_false",
+          help="recompute the frozen target's features every step instead of once per sequence")
     return t.parser
 
 
@@ -311,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash or a
     file could not be written, 2 for bad input (one line, before any work), 130 on Ctrl-C and 143
     on SIGTERM (training saves first)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["zoo"]:                        # the zoo's own command line
+        from .zoo import main as zoo_main
+        return zoo_main(args[1:])
     with signals.handled():
         parser = build_parser()
         args = vars(parser.parse_args(argv))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -52,9 +53,18 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
-    sequences, prompt_lengths = [], []
-    for start in tqdm(range(0, len(prompts), batch_size), desc="regenerate", mininterval=5,
-                      disable=None):
+    partial = path.with_name(path.name.replace(".json", ".partial.json")) if path else None
+    sequences, prompt_lengths = _partial(partial, key)
+    done_at_start, started, said = len(sequences), time.time(), time.time()
+    for start in tqdm(range(len(sequences), len(prompts), batch_size), desc="regenerate",
+                      mininterval=5, disable=None):
+        if partial is not None and start > done_at_start and time.time() - said > 60:
+            atomic_write_text(partial, json.dumps({"key": key, "sequences": sequences,
+                                                   "prompt_lengths": prompt_lengths}))
+            rate = (start - done_at_start) / (time.time() - started)
+            print(f"[regenerate] {start}/{len(prompts)} prompts, {rate * 60:.0f} a minute, "
+                  f"ETA {(len(prompts) - start) / rate / 60:.1f} min", flush=True)
+            said = time.time()
         batch = [tokenizer(p, add_special_tokens=False).input_ids
                  for p in prompts[start:start + batch_size]]
         width = max(map(len, batch))
@@ -76,7 +86,24 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
     if path is not None:                             # only a finished file ever has the final name
         atomic_write_text(path, json.dumps({"key": key, "complete": True, "sequences": sequences,
                                             "prompt_lengths": prompt_lengths}))
+        if partial is not None and partial.is_file():
+            partial.unlink()
     return data
+
+
+def _partial(path: Path | None, key: str) -> tuple[list[list[int]], list[int]]:
+    """The answers an interrupted regeneration of the same prompts and target had written (its
+    ``.partial.json``, kept every minute), or none."""
+    if path is None or not path.is_file():
+        return [], []
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if raw.get("key") == key and len(raw["sequences"]) == len(raw["prompt_lengths"]):
+            print(f"[regenerate] resuming after {len(raw['sequences'])} prompts", flush=True)
+            return list(raw["sequences"]), list(raw["prompt_lengths"])
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    return [], []
 
 
 # ----------------------------------------------------------------------------- 2. blocks
@@ -125,6 +152,7 @@ class Batch:
     block_positions: torch.Tensor    # (N, A*B) absolute positions
     sequence_ids: torch.Tensor       # (N, T) the full sequences, for the target's features
     attn_mask: torch.Tensor          # (N, 1, A*B, T + A*B)
+    rows: list[int] | None = None    # which sequences of the data, when known (a feature cache)
 
 
 def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int,
@@ -195,6 +223,7 @@ def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_a
         batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx],
                            block_size, num_anchors, tokenizer, generator, causal, fixed_anchors)
         if batch is not None:
+            batch.rows = idx
             yield batch
 
 

