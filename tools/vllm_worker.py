@@ -62,7 +62,9 @@ def start(request: dict):
 
     options = dict(model=request["model"], dtype=request.get("dtype", "float32"),
                    enforce_eager=True, skip_tokenizer_init=True, disable_log_stats=False,
-                   max_num_seqs=request.get("max_num_seqs", 16), seed=0)
+                   max_num_seqs=request.get("max_num_seqs", 16), seed=0,
+                   # the same prompts come back every round: no cached prefill, as in our loop
+                   enable_prefix_caching=False)
     if request.get("max_model_len"):
         options["max_model_len"] = request["max_model_len"]
     if request.get("speculative_config"):
