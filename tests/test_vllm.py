@@ -1,6 +1,8 @@
 """vLLM serves the exported drafter as this project's loop decodes it (tools/vllm_check.py, README
 "Serve it with vLLM"): on built-in math and code prompts, at batch 1 and 4, vLLM's greedy tokens
-with the exported drafter equal ours and its tau is within 2% of ours.
+with the exported drafter equal ours, and the tokens kept per verify step are within 2% of ours
+(tau as each engine counts it, within 5%: vLLM always drafts 15 and counts what it accepts past a
+stop or the budget).
 
 It needs vLLM's CPU build in its own venv (``bash tools/vllm_venv.sh``, then
 ``DFLASH_VLLM_PYTHON=<that venv>/bin/python``); without it the check is skipped with one line.
@@ -45,7 +47,9 @@ def test_vllm_decodes_the_exported_drafter_as_ours(tmp_path):
     for r in rows:
         assert r["identical"], (r["batch_size"], r["first_difference"])
         assert r["vllm_drafts"] > 0 and r["tau_ours"] > 1
-        assert abs(r["tau_vllm"] / r["tau_ours"] - 1) <= 0.02, (r["tau_ours"], r["tau_vllm"])
+        # tokens kept per verify step, counted alike on both sides (tools/vllm_check.py)
+        assert abs(r["kept_gap"]) <= 0.02, (r["kept_per_step_ours"], r["kept_per_step_vllm"])
+        assert abs(r["tau_gap"]) <= 0.05, (r["tau_ours"], r["tau_vllm"])
 
 
 def test_the_check_names_a_missing_vllm_interpreter_in_one_line(tmp_path):

@@ -165,8 +165,15 @@ def ours(target, drafter, groups, max_new_tokens: int, stops) -> dict:
         for result in generate(target, proposer, batch, max_new_tokens, stop_token_ids=stops):
             tokens.append(result.tokens)
             lengths += result.acceptance_lengths
-    return {"tokens": tokens, "seconds": time.perf_counter() - t0,
+    return {"tokens": tokens, "seconds": time.perf_counter() - t0, "steps": len(lengths),
             "tau": sum(lengths) / len(lengths) if drafter is not None and lengths else None}
+
+
+def kept_per_step(tokens: list[list[int]], steps: int) -> float | None:
+    """New tokens kept per verify step (prefill's token left out), the same count on both sides:
+    tau as each engine counts it also holds tokens accepted past a stop or the budget, which vLLM,
+    always drafting 15, accepts more of."""
+    return (sum(map(len, tokens)) - len(tokens)) / steps if steps else None
 
 
 def tau_of(answer: dict) -> float | None:
@@ -243,6 +250,10 @@ def compare(python: str, target_name: str, drafter_path, dtype: str, methods, ba
                                          "median": statistics.median(loads)}}
             if row["tau_ours"] and row["tau_vllm"]:
                 row["tau_gap"] = row["tau_vllm"] / row["tau_ours"] - 1
+                row["steps_ours"] = mine["steps"]
+                row["kept_per_step_ours"] = kept_per_step(mine["tokens"], mine["steps"])
+                row["kept_per_step_vllm"] = kept_per_step(theirs["tokens"], theirs["drafts"])
+                row["kept_gap"] = row["kept_per_step_vllm"] / row["kept_per_step_ours"] - 1
             rows.append(row)
             if progress:
                 tau = (f", tau {row['tau_ours']:.3f} vs {row['tau_vllm']:.3f}"
