@@ -316,10 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash or a
     file could not be written, 2 for bad input (one line, before any work), 130 on Ctrl-C and 143
     on SIGTERM (training saves first)."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args[:1] == ["zoo"]:                        # the zoo's own command line
-        from .zoo import main as zoo_main
-        return zoo_main(args[1:])
     with signals.handled():
         parser = build_parser()
         args = vars(parser.parse_args(argv))

@@ -67,26 +67,24 @@ class FeatureCache:
                  max_bytes: int = 4 << 30):
         self.target, self.layer_ids, self.max_bytes = target, layer_ids, max_bytes
         self.lengths = [len(s) for s in data.sequences]
-        self.rows: dict[int, torch.Tensor] = {}
+        self.kept: dict[int, torch.Tensor] = {}      # sequence index -> (its length, K*H)
         self.bytes = 0
 
     @torch.no_grad()
     def __call__(self, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
         seq = batch.sequence_ids
-        missing = [i for i, r in enumerate(batch.rows) if r not in self.rows]
-        computed = {}
+        found = {r: self.kept[r] for r in batch.rows if r in self.kept}
+        missing = [i for i, r in enumerate(batch.rows) if r not in found]
         if missing:
-            device = self.target.device
-            out = self.target.model(seq[missing].to(device), output_hidden_states=True)
+            out = self.target.model(seq[missing].to(self.target.device), output_hidden_states=True)
             features = context_features(out.hidden_states, self.layer_ids)
             for j, i in enumerate(missing):
-                own = features[j, :self.lengths[batch.rows[i]]]
-                computed[i] = own
-                size = own.numel() * own.element_size()
+                r = batch.rows[i]
+                found[r] = features[j, :self.lengths[r]].clone()
+                size = found[r].numel() * found[r].element_size()
                 if self.bytes + size <= self.max_bytes:
-                    self.rows[batch.rows[i]] = own.clone()
-                    self.bytes += size
-        rows = [computed[i] if i in computed else self.rows[r] for i, r in enumerate(batch.rows)]
+                    self.kept[r], self.bytes = found[r], self.bytes + size
+        rows = [found[r] for r in batch.rows]
         width = seq.shape[1]
         # past a sequence's end is padding, which no block sees
         return torch.stack([F.pad(r, (0, 0, 0, width - r.shape[0])) for r in rows]).to(dtype)
@@ -395,12 +393,12 @@ class Progress:
         self.steps, self.every, self.first = steps, every, None
 
     def __call__(self, trainer, step: int, metrics: dict) -> None:
-        if self.first is None:
-            self.first = (step - 1, time.time() - 1e-9)
-        if step % self.every and step != self.steps:
+        if self.first is None:                  # the clock starts after this process's first step
+            self.first = (step, time.time())
+        if (step % self.every and step != self.steps) or step == self.first[0]:
             return
-        done, rate = step - self.first[0], (step - self.first[0]) / (time.time() - self.first[1])
-        left = (self.steps - step) / rate if rate > 0 and done > 1 else float("nan")
+        rate = (step - self.first[0]) / (time.time() - self.first[1])
+        left = (self.steps - step) / rate
         print(f"[train] step {step}/{self.steps}: loss {metrics['loss']:.3f}, "
               f"{rate * 60:.1f} steps a minute, ETA {left / 60:.1f} min", flush=True)
 

@@ -10,7 +10,7 @@ from dflash_lite.checkpoints import load_drafter, save_drafter
 from dflash_lite.drafter import DrafterConfig
 from dflash_lite.target import context_features
 from dflash_lite.data import IGNORE, block_attention_mask, epoch_batches, make_batch, sample_anchors
-from dflash_lite.train import drafter_loss, position_weights
+from dflash_lite.train import FeatureCache, drafter_loss, position_weights
 from dflash_lite.trainer import TrainConfig, Trainer
 from dflash_lite.variants import make_drafter
 
@@ -234,3 +234,22 @@ def test_position_accuracy_shows_what_slot_0_is_worth(tiny):
     assert len(position_accuracy(eagle, target, data, tokenizer.pad_token_id)) == eagle.config.block_size - 1
     with pytest.raises(ValueError, match="block drafting"):
         position_accuracy(eagle, target, data, tokenizer.pad_token_id, anchor_token=False)
+
+
+def test_cached_target_features_give_the_loss_of_a_fresh_forward(tiny, toy_data):
+    """A second epoch reads the features the first computed (in other batch company, other
+    padding); the loss must be the one an uncached forward gives."""
+    target, tokenizer = tiny
+    torch.manual_seed(0)
+    drafter = make_drafter(DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
+                                                      num_layers=1, block_size=4)).eval()
+    weights = position_weights(4)
+    cache = FeatureCache(target, drafter.config.target_layer_ids, toy_data)
+    g = torch.Generator().manual_seed(0)
+    for batch in epoch_batches(toy_data, 2, 4, 4, tokenizer, g):
+        drafter_loss(drafter, target, batch, weights, cache)
+    assert len(cache.kept) == len(toy_data)
+    for batch in epoch_batches(toy_data, 3, 4, 4, tokenizer, g):          # other company
+        cached = drafter_loss(drafter, target, batch, weights, cache)[0]
+        fresh = drafter_loss(drafter, target, batch, weights)[0]
+        assert torch.allclose(cached, fresh, atol=1e-5), (cached, fresh)
