@@ -233,6 +233,8 @@ def bench_options(b: Options) -> argparse.ArgumentParser:
     b.add("--dataset", choices=list(DATASETS),
           help="a public set fetched with `datasets` (needs the network; offline use --prompts)")
     b.add("--temperature", type=TEMP, help="0: greedy, with the identity check")
+    b.add("--seed", type=SEED, help="the seed of sampled rows (temperature > 0): the loop's rows "
+          "are checked against the target's own sample with it")
     b.add("--adaptive", action="store_true",
           help="also run DFlash with the block size chosen per step from recent acceptance")
     b.add("--tree-sizes", type=TREE_SIZES, help="draft-tree rows, nodes per tree ('' for none)")
@@ -284,6 +286,7 @@ def train_options(t: Options) -> argparse.ArgumentParser:
                "(needs the network; offline use --prompts)")
     t.add("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add("--max-new-tokens", type=POS)
+    t.add("--regenerate-batch-size", type=POS, help="prompts the target answers at once")
     t.add("--num-taps", type=POS)
     t.add("--seed", type=SEED)
     t.add("--device", type=validate.device_arg)

@@ -35,6 +35,12 @@ from .validate import check_output_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+
+
+def in_checkout() -> bool:
+    """Whether this package runs from a checkout of the repository, beside the notebooks and docs
+    the course commands read; an installed wheel has the package only."""
+    return NOTEBOOKS.is_dir() and (ROOT / "docs").is_dir() and (ROOT / "pyproject.toml").is_file()
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
 STUDENT = "student"                 # the one student of a local autograde run
 
@@ -514,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--notebooks", nargs="*",
                        help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
+    grade.add_argument("--overwrite", action="store_true",
+                       help="let --out replace a file that is not a score report")
     grade.add_argument("--allow-root", action="store_true",
                        help="grade as root anyway (students' code runs while grading)")
     site = commands.add_parser("site",
@@ -522,6 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     site.add_argument("--instructor", action="store_true",
                       help="the instructor's site, with the solutions (default: the student site)")
     args = parser.parse_args(argv)
+    bad = [n for n in getattr(args, "notebooks", None) or () if not (len(n) == 2 and n.isdigit())]
+    if bad or getattr(args, "notebooks", None) == []:
+        parser.error(f"--notebooks takes chapter numbers such as 02 03, got {bad or 'none'}")
+    if not in_checkout():
+        parser.error("the course commands need a checkout of the repository (its notebooks/, "
+                     "docs/ and instructor/ folders); this installed copy "
+                     f"({ROOT / 'dflash_lite'}) holds the package only: git clone the project "
+                     "and run them there")
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)
@@ -545,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.submitted_dir).is_dir():
             parser.error(f"{args.submitted_dir} is not a directory")
         try:          # the report's place is checked before any grading, like every --out
-            out = guard_output_file(args.out, "--out", own=_is_score_report) if args.out else None
+            out = guard_output_file(args.out, "--out", args.overwrite,
+                                    own=_is_score_report) if args.out else None
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)
         except (ValueError, PermissionError) as e:
             parser.error(str(e))

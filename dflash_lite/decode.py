@@ -106,10 +106,32 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: give at least one token")
     check_int("max_new_tokens", max_new_tokens)
+    vocab = model.get_input_embeddings().num_embeddings
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab:
+        bad = low if low < 0 else high
+        raise ValueError(f"input_ids holds token id {bad}, outside the target's vocabulary "
+                         f"of {vocab} (0..{vocab - 1})")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
         raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens "
                          f"({max_new_tokens}) exceeds the target's context of {limit} tokens")
+
+
+def token_ids(prompt) -> torch.Tensor:
+    """A prompt as a long tensor; one line for ids that are not integers (a float tensor would be
+    truncated without a word)."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise ValueError(f"input_ids must hold integer token ids, got a {prompt.dtype} tensor")
+        return prompt.long()
+    if hasattr(prompt, "__array__") and not isinstance(prompt, (list, tuple)):
+        return token_ids(torch.as_tensor(prompt))
+    values = list(prompt) if isinstance(prompt, (list, tuple)) else None
+    if values is None or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise ValueError("input_ids must be a tensor or a list of integer token ids, "
+                         f"got {type(prompt).__name__}")
+    return torch.tensor(values, dtype=torch.long)
 
 
 def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
@@ -120,13 +142,23 @@ def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
     rows = [input_ids] if isinstance(input_ids, torch.Tensor) else list(input_ids)
     if not rows:
         raise ValueError("the batch is empty: give at least one prompt")
-    prompts = [torch.as_tensor(p, dtype=torch.long) for p in rows]
+    prompts = [token_ids(p) for p in rows]
     prompts = [p.view(1, -1) if p.ndim == 1 else p for p in prompts]
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) \
         else [max_new_tokens] * len(prompts)
     stops = list(stop_token_ids)
-    per_row = bool(stops) and all(isinstance(s, (list, tuple, set, frozenset)) for s in stops)
-    stops = [set(s) for s in stops] if per_row else [set(stops)] * len(prompts)
+    nested = [isinstance(s, (list, tuple, set, frozenset)) for s in stops]
+    if any(nested) and not all(nested):
+        raise ValueError("stop_token_ids mixes token ids and per-row lists: give one list of ids "
+                         "for every row, or one list per row")
+    per_row = bool(stops) and all(nested)
+    for s in (stops if per_row else [stops]):
+        for t in s:
+            if isinstance(t, bool) or not isinstance(t, (int, torch.Tensor)) or (
+                    isinstance(t, torch.Tensor) and (t.numel() != 1 or t.is_floating_point())):
+                raise ValueError(f"stop_token_ids: {t!r} is not a token id (an integer)")
+    stops = ([{int(t) for t in s} for s in stops] if per_row
+             else [{int(t) for t in stops}] * len(prompts))
     if len(limits) != len(prompts) or len(stops) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts, but max_new_tokens or stop_token_ids for "
                          f"{len(limits)} / {len(stops)}")

@@ -387,9 +387,14 @@ def _changed(before: dict) -> list[str]:
 
 
 def load_hidden(path: Path | None = HIDDEN) -> dict:
-    """``{grade_id: check(namespace)}`` of the instructor's hidden checks ({} when absent)."""
-    if path is None or not Path(path).is_file():
+    """``{grade_id: check(namespace)}`` of the instructor's hidden checks; ``path=None`` for none.
+    A missing file is an error (grading without them would skip every hidden check silently):
+    they live in the repository's ``instructor/`` folder, which an installed wheel does not have."""
+    if path is None:
         return {}
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"the hidden checks are missing: no {path} (they are in the "
+                                "repository's instructor/ folder; grade from a checkout)")
     spec = importlib.util.spec_from_file_location("hidden_checks", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["hidden_checks"] = module
@@ -500,32 +505,59 @@ def score_notebook(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def _read_notebooks(paths) -> list:
+    """The notebooks at ``paths``, or one ValueError line naming the one that is not a notebook."""
+    import nbformat
 
-    parser = argparse.ArgumentParser(
-        prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0]
-    )
+    read = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"{path} is not a file")
+        try:
+            read.append(nbformat.read(path, as_version=4))
+        except Exception as e:  # noqa: BLE001  (nbformat raises several kinds for a non-notebook)
+            raise ValueError(f"{path} is not a Jupyter notebook ({type(e).__name__})") from None
+    return read
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Scores as one JSON object: on stdout, or with ``--report FILE`` into that file, after
+    which the process ends at once (``os._exit``), so nothing a submission registered to run at
+    exit can print or write after it."""
+    import os
+    import shutil
+    import tempfile
+
+    from .cli import Parser
+
+    parser = Parser(prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="the instructor's notebook")
     parser.add_argument("executed", help="the executed, instrumented submission")
     parser.add_argument("--hidden", default=str(HIDDEN), help="the hidden checks (a .py file)")
+    parser.add_argument("--report", help="write the scores here instead of stdout")
     args = parser.parse_args(argv)
-    for path in (args.source, args.executed):
-        if not Path(path).is_file():
-            parser.error(f"{path} is not a file")
-    import os
-    import tempfile
-
+    try:
+        source, executed = _read_notebooks([args.source, args.executed])
+        hidden = load_hidden(Path(args.hidden) if args.hidden else None)
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))
     scratch = tempfile.mkdtemp(prefix="dflash-grader-")         # figures the test cells save
     for var in ("DFLASH_LITE_FIGURES", "DFLASH_LITE_RESULTS", "DFLASH_LITE_CACHE"):
         os.environ.setdefault(var, os.path.join(scratch, var.rsplit("_", 1)[1].lower()))
     try:
-        report = score_notebook(args.source, args.executed, args.hidden)
+        report = score_answers(source, collected(executed), definitions(executed), hidden,
+                               solution_sources(executed))
     except Exception:  # noqa: BLE001
         print(traceback.format_exc(), file=sys.stderr)
         return 1
-    print(json.dumps(report))
-    return 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.report is None:
+        print(json.dumps(report))
+        return 0
+    Path(args.report).write_text(json.dumps(report))
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,15 @@ CACHE_ENV = "DFLASH_LITE_CACHE"       # where notebooks cache regenerated data (
 
 def repo_dir(start: str | Path | None = None) -> Path:
     """The repository root, found by walking up from ``start`` (the working directory by default);
-    this package's checkout when the walk finds none."""
+    this package's checkout when the walk finds none; the working directory itself when the
+    package is installed (so figures and results never go into site-packages)."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "dflash_lite").is_dir() and (folder / "notebooks").is_dir():
             return folder
-    return ROOT
+    if (ROOT / "notebooks").is_dir():
+        return ROOT
+    return here      # an installed package, run outside a checkout: never site-packages
 
 
 def _output_dir(env: str, name: str, start: str | Path | None) -> Path:

@@ -84,10 +84,10 @@ def _other_weights(directory: Path) -> list[str]:
     return sorted(found)
 
 
-def _check_safetensors(directory: Path) -> None:
+def _check_safetensors(directory: Path) -> dict[str, list[int]]:
     """Refuse a directory holding weights in any other format (a torch file beside the safetensors
     is how code gets run), then open every safetensors file's header, so corrupt or truncated files
-    fail here, clearly."""
+    fail here, clearly. Returns every tensor's shape, by name."""
     from safetensors import safe_open
 
     other = _other_weights(directory)
@@ -99,6 +99,7 @@ def _check_safetensors(directory: Path) -> None:
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
+    shapes: dict[str, list[int]] = {}
     for file in files:
         try:
             with safe_open(str(file), framework="pt"):   # parses and checks the header
@@ -115,6 +116,19 @@ def _check_safetensors(directory: Path) -> None:
         if 8 + header_len + end != size:
             raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says "
                             f"{8 + header_len + end})")
+        shapes.update({k: v.get("shape", []) for k, v in header.items() if k != "__metadata__"})
+    return shapes
+
+
+def _check_vocabulary(directory: Path, raw: dict, shapes: dict[str, list[int]]) -> None:
+    """config.json's ``vocab_size`` against the rows of the embedding the weights hold: a
+    mismatch is one line here (transformers' own report of it is empty)."""
+    rows = [shape[0] for name, shape in shapes.items()
+            if name.endswith("embed_tokens.weight") and shape]
+    vocab = raw.get("vocab_size")
+    if rows and isinstance(vocab, int) and rows[0] != vocab:
+        raise LoadError(f"{directory}: config.json says vocab_size {vocab}, but the weights' "
+                        f"embedding has {rows[0]} rows; fix vocab_size in config.json")
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -232,7 +246,7 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
     raw = read_config(directory)                    # model type and shape, before any Auto* call
-    _check_safetensors(directory)
+    _check_vocabulary(directory, raw, _check_safetensors(directory))
     embeddings = 1 if raw.get("tie_word_embeddings") else 2
     parameters = check_model_shape(raw, "num_hidden_layers", embeddings)
     try:                                    # the weights in dtype must fit before they are read

@@ -103,6 +103,10 @@ def check_block_sizes(value, name: str | None = "block_sizes",
         raise _fail(name, "a non-empty list of integers >= 1 (e.g. 4,8,16)", value)
     for size in sizes:
         check_int(name, size, 1, high)
+    repeated = sorted({s for s in sizes if sizes.count(s) > 1})
+    if repeated:
+        raise ValueError(f"{name} lists {', '.join(map(str, repeated))} more than once: "
+                         "give each size once")
     return sizes
 
 

@@ -34,6 +34,15 @@
 # 3. count the kernels one forward launches, and see what **CUDA graphs** do about them;
 # 4. read the tokens/s and speedups of the H200 run, and what the loop around the forwards costs;
 # 5. put the paper-scale costs into the cost model and compare with the paper's Table 1.
+
+# %% [markdown]
+# **In this chapter you will**
+#
+# * see why a verify of 16 tokens costs about as much as a forward of 1 on a GPU, and why it does
+#   not on this CPU;
+# * tell a forward bound by memory bandwidth from one bound by kernel launches, and what CUDA
+#   graphs change;
+# * predict a speedup from measured costs and check it against the measured one.
 #
 # **Prerequisites:** chapters 01 (the cost of a forward) and 06 (the [cost model](../docs/glossary.md#cost-model));
 # [CUDA graphs](../docs/glossary.md#cuda-graphs) are explained here.

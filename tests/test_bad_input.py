@@ -2,10 +2,12 @@
 import copy
 
 import pytest
+import torch
 
-from dflash_lite.decode import DFlashProposer
+from dflash_lite.decode import DFlashProposer, generate
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.engine import Engine
+from dflash_lite.target import mask_token_id
 
 
 def one_line(excinfo) -> str:
@@ -54,13 +56,25 @@ def test_drafter_target_mismatch(tiny, random_drafter, field, value, match):
     one_line(info)
 
 
-def test_tokenizer_without_mask_token(tiny, random_drafter):
+def test_a_tokenizer_without_mask_token_decodes_with_the_drafters_recorded_id(tiny, random_drafter):
     target, tokenizer = tiny
     plain = copy.deepcopy(tokenizer)
     plain.mask_token = None
-    with pytest.raises(ValueError, match="mask token") as info:
-        Engine(target, plain, random_drafter)
-    one_line(info)
+    assert plain.mask_token_id is None
+    prompt = "Q: 12 + 30 = ?"
+    expected = Engine(target, tokenizer, random_drafter).generate(prompt, max_new_tokens=12)
+    assert Engine(target, plain, random_drafter).generate(prompt, max_new_tokens=12) == expected
+
+
+def test_the_mask_rule_takes_a_reserved_special_token_never_a_role_of_the_template(tiny):
+    _, tokenizer = tiny
+    plain = copy.deepcopy(tokenizer)
+    plain.mask_token = None
+    chosen = mask_token_id(plain)
+    assert chosen is not None
+    assert chosen not in {plain.eos_token_id, plain.bos_token_id, plain.pad_token_id}
+    assert plain.convert_ids_to_tokens(chosen) not in (plain.chat_template or "")
+    assert mask_token_id(tokenizer) == tokenizer.mask_token_id
 
 
 def test_mask_token_must_be_the_tokenizers(tiny, random_drafter):
@@ -108,3 +122,28 @@ def test_sampling_with_a_seed_is_reproducible(tiny, random_drafter):
     a, b = (Engine(target, tokenizer, random_drafter, block_size=8).generate("def ", 20, temperature=1.0, top_p=0.9,
                                                                              seed=3) for _ in range(2))
     assert a == b
+
+
+@pytest.mark.parametrize("ids,named", [
+    (torch.tensor([[5, 6, 5000]]), "token id 5000"),
+    (torch.tensor([[-1, 6]]), "token id -1"),
+    (torch.tensor([[5.7, 6.2]]), "integer token ids"),
+    ([[5, 6], [7.5, 8]], "integer token ids"),
+    (torch.tensor([[True, False]]), "integer token ids"),
+])
+def test_prompt_ids_that_are_not_token_ids_are_one_line_before_any_work(tiny, random_drafter, ids, named,
+                                                                        monkeypatch):
+    target, _ = tiny
+    monkeypatch.setattr("dflash_lite.decode.prefill", lambda *a, **k: pytest.fail("work was done"))
+    with pytest.raises(ValueError, match=named) as info:
+        generate(target, DFlashProposer(random_drafter, target), ids, 4)
+    one_line(info)
+
+
+@pytest.mark.parametrize("stops,named", [([[1], 2], "mixes"), (["2"], "not a token id"),
+                                         ([2.5], "not a token id")])
+def test_stop_lists_that_are_neither_shared_nor_per_row_are_one_line(tiny, random_drafter, stops, named):
+    target, _ = tiny
+    with pytest.raises(ValueError, match=named) as info:
+        generate(target, DFlashProposer(random_drafter, target), [[5, 6], [7, 8]], 4, stop_token_ids=stops)
+    one_line(info)

@@ -91,3 +91,12 @@ def test_unsupported_architecture(shipped_copy):
     config["model_type"] = "gpt2"
     (shipped_copy / "config.json").write_text(json.dumps(config))
     assert "not supported" in one_line_error(shipped_copy)
+
+
+def test_config_vocabulary_over_weights_of_another_size(shipped_copy):
+    config = json.loads((shipped_copy / "config.json").read_text())
+    rows = config["vocab_size"]
+    config["vocab_size"] = rows - 96
+    (shipped_copy / "config.json").write_text(json.dumps(config))
+    message = one_line_error(shipped_copy)
+    assert f"vocab_size {rows - 96}" in message and f"{rows} rows" in message

@@ -64,7 +64,9 @@ def solution_lines() -> set[str]:
         for nb_path in course.chapters()
         for cell in nbformat.read(nb_path, as_version=4).cells
     )
-    public += "\n".join(p.read_text() for p in (ROOT / "dflash_lite").rglob("*.py"))
+    # the library itself is public; the exercises' self-checks are not, they ship with the bundle
+    public += "\n".join(p.read_text() for p in (ROOT / "dflash_lite").rglob("*.py")
+                        if "exercises" not in p.parts)
     return {
         line
         for line in lines

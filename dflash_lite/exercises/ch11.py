@@ -11,9 +11,9 @@ from ..cache import SlotCache
 def _rows_at(write_positions) -> SlotCache:
     """A cache of rows at ``write_positions`` (one row through two: a single row takes the cache's
     one-request path, which may return no mask at all)."""
-    at = [int(a) for a in write_positions]
-    cache = SlotCache(1, rows=max(2, len(at)))
-    cache.rewind(at if len(at) > 1 else at * 2)
+    rows = list(map(int, write_positions))
+    cache = SlotCache(1, rows=max(2, len(rows)))
+    cache.rewind(rows if len(rows) > 1 else rows * 2)
     return cache
 
 
