@@ -105,8 +105,8 @@ def check_block_sizes(value, name: str | None = "block_sizes",
         check_int(name, size, 1, high)
     repeated = sorted({s for s in sizes if sizes.count(s) > 1})
     if repeated:
-        raise ValueError(f"{name} lists {', '.join(map(str, repeated))} more than once: "
-                         "give each size once")
+        raise ValueError(f"{name or 'the sizes'} must be distinct "
+                         f"({', '.join(map(str, repeated))} repeated)")
     return sizes
 
 

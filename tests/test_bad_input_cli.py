@@ -77,7 +77,6 @@ USAGE_ERRORS = [
     (["bench", "--repeats", "0"], "--repeats"),
     (["bench", "--batch-sizes", "2,2"], "--batch-sizes"),
     (["bench", "--block-sizes", "4,16,4"], "--block-sizes"),
-    (["bench", "--seed", "-1"], "--seed"),
     (["bench", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["bench", "--temperature", "nan"], "--temperature"),
     (["bench", "--json", "{tmp}/a_file/out.json"], "--json"),
