@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 
 from .checkpoints import load_drafter
+from .cli import Parser              # one-line usage errors, exit 2, as the other commands
 from .target import load_pretrained
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -528,7 +529,6 @@ def main(argv: list[str] | None = None) -> int:
     import shutil
     import tempfile
 
-    from .cli import Parser
 
     parser = Parser(prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="the instructor's notebook")
