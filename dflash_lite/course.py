@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import grader
-from .cli import Parser              # one-line usage errors, exit 2, as the other commands
+from . import grader, grading
+from .cli import POS, Parser         # one-line usage errors, exit 2, as the other commands
 from .files import atomic_write_text
 from .outputs import guard_output_file, refusal
 from .validate import check_output_dir
@@ -312,49 +312,20 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def read_only_package(into: Path) -> Path:
-    """A copy of this package under ``into`` that nobody can write to (files 0444, folders
-    0555), with the committed ``results/`` the notebooks read: what the graded notebooks import,
-    so a submission cannot plant a module that a later grading imports. Returns the folder to put
-    on PYTHONPATH."""
-    package = into / "dflash_lite"
-    shutil.copytree(ROOT / "dflash_lite", package,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(ROOT / "results", into / "results")        # committed inputs the notebooks read
-    for folder, dirs, files in os.walk(into, topdown=False):
-        for name in files:
-            os.chmod(Path(folder) / name, 0o444)
-        os.chmod(folder, 0o555)
-    return into
-
-
-def grading_path(package: Path, env: dict) -> str:
-    """The PYTHONPATH of the graded notebooks and of the grader: the read-only copy first, so it
-    is the package they import, then what the user's PYTHONPATH holds (dependencies, say)."""
-    return os.pathsep.join(filter(None, [str(package), env.get("PYTHONPATH")]))
-
-
-def _writable_again(folder: Path) -> None:
-    for path, dirs, files in os.walk(folder):
-        os.chmod(path, 0o755)
-
-
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
-              hidden: str | Path | None = None) -> dict:
+              hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
     """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``).
 
-    Each runs top to bottom (nbgrader) in a throwaway copy, with the test cells restored from the
-    source and this package imported from a read-only copy; then the points are computed in a
-    fresh process (:mod:`dflash_lite.grader`) from the values the notebook's answers had, never
-    from what the student's kernel printed. Returns ``{notebook: {"score", "max_score", "cells":
-    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "kernel_score":
-    nbgrader's own count, for comparison}}``."""
-    import subprocess
-
-    import nbformat
-    from nbgrader.api import Gradebook
-
+    Each runs top to bottom in a sandboxed kernel, with the test cells restored from the source,
+    under ``limits`` (:mod:`dflash_lite.grading`); then the points are computed in a fresh process
+    (:mod:`dflash_lite.grader`) from the values the notebook's answers had, never from what the
+    student's kernel printed. One notebook that dies, loops or floods its output scores 0 where it
+    did not get to, and the others are graded as usual. Returns ``{notebook: {"score",
+    "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored
+    0}, "stopped": why the run stopped early or "", "kernel_score": what the kernel's own outputs
+    claimed, for comparison}}``; ``course_root`` keeps the working files (else a temporary folder,
+    removed)."""
     submitted = Path(submitted_dir)
     if _inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
@@ -367,55 +338,32 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     if not notebooks:
         raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
     hidden = Path(hidden) if hidden else grader.HIDDEN
+    if not hidden.is_file():
+        raise ValueError(f"the hidden checks are missing: no {hidden}")
+    limits = limits or grading.Limits()
+    report = {}
     with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
-        root = Path(course_root) if course_root else Path(tmp) / "course"
-        api = prepare_course(root, notebooks)
-        inbox = root / "submitted" / STUDENT / ASSIGNMENT
-        inbox.mkdir(parents=True, exist_ok=True)
+        work = Path(course_root) if course_root else Path(tmp)
+        outputs_dir = work / "outputs"
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {"PYTHONPATH": path,
+               "DFLASH_LITE_FIGURES": str(outputs_dir / "figures"),
+               "DFLASH_LITE_RESULTS": str(outputs_dir / "results"),
+               "DFLASH_LITE_CACHE": str(outputs_dir / "cache"),
+               "IPYTHONDIR": str(outputs_dir / "ipython"), "MPLCONFIGDIR": str(outputs_dir / "mpl"),
+               "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         for nb in notebooks:
-            copy = nbformat.read(submitted / nb.name, as_version=4)
-            grader.instrument(copy, nbformat.read(nb, as_version=4))
-            nbformat.write(copy, inbox / nb.name)
-        package = read_only_package(Path(tmp) / "package")
-        env = {**os.environ}
-        for var, name in (("DFLASH_LITE_FIGURES", "figures"), ("DFLASH_LITE_RESULTS", "results")):
-            # keep the runs' files out of the repository
-            os.environ.setdefault(var, str(root / name))
-        # the notebooks import the read-only copy of the package, whatever the kernel's directory
-        pythonpath = grading_path(package, env)
-        os.environ["PYTHONPATH"] = pythonpath
-        try:
-            _checked(api.autograde(ASSIGNMENT, STUDENT), "autograde")
-        finally:
-            os.environ.clear(); os.environ.update(env)
-        kernel = {}
-        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-            for nb in gradebook.find_submission(ASSIGNMENT, STUDENT).notebooks:
-                kernel[nb.name] = nb.score
-        report = {}
-        graded = root / "autograded" / STUDENT / ASSIGNMENT
-        for nb in notebooks:
-            run = subprocess.run(
-                [sys.executable, "-m", "dflash_lite.grader", str(nb), str(graded / nb.name),
-                 "--hidden", str(hidden)], capture_output=True, text=True, cwd=graded,
-                env={**env, "PYTHONPATH": pythonpath, **_output_env(root)})
-            if run.returncode != 0:
-                raise RuntimeError(f"grading {nb.name} failed:\n{run.stderr[-3000:]}")
-            cells = json.loads(run.stdout.strip().splitlines()[-1])
+            outputs_dir.mkdir(parents=True, exist_ok=True)
+            run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
+            cells = run["cells"]
             report[nb.stem] = {
                 "score": sum(c[0] for c in cells.values()),
                 "max_score": sum(c[1] for c in cells.values()),
                 "cells": {g: c[:2] for g, c in cells.items()},
                 "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                "kernel_score": kernel.get(nb.stem)}
-        _writable_again(package)
+                "stopped": run["stopped"],
+                "kernel_score": run["kernel_score"]}
     return report
-
-
-def _output_env(root: Path) -> dict:
-    return {"DFLASH_LITE_FIGURES": str(root / "figures"),
-            "DFLASH_LITE_RESULTS": str(root / "results"),
-            "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", help="also write the scores to this JSON file")
     grade.add_argument("--overwrite", action="store_true",
                        help="let --out replace a file that is not a score report")
+    grade.add_argument("--cell-timeout", type=POS, default=grading.Limits.cell_timeout_s,
+                       help="seconds a cell may run before it is interrupted "
+                            "(default: %(default)s)")
+    grade.add_argument("--notebook-timeout", type=POS, default=grading.Limits.notebook_timeout_s,
+                       help="seconds a whole notebook may run (default: %(default)s)")
     grade.add_argument("--allow-root", action="store_true",
                        help="grade as root anyway (students' code runs while grading)")
     site = commands.add_parser("site",
@@ -563,11 +516,15 @@ def main(argv: list[str] | None = None) -> int:
         try:          # the report's place is checked before any grading, like every --out
             out = guard_output_file(args.out, "--out", args.overwrite,
                                     own=_is_score_report) if args.out else None
-            report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root)
+            limits = grading.Limits(cell_timeout_s=args.cell_timeout,
+                                    notebook_timeout_s=args.notebook_timeout)
+            report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,
+                               limits=limits)
         except (ValueError, PermissionError) as e:
             parser.error(str(e))
         for name, nb in report.items():
-            print(f"{name}: {nb['score']:g} / {nb['max_score']:g}")
+            stopped = f" (stopped early: {nb['stopped']})" if nb["stopped"] else ""
+            print(f"{name}: {nb['score']:g} / {nb['max_score']:g}{stopped}")
         if out is not None:
             atomic_write_text(out, json.dumps(report, indent=1))
     return 0

@@ -331,17 +331,170 @@ def definitions(notebook, solutions: bool = True) -> str:
     return "\n\n".join(parts)
 
 
+SUBMITTED = "<submission>"          # the file name the submission's code is compiled under
+STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})   # and a solution cell re-run by a check
+
+
 def _exec_each(source: str, namespace: dict) -> None:
     """Run each top-level statement of ``source`` on its own: one that fails (a stub that raises
     at definition time, an import that is missing) leaves the others defined."""
     tree = ast.parse(source) if source else ast.Module(body=[], type_ignores=[])
     for node in tree.body:
         try:
-            exec(
-                compile(ast.Module(body=[node], type_ignores=[]), "<submission>", "exec"), namespace
-            )
+            exec(compile(ast.Module(body=[node], type_ignores=[]), SUBMITTED, "exec"), namespace)
         except Exception:
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The guard: what submitted code may not do inside the grader's process
+
+class Refused(RuntimeError):
+    """Raised inside submitted code that tried something the grader does not allow."""
+
+
+# events that reach the grader's frames, objects or memory, start a process or a thread, or make
+# code the checks below would not recognise as the submission's
+GUARDED = frozenset({
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
+    "sys.setprofile", "sys._getframemodulename", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "_thread.start_new_thread", "os.fork", "os.forkpty", "os.system",
+    "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.kill", "os.killpg",
+    "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof",
+    "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "code.__new__",
+    "function.__new__", "marshal.loads", "pickle.find_class", "socket.connect"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+# library code that may look at frames while a submission is on the stack (and hands none back)
+FRAME_READERS = ("warnings", "typing", "collections", "enum", "logging", "dataclasses", "abc")
+
+
+def _student_code(code) -> bool:
+    return code.co_filename in STUDENT_FILES
+
+
+def _guard(protected: list[str]):
+    """An audit hook (:pep:`578`) that refuses, while submitted code is on the stack, whatever
+    reaches the grader's frames or objects (frames, garbage-collector lists, tracing, ctypes),
+    starts a process or a thread, builds code objects, or opens the instructor's files;
+    ``exec``/``compile`` are refused only when the submission calls them itself. Python is not a
+    sandbox: this closes the ways in that the listed events cover, and the process around it
+    (:mod:`dflash_lite.sandbox`) closes the files."""
+    getframe, busy = sys._getframe, [False]
+
+    def caller_and_student():
+        frame = getframe(2)                     # the hook's caller's caller: who raised the event
+        first, student = frame, False
+        while frame is not None:
+            if _student_code(frame.f_code):
+                student = True
+                break
+            frame = frame.f_back
+        return first, student
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        sensitive = (event in GUARDED or event in ("exec", "compile", "open")
+                     or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES))
+        if not sensitive:
+            return
+        busy[0] = True
+        try:
+            caller, student = caller_and_student()
+        finally:
+            busy[0] = False
+        if not student:
+            return
+        module = (caller.f_globals.get("__name__") or "") if caller is not None else ""
+        by_student = caller is not None and _student_code(caller.f_code)
+        if event in ("exec", "compile"):
+            refuse = by_student or module in ("timeit", "runpy", "code", "codeop", "pdb", "bdb")
+        elif event == "open":
+            path = str(args[0]) if isinstance(args[0], (str, bytes)) else ""
+            refuse = any(path.startswith(p) for p in protected)
+        elif event == "sys._getframe" and not by_student:
+            refuse = module.split(".")[0] not in FRAME_READERS
+        else:
+            refuse = True
+        if refuse:
+            raise Refused(f"the grader does not let submitted code use {event}")
+
+    return hook
+
+
+_GUARDED: list = []
+
+
+def guard(protected: list[str]) -> None:
+    """Install the audit hook once in this process (it cannot be removed: grading processes are
+    throwaway); ``protected`` adds paths no submitted code may open."""
+    if not _GUARDED:
+        paths = [str(HIDDEN.parent), str(ROOT / "notebooks")]
+        _GUARDED.append(paths)
+        sys.addaudithook(_guard(paths))
+    _GUARDED[0].extend(p for p in protected if p not in _GUARDED[0])
+
+
+def _student_made(cls) -> bool:
+    """A class the submission wrote (a method of its own anywhere in the class's MRO)."""
+    import types
+
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+                if isinstance(f, types.FunctionType) and _student_code(f.__code__):
+                    return True
+    return False
+
+
+def plain(value, depth: int = 0):
+    """``value`` when it holds only plain data, tensors and library objects; a TypeError for an
+    instance of a class the submission wrote (one whose ``__eq__`` says yes to anything, say)."""
+    if depth > 20:
+        raise TypeError("the result nests too deep")
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(plain(v, depth + 1) for v in value)
+    if kind is dict:
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
+    if _student_made(kind):
+        raise TypeError(f"a submitted function returned a {kind.__name__}, a class of the "
+                        "submission: checks compare plain values")
+    return value
+
+
+class Plain:
+    """A submitted function as a check calls it: the same call, its result :func:`plain`."""
+
+    def __init__(self, function):
+        self.__wrapped__ = function
+        self.__name__ = function.__name__
+
+    @property
+    def __globals__(self) -> dict:
+        return self.__wrapped__.__globals__
+
+    def __call__(self, *args, **kwargs):
+        return plain(self.__wrapped__(*args, **kwargs))
+
+
+def _is_submitted_function(value) -> bool:
+    import types
+
+    return isinstance(value, types.FunctionType) and _student_code(value.__code__)
+
+
+def cell_namespace(base: dict, namespace: dict) -> dict:
+    """The namespace a test cell and its hidden check run in: the instructor's names as the
+    instructor has them, the submission's other names, but none that hides a builtin (a
+    submitted ``all`` or ``isinstance``), and each submitted function as :class:`Plain`."""
+    ns = {}
+    for name, value in namespace.items():
+        if name in base:
+            ns[name] = base[name]
+        elif not hasattr(builtins, name):
+            ns[name] = Plain(value) if _is_submitted_function(value) else value
+    return ns
 
 
 WATCHED = (
@@ -349,12 +502,15 @@ WATCHED = (
     "math",
     "statistics",
     "json",
+    "json.encoder",
+    "os",
+    "pathlib",
+    "ast",
     "torch",
     "torch.testing",
     "torch.nn.functional",
     "numpy",
     "numpy.testing",
-    "hidden_checks",
 )
 
 
@@ -368,6 +524,7 @@ def _watched():
         if module is not None and (name in WATCHED or name.split(".")[0] == "dflash_lite"):
             yield name, module
     yield "torch.Tensor", torch.Tensor
+    yield "pathlib.Path", Path
 
 
 def _fingerprint() -> dict:
@@ -399,7 +556,10 @@ def load_hidden(path: Path | None = HIDDEN) -> dict:
     spec = importlib.util.spec_from_file_location("hidden_checks", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["hidden_checks"] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:    # held by the returned checks only: no submitted code finds it by name
+        sys.modules.pop("hidden_checks", None)
     return dict(module.CHECKS)
 
 
@@ -451,12 +611,17 @@ def score_answers(
 
     matplotlib.use("Agg")
     hidden = load_hidden() if hidden is None else hidden
+    changed, fingerprint = _changed, _fingerprint        # bound before any submitted code runs
     base: dict = {"__name__": "__grader__"}
     _exec_each(definitions(source, solutions=False), base)  # the instructor's imports, helpers
-    before = _fingerprint()
+    for name, value in list(base.items()):               # given helpers are the instructor's code
+        if _is_submitted_function(value):
+            value.__code__ = value.__code__.replace(co_filename="<instructor>")
+    guard([])
+    before = fingerprint()
     _exec_each(submission_defs, dict(base))  # the student's functions and classes, once to check
     rebuild = Rebuilt()
-    report, tampered = {}, _changed(before)
+    report, tampered = {}, changed(before)
     for cell in source.cells:
         meta = _nbgrader(cell)
         if not meta.get("grade"):
@@ -468,24 +633,25 @@ def score_answers(
         if grade_id not in answers:
             report[grade_id] = [0.0, points, "not reached: the notebook stopped before this cell"]
             continue
-        # the student's functions are defined in the namespace the cell runs in, so that the
-        # globals they read are the values collected for this cell
+        # the student's functions are defined in the namespace they read their globals from,
+        # where the values collected for this cell go too; the test cell runs in its own
         namespace = dict(base)
         _exec_each(submission_defs, namespace)
         code = dict(namespace)
         try:
             for name, value in answers[grade_id].items():
                 namespace[name] = rebuild(value, code)
+            ns = cell_namespace(base, namespace)
             program, scored = _test_program(cell.source)
-            exec(program, namespace)
-            passed = namespace.get("__dflash_result__") is True if scored else True
+            exec(program, ns)
+            passed = ns.get("__dflash_result__") is True if scored else True
             message = "" if passed else "the check did not pass"
             if passed and grade_id in hidden:
-                namespace[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
-                hidden[grade_id](namespace)
+                ns[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
+                hidden[grade_id](ns)
         except Exception as e:  # noqa: BLE001 (any failure is 0 points)
             passed, message = False, (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:300]
-        tampered = _changed(before)
+        tampered = changed(before)
         if tampered:
             passed, message = False, f"the submission changed {tampered[0]}"
         report[grade_id] = [points if passed else 0.0, points, message]
@@ -521,15 +687,33 @@ def _read_notebooks(paths) -> list:
     return read
 
 
+def _json_text(text: str) -> str:
+    """A JSON string literal, by hand: the report is written without any module a submission
+    could have patched."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        out.append(ch if 32 <= code < 127 and ch not in '"\\' else f"\\u{code:04x}"
+                   if code < 0x10000 else "".join(f"\\u{u:04x}" for u in (
+                       0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF))))
+    return '"' + "".join(out) + '"'
+
+
+def report_json(report: dict[str, list]) -> str:
+    """``{grade_id: [score, max_score, message]}`` as JSON text (:func:`_json_text`)."""
+    return "{" + ", ".join(f"{_json_text(g)}: [{float(a)!r}, {float(b)!r}, {_json_text(m)}]"
+                           for g, (a, b, m) in report.items()) + "}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Scores as one JSON object: on stdout, or with ``--report FILE`` into that file, after
     which the process ends at once (``os._exit``), so nothing a submission registered to run at
-    exit can print or write after it."""
+    exit can print or write after it. The writing is bound before any submitted code runs."""
     import os
     import shutil
     import tempfile
 
-
+    write, open_, close, exit_, encode = os.write, os.open, os.close, os._exit, report_json
     parser = Parser(prog="python -m dflash_lite.grader", description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="the instructor's notebook")
     parser.add_argument("executed", help="the executed, instrumented submission")
@@ -541,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
         hidden = load_hidden(Path(args.hidden) if args.hidden else None)
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))
+    report_path = os.path.abspath(args.report) if args.report else None
+    guard([p for p in (report_path, os.path.abspath(args.source),
+                       args.hidden and os.path.dirname(os.path.abspath(args.hidden))) if p])
     scratch = tempfile.mkdtemp(prefix="dflash-grader-")         # figures the test cells save
     for var in ("DFLASH_LITE_FIGURES", "DFLASH_LITE_RESULTS", "DFLASH_LITE_CACHE"):
         os.environ.setdefault(var, os.path.join(scratch, var.rsplit("_", 1)[1].lower()))
@@ -552,12 +739,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if args.report is None:
-        print(json.dumps(report))
-        return 0
-    Path(args.report).write_text(json.dumps(report))
-    sys.stdout.flush()
-    os._exit(0)
+    text = (encode(report) + "\n").encode()
+    if report_path is None:
+        sys.stdout.flush()
+        write(1, text)
+        exit_(0)
+    fd = open_(report_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    write(fd, text)
+    close(fd)
+    exit_(0)
 
 
 if __name__ == "__main__":

@@ -246,7 +246,6 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     dtype = parse_dtype(dtype)
     directory = _resolve(name_or_path)
     raw = read_config(directory)                    # model type and shape, before any Auto* call
-    _check_vocabulary(directory, raw, _check_safetensors(directory))
     embeddings = 1 if raw.get("tie_word_embeddings") else 2
     parameters = check_model_shape(raw, "num_hidden_layers", embeddings)
     try:                                    # the weights in dtype must fit before they are read
@@ -256,6 +255,7 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
                          f"{str(dtype).removeprefix('torch.')}")
     except ValueError as e:
         raise LoadError(str(e)) from None
+    _check_vocabulary(directory, raw, _check_safetensors(directory))     # headers only
     try:
         # a per-tensor bar is noise for a model this size
         with _no_progress_bar():

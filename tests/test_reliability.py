@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -218,13 +219,22 @@ def test_every_course_command_refuses_in_one_line_before_any_work(capsys, tmp_pa
     assert not (PACKAGE / "site").exists() and not (PACKAGE / "s.json").exists()
 
 
-def test_graded_notebooks_and_the_grader_import_the_read_only_copy_first(tmp_path):
-    from dflash_lite import course
-    copy = tmp_path / "package"
-    deps = os.pathsep.join(["/opt/site-packages", str(PACKAGE.parent)])
-    assert course.grading_path(copy, {"PYTHONPATH": deps}).split(os.pathsep) == [
-        str(copy), "/opt/site-packages", str(PACKAGE.parent)]
-    assert course.grading_path(copy, {}) == str(copy)
+def test_graded_kernels_start_in_the_sandbox_with_the_instructors_files_hidden(tmp_path):
+    """The kernel spec autograde runs notebooks with: this Python's ipykernel behind the sandbox
+    launcher (run as a file, isolated mode), the repository read-only, the instructor's folder
+    and the source notebooks hidden, the kernel's own folder writable."""
+    from dflash_lite import grading
+    kernels = grading.kernel_spec(tmp_path, ["/x/graded"], [str(tmp_path / "run")], {"A": "1"},
+                                  grading.Limits())
+    spec = json.loads((kernels / grading.KERNEL / "kernel.json").read_text())
+    argv = spec["argv"]
+    assert argv[:3] == [sys.executable, "-I", str(PACKAGE / "sandbox.py")]
+    assert f"--read-only={PACKAGE.parent}" in argv and f"--writable={tmp_path / 'run'}" in argv
+    for hidden in (PACKAGE.parent / "instructor", PACKAGE.parent / "notebooks", "/x/graded"):
+        assert f"--hide={hidden}" in argv
+    assert argv[argv.index("--") + 1:] == [sys.executable, "-m", "ipykernel_launcher", "-f",
+                                           "{connection_file}"]
+    assert spec["env"] == {"A": "1"}
 
 
 def test_the_guard_for_a_folder_of_outputs_refuses_files_it_did_not_write(tmp_path):

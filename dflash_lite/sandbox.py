@@ -1,0 +1,178 @@
+"""Run a command where a student's code cannot reach the grader: Linux namespaces, stdlib only.
+
+``python -I sandbox.py [--hide DIR]... [--read-only DIR]... [--writable DIR]... [--cpu-s N]
+[--memory-mb N] [--max-file-mb N] -- COMMAND...`` runs COMMAND
+
+* in its own **user and mount namespaces**: every ``--read-only`` folder (the package the
+  grader imports, the Python installation, the home folder) is mounted read-only, and every
+  ``--hide`` folder (the instructor's references and hidden checks, the other notebooks' graded
+  copies) is covered by an empty, read-only tmpfs, so the command can neither read nor change them;
+* in its own **PID namespace**, as its process 1: when it ends, or when this launcher is killed,
+  the kernel kills every process it started, double-forked daemons included;
+* under resource limits (CPU seconds, address space, size of a written file).
+
+The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command, and exits with
+its status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel itself.
+
+Where the kernel refuses unprivileged namespaces (``kernel.unprivileged_userns_clone=0``, or
+AppArmor's ``apparmor_restrict_unprivileged_userns``), the command runs in a session of its own
+with the limits only, and the launcher prints one line saying so on stderr; :func:`available`
+says beforehand which it will be. The module imports nothing from this package, so it runs as a
+file, before the package could have been touched.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import resource
+import signal
+import sys
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _encode(text: str | None) -> bytes | None:
+    return text.encode() if text is not None else None
+
+
+def _mount(libc, source, target: str, fstype, flags: int, data=None) -> None:
+    _check(libc.mount(_encode(source), _encode(target), _encode(fstype), flags, _encode(data)),
+           f"mount {target}")
+
+
+def _enter_namespaces(libc) -> None:
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _set_up_mounts(libc, hide: list[str], read_only: list[str], writable: list[str]) -> None:
+    """In the child (process 1 of the new namespaces): no mount leaks out, ``read_only`` folders
+    are read-only bind mounts of themselves (``writable`` folders inside them stay writable), and
+    ``hide`` folders are empty read-only tmpfs."""
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    for folder in writable:
+        if os.path.isdir(folder):
+            _mount(libc, folder, folder, None, MS_BIND)
+    for folder in read_only:
+        if os.path.isdir(folder):
+            _mount(libc, folder, folder, None, MS_BIND | MS_REC)
+            _mount(libc, None, folder, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+    for folder in hide:
+        if os.path.isdir(folder):
+            _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID, "size=4k,mode=0555")
+            _mount(libc, None, folder, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+
+
+def available() -> str | None:
+    """None where user, mount and PID namespaces can be made here; else why not, in a few words."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _enter_namespaces(_libc())
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return None if os.waitstatus_to_exitcode(status) == 0 else \
+        "this kernel refuses unprivileged user namespaces"
+
+
+def _limit(cpu_s: int | None, memory_mb: int | None, max_file_mb: int | None) -> None:
+    for kind, value in ((resource.RLIMIT_CPU, cpu_s),
+                        (resource.RLIMIT_AS, memory_mb and memory_mb << 20),
+                        (resource.RLIMIT_FSIZE, max_file_mb and max_file_mb << 20)):
+        if value:
+            resource.setrlimit(kind, (value, value))
+
+
+def _wait_forwarding(child: int) -> int:
+    """Wait for ``child``, passing on the signals a kernel manager sends; its exit code."""
+    def forward(signum, frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            return os.waitstatus_to_exitcode(status)
+        except InterruptedError:
+            continue
+
+
+def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
+        writable: list[str] = (), cpu_s: int | None = None, memory_mb: int | None = None,
+        max_file_mb: int | None = None) -> int:
+    """Run ``command`` sandboxed (see the module's docstring) and return its exit code."""
+    libc = _libc()
+    try:
+        os.setsid()                          # a session of its own, where it is not one already
+    except OSError:
+        pass
+    try:
+        _enter_namespaces(libc)
+        isolated = True
+    except OSError as e:
+        print(f"sandbox: no namespaces ({e.strerror}); the command runs with limits only",
+              file=sys.stderr, flush=True)
+        isolated = False
+    child = os.fork()
+    if child == 0:
+        try:
+            if isolated:
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                _set_up_mounts(libc, list(hide), list(read_only), list(writable))
+            _limit(cpu_s, memory_mb, max_file_mb)
+            if isolated:       # process 1 ignores signals it has no handler for: the command
+                grandchild = os.fork()                  # runs as process 2
+                if grandchild:
+                    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                        signal.signal(signum, lambda s, f, g=grandchild: os.kill(g, s))
+                    os._exit(_wait_forwarding(grandchild))
+                if "JPY_PARENT_PID" in os.environ:  # a kernel watches its parent: process 1 here
+                    os.environ["JPY_PARENT_PID"] = str(os.getppid())
+            os.execvp(command[0], command)
+        except BaseException as e:  # noqa: BLE001  (a child that cannot start says why, once)
+            print(f"sandbox: {e}", file=sys.stderr, flush=True)
+            os._exit(126)
+    return _wait_forwarding(child)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sandbox.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--hide", action="append", default=[])
+    parser.add_argument("--read-only", action="append", default=[])
+    parser.add_argument("--writable", action="append", default=[])
+    parser.add_argument("--cpu-s", type=int)
+    parser.add_argument("--memory-mb", type=int)
+    parser.add_argument("--max-file-mb", type=int)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run")
+    return run(command, args.hide, args.read_only, args.writable, args.cpu_s, args.memory_mb,
+               args.max_file_mb)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
