@@ -49,7 +49,9 @@ Measuring, teaching and the command line
 * :mod:`dflash_lite.plotting`    the figures' style, where figures and results are written
 * :mod:`dflash_lite.diagrams`    diagrams that explain the method, drawn in code
 * :mod:`dflash_lite.course`      chapter headers, the student bundle, the course site, autograding
+* :mod:`dflash_lite.grading`     a class's submissions run in sandboxed kernels, under limits
 * :mod:`dflash_lite.grader`      scores computed outside the student's kernel
+* :mod:`dflash_lite.sandbox`     a command in its own user, mount and PID namespaces
 * :mod:`dflash_lite.exercises`   the notebooks' exercise self-checks
 * :mod:`dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``
 
