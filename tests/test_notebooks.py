@@ -58,6 +58,7 @@ def test_every_notebook_has_overrides_listed():
 
 
 @pytest.mark.slow
+@pytest.mark.notebook
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_papermill_runs_with_overridden_parameters(notebook, tmp_path):
     import papermill as pm
