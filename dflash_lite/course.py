@@ -42,7 +42,6 @@ def in_checkout() -> bool:
     the course commands read; an installed wheel has the package only."""
     return NOTEBOOKS.is_dir() and (ROOT / "docs").is_dir() and (ROOT / "pyproject.toml").is_file()
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
-STUDENT = "student"                 # the one student of a local autograde run
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,8 +150,7 @@ def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path,
 
     # the unfilled edition ran up to its first blank, and the first error is that blank's own
     # (raised where the blank runs: in its own cell, or in the test cell that calls the function)
-    graded = nbformat.read(tmp_path / "course_blank" / "autograded" / course.STUDENT / course.ASSIGNMENT
-                           / f"{stem}.ipynb", as_version=4)
+    graded = nbformat.read(tmp_path / "course_blank" / "graded" / f"{stem}.ipynb", as_version=4)
     code = [c for c in graded.cells if c.cell_type == "code"]
     first = next(i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs))
     first_blank = next(i for i, c in enumerate(code) if nbgrader(c).get("solution"))
