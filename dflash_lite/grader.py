@@ -362,7 +362,7 @@ GUARDED = frozenset({
     "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.kill", "os.killpg",
     "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof",
     "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "code.__new__",
-    "function.__new__", "marshal.loads", "pickle.find_class", "socket.connect"})
+    "function.__new__", "marshal.loads", "socket.connect"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
 # library code that may look at frames while a submission is on the stack (and hands none back)
 FRAME_READERS = ("warnings", "typing", "collections", "enum", "logging", "dataclasses", "abc")
