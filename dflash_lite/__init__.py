@@ -16,15 +16,21 @@ Decoding
 
 * :mod:`dflash_lite.acceptance`  the target's sampling distribution and the acceptance rules
 * :mod:`dflash_lite.shapes`      eager or fixed shapes (buckets, padding, compiled forwards)
-* :mod:`dflash_lite.decode`      the one decode loop ``steps`` (one request or a batch), chain
-  drafts, ``Proposer``, results
+* :mod:`dflash_lite.drafts`      what a step drafts: ``ChainDraft``, the ``Draft`` protocol, the
+  chain's lossless rule
+* :mod:`dflash_lite.proposers`   the one proposer interface, on batches; ``PerRow`` for a proposer
+  of one request; ``DFlashProposer``
+* :mod:`dflash_lite.decode`      the one decode loop ``steps`` over a ``Batch`` of ``Request`` rows
+  (one request is a batch of one), results
 * :mod:`dflash_lite.tree`        draft trees verified in one target forward, hybrid trees
 * :mod:`dflash_lite.ngram`       prompt lookup: drafts copied from the text so far
 * :mod:`dflash_lite.baselines`   plain decoding, the EAGLE-style drafter, a draft model, the
   source article's adaptive block size
 * :mod:`dflash_lite.costs`       what a step costs: measured forwards, ``StepCosts``, the cost model
-* :mod:`dflash_lite.policy`      the cost-aware choice of each step's draft (the default), and
-  one choice per step for a whole batch
+* :mod:`dflash_lite.estimate`    what a draft is expected to commit: decayed acceptance counts
+* :mod:`dflash_lite.choice`      the policy's options, their costs, and the rule that chooses
+* :mod:`dflash_lite.policy`      the cost-aware proposers (the default; one choice per step for a
+  whole batch) and the session that outlives a request
 * :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming, on
   batches
 * :mod:`dflash_lite.timing`      the one interleaved timer and the decode loop's phase timer
@@ -43,7 +49,9 @@ Training
 
 Measuring, teaching and the command line
 
-* :mod:`dflash_lite.benchmark`   the methods, interleaved measurement with the identity check
+* :mod:`dflash_lite.harness`     every method on every prompt, interleaved, with the identity check
+* :mod:`dflash_lite.methods`     the benchmark's rows: baselines, peers and our DFlash methods
+* :mod:`dflash_lite.benchmark`   ``bench``: its configuration, resolve -> run -> report
 * :mod:`dflash_lite.batching`    the batch sweep: every method at each batch size, the crossover
 * :mod:`dflash_lite.report`      a report's rows: kinds, summary, table, the cost model's rows
 * :mod:`dflash_lite.plotting`    the figures' style, where figures and results are written

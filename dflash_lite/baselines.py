@@ -20,6 +20,7 @@ import torch
 from .acceptance import PositionNoise, SamplingParams, choose_tokens, target_probs
 from .cache import SlotCache
 from .decode import ChainDraft, DFlashProposer, GenerationResult, generate
+from .proposers import check_drafter
 from .shapes import EAGER, Shapes
 from .validate import check_int
 
@@ -32,18 +33,17 @@ class NoDraftProposer:
     def __init__(self, shapes: Shapes = EAGER):
         self.shapes = shapes
 
-    def start(self, prompt_ids, target_hidden) -> None:
+    def start(self, ids, features, lengths) -> None:
         pass
 
-    def propose(self, last_token, k):
+    def propose(self, last, depths):
         raise AssertionError("block size 1 drafts nothing")
 
-    def accepted(self, block, n, position, target_hidden) -> None:
+    def accepted(self, blocks, positions, features) -> None:
         pass
 
-    # a batch: nothing per row either
-    start_rows = accepted_rows = keep_rows = lambda self, *args: None
-    propose_rows = propose
+    def keep(self, rows) -> None:
+        pass
 
 
 def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
@@ -55,13 +55,24 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
                     generator)
 
 
-class EagleProposer(DFlashProposer):
-    """The EAGLE-style baseline: the same context and KV injection as DFlash, but k drafter forwards
-    for k drafts, each token predicting the next. Needs an autoregressive drafter
+class EagleProposer:
+    """The EAGLE-style baseline, a proposer of one request (run a batch as ``PerRow(...)``): the
+    same context and KV injection as DFlash, but k drafter forwards for k drafts, each token
+    predicting the next. Needs an autoregressive drafter
     (:class:`dflash_lite.variants.AutoregressiveDrafter`), whose cache keeps each draft's K/V for
     the next one; after the round the cache is cut back to the accepted context."""
 
     autoregressive = True
+
+    def __init__(self, drafter, target, block_size: int | None = None, shapes: Shapes = EAGER):
+        self.block_size = check_drafter(self, drafter, target, block_size)
+        self.drafter, self.target, self.shapes = drafter, target, shapes
+        self.layer_ids = drafter.config.target_layer_ids
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
+        # features of the positions start.. that the drafter's cache does not hold yet
+        self.new_context, self.new_context_start = target_hidden, 0
 
     def propose(self, last_token: torch.Tensor, k: int):
         token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
@@ -77,6 +88,10 @@ class EagleProposer(DFlashProposer):
         # keep the accepted context 0..position-1, not the drafts
         self.cache.rewind(position)
         return ChainDraft(torch.cat(drafts))
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        # the features of last + n accepted drafts join the context on the next propose
+        self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
 
 
 class DraftModelProposer:
@@ -167,9 +182,10 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
 
 class AdaptiveDFlashProposer(DFlashProposer):
     """DFlash with the block size chosen per step from recent acceptance (the source article's
-    section 5.3): the smallest of ``sizes`` that is at least ``headroom`` x the mean acceptance
-    length of the last ``window`` steps. Low acceptance -> short, cheap blocks; high -> long ones.
-    An option only: notebook 06 measures it against fixed sizes."""
+    section 5.3): per row, the smallest of ``sizes`` that is at least ``headroom`` x the row's mean
+    acceptance length over its last ``window`` steps. Low acceptance -> short, cheap blocks; high
+    -> long ones. An option only: notebook 06 measures it against fixed sizes. ``chosen``: the
+    block each step verified, per step, of the batch's first row."""
 
     def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
         sizes = sorted(set(sizes))
@@ -178,16 +194,25 @@ class AdaptiveDFlashProposer(DFlashProposer):
             raise ValueError("adaptive block sizes must be >= 2, with window >= 1 and headroom > 0")
         self.sizes, self.window, self.headroom = sizes, window, headroom
 
-    def start(self, prompt_ids, target_hidden) -> None:
-        super().start(prompt_ids, target_hidden)
-        self.recent, self.block_size, self.chosen = [], self.sizes[-1], []
+    def start(self, ids, features, lengths=None) -> None:
+        super().start(ids, features, lengths)
+        rows = len(self.new_context_lengths)
+        self.recent, self.blocks = [[] for _ in range(rows)], [self.sizes[-1]] * rows
+        self.chosen = []
 
-    def propose(self, last_token: torch.Tensor, k: int):
-        self.chosen.append(k + 1)                  # the block this step verifies
-        return super().propose(last_token, k)
+    def propose(self, last: torch.Tensor, depths: list[int]):
+        depths = [min(d, b - 1) for d, b in zip(depths, self.blocks)]
+        self.chosen.append(depths[0] + 1)          # the block this step verifies
+        return super().propose(last, depths)
 
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        super().accepted(block, n, position, target_hidden)
-        self.recent = (self.recent + [n + 1])[-self.window:]
-        want = self.headroom * sum(self.recent) / len(self.recent)
-        self.block_size = next((b for b in self.sizes if b >= want), self.sizes[-1])
+    def accepted(self, blocks, positions, features) -> None:
+        super().accepted(blocks, positions, features)
+        for r, block in enumerate(blocks):
+            if block.shape[1]:                      # a finished row kept as padding: nothing
+                self.recent[r] = (self.recent[r] + [block.shape[1]])[-self.window:]
+                want = self.headroom * sum(self.recent[r]) / len(self.recent[r])
+                self.blocks[r] = next((b for b in self.sizes if b >= want), self.sizes[-1])
+
+    def keep(self, rows: list[int]) -> None:
+        super().keep(rows)
+        self.recent, self.blocks = [self.recent[i] for i in rows], [self.blocks[i] for i in rows]

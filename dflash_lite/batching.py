@@ -23,7 +23,7 @@ from typing import Callable
 from .acceptance import SamplingParams
 from .baselines import NoDraftProposer
 from .costs import StepCosts, measure_costs, predicted_speedup, step_costs
-from .decode import DFlashProposer, generate
+from .decode import DFlashProposer, PerRow, generate
 from .ngram import NgramProposer
 from .policy import DEFAULT_OPTIONS, BatchPolicy, PolicySession
 from .report import Kind
@@ -60,7 +60,7 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
-                        lambda ids: NgramProposer(10, shapes=shapes))]
+                        lambda ids: PerRow(NgramProposer(10, shapes=shapes)))]
     if drafter is None:
         return rows
     for b in block_sizes:

@@ -203,7 +203,7 @@ class SlotCache(Cache):
                     row.index_copy_(2, target, row.index_select(2, source))
         self.rewind([p + len(path) for p, path in zip(positions, paths)])
 
-    def keep_rows(self, index: list[int]) -> None:
+    def keep(self, index: list[int]) -> None:
         """Only the rows ``index`` stay, in that order (finished requests leave the batch)."""
         keep = torch.tensor(index, device=self.device)
         for layer in self.layers:

@@ -18,7 +18,7 @@ from collections import deque
 import torch
 
 from .cache import SlotCache
-from .decode import prefill, verify_batch
+from .decode import prefill, verify
 from .timing import interleaved
 
 # the second context length step_costs measures: the prompt's + this many tokens
@@ -200,7 +200,7 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     length = ids.shape[1]
     layer_ids = drafter.config.target_layer_ids
     cache = SlotCache.for_target(target, rows=rows)
-    _, features = prefill(target, ids, cache, layer_ids, None if rows == 1 else [length] * rows)
+    _, features = prefill(target, ids, cache, layer_ids, [length] * rows)
     dcache = SlotCache(drafter.config.num_layers, rows=rows, device=device)
     mask_id = drafter.config.mask_token_id
     drafter.draft_logits(target, torch.full((rows, 2), mask_id, device=device), features[:, :-1],
@@ -208,7 +208,7 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
 
     def target_step(b):             # b tokens after the prompt; the next one overwrites them
         cache.rewind(length)
-        verify_batch(target, ids[:, -1:].expand(rows, b), cache, layer_ids)
+        verify(target, ids[:, -1:].expand(rows, b), cache, layer_ids)
 
     def draft_step(b):              # one new context position, written at the same slot each time
         drafter.draft_logits(target, torch.full((rows, b), mask_id, device=device),

@@ -1,8 +1,11 @@
 """Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
-per step ``draft`` (a :class:`Proposer`), ``verify`` (one target forward), ``accept`` (the
-lossless rule, then both caches keep the accepted tokens); ``generate`` runs it to the end.
+per step ``draft`` (a :class:`~dflash_lite.proposers.Proposer`), ``verify`` (one target forward),
+``accept`` (the lossless rule, then both caches keep the accepted tokens); ``generate`` runs it to
+the end.
 
-:func:`steps` is the whole loop on one screen. :class:`DFlashProposer` is the paper's drafter;
+:func:`steps` is the whole loop on one screen, over a :class:`Batch` of one :class:`Request` per
+prompt (one request is a batch of one). :class:`~dflash_lite.proposers.DFlashProposer` is the
+paper's drafter;
 the baselines (EAGLE-style drafter, a small draft model, and block size 1, which *is* plain
 autoregressive decoding) are proposers too, in :mod:`dflash_lite.baselines`, so every method
 runs the same loop. :class:`GenerationResult` is what every run returns, so tokens/s, time to
@@ -10,23 +13,16 @@ first token and tau are summarised the same way everywhere.
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 
-from .acceptance import (
-    PositionNoise,
-    SamplingParams,
-    accept_speculative,
-    choose_tokens,
-    committed_tokens,
-    target_probs,
-)
+from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .drafter import check_compatible
+from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain's rule, public)
+from .proposers import DFlashProposer, PerRow, Proposer, stack_rows  # noqa: F401  (public)
 from .shapes import EAGER, Shapes, pad
 from .target import context_features
 from .timing import PhaseTimer, no_phase
@@ -171,39 +167,29 @@ def new_cache(model, length: int | None = None) -> SlotCache:
 
 
 @torch.inference_mode()
-def prefill(target, input_ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None,
+def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None,
             lengths: list[int] | None = None):
-    """The prompt through the target, filling ``cache`` from slot 0: the last position's logits
-    (1, V), and the tapped features of every prompt position (1, T, K*H) when ``layer_ids`` asks.
-    A batch: ``input_ids`` (R, T) padded on the right to the longest of ``lengths``; (R, V) at
-    each row's own last position, (R, T, K*H), and each row's write position at its length."""
+    """The prompts through the target, filling ``cache`` from slot 0: ``ids`` (R, T) padded on
+    the right to the longest of ``lengths`` (None: every row all T). The logits at each row's own
+    last position (R, V), the tapped features of every position (R, T, K*H) when ``layer_ids``
+    asks, and each row's write position at its length."""
     cache.rewind(0)
-    if lengths is None:
-        return verify(target, input_ids, cache, layer_ids, logits_to_keep=1)
-    last = torch.tensor(lengths, device=input_ids.device) - 1
-    logits, features = verify_batch(target, input_ids, cache, layer_ids, logits_to_keep=last,
-                                    lengths=last + 1)
+    lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
+    last = torch.tensor(lengths, device=ids.device) - 1
+    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last,
+                              lengths=last + 1)
     cache.rewind(list(lengths))
     return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
 
 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
-           logits_to_keep: int = 0, depths: torch.Tensor | None = None,
-           ancestors: torch.Tensor | None = None):
-    """One target forward over ``block`` (1, W) written at the cache's write position: logits
-    (W, V) (the last ``logits_to_keep`` when given) and the tapped features (1, W, K*H) or None.
-    A chain by default; a tree gives each row's ``depths`` (W,) and ``ancestors`` (W, W)."""
-    logits, features = verify_batch(target, block, cache, layer_ids, logits_to_keep, depths,
-                                    ancestors)
-    return logits[0], features
-
-
-def verify_batch(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
-                 logits_to_keep=0, depths: torch.Tensor | None = None,
-                 ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
-    """:func:`verify` of a batch: ``block`` (R, W), each row at its own write position, with
-    ``depths`` and ``ancestors`` shared or per row ((R, W), (R, W, W)); logits (R, W, V) and
-    features (R, W, K*H). ``lengths``: a padded prompt batch (:meth:`SlotCache.verify_mask`)."""
+           logits_to_keep=0, depths: torch.Tensor | None = None,
+           ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
+    """One target forward over ``block`` (R, W), each row written at its own write position:
+    logits (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features
+    (R, W, K*H) or None. A chain by default; a tree gives ``depths`` and ``ancestors``, shared
+    or per row ((W,) or (R, W), (W, W) or (R, W, W)). ``lengths``: a padded prompt batch
+    (:meth:`SlotCache.verify_mask`)."""
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
     masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)
@@ -216,31 +202,24 @@ def verify_batch(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[
     return out.logits, features
 
 
-def verify_on(shapes: Shapes, target, ids: torch.Tensor, cache: SlotCache, layer_ids,
-              depths: torch.Tensor | None = None, ancestors: torch.Tensor | None = None):
-    """:func:`verify` of a chain (or, with ``depths`` and ``ancestors``, a tree) as ``shapes`` run
-    it: as wide as it is, or padded to a bucket and compiled (one function per set of taps and
-    batch size). ``ids`` (R, W): logits (R, W, V) for a batch, (W, V) for one row."""
-    logits, features = shapes.verify(
-        lambda i, d, a: verify_batch(target, i, cache, layer_ids, depths=d, ancestors=a),
-        ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
-    return (logits[0] if ids.shape[0] == 1 else logits), features
-
-
-def verify_rows(shapes: Shapes, target, drafts, last: torch.Tensor, cache: SlotCache, layer_ids):
-    """ONE target forward over every row's draft (each :meth:`ChainDraft.layout`), padded to the
-    widest (:func:`dflash_lite.shapes.pad`): logits (R, W, V), features (R, W, K*H) or None, and
-    each row's own width (its first positions of both)."""
+def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
+                  cache: SlotCache, layer_ids):
+    """ONE target forward over every row's draft (each :meth:`ChainDraft.layout` after
+    ``last[r]``), padded to the widest (:func:`dflash_lite.shapes.pad`) and run as ``shapes``
+    run it (eager, or padded to a bucket and compiled): logits (R, W, V), features (R, W, K*H)
+    or None, and each row's own width (its first positions of both)."""
     layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
     widths = [len(ids) for ids, _, _ in layouts]
     if len(layouts) == 1:
-        logits, features = verify_on(shapes, target, layouts[0][0][None], cache, layer_ids,
-                                     *layouts[0][1:])
-        return logits[None], features, widths
-    padded = [pad(ids[None], depths, ancestors, max(widths)) for ids, depths, ancestors in layouts]
-    ids, depths, ancestors = (torch.cat(part) if i == 0 else torch.stack(part)
-                              for i, part in enumerate(zip(*padded)))
-    return (*verify_on(shapes, target, ids, cache, layer_ids, depths, ancestors), widths)
+        ids, depths, ancestors = layouts[0][0][None], *layouts[0][1:]
+    else:
+        padded = [pad(i[None], d, a, max(widths)) for i, d, a in layouts]
+        ids, depths, ancestors = (torch.cat(part) if n == 0 else torch.stack(part)
+                                  for n, part in enumerate(zip(*padded)))
+    logits, features = shapes.verify(
+        lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
+        ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
+    return logits, features, widths
 
 
 def seeded(sampling: SamplingParams, generator):
@@ -251,235 +230,96 @@ def seeded(sampling: SamplingParams, generator):
     return generator
 
 
-def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
-           generator, positions: torch.Tensor | None = None) -> list[int]:
-    """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
-    after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
-    rule with the draft's distributions q (paper section 2;
-    docs/method.md#verification-and-acceptance). ``positions`` (k+1,): the absolute positions
-    of the tokens the rows choose, for seeded sampling
-    (:class:`~dflash_lite.acceptance.PositionNoise`)."""
-    if draft_q is None:             # a point mass: the target's own tokens while they agree
-        return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
-                                                            generator, positions))
-    if isinstance(generator, PositionNoise):
-        raise ValueError("the min(1, p/q) rule draws from a torch.Generator; seeded sampling "
-                         "(PositionNoise) takes point-mass drafts (a draft model's coupled rule)")
-    p = target_probs(target_logits, sampling, processors)                          # (k+1, V)
-    n, next_token = accept_speculative(draft_tokens, draft_q, p, generator)
-    return draft_tokens[:n].tolist() + [next_token]
+# ============================================================================= the batch
+@dataclass
+class Request:
+    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per
+    row."""
+    index: int                      # which prompt of the batch
+    limit: int                      # its max_new_tokens
+    stops: set[int]
+    position: int                   # where its last committed token sits
+    new: list[int]                  # what the last step committed, not yet yielded
+    path: list[int] | None = None   # the last step's accepted path (None: prefill's)
+    discarded: int = 0              # accepted drafts the naive rollback gave back
+    emitted: int = 0
+    finished: bool = False          # stopped or at its limit (on fixed shapes, padding)
+
+    def emit(self) -> Step:
+        """What the last step committed, up to and including a stop token, within the limit."""
+        piece, stopped = cut_at_stop(self.new, self.stops)
+        piece = piece[: self.limit - self.emitted]
+        self.emitted += len(piece)
+        self.finished = stopped or self.emitted >= self.limit
+        return Step(piece, None if self.path is None else len(self.path), stopped, self.index,
+                    self.discarded)
 
 
-# ============================================================================= drafts
-class ChainDraft(NamedTuple):
-    """k drafts in a row after the last committed token, and their distributions (k, V) when they
-    were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
-    A draft knows how it is laid out for the verify and how it is accepted;
-    :class:`dflash_lite.tree.DraftTree` is the other shape, and :func:`steps` calls the same two
-    methods on either."""
-    tokens: torch.Tensor                    # (k,)
-    q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
+class Batch:
+    """The rows of :func:`steps`, a :class:`Request` each, and their last tokens ``last`` (R,) on
+    the device. :meth:`leave` is the one place finished rows leave: eagerly they are dropped from
+    the caches and the proposer; on fixed shapes a finished row stays as padding."""
 
-    def layout(self, last: torch.Tensor):
-        """What ONE target forward scores: [last, d1..dk] (k+1,), at consecutive positions (depths
-        None) under a causal mask (ancestors None); row i of its logits is the target's choice
-        after token i."""
-        return torch.cat([last, self.tokens]), None, None
+    def __init__(self, requests: list[Request], last: torch.Tensor, fixed: bool):
+        self.rows, self.last, self.fixed = requests, last, fixed
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
-               position: int = 0):
-        """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
-        tokens it commits, d1..dn and the target's own token after them (:func:`accept`);
-        ``position``: where ``last`` sits (row i chooses the token at position + 1 + i)."""
-        positions = None if not isinstance(generator, PositionNoise) else \
-            torch.arange(len(self.tokens) + 1, device=target_logits.device) + position + 1
-        tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator,
-                        positions)
-        return list(range(len(tokens))), tokens
+    def emit(self):
+        for request in self.rows:
+            if not request.finished:
+                yield request.emit()
 
+    def leave(self, cache: SlotCache, proposer: Proposer) -> bool:
+        """Finished rows leave; whether any row is left to decode."""
+        live = [i for i, request in enumerate(self.rows) if not request.finished]
+        if live and len(live) < len(self.rows) and not self.fixed:
+            cache.keep(live)
+            proposer.keep(live)
+            self.rows, self.last = [self.rows[i] for i in live], self.last[live]
+        return bool(live)
 
-class Draft(Protocol):
-    """What :func:`steps` asks of a draft: :class:`ChainDraft` or
-    :class:`dflash_lite.tree.DraftTree`. The loop keeps the accepted path in the target's cache
-    itself (:meth:`~dflash_lite.cache.SlotCache.keep_paths`)."""
+    def depths(self, block_size: int) -> list[int]:
+        """Per row, the most drafts after ``last``: never past its own max_new_tokens (0: plain
+        decoding, and on padding rows)."""
+        return [0 if r.finished else min(block_size, r.limit - r.emitted) - 1 for r in self.rows]
 
-    def layout(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
-                                                  torch.Tensor | None]: ...
+    def paths(self, drafts, logits, widths, sampling, processors, generator, rollback: str):
+        """Per row, the path the target agrees with and the tokens it commits
+        (:meth:`ChainDraft.accept`); padding rows commit nothing. ``rollback="shortest"``: every
+        row keeps the batch's shortest path."""
+        paths, new = map(list, zip(*(
+            ([], []) if request.finished else draft.accept(
+                logits[r, : widths[r]], sampling, processors, generator, request.position)
+            for r, (request, draft) in enumerate(zip(self.rows, drafts)))))
+        shortest = min(len(p) for p in paths if p) if rollback == "shortest" else None
+        for request, path in zip(self.rows, paths):
+            request.discarded = max(len(path) - shortest, 0) if shortest else 0
+        return [p[:shortest] for p in paths], [t[:shortest] for t in new]
 
-    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
-               position: int) -> tuple[list[int], list[int]]: ...
-
-
-# ============================================================================= proposers
-class Proposer(Protocol):
-    """What the decode loop asks of a drafter, for one request. ``layer_ids``: the target layers
-    whose features it reads (None: none); ``block_size``: tokens per target forward it wants next
-    (1: no draft). A proposer that drafts a whole batch at once adds ``start_rows``,
-    ``propose_rows``, ``accepted_rows`` and ``keep_rows`` (:class:`DFlashProposer`); any other is
-    run on a batch one copy per row (:class:`RowProposers`)."""
-    layer_ids: list[int] | None
-    block_size: int
-
-    def start(self, prompt_ids: torch.Tensor, target_hidden: torch.Tensor | None) -> None:
-        """After prefill: the prompt and its features (1, T, K*H)."""
-
-    def propose(self, last_token: torch.Tensor, k: int) -> Draft:
-        """A draft of depth k after ``last_token`` (1,): a :class:`ChainDraft` of k tokens, or a
-        tree."""
-
-    def accepted(self, block: torch.Tensor, n: int, position: int,
-                 target_hidden: torch.Tensor | None) -> None:
-        """The committed ``block`` (1, n+1) (last and the accepted drafts) sat at ``position``;
-        ``target_hidden``: its features (1, n+1, K*H) when the proposer reads them."""
+    def commit(self, paths, new, features):
+        """Each row moves past its accepted path, with the tokens it committed, to yield next.
+        What the proposer is told (:meth:`Proposer.accepted`): per row, the committed block
+        (1, n+1), where it sat, and its features."""
+        lasts, positions = self.last.tolist(), [r.position for r in self.rows]    # one read
+        blocks = [torch.tensor([[last] + tokens[: len(path) - 1]] if path else [[]],
+                               dtype=torch.long, device=self.last.device)
+                  for last, path, tokens in zip(lasts, paths, new)]
+        kept = [None if features is None else features[r: r + 1, : len(path)]
+                if path == list(range(len(path))) else features[r: r + 1, path]
+                for r, path in enumerate(paths)]
+        for request, path, tokens in zip(self.rows, paths, new):
+            request.path, request.new, request.position = path, tokens, request.position + len(path)
+        self.last = torch.tensor([t[-1] if t else last for t, last in zip(new, lasts)],
+                                 device=self.last.device)
+        return blocks, positions, kept
 
 
-def stack_rows(parts: list[torch.Tensor]) -> torch.Tensor:
-    """(1, n_r, D) per row -> (R, max n_r, D), zero-padded on the right."""
-    return torch.nn.utils.rnn.pad_sequence([p[0] for p in parts], batch_first=True)
-
-
-class RowProposers:
-    """Any :class:`Proposer` on a batch: one shallow copy per row, each drafting its own request
-    (prompt lookup, the baselines, a proposer of your own); the target still verifies every row
-    in one forward. A proposer with its own ``*_rows`` methods drafts the batch itself instead
-    (:func:`rows_of`)."""
-
-    def __init__(self, proposer, rows: int):
-        if rows > 1 and isinstance(proposer, DFlashProposer) and proposer.shapes.fixed:
-            raise ValueError(f"{type(proposer).__name__} drafts one request at a time on fixed "
-                             "shapes; run a batch eager")
-        self.proposers, self.layer_ids = [proposer], proposer.layer_ids
-
-    @property
-    def block_size(self) -> int:
-        return max(p.block_size for p in self.proposers)
-
-    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
-        lengths = lengths or [prompt_ids.shape[1]]
-        for r, length in enumerate(lengths):
-            if r:           # copied after the first start: what it measured once is shared
-                self.proposers.append(copy.copy(self.proposers[0]))
-            self.proposers[r].start(prompt_ids[r: r + 1, :length], None if target_hidden is None
-                                    else target_hidden[r: r + 1, :length])
-
-    def propose_rows(self, last_token, k) -> list:
-        depths = [k] * len(self.proposers) if isinstance(k, int) else k
-        return [p.propose(last_token[r: r + 1], min(d, p.block_size - 1))
-                if min(d, p.block_size - 1) > 0 else ChainDraft(last_token[:0])
-                for r, (p, d) in enumerate(zip(self.proposers, depths))]
-
-    def accepted_rows(self, blocks, positions, target_hidden) -> None:
-        for p, block, position, hidden in zip(self.proposers, blocks, positions, target_hidden):
-            if block.shape[1]:                      # a finished row kept as padding: nothing
-                p.accepted(block, block.shape[1] - 1, position, hidden)
-
-    def keep_rows(self, index: list[int]) -> None:
-        self.proposers = [self.proposers[i] for i in index]
-
-
-def rows_of(proposer, rows: int):
-    """The batch interface of ``proposer``: its own ``*_rows`` methods, where the class that
-    defines each of ``start``, ``propose`` and ``accepted`` defines its ``_rows`` form too (a
-    subclass that overrides ``propose`` alone does not draft batches), else
-    :class:`RowProposers`."""
-    def native(name: str) -> bool:
-        owner = next(c for c in type(proposer).__mro__ if name in vars(c))
-        return f"{name}_rows" in vars(owner)
-    if all(native(name) for name in ("start", "propose", "accepted")):
-        return proposer
-    return RowProposers(proposer, rows)
-
-
-class DFlashProposer:
-    """The paper's drafter as a :class:`Proposer`: ``block_size - 1`` drafts from one forward of a
-    :class:`~dflash_lite.drafter.DFlashDrafter` over ``[last, MASK x (block_size - 1)]``. On a
-    batch, one drafter forward drafts every row, each after its own committed features only."""
-
-    # the kind of drafter this proposer runs (see baselines.EagleProposer)
-    autoregressive = False
-
-    def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
-                 shapes: Shapes = EAGER):
-        check_compatible(drafter.config, target.config)
-        if drafter.autoregressive != self.autoregressive:
-            kind = {True: "an autoregressive", False: "a block"}
-            raise ValueError(f"{type(self).__name__} needs {kind[self.autoregressive]} drafter; "
-                             f"this one is {kind[drafter.autoregressive]} drafter")
-        self.drafter, self.target = drafter, target
-        self.block_size = drafter.config.block_size if block_size is None else block_size
-        check_int("block_size", self.block_size, 1, drafter.config.max_block_size)
-        check_int("passes", passes)
-        self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
-        self.shapes = shapes                # what the loop runs this proposer's steps on
-
-    def start(self, prompt_ids, target_hidden) -> None:
-        self.start_rows(prompt_ids, target_hidden, None)
-
-    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
-        """``prompt_ids`` (R, T) padded on the right to the longest of ``lengths`` (None: one
-        prompt, all of it) and their features (R, T, K*H)."""
-        if lengths is not None and self.passes > 1:
-            raise ValueError("more than one drafter pass drafts one request at a time")
-        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device, prompt_ids.shape[0])
-        # (R, C, K*H) of positions start..start+C-1; per row, its first `lengths` are real
-        self.new_context, self.new_context_lengths = target_hidden, lengths
-        self.new_context_start = 0 if lengths is None else [0] * len(lengths)
-
-    def block_logits(self, last_token: torch.Tensor, k) -> tuple[torch.Tensor, torch.Tensor]:
-        """One drafter forward over ``[last, MASK x k]`` per row (``last_token`` (R,)) with the new
-        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V).
-        ``k``: one depth, or one per row (each row drafts as a block of its own k + 1 would; the
-        widest sets the shapes). With fixed shapes the block is always the proposer's full
-        block, and its first k drafts are read."""
-        last_token = last_token.reshape(-1)                 # (R,); a 0-d token is one row
-        depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
-        k = max(depths)
-        width = self.block_size if self.shapes.fixed else k + 1
-        block = torch.full((last_token.shape[0], width), self.drafter.config.mask_token_id,
-                           dtype=torch.long, device=last_token.device)
-        block[:, 0] = last_token                                        # [last, MASK x k]
-        lengths = None if all(d + 1 == width for d in depths) else [d + 1 for d in depths]
-        logits = self.shapes.draft(self.drafter, self.target, self.cache, block, self.new_context,
-                                   self.new_context_start, self.new_context_lengths, lengths)
-        return block[:, : k + 1], logits[:, :k]
-
-    def propose(self, last_token: torch.Tensor, k: int):
-        return self.propose_rows(last_token, [k])[0]
-
-    def propose_rows(self, last_token: torch.Tensor, k) -> list[ChainDraft]:
-        """Per row a chain of its depth ``k[r]`` (a list, or one int for every row)."""
-        last_token = last_token.reshape(-1)
-        depths = [k] * last_token.shape[0] if isinstance(k, int) else list(k)
-        block, logits = self.block_logits(last_token, depths)
-        # DFlash uses 1 pass; more is an experiment (one request only):
-        for _ in range(self.passes - 1):
-            position = self.new_context_start + self.new_context.shape[1]   # where `last` sits
-            # re-feed the draft instead of the masks
-            block[0, 1:] = logits[0].argmax(dim=-1)
-            logits = self.drafter.draft_logits(self.target, block, self.new_context[:, :0],
-                                               position, self.cache)
-        # (k_r,) each, point masses
-        return [ChainDraft(row[:d]) for row, d in zip(logits.argmax(dim=-1), depths)]
-
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        # the features of last + n accepted drafts join the drafter's context on the next propose
-        self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
-
-    def accepted_rows(self, blocks, positions, target_hidden) -> None:
-        """Per row: the committed block (1, n_r+1) at ``positions[r]`` and its features."""
-        if self.new_context_lengths is None:        # one request
-            return DFlashProposer.accepted(self, blocks[0], blocks[0].shape[1] - 1, positions[0],
-                                           target_hidden[0])
-        self.new_context = stack_rows(target_hidden)
-        self.new_context_start = list(positions)
-        self.new_context_lengths = [h.shape[1] for h in target_hidden]
-
-    def keep_rows(self, index: list[int]) -> None:
-        """Only the rows ``index`` stay (finished requests leave the batch)."""
-        self.cache.keep_rows(index)
-        self.new_context = self.new_context[index]
-        self.new_context_start = [self.new_context_start[i] for i in index]
-        self.new_context_lengths = [self.new_context_lengths[i] for i in index]
+def check_proposer(proposer) -> None:
+    """One line for a proposer of one request given where a batch proposer is needed."""
+    if not all(callable(getattr(proposer, name, None))
+               for name in ("start", "propose", "accepted", "keep")):
+        raise ValueError(f"{type(proposer).__name__} is not a batch proposer (start, propose, "
+                         "accepted and keep): a proposer of one request runs as "
+                         f"PerRow({type(proposer).__name__}(...))")
 
 
 # ============================================================================= the loop
@@ -491,12 +331,12 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of one request or a
-    batch (:func:`as_batch`), one :class:`Step` per request per target forward, each yielded as it
-    is committed. Every row keeps its own write position, accepted length, drafter context, stop
-    tokens and ``max_new_tokens``; a finished row leaves the batch (on fixed shapes it stays as a
-    padding row that commits nothing). ``rollback="shortest"`` is the naive batch rule, a
-    teaching baseline: every row keeps only the batch's shortest accepted path
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of
+    prompts (:func:`as_batch`; one request is a batch of one), one :class:`Step` per request per
+    target forward, each yielded as it is committed. Every row (a :class:`Request`) keeps its own
+    write position, accepted length, drafter context, stop tokens and ``max_new_tokens``; a
+    finished row leaves the batch (:meth:`Batch.leave`). ``rollback="shortest"`` is the naive
+    batch rule, a teaching baseline: every row keeps only the batch's shortest accepted path
     (docs/method.md#batches). ``phase(name)`` is an optional observer wrapped around each phase
     (:class:`dflash_lite.timing.PhaseTimer`). The proposer's ``shapes`` (:mod:`dflash_lite.shapes`;
     default eager) say how wide each forward runs, and compile them. At temperature > 0 a
@@ -504,72 +344,35 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
     own seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
+    check_proposer(proposer)
     shapes = getattr(proposer, "shapes", EAGER)
     generator, processors = seeded(sampling, generator), sampling.processors()
     prompts, limits, stops = as_batch(input_ids, max_new_tokens, stop_token_ids)
-    lengths, rows = [p.shape[1] for p in prompts], rows_of(proposer, len(prompts))
-    batch = lengths if len(prompts) > 1 else None
+    lengths = [p.shape[1] for p in prompts]
     cache = shapes.target_cache(target, max(map(sum, zip(lengths, limits))), len(prompts))
-    # the prompts through the target; every prompt position's features to the drafter
-    with phase("prefill"):
+    with phase("prefill"):      # the prompts through the target; their features to the drafter
         ids = stack_rows([p[..., None] for p in prompts])[..., 0].to(target.device)   # (R, T)
-        logits, hidden = prefill(target, ids, cache, rows.layer_ids, batch)
+        logits, hidden = prefill(target, ids, cache, proposer.layer_ids, lengths)
         last = choose_tokens(logits, sampling, processors, generator, torch.tensor(lengths))
-        rows.start_rows(ids, hidden, batch)
-    # per batch row: its prompt (None: finished, kept as padding), where `last` sits, and what
-    # the last step committed
-    live, position, emitted = list(range(len(prompts))), list(lengths), [0] * len(prompts)
-    new, paths, discarded = [[t] for t in last.tolist()], [None] * len(prompts), [0] * len(prompts)
+        proposer.start(ids, hidden, lengths)
+    batch = Batch([Request(r, *row, [t]) for r, (*row, t) in
+                   enumerate(zip(limits, stops, lengths, last.tolist()))], last, shapes.fixed)
     while True:
-        finished = []
-        for r, row in enumerate(live):
-            if row is None:
-                continue
-            piece, stopped = cut_at_stop(new[r], stops[row])   # a stop token ends the output there
-            piece = piece[: limits[row] - emitted[row]]
-            emitted[row] += len(piece)
-            yield Step(piece, paths[r] and len(paths[r]), stopped, row, discarded[r])
-            if stopped or emitted[row] >= limits[row]:
-                finished.append(r)
-        if finished and not shapes.fixed:               # the finished rows leave the batch
-            index = [r for r in range(len(live)) if r not in finished]
-            if index and len(index) < len(live):
-                cache.keep_rows(index)
-                rows.keep_rows(index)
-            live, position, last = [live[r] for r in index], [position[r] for r in index], \
-                last[index]
-        for r in finished if shapes.fixed else ():
-            live[r] = None
-        if all(row is None for row in live):
+        yield from batch.emit()                 # what the last step committed, per request
+        if not batch.leave(cache, proposer):    # finished rows leave the batch
             return
-        # per row: depth k after `last`, never past its own max_new_tokens (0: plain decoding)
-        k = [min(rows.block_size, limits[i] - emitted[i]) - 1 if i is not None else 0
-             for i in live]
+        depths = batch.depths(proposer.block_size)
         with phase("draft"):        # a chain or a tree per row
-            drafts = rows.propose_rows(last, k) if max(k) else [ChainDraft(last[:0])] * len(live)
+            drafts = proposer.propose(batch.last, depths) if max(depths) \
+                else [ChainDraft(batch.last[:0])] * len(depths)
         with phase("verify"):       # ONE target forward scores every row's `last` and drafts
-            logits, hidden, widths = verify_rows(shapes, target, drafts, last, cache,
-                                                 rows.layer_ids)
+            logits, hidden, widths = verify_drafts(shapes, target, drafts, batch.last, cache,
+                                                   proposer.layer_ids)
         with phase("accept"):       # per row, the path the target agrees with, then its own token
-            paths, new = map(list, zip(*(
-                draft.accept(logits[r, : widths[r]], sampling, processors, generator, position[r])
-                if live[r] is not None else ([], []) for r, draft in enumerate(drafts))))
-            discarded = [0] * len(live)
-            if rollback == "shortest":          # the naive rule: every row to the shortest path
-                shortest = min(len(p) for p in paths if p)
-                discarded = [max(len(p) - shortest, 0) for p in paths]
-                paths, new = [p[:shortest] for p in paths], [t[:shortest] for t in new]
-            cache.keep_paths(position, paths)                   # both caches keep the paths
-            kept = [None if hidden is None else hidden[r: r + 1, : len(p)]
-                    if p == list(range(len(p))) else hidden[r: r + 1, p]
-                    for r, p in enumerate(paths)]
-            blocks = [torch.tensor([[int(last[r])] + t[: len(p) - 1]] if p else [[]],
-                                   dtype=torch.long, device=last.device)        # (1, n+1)
-                      for r, (p, t) in enumerate(zip(paths, new))]
-            rows.accepted_rows(blocks, position, kept)
-        position = [a + len(p) for a, p in zip(position, paths)]
-        last = torch.tensor([t[-1] if t else int(last[r]) for r, t in enumerate(new)],
-                            device=last.device)
+            paths, new = batch.paths(drafts, logits, widths, sampling, processors, generator,
+                                      rollback)
+            cache.keep_paths([r.position for r in batch.rows], paths)   # both caches keep them
+            proposer.accepted(*batch.commit(paths, new, hidden))
 
 
 def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:

@@ -24,18 +24,9 @@ Every draft is a point mass (argmaxes, the tree's top paths, copied tokens), so 
 is exact (``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on
 tokens already committed: lossless at every temperature.
 
-**Estimates** (:class:`AcceptanceEstimate`): for the DFlash chain and for prompt lookup's chain,
-each its own, the probability ``a_k`` that draft k is accepted given that the drafts before it
-were, from decayed counts (pooled over positions with a Beta prior, then per position with the
-pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
-Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
-(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
-two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
-chain would have done (:func:`chain_accepted`), and every step with a lookup continuation tells
-prompt lookup's estimate how far its tokens would have gone, whichever option ran. The estimates
-outlive a request: the
-owner (:class:`PolicySession`, kept by an ``Engine``) hands them to the next request's policy,
-whose counts are first decayed by ``request_decay``.
+**Estimates** (:mod:`dflash_lite.estimate`): what each option is expected to commit, from decayed
+counts of what the target accepted. **The choice** (:mod:`dflash_lite.choice`): the options, the
+cost of each, and the rule that picks the most expected tokens per second of step.
 
 **Costs by context** (:class:`dflash_lite.costs.StepCosts`): ``t_target(b)`` and ``t_draft(b)``
 measured at two context lengths, each a line in b whose intercept and slope are lines in the
@@ -55,254 +46,18 @@ judges it even when the step ran something else (:func:`chain_accepted`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
+from .choice import Choice, PolicyOptions, choose, choose_batch, step_seconds  # noqa: F401 (public)
 from .costs import StepCosts, step_costs
-from .decode import ChainDraft, DFlashProposer, RowProposers, stack_rows
+from .decode import ChainDraft
+from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
 from .ngram import NgramProposer
+from .proposers import DFlashProposer, PerRow, stack_rows
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_tree, draft_trees
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def chain_accepted(path: list[int], chain: list[int], held: int,
-                   next_token: int | None = None) -> tuple[int, int]:
-    """What a chain of drafts would have done, read off a step that verified something else:
-    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
-    the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
-    on it with the chain's next draft held, that draft was wrong (judged, rejected). Where the path
-    ends on it beyond what was held, the target's own token after the path (``next_token``) judges
-    the chain's next draft: a point mass is accepted exactly when the target picks it (greedy), or
-    with the probability the target would pick it (sampled; after a tree step whose other branches
-    were rejected the token comes from what is left, so the read is a little optimistic). Without
-    ``next_token`` that draft is not judged."""
-    agree = _common_prefix(path, chain)
-    if agree < len(path) or agree < min(held, len(chain)):
-        return agree, agree + 1
-    if next_token is not None and agree < len(chain):
-        return agree + (chain[agree] == next_token), agree + 1
-    return agree, agree
-
-
-@dataclass(frozen=True)
-class PolicyOptions:
-    """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
-    size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
-    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
-    ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
-    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``:
-    the same between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from
-    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
-    multiple of the full chain's."""
-    max_block_size: int | None = None
-    tree_sizes: tuple[int, ...] = ()
-    ngram_drafts: int = 0
-    max_ngram: int = 3
-    decay: float = 0.9
-    idle_decay: float = 0.99
-    request_decay: float = 0.5
-    prior: float = 0.7
-    prior_weight: float = 3.0
-    tree_prior_gain: float = 1.3
-
-    def __post_init__(self):
-        if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) \
-                or not 0 < self.request_decay <= 1 \
-                or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
-                             "0 < request_decay <= 1, "
-                             "prior_weight > 0 and tree_prior_gain > 0")
-        if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
-            raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
-                             f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")
-        object.__setattr__(self, "tree_sizes", tuple(sorted(self.tree_sizes)))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One step's choice: ``block_size`` tokens per target forward for a chain (1: plain decoding;
-    for prompt lookup, its ``ngram`` drafts + 1), or a draft tree of ``tree_size`` nodes drafted at
-    depth ``block_size - 1``, with a prompt-lookup branch of ``ngram`` drafts for a hybrid tree."""
-    block_size: int
-    tree_size: int | None = None
-    ngram: int = 0
-
-    @property
-    def kind(self) -> str:
-        """``plain``, ``chain``, ``tree``, ``ngram`` or ``hybrid``."""
-        if self.tree_size:
-            return "hybrid" if self.ngram else "tree"
-        return "ngram" if self.ngram else "chain" if self.block_size > 1 else "plain"
-
-    @property
-    def uses_drafter(self) -> bool:
-        return self.kind in ("chain", "tree", "hybrid")
-
-    @property
-    def verify_width(self) -> int:
-        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may
-        share nodes)."""
-        return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
-
-    def __str__(self) -> str:
-        return {"tree": f"tree {self.tree_size}", "ngram": f"ngram {self.ngram}",
-                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(
-                    self.kind, str(self.block_size))
-
-
-def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
-    """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
-    full block if the drafter runs."""
-    drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
-    return ((costs.target(choice.verify_width, context_length) + drafting)
-            * costs.correction(choice.kind))
-
-
-@dataclass
-class AcceptanceEstimate:
-    """Decayed counts of drafts the target accepted and judged, pooled and per draft position
-    1..``depth``, and of tokens per step for each tree size, alone and as a hybrid tree; with a
-    Beta prior (``prior``, ``prior_weight``) that the estimates start from and drift back to as
-    the counts decay. ``ngram``: prompt lookup's own chain estimate (None: not offered)."""
-    depth: int
-    tree_sizes: tuple[int, ...] = ()
-    prior: float = 0.7
-    prior_weight: float = 3.0
-    accepted: float = 0.0
-    judged: float = 0.0
-    accepted_at: list[float] = field(default_factory=list)
-    judged_at: list[float] = field(default_factory=list)
-    tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
-    tree_steps: dict[int, float] = field(default_factory=dict)
-    hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
-    hybrid_steps: dict[int, float] = field(default_factory=dict)
-    ngram: AcceptanceEstimate | None = None
-    _expected: list[float] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self):
-        self.accepted_at = self.accepted_at or [0.0] * self.depth
-        self.judged_at = self.judged_at or [0.0] * self.depth
-        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
-            sums.update({n: sums.get(n, 0.0) for n in self.tree_sizes})
-
-    @classmethod
-    def for_options(cls, options: PolicyOptions) -> AcceptanceEstimate:
-        """A fresh estimate of every option ``options`` offers (the chain's depth:
-        ``max_block_size - 1``)."""
-        lookup = (cls(options.ngram_drafts, (), options.prior, options.prior_weight)
-                  if options.ngram_drafts else None)
-        return cls(options.max_block_size - 1, options.tree_sizes, options.prior,
-                   options.prior_weight, ngram=lookup)
-
-    def decay(self, factor: float, lookup_factor: float | None = None) -> None:
-        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None:
-        the same)."""
-        self._expected = None
-        self.accepted, self.judged = self.accepted * factor, self.judged * factor
-        self.accepted_at = [a * factor for a in self.accepted_at]
-        self.judged_at = [t * factor for t in self.judged_at]
-        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
-            for size in sums:
-                sums[size] *= factor
-        if self.ngram is not None:
-            self.ngram.decay(factor if lookup_factor is None else lookup_factor)
-
-    def observe_chain(self, accepted: int, judged: int) -> None:
-        """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
-        self._expected = None
-        self.accepted += accepted
-        self.judged += judged
-        for k in range(min(judged, self.depth)):
-            self.accepted_at[k] += k < accepted
-            self.judged_at[k] += 1
-
-    def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
-        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed
-        ``tokens``."""
-        tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
-                             else (self.tree_tokens, self.tree_steps))
-        tokens_sum[tree_size] += tokens
-        steps[tree_size] += 1
-
-    def acceptance(self) -> float:
-        """P(a draft is accepted | the drafts before it were), pooled over positions, with the
-        prior."""
-        return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
-
-    def acceptance_by_position(self) -> list[float]:
-        """The same per draft position k, with the pooled estimate as its prior: positions seen
-        often speak for themselves (acceptance comes in runs, so deep positions, once reached, are
-        accepted more often than early ones), positions seen rarely follow the pool."""
-        pooled, w = self.acceptance(), self.prior_weight
-        return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
-
-    def expected_tokens(self) -> list[float]:
-        """Tokens a chain step of b tokens is expected to commit, bonus included, for
-        b = 1..depth+1: ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the
-        counts change."""
-        if self._expected is None:
-            expected, survive = [1.0], 1.0
-            for a in self.acceptance_by_position():
-                survive *= a
-                expected.append(expected[-1] + survive)
-            self._expected = expected
-        return list(self._expected)
-
-    def _mean(self, tokens: float, steps: float, prior: float) -> float:
-        return (tokens + self.prior_weight * prior) / (steps + self.prior_weight)
-
-    def expected_tree_tokens(self, tree_size: int, gain: float, depth: int | None = None) -> float:
-        """Observed mean of tree steps, pulled towards a prior of ``gain`` x the chain's estimate at
-        ``depth`` drafts (None: the full chain)."""
-        prior = gain * self.expected_tokens()[self.depth if depth is None else depth]
-        return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
-
-    def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int,
-                               depth: int | None = None) -> float:
-        """Observed mean of hybrid tree steps, pulled towards a prior: the two drafts as independent
-        tries at every depth j, ``1 + sum_j [1 - (1 - t_j)(1 - l_j)]``, with ``l_j`` prompt lookup's
-        chance to reach depth j and ``t_j`` the chain's, scaled to the tree's estimate."""
-        chain = self.expected_tokens()[: (self.depth if depth is None else depth) + 1]
-        tree = self.expected_tree_tokens(tree_size, gain, depth)
-        scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
-        lookup = (self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None
-                  else [1.0])
-        # P(reach depth j)
-        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
-        reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
-        reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
-        prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
-        return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)
-
-
-def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
-           ngram_drafts: int = 0, context_length: int | None = None,
-           depth: int | None = None) -> Choice:
-    """The option with the most expected tokens per second of step (:func:`step_seconds` at
-    ``context_length``): a chain of b in 1..B, a tree, or, when prompt lookup found
-    ``ngram_drafts`` tokens, its chain of m <= ``ngram_drafts`` or a hybrid tree. ``depth``: the
-    most drafts this step may hold (None: the chain's depth). Ties go to the cheaper kind."""
-    depth = estimate.depth if depth is None else min(depth, estimate.depth)
-    gain = options.tree_prior_gain
-    candidates = [(e, Choice(b)) for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
-    lookup = min(ngram_drafts, depth) if estimate.ngram is not None else 0
-    if lookup:
-        expected = estimate.ngram.expected_tokens()
-        candidates += [(expected[m], Choice(m + 1, None, m))
-                       for m in range(1, min(lookup, estimate.ngram.depth) + 1)]
-    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
-        candidates.append((estimate.expected_tree_tokens(n, gain, depth), Choice(depth + 1, n)))
-        if lookup:
-            m = min(lookup, estimate.ngram.depth)
-            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
-                               Choice(depth + 1, n, m)))
-    rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
-    return candidates[rates.index(max(rates))][1]
 
 
 class CostAwareProposer(DFlashProposer):
@@ -312,7 +67,8 @@ class CostAwareProposer(DFlashProposer):
     (measured at the first prompt when None); ``estimate``: the estimates a previous request left
     (decayed by ``options.request_decay`` at :meth:`start`; None: the prior). The choice is made in
     :meth:`propose`, where the last token, and so prompt lookup's continuation, is known; the loop
-    always asks for up to ``block_size`` tokens, and a plain step is an empty draft."""
+    always asks for up to ``block_size`` tokens, and a plain step is an empty draft. It serves one
+    request, a batch of one row (:class:`BatchPolicy` serves batches)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -325,7 +81,11 @@ class CostAwareProposer(DFlashProposer):
     def tree_sizes(self) -> tuple[int, ...]:
         return self.options.tree_sizes
 
-    def start(self, prompt_ids, target_hidden) -> None:
+    def start(self, ids, features, lengths=None) -> None:
+        if ids.shape[0] != 1:
+            raise ValueError(f"{type(self).__name__} serves one request; a batch of "
+                             f"{ids.shape[0]} runs BatchPolicy (batch_policy)")
+        prompt_ids, target_hidden = ids[:, : (lengths or [ids.shape[1]])[0]], features
         super().start(prompt_ids, target_hidden)
         o = self.options
         if self.costs is None:
@@ -337,7 +97,7 @@ class CostAwareProposer(DFlashProposer):
             self.estimate.decay(o.request_decay)
         self.lookup = NgramProposer(o.ngram_drafts, o.max_ngram) if o.ngram_drafts else None
         if self.lookup is not None:
-            self.lookup.start(prompt_ids, target_hidden)
+            self.lookup.start(prompt_ids, None)
         self.context_length = self.prompt_length = prompt_ids.shape[1]   # where `last` sits
         # the prompt's features are not in the drafter's cache yet
         self.drafted, self.drifted = False, False
@@ -353,8 +113,9 @@ class CostAwareProposer(DFlashProposer):
         plain."""
         self.choice, self.continuation, self.started = Choice(1), [], None
 
-    def propose(self, last_token, k):
+    def propose(self, last, depths):
         self.started = time.perf_counter()
+        last_token, k = last.reshape(1), depths[0]
         last = int(last_token)
         # `last_token` is the last step's token after its path
         self.observe_pending(last)
@@ -364,22 +125,25 @@ class CostAwareProposer(DFlashProposer):
                                  self.context_length, k)
         self.chosen.append(c)
         if not c.uses_drafter:                     # plain (an empty draft) or prompt lookup's chain
-            return ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long,
-                                           device=last_token.device))
+            return [ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long,
+                                            device=last_token.device))]
         # the drafter takes in every position decoded since its last forward
         if len(self.waiting) > 1:
             self.new_context = torch.cat(self.waiting, dim=1)
+            self.new_context_lengths = [self.new_context.shape[1]]
         self.drafted, self.waiting = True, []
         if c.tree_size:
             # read again in accepted()
             self.tree = draft_tree(self, last_token, c.block_size - 1, c.tree_size)
             if c.ngram:
                 self.tree = add_branch(self.tree, self.continuation[: c.ngram])
-            return self.tree
-        self.proposed = super().propose(last_token, c.block_size - 1)
-        return self.proposed
+            return [self.tree]
+        self.proposed = super().propose(last_token, [c.block_size - 1])[0]
+        return [self.proposed]
 
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+    def accepted(self, blocks, positions, features) -> None:
+        block, position, target_hidden = blocks[0], positions[0], features[0]
+        n = block.shape[1] - 1
         # how long the step took against what the model said
         if self.started is not None and self.costs.measured:
             seconds, c = time.perf_counter() - self.started, self.choice
@@ -388,13 +152,13 @@ class CostAwareProposer(DFlashProposer):
             self.costs.observe(c.kind, seconds, predicted)
             self.drifted |= self.costs.drift.observe(seconds, predicted)
         if self.drafted:
-            super().accepted(block, n, position, target_hidden)
+            super().accepted(blocks, positions, features)
             self.waiting = [self.new_context]
         else:
             # no drafter forward this step: the features wait for the next one
             self.waiting.append(target_hidden[:, : n + 1])
         if self.lookup is not None:
-            self.lookup.accepted(block, n, position, target_hidden)
+            self.lookup.accepted(block, n, position, None)
         self._observe(self._verified(block), n)
         self.context_length, self.drafted = position + n + 1, False
         self._reset()
@@ -441,34 +205,6 @@ class CostAwareProposer(DFlashProposer):
         self.pending = []
 
 
-def choose_batch(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
-                 continuations: list[int], context_length: int | None = None,
-                 depth: int | None = None) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the
-    most expected committed tokens over all rows per second of the step at this batch size
-    (``costs`` measured for it), and the tokens the estimates expect of it. ``continuations``:
-    per row, how many drafts prompt lookup has; a row without one commits a single token on a
-    lookup step. Each kind's expectation is scaled by what its batch steps have committed
-    against it so far (``costs.yield_ratio``). Plain decoding is always a candidate, so a batch
-    where no draft pays decodes plainly. Ties go to the cheaper kind."""
-    depth = estimate.depth if depth is None else min(depth, estimate.depth)
-    rows = len(continuations)
-    candidates = [(rows * e, Choice(b))
-                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
-    for n in options.tree_sizes if depth else ():
-        candidates.append((rows * estimate.expected_tree_tokens(n, options.tree_prior_gain, depth),
-                           Choice(depth + 1, n)))
-    most = min(max(continuations, default=0), depth)
-    if estimate.ngram is not None and most:
-        expected = estimate.ngram.expected_tokens()
-        candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
-                       for m in range(1, min(most, estimate.ngram.depth) + 1)]
-    rates = [e * costs.yield_ratio(c.kind) / step_seconds(c, costs, context_length)
-             for e, c in candidates]
-    expected, choice = candidates[rates.index(max(rates))]
-    return choice, expected
-
-
 class BatchPolicy(DFlashTreeProposer):
     """The policy of a batch: each step, :func:`choose_batch`'s one option for every row (plain
     decoding, a DFlash chain of b, a draft tree of ``options.tree_sizes[0]`` nodes, or prompt
@@ -488,12 +224,10 @@ class BatchPolicy(DFlashTreeProposer):
                                tree_sizes=options.tree_sizes[:1])
         self.costs, self.estimate = costs, estimate
 
-    def start(self, prompt_ids, target_hidden) -> None:
-        self.start_rows(prompt_ids, target_hidden, None)
-
-    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
-        lengths = lengths or [prompt_ids.shape[1]]
-        super().start_rows(prompt_ids, target_hidden, lengths)
+    def start(self, ids, features, lengths=None) -> None:
+        prompt_ids, target_hidden = ids, features
+        lengths = list(lengths or [ids.shape[1]] * ids.shape[0])
+        super().start(ids, features, lengths)
         o, rows = self.options, len(lengths)
         if self.costs is None:
             self.costs = step_costs(self.target, self.drafter, prompt_ids[:1, : lengths[0]],
@@ -502,22 +236,19 @@ class BatchPolicy(DFlashTreeProposer):
             self.estimate = AcceptanceEstimate.for_options(o)
         else:                                      # what earlier batches learned, at a discount
             self.estimate.decay(o.request_decay)
-        self.lookup = RowProposers(NgramProposer(o.ngram_drafts, o.max_ngram), rows) \
+        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
             if o.ngram_drafts else None
         if self.lookup is not None:
-            self.lookup.start_rows(prompt_ids, None, lengths)
+            self.lookup.start(prompt_ids, None, lengths)
         # per row: the features no drafter forward has seen yet, and where they start
         self.waiting = [[target_hidden[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
         self.choice, self.drafted, self.chosen, self.started = Choice(1), False, [], None
         self.continuations = [[] for _ in lengths]
 
-    def propose(self, last_token, k):
-        return self.propose_rows(last_token, [k])[0]
-
-    def propose_rows(self, last_token, k):
-        self.started = time.perf_counter()
-        lasts, depths = last_token.tolist(), [k] * len(last_token) if isinstance(k, int) else k
+    def propose(self, last, depths):
+        self.started, last_token = time.perf_counter(), last
+        lasts = last.tolist()
         self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                               for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
             if self.lookup is not None else [[] for _ in lasts]
@@ -538,12 +269,10 @@ class BatchPolicy(DFlashTreeProposer):
         depths = [min(d, c.block_size - 1) for d in depths]
         if c.tree_size:
             return draft_trees(self, last_token, depths, c.tree_size)
-        return DFlashProposer.propose_rows(self, last_token, depths)
+        return DFlashProposer.propose(self, last_token, depths)
 
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        self.accepted_rows([block[:, : n + 1]], [position], [target_hidden[:, : n + 1]])
-
-    def accepted_rows(self, blocks, positions, target_hidden) -> None:
+    def accepted(self, blocks, positions, features) -> None:
+        target_hidden = features
         c, e, o = self.choice, self.estimate, self.options
         if self.started is not None and self.costs.measured:     # the step against the model
             context = sum(self.context) // len(self.context)
@@ -569,16 +298,16 @@ class BatchPolicy(DFlashTreeProposer):
                 self.waiting[r].append(hidden)
             self.context[r] = position + n + 1
         if self.lookup is not None:
-            self.lookup.accepted_rows(blocks, positions, target_hidden)
+            self.lookup.accepted(blocks, positions, target_hidden)
         self.choice, self.drafted, self.continuations = Choice(1), False, [[] for _ in blocks]
 
-    def keep_rows(self, index: list[int]) -> None:
-        super().keep_rows(index)
+    def keep(self, index: list[int]) -> None:
+        super().keep(index)
         self.waiting = [self.waiting[i] for i in index]
         self.waiting_start = [self.waiting_start[i] for i in index]
         self.context = [self.context[i] for i in index]
         if self.lookup is not None:
-            self.lookup.keep_rows(index)
+            self.lookup.keep(index)
 
 
 def batch_policy(drafter, target, costs: StepCosts | None = None, shapes: Shapes = EAGER,

@@ -42,7 +42,8 @@ import torch
 
 from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .decode import DFlashProposer, RowProposers, verify_on
+from .decode import verify_drafts
+from .proposers import DFlashProposer, PerRow
 from .ngram import NgramProposer
 from .shapes import EAGER, Shapes
 
@@ -159,8 +160,8 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
     """One target forward over the whole tree, written at the cache's write position (the root's
     slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
     and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
-    tokens, depths, ancestors = tree.layout(tree.tokens[:1])
-    return verify_on(shapes, target, tokens.view(1, -1), cache, layer_ids, depths, ancestors)
+    logits, features, _ = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
+    return logits[0], features
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
@@ -183,19 +184,17 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
 def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
                tree_size: int) -> DraftTree:
     """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
-    ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache)."""
-    return draft_trees(proposer, last_token, depth, tree_size)[0]
+    ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache) for one request."""
+    return draft_trees(proposer, last_token.reshape(1), [depth], tree_size)[0]
 
 
-def draft_trees(proposer: DFlashProposer, last_token: torch.Tensor, depth,
+def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
                 tree_size: int) -> list[DraftTree]:
-    """:func:`draft_tree` of every row of a batch (``last_token`` (R,)) from one drafter
-    forward: a tree per row, of its own ``depth[r]`` (a list, or one int for every row)."""
-    last_token = last_token.reshape(-1)
-    depths = [depth] * last_token.shape[0] if isinstance(depth, int) else list(depth)
-    _, logits = proposer.block_logits(last_token, depths)               # (R, depth, V)
+    """:func:`draft_tree` of every row of a batch (``last`` (R,)) from one drafter forward: a
+    tree per row, of its own ``depths[r]``."""
+    _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    return [build_tree(last_token[r], logprobs[r, :d], tree_size) for r, d in enumerate(depths)]
+    return [build_tree(last[r], logprobs[r, :d], tree_size) for r, d in enumerate(depths)]
 
 
 class DFlashTreeProposer(DFlashProposer):
@@ -209,11 +208,8 @@ class DFlashTreeProposer(DFlashProposer):
             raise ValueError(f"tree_size must be >= 1, got {tree_size}")
         self.tree_size = tree_size
 
-    def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        return self.propose_rows(last_token, [k])[0]
-
-    def propose_rows(self, last_token: torch.Tensor, k) -> list[DraftTree]:
-        return draft_trees(self, last_token, k, self.tree_size)
+    def propose(self, last: torch.Tensor, depths: list[int]) -> list[DraftTree]:
+        return draft_trees(self, last, depths, self.tree_size)
 
 
 class HybridTreeProposer(DFlashTreeProposer):
@@ -225,32 +221,21 @@ class HybridTreeProposer(DFlashTreeProposer):
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
                  ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
         super().__init__(drafter, target, tree_size, block_size, shapes)
-        self.ngram = NgramProposer(ngram_drafts, max_ngram)
+        self.ngram = PerRow(NgramProposer(ngram_drafts, max_ngram))
 
-    def start(self, prompt_ids, target_hidden) -> None:
-        self.start_rows(prompt_ids, target_hidden, None)
+    def start(self, ids, features, lengths=None) -> None:
+        super().start(ids, features, lengths)
+        self.ngram.start(ids, None, self.new_context_lengths)
 
-    def start_rows(self, prompt_ids, target_hidden, lengths) -> None:
-        super().start_rows(prompt_ids, target_hidden, lengths)
-        self.ngram = RowProposers(self.ngram.proposers[0] if isinstance(self.ngram, RowProposers)
-                                  else self.ngram, prompt_ids.shape[0])
-        self.ngram.start_rows(prompt_ids, None, lengths)
-
-    def propose(self, last_token: torch.Tensor, k: int) -> DraftTree:
-        return self.propose_rows(last_token, [k])[0]
-
-    def propose_rows(self, last_token: torch.Tensor, k) -> list[DraftTree]:
-        branches = self.ngram.propose_rows(last_token, k)
+    def propose(self, last: torch.Tensor, depths: list[int]) -> list[DraftTree]:
+        branches = self.ngram.propose(last, depths)
         return [add_branch(tree, branch.tokens.tolist())
-                for tree, branch in zip(super().propose_rows(last_token, k), branches)]
+                for tree, branch in zip(super().propose(last, depths), branches)]
 
-    def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        self.accepted_rows([block[:, : n + 1]], [position], [target_hidden[:, : n + 1]])
+    def accepted(self, blocks, positions, features) -> None:
+        super().accepted(blocks, positions, features)
+        self.ngram.accepted(blocks, positions, features)
 
-    def accepted_rows(self, blocks, positions, target_hidden) -> None:
-        super().accepted_rows(blocks, positions, target_hidden)
-        self.ngram.accepted_rows(blocks, positions, target_hidden)
-
-    def keep_rows(self, index: list[int]) -> None:
-        super().keep_rows(index)
-        self.ngram.keep_rows(index)
+    def keep(self, rows: list[int]) -> None:
+        super().keep(rows)
+        self.ngram.keep(rows)

@@ -83,7 +83,7 @@ def ch03_unmasking(ns: dict) -> None:
             for cls in (answer, reference):
                 proposer = cls(drafter, target, size)
                 proposer.start(x, features)
-                drafts.append(torch.as_tensor(proposer.propose(last, size - 1)[0]).cpu())
+                drafts.append(proposer.propose(last.view(1), [size - 1])[0].tokens.cpu())
             assert torch.equal(
                 drafts[0], drafts[1]
             ), f"B={size}: a first step's draft differs from the reference"

@@ -37,14 +37,15 @@ def unmasking_proposer():
     from dflash_lite.decode import ChainDraft, DFlashProposer
 
     class ConfidenceUnmaskingProposer(DFlashProposer):
-        def propose(self, last_token: torch.Tensor, k: int):
+        def propose(self, last: torch.Tensor, depths: list[int]):  # one request: last (1,)
+            k, start = depths[0], self.new_context_start[0]
             mask_id = self.drafter.config.mask_token_id
-            block = torch.full((1, k + 1), mask_id, dtype=torch.long, device=last_token.device)
-            block[0, 0] = last_token
+            block = torch.full((1, k + 1), mask_id, dtype=torch.long, device=last.device)
+            block[0, 0] = last[0]
             logits = self.drafter.draft_logits(
-                self.target, block, self.new_context, self.new_context_start, self.cache
+                self.target, block, self.new_context, start, self.cache
             )
-            position = self.new_context_start + self.new_context.shape[1]
+            position = start + self.new_context.shape[1]
             confidence, draft = logits[0].softmax(-1).max(-1)  # (k,), (k,)
             keep = confidence.topk((k + 1) // 2).indices
             block[0, 1 + keep] = draft[keep]  # the rest stays masked
@@ -53,6 +54,6 @@ def unmasking_proposer():
             )
             out = logits[0].argmax(-1)
             out[keep] = draft[keep]
-            return ChainDraft(out)
+            return [ChainDraft(out)]
 
     return ConfidenceUnmaskingProposer

@@ -51,7 +51,7 @@ from scipy.stats import chisquare
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
                                     accept_point_mass, accept_speculative, target_probs)
-from dflash_lite.decode import generate
+from dflash_lite.decode import PerRow, generate
 from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.target import SHIPPED_BASELINES
 from dflash_lite.plotting import COLORBLIND, save_figure, subplots
@@ -165,8 +165,8 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
 
 # %% nbgrader={"grade": true, "grade_id": "ch02_build_speculative_greedy_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 mine, my_steps = speculative_greedy(target, draft, ids, draft_tokens, max_new_tokens, set(stops))
-package = generate(target, DraftModelProposer(draft, target, draft_tokens + 1), ids, max_new_tokens,
-                               stop_token_ids=stops)
+package = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), ids, max_new_tokens,
+                   stop_token_ids=stops)
 alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops)
 print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(package.tokens)} tokens in "
       f"{len(package.acceptance_lengths)} steps; target alone: {len(alone.tokens)} forwards")
@@ -178,7 +178,9 @@ score(ch02.check_speculative_greedy(speculative_greedy, target, draft, tokenizer
 # %% [markdown]
 # Same tokens as the target alone, and the same accepted length at every step as the package's
 # loop. From here on we use the package: `generate` (`dflash_lite/decode.py`) is this
-# loop with the draft model's own KV cache, timing, and sampling.
+# loop with the draft model's own KV cache, timing, and sampling. The package's loop decodes a
+# batch of prompts (one prompt is a batch of one); `DraftModelProposer` drafts one request at a time,
+# so it runs wrapped, `PerRow(DraftModelProposer(...))`: one copy of it per row of the batch.
 #
 # ## The whole loop is exact
 #
@@ -190,8 +192,8 @@ prompt_ids = [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in pr
 results, identical = [], 0
 for x in prompt_ids:
     expected = generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
-    r = generate(target, DraftModelProposer(draft, target, draft_tokens + 1), x, max_new_tokens,
-                             stop_token_ids=stops)
+    r = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), x, max_new_tokens,
+                 stop_token_ids=stops)
     identical += r.tokens == expected
     results.append(r)
 lengths = [a for r in results for a in r.acceptance_lengths]
@@ -405,8 +407,8 @@ drafter = load_drafter(default_drafter_path(target_name)).to(device).eval()
 schemes = {"plain decoding": NoDraftProposer(),
            "DFlash B=16": DFlashProposer(drafter, target, 16),
            "DFlash tree N=16": DFlashTreeProposer(drafter, target, 16),
-           f"draft model k={draft_tokens}, coupled": DraftModelProposer(
-               draft, target, draft_tokens + 1, sampling, sample=True, generator=PositionNoise(21))}
+           f"draft model k={draft_tokens}, coupled": PerRow(DraftModelProposer(
+               draft, target, draft_tokens + 1, sampling, sample=True, generator=PositionNoise(21)))}
 seeded = {name: generate(target, proposer, ids, max_new_tokens, sampling, stops, PositionNoise(21))
           for name, proposer in schemes.items()}
 for name, result in seeded.items():
@@ -496,7 +498,7 @@ def hf_generate(x, **kw):
 runs = {"target alone (generate)": lambda x: hf_generate(x),
         "prompt lookup (generate)": lambda x: hf_generate(x, prompt_lookup_num_tokens=draft_tokens),
         "draft model (ours)": lambda x: generate(
-            target, DraftModelProposer(draft, target, draft_tokens + 1), x, max_new_tokens,
+            target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), x, max_new_tokens,
             stop_token_ids=stops).tokens}
 # the one interleaved timer (dflash_lite/timing.py): a warm-up round, then rounds in turn
 timed = interleaved({name: (lambda f=f: [f(x) for x in prompt_ids[:2]])

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.baselines import EagleProposer
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
 from dflash_lite.data import block_attention_mask
@@ -278,7 +278,7 @@ with torch.inference_mode():
 torch.testing.assert_close(mine, ref)
 proposer = DFlashProposer(drafter, target, block_size)
 proposer.start(ids, features)
-draft, _ = proposer.propose(last[0, 0], block_size - 1)
+draft = proposer.propose(last[0], [block_size - 1])[0].tokens       # one row's chain of B-1 drafts
 assert torch.equal(mine[0].argmax(-1), draft)
 print(f"draft logits {tuple(mine.shape)}: max |mine - package| = {(mine - ref).abs().max():.2e}")
 print("prompt ends:", repr(prompt[-60:]))
@@ -394,7 +394,7 @@ for t in (0.0, 0.25, 0.5, 1.0):
 # %%
 def time_dflash():
     p = DFlashProposer(drafter, target, block_size); p.start(ids, features)
-    t0 = time.perf_counter(); p.propose(last[0, 0], block_size - 1); return time.perf_counter() - t0
+    t0 = time.perf_counter(); p.propose(last[0], [block_size - 1]); return time.perf_counter() - t0
 
 def time_eagle():
     p = EagleProposer(eagle, target, block_size); p.start(ids, features)
@@ -424,7 +424,7 @@ code_prompts = corpus.function_headers(corpus.stdlib_files("held_out"), num_prom
 prompt_ids = {domain: [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in ps]
               for domain, ps in (("math", math_prompts), ("code", code_prompts))}
 makers = {"DFlash": lambda: DFlashProposer(drafter, target, block_size),
-          "EAGLE-style": lambda: EagleProposer(eagle, target, block_size)}
+          "EAGLE-style": lambda: PerRow(EagleProposer(eagle, target, block_size))}   # drafts one request
 lengths = {(name, domain): [] for name in makers for domain in prompt_ids}
 for domain, xs in prompt_ids.items():
     for x in xs:
@@ -623,12 +623,14 @@ score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"] + pr
                               max_new_tokens, stops), 2)
 
 # %% [markdown]
-# **5. ★★★ MDLM-style unmasking.** Write a subclass of `DFlashProposer` whose `propose` runs one
-# pass, keeps the `(k + 1) // 2` drafts with the highest top-1 probability, puts the mask back on the
-# others, runs the drafter once more on that block (the context is in the proposer's cache after the
-# first pass: give the second `draft_logits` call `self.new_context[:, :0]` and `start=` the position
-# of `last`, as `DFlashProposer.propose` does), fills the re-masked slots with its argmax and returns
-# them as `ChainDraft(tokens)` (`dflash_lite/decode.py`: a chain of drafts the loop verifies). The check
+# **5. ★★★ MDLM-style unmasking.** Write a subclass of `DFlashProposer` whose `propose(last, depths)`
+# runs one pass, keeps the `(k + 1) // 2` drafts with the highest top-1 probability, puts the mask
+# back on the others, runs the drafter once more on that block (the context is in the proposer's cache
+# after the first pass: give the second `draft_logits` call `self.new_context[:, :0]` and `start=` the
+# position of `last`, `self.new_context_start[0] + self.new_context.shape[1]`), fills the re-masked
+# slots with its argmax and returns them as `[ChainDraft(tokens)]`. A proposer drafts a batch: `last`
+# holds each row's last token and `depths` each row's k, and it returns one draft per row
+# (`dflash_lite/proposers.py`); here the batch is one request, so `last[0]` and `depths[0]`. The check
 # compares your drafts with its own implementation on a few steps, and then runs your proposer in the
 # decode loop on the math prompts: is tau higher than one pass, and does it pay for the extra forward?
 

@@ -172,11 +172,11 @@ _ = save_figure(fig, "04_projection_norms")
 # every verification commits at least the target's own token.
 
 # %%
-class NoFeatures(DFlashProposer):
-    def start(self, prompt_ids, target_hidden):
-        super().start(prompt_ids, torch.zeros_like(target_hidden))
-    def accepted(self, block, n, position, target_hidden):
-        super().accepted(block, n, position, torch.zeros_like(target_hidden))
+class NoFeatures(DFlashProposer):                  # every row's features, zeroed
+    def start(self, ids, features, lengths=None):
+        super().start(ids, torch.zeros_like(features), lengths)
+    def accepted(self, blocks, positions, features):
+        super().accepted(blocks, positions, [torch.zeros_like(f) for f in features])
 
 prompts = [p.prompt for p in corpus.math_problems(num_prompts, split="held_out", start=7000)]
 ids = [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in prompts]

@@ -54,7 +54,7 @@ from dflash_lite.acceptance import SamplingParams, target_probs
 from dflash_lite.costs import measure_costs, predicted_speedup
 from dflash_lite.prompts import builtin_prompts
 from dflash_lite.checkpoints import export_dflash, load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.baselines import EagleProposer, generate_autoregressive
 from dflash_lite.plotting import cache_dir, save_figure
 from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
@@ -265,10 +265,10 @@ verdicts.append(("multi-step denoising", "DFlash uses one pass from masks",
 
 # %%
 class RandomFusion(DFlashProposer):                      # the article's inference-time fusion
-    def propose(self, last, k):
+    def propose(self, last, depths):
         with torch.no_grad():
             self.drafter.fc.weight.copy_(torch.randn_like(self.drafter.fc.weight) * 0.02)
-        return super().propose(last, k)
+        return super().propose(last, depths)
 
 trained_fc = drafter.fc.weight.detach().clone()
 res = run(lambda: RandomFusion(drafter, target, 16))
@@ -282,16 +282,17 @@ with torch.inference_mode():
     out = target(prompt_ids[0], output_hidden_states=True)
 last = out.logits[0, -1:].argmax(-1)
 
-def forwards_per_block(model, proposer_cls):             # drafter forwards to draft one block of 15
+def forwards_per_block(model, proposer):                 # drafter forwards to draft one block of 15
     calls = []
     hook = model.register_forward_hook(lambda *a: calls.append(1))
-    proposer = proposer_cls(model, target, 16)
-    proposer.start(prompt_ids[0], context_features(out.hidden_states, model.config.target_layer_ids))
-    proposer.propose(last, 15)
+    proposer.start(prompt_ids[0], context_features(out.hidden_states, model.config.target_layer_ids),
+                   [prompt_ids[0].shape[1]])
+    proposer.propose(last, [15])
     hook.remove()
     return len(calls)
 
-dflash_per_step, eagle_per_step = forwards_per_block(drafter, DFlashProposer), forwards_per_block(eagle, EagleProposer)
+dflash_per_step = forwards_per_block(drafter, DFlashProposer(drafter, target, 16))
+eagle_per_step = forwards_per_block(eagle, PerRow(EagleProposer(eagle, target, 16)))  # drafts one request
 print(f"drafter forwards to draft 15 tokens: DFlash {dflash_per_step}, autoregressive drafting {eagle_per_step}")
 assert dflash_per_step == 1 and eagle_per_step == 15 and tau_random < measured[16]["tau"]
 verdicts.append(("fusion via fresh torch.randn", "discards the trained projection",

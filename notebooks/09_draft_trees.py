@@ -115,13 +115,13 @@ print(f"drafter: block {B} ({B - 1} drafts per forward); {num_prompts} held-out 
 class RecordingProposer(DFlashProposer):
     """The chain, recording (position of slot 0, the drafter's logits (k, V)) at every step."""
 
-    def start(self, prompt_ids, target_hidden):
-        super().start(prompt_ids, target_hidden)
+    def start(self, ids, features, lengths=None):
+        super().start(ids, features, lengths)
         self.records = []
 
-    def block_logits(self, last_token, k):                  # the one drafter forward of each step
-        block, logits = super().block_logits(last_token, k)
-        self.records.append((self.new_context_start + self.new_context.shape[1], logits[0]))   # where `last` sits
+    def block_logits(self, last, depths):                   # the one drafter forward of each step
+        block, logits = super().block_logits(last, depths)
+        self.records.append((self.new_context_start[0] + self.new_context.shape[1], logits[0]))   # where `last` sits
         return block, logits
 
 

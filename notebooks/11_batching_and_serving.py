@@ -316,7 +316,7 @@ with torch.inference_mode():
     for r, x in enumerate(demo):
         alone_cache = new_cache(target)
         prefill(target, x, alone_cache, layer_ids)
-        alone_logits, _ = verify(target, block[r: r + 1], alone_cache, layer_ids)
+        alone_logits = verify(target, block[r: r + 1], alone_cache, layer_ids)[0][0]
         worst = max(worst, float((batched[r] - alone_logits).abs().max()))
 print(f"prompt lengths {lengths} -> write positions {at}")
 print(f"largest difference between a row's logits in the batch and alone: {worst:.1e}")

@@ -147,3 +147,20 @@ def test_stop_lists_that_are_neither_shared_nor_per_row_are_one_line(tiny, rando
     with pytest.raises(ValueError, match=named) as info:
         generate(target, DFlashProposer(random_drafter, target), [[5, 6], [7, 8]], 4, stop_token_ids=stops)
     one_line(info)
+
+
+def test_a_proposer_of_one_request_is_wrapped_where_it_is_built(tiny, random_drafter):
+    """The loop drafts batches only: a one-request proposer given bare is one line naming the
+    wrapper, before any forward; wrapped, it decodes; a batch proposer cannot be wrapped again."""
+    from dflash_lite.decode import PerRow
+    from dflash_lite.ngram import NgramProposer
+
+    target, tokenizer = tiny
+    ids = tokenizer("a = 1\nb = 1\nc =", return_tensors="pt").input_ids
+    with pytest.raises(ValueError, match=r"PerRow\(NgramProposer") as info:
+        generate(target, NgramProposer(4), ids, 4)
+    one_line(info)
+    assert len(generate(target, PerRow(NgramProposer(4)), [ids, ids[:, :3]], 4)) == 2
+    with pytest.raises(ValueError, match="drafts whole batches already") as info:
+        PerRow(DFlashProposer(random_drafter, target))
+    one_line(info)

@@ -251,10 +251,10 @@ def test_a_prompt_longer_than_the_context_is_refused_up_front(capsys, tmp_path):
 def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated_files(capsys, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("drafter exploded")
-    monkeypatch.setattr("dflash_lite.benchmark.DFlashProposer", broken)
+    monkeypatch.setattr("dflash_lite.methods.DFlashProposer", broken)
     monkeypatch.setattr("dflash_lite.policy.CostAwareProposer", broken)      # the default row
-    monkeypatch.setattr("dflash_lite.benchmark.DFlashTreeProposer", broken)  # the tree rows
-    monkeypatch.setattr("dflash_lite.benchmark.HybridTreeProposer", broken)  # the hybrid tree rows
+    monkeypatch.setattr("dflash_lite.methods.DFlashTreeProposer", broken)  # the tree rows
+    monkeypatch.setattr("dflash_lite.methods.HybridTreeProposer", broken)  # the hybrid tree rows
     (tmp_path / "keep.tmp").write_text("the user's own file")
     code, out, err = run_cli(capsys, "bench", "--num-prompts", "1", "--max-new-tokens", "4", "--repeats", "1",
                              "--cost-repeats", "1", "--block-sizes", "4", "--no-baselines", "--no-hf-dflash",

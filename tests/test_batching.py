@@ -17,7 +17,7 @@ from dflash_lite.batching import batches_of, crossover
 from dflash_lite.benchmark import BenchConfig, bench
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, as_batch, generate
+from dflash_lite.decode import DFlashProposer, PerRow, as_batch, generate
 from dflash_lite.engine import Engine
 from dflash_lite.ngram import NgramProposer
 from dflash_lite.policy import DEFAULT_OPTIONS, BatchPolicy
@@ -53,7 +53,7 @@ LIMITS = (MAX_NEW, 20, MAX_NEW, 9, MAX_NEW, 26)     # rows that finish early, ea
 MAKE = {"plain": lambda t, d, s: NoDraftProposer(s),
         "chain": lambda t, d, s: DFlashProposer(d, t, 8, shapes=s),
         "tree": lambda t, d, s: DFlashTreeProposer(d, t, 12, shapes=s),
-        "ngram": lambda t, d, s: NgramProposer(6, shapes=s),
+        "ngram": lambda t, d, s: PerRow(NgramProposer(6, shapes=s)),
         "hybrid": lambda t, d, s: HybridTreeProposer(d, t, 12, shapes=s)}
 
 
@@ -232,7 +232,7 @@ def test_a_batch_cache_keeps_each_rows_path_and_drops_finished_rows():
     assert cache.layers[0].starts == [5, 7, 4]
     assert cache.layers[0].keys[0, 0, 2:5, 0].tolist() == [0.0, 2.0, 5.0]    # row 0's tree path
     assert cache.layers[0].keys[1, 0, 4:7, 0].tolist() == [6.0, 7.0, 8.0]    # row 1's chain
-    cache.keep_rows([2, 0])
+    cache.keep([2, 0])
     assert cache.rows == 2 and cache.layers[0].starts == [4, 5]
     assert cache.layers[0].keys[1, 0, 2:5, 0].tolist() == [0.0, 2.0, 5.0]
 

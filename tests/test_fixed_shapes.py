@@ -17,7 +17,7 @@ from dflash_lite.baselines import EagleProposer, NoDraftProposer
 from dflash_lite.cache import SlotCache
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.engine import FIXED_MIN_LENGTH, Engine
 from dflash_lite.ngram import NgramProposer
 from dflash_lite.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
@@ -61,7 +61,7 @@ def test_every_draft_commits_the_same_steps_on_both_modes_on_3_prompts(tiny, shi
     make = {"plain": lambda s: NoDraftProposer(s), "chain": lambda s: DFlashProposer(shipped_drafter, target, 8,
                                                                                       shapes=s),
             "tree": lambda s: DFlashTreeProposer(shipped_drafter, target, 12, shapes=s),
-            "ngram": lambda s: NgramProposer(6, shapes=s),
+            "ngram": lambda s: PerRow(NgramProposer(6, shapes=s)),
             "hybrid": lambda s: HybridTreeProposer(shipped_drafter, target, 12, shapes=s)}[draft]
     stops, fixed = stop_token_ids(target, tokenizer), FixedShapes(256)
     eager = lengths_and_mismatches(target, lambda: make(EAGER), quick_cases, stops)
@@ -157,7 +157,8 @@ def test_fixed_shapes_refuse_what_they_cannot_serve(tiny, quick_cases, random_ll
     config = DrafterConfig.from_target(target.config, 1, num_layers=1, block_size=4)
     config.drafting = Drafting.AUTOREGRESSIVE
     with pytest.raises(ValueError, match="no fixed-shape forward; run it eager"):
-        generate(target, EagleProposer(make_drafter(config), target, shapes=FixedShapes(256)), quick_cases[0][0], 8)
+        generate(target, PerRow(EagleProposer(make_drafter(config), target, shapes=FixedShapes(256))), quick_cases[0][0],
+                 8)
 
 
 @pytest.mark.slow
@@ -264,5 +265,5 @@ def test_a_sliding_window_target_decodes_as_transformers_does(fixed):
     ids = torch.randint(0, 300, (1, 20), generator=torch.Generator().manual_seed(1))
     expected = model.generate(ids, max_new_tokens=30, do_sample=False)[0, 20:].tolist()
     for proposer in (NoDraftProposer(FixedShapes(128) if fixed else EAGER),
-                     NgramProposer(4, shapes=FixedShapes(128) if fixed else EAGER)):
+                     PerRow(NgramProposer(4, shapes=FixedShapes(128) if fixed else EAGER))):
         assert generate(model, proposer, ids, 30).tokens == expected

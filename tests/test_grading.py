@@ -116,14 +116,14 @@ def test_02_speculative_greedy(models):
 
 def tau(target, draft, tokenizer, k, max_new_tokens, steps=lambda a: a):
     from dflash_lite.baselines import DraftModelProposer
-    from dflash_lite.decode import generate
+    from dflash_lite.decode import PerRow, generate
     from dflash_lite.exercises import ch02
     from dflash_lite.target import stop_token_ids
 
     ids = ch02.first_prompt_ids(tokenizer)
     r = generate(
         target,
-        DraftModelProposer(draft, target, k + 1),
+        PerRow(DraftModelProposer(draft, target, k + 1)),
         ids,
         max_new_tokens,
         stop_token_ids=stop_token_ids(target, tokenizer),
@@ -1118,7 +1118,7 @@ def test_03_exercise_3_second_pass(ch03_setup):
     for passes in (1, 2, 3):
         proposer = DFlashProposer(s["drafter"], s["target"], 16, passes=passes)
         proposer.start(ids, features)
-        drafts[passes] = proposer.propose(last, 15)[0]
+        drafts[passes] = proposer.propose(last.view(1), [15])[0].tokens
     assert not torch.equal(
         drafts[1], drafts[2]
     ), "degenerate prompt: the second pass changes nothing"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dflash_lite import generate_autoregressive, stop_token_ids
-from dflash_lite.decode import generate
+from dflash_lite.decode import PerRow, generate
 from dflash_lite.ngram import NgramProposer, ngram_continuation
 from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, add_branch, build_tree
 
@@ -130,7 +130,7 @@ def test_ngram_greedy_equals_target_greedy_on_50_prompts(tiny, cases, max_drafts
             return draft
 
     for ids, expected in cases:
-        proposer = Recording(max_drafts, shapes=shapes)
+        proposer = PerRow(Recording(max_drafts, shapes=shapes))
         result = generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops)
         wrong += result.tokens != expected
         lengths += result.acceptance_lengths
@@ -165,6 +165,6 @@ def test_ngram_and_hybrid_stop_at_exactly_max_new_tokens(tiny, random_drafter, m
     target, tokenizer = tiny
     ids = tokenizer("a = 1\nb = 1\nc = 1\nd = 1\ne = 1\nf =", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, max_new).tokens
-    for proposer in (NgramProposer(10), HybridTreeProposer(random_drafter, target, 4)):
+    for proposer in (PerRow(NgramProposer(10)), HybridTreeProposer(random_drafter, target, 4)):
         result = generate(target, proposer, ids, max_new)
         assert result.tokens == expected and len(result.tokens) == max_new

@@ -98,10 +98,10 @@ def _start(proposer, target):
 
 def _step(proposer, target, n):
     """One verified step of the proposer's own choice (chains and plain steps only) with n drafts accepted."""
-    draft = proposer.propose(torch.zeros(1, dtype=torch.long), 15)
-    k = len(draft.tokens)
-    proposer.accepted(torch.zeros(1, k + 1, dtype=torch.long), min(n, k), proposer.context_length,
-                      torch.zeros(1, k + 1, 5 * target.config.hidden_size))
+    draft, = proposer.propose(torch.zeros(1, dtype=torch.long), [15])
+    k = min(n, len(draft.tokens))
+    proposer.accepted([torch.zeros(1, k + 1, dtype=torch.long)], [proposer.context_length],
+                      [torch.zeros(1, k + 1, 5 * target.config.hidden_size)])
 
 
 def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
@@ -125,12 +125,12 @@ def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
     expensive_tree = StepCosts({1: 1.0, 2: 1.1, 16: 1.4, 33: 5.0}, {2: 0.1, 16: 0.2})
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), expensive_tree)
     _start(proposer, target)
-    proposer.propose(last, 15)
+    proposer.propose(last, [15])
     assert proposer.choice.tree_size is None
     free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})    # a wide verify costs nothing
     proposer = CostAwareProposer(random_drafter, target, PolicyOptions(tree_sizes=(32,)), free_tree)
     _start(proposer, target)
-    proposer.propose(last, 15)
+    proposer.propose(last, [15])
     assert proposer.choice.tree_size == 32 and [str(c) for c in proposer.chosen] == ["tree 32"]
 
 
@@ -154,10 +154,10 @@ def test_the_policy_context_survives_plain_steps(tiny):
         _, hidden = verify(target, prefix[:, :-1], new_cache(target), drafter.config.target_layer_ids)
         reference = DFlashProposer(drafter, target)
         reference.start(prefix[:, :-1], hidden)
-        expected = reference.propose(prefix[:, -1], 8)[0]
+        expected = reference.propose(prefix[:, -1], [8])[0].tokens
         plain.costs = StepCosts({1: 1.0, 16: 1.0}, {16: 0.0})          # now a chain is free: it drafts
         assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - plain.cache.position  # none lost or doubled
-        assert torch.equal(plain.propose(prefix[:, -1], 8)[0], expected)
+        assert torch.equal(plain.propose(prefix[:, -1], [8])[0].tokens, expected)
 
 
 def test_engine_generate_uses_the_policy_by_default(tiny, random_drafter):

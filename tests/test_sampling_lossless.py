@@ -28,7 +28,7 @@ from dflash_lite.acceptance import (
 )
 from dflash_lite.baselines import DraftModelProposer
 from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.target import default_drafter_path
 from dflash_lite.ngram import NgramProposer
 from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, accept_tree, add_branch
@@ -211,15 +211,15 @@ def test_the_real_loop_samples_from_the_target(tiny, noisy_draft_model, three_to
         drafter = load_drafter(default_drafter_path("tiny"))
         make = lambda g: DFlashTreeProposer(drafter, target, 2, block_size=2, shapes=shapes)
     elif draft == "ngram":
-        make = lambda g: NgramProposer(max_drafts=1, shapes=shapes)
+        make = lambda g: PerRow(NgramProposer(max_drafts=1, shapes=shapes))
     elif draft == "hybrid_tree":
         drafter = load_drafter(default_drafter_path("tiny"))
         make = lambda g: HybridTreeProposer(drafter, target, 2, block_size=2, ngram_drafts=1, shapes=shapes)
     else:
         if shapes.fixed:
             pytest.skip("the small draft model is an eager proposer (its own transformers forward)")
-        make = lambda g: DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
-                                            sample=True, generator=g)
+        make = lambda g: PerRow(DraftModelProposer(noisy_draft_model, target, 2, SamplingParams(temperature=2.0),
+                                                   sample=True, generator=g))
     g = torch.Generator().manual_seed(7)
     assert_samples_follow(exact, [generate(target, make(g), ids, 3, sampling, generator=g) for _ in range(RUNS_END_TO_END)])
 

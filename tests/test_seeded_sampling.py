@@ -13,7 +13,7 @@ from dflash_lite.acceptance import PositionNoise, choose_tokens, target_probs
 from dflash_lite.baselines import DraftModelProposer, EagleProposer, NoDraftProposer
 from dflash_lite.checkpoints import load_drafter
 from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.engine import Engine
 from dflash_lite.ngram import NgramProposer
 from dflash_lite.policy import DEFAULT_OPTIONS, CostAwareProposer
@@ -40,15 +40,15 @@ def methods(models, sampling, shapes, seed):
             "B=16": DFlashProposer(drafter, target, 16, shapes=shapes),
             "tree N=8": DFlashTreeProposer(drafter, target, 8, shapes=shapes),
             "tree N=32": DFlashTreeProposer(drafter, target, 32, shapes=shapes),
-            "prompt lookup": NgramProposer(6, shapes=shapes),
+            "prompt lookup": PerRow(NgramProposer(6, shapes=shapes)),
             "hybrid tree": HybridTreeProposer(drafter, target, 16, shapes=shapes),
             "policy": CostAwareProposer(drafter, target, DEFAULT_OPTIONS,
                                         StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.45, 27: 1.6},
                                                   {2: 0.45, 16: 0.5}), shapes=shapes)}
     if not shapes.fixed:    # eager proposers only (their own forwards)
-        made["EAGLE-style"] = EagleProposer(eagle, target)
-        made["draft model (coupled)"] = DraftModelProposer(small, target, 5, sampling, sample=True,
-                                                           generator=PositionNoise(seed))
+        made["EAGLE-style"] = PerRow(EagleProposer(eagle, target))
+        made["draft model (coupled)"] = PerRow(DraftModelProposer(small, target, 5, sampling, sample=True,
+                                                                  generator=PositionNoise(seed)))
     return made
 
 
@@ -154,8 +154,8 @@ def test_the_min_rule_is_kept_as_an_option_and_refuses_position_noise(models):
     ids = prompts(tokenizer, 2)[0]
     sampling = SETTINGS["T=1"]
     g = torch.Generator().manual_seed(0)
-    result = generate(target, DraftModelProposer(small, target, 4, sampling, sample=True, generator=g), ids, 16,
-                      sampling, generator=g)
+    result = generate(target, PerRow(DraftModelProposer(small, target, 4, sampling, sample=True, generator=g)), ids,
+                      16, sampling, generator=g)
     assert len(result.tokens) == 16
     from dflash_lite.decode import ChainDraft
     with pytest.raises(ValueError, match="min\\(1, p/q\\) rule"):

@@ -4,7 +4,7 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.baselines import DraftModelProposer, NoDraftProposer
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 
 MAX_NEW = 32
 
@@ -38,7 +38,7 @@ def test_partial_acceptance_rolls_back_exactly(tiny, noisy_draft_model, cases):
     stops = stop_token_ids(target, tokenizer)
     seen = set()
     for ids, expected in cases[:20] + cases[-10:]:
-        result = generate(target, DraftModelProposer(noisy_draft_model, target, 5), ids, MAX_NEW,
+        result = generate(target, PerRow(DraftModelProposer(noisy_draft_model, target, 5)), ids, MAX_NEW,
                                       stop_token_ids=stops)
         assert result.tokens == expected
         seen.update(result.acceptance_lengths)
@@ -61,7 +61,7 @@ def test_stop_token_inside_an_accepted_block_ends_the_output_there(tiny):
     # a token that first appears well inside the output, so a whole block is accepted before it
     stop = next(t for i, t in enumerate(free) if i >= 9 and t not in free[:i])
     expected = free[: free.index(stop) + 1]
-    result = generate(target, DraftModelProposer(target, target, 8), ids, 40, stop_token_ids=[stop])
+    result = generate(target, PerRow(DraftModelProposer(target, target, 8)), ids, 40, stop_token_ids=[stop])
     assert result.tokens == expected and result.stop_reason == "stop_token"
     assert max(result.acceptance_lengths) == 8
 
@@ -71,7 +71,7 @@ def test_exact_max_new_tokens_even_when_blocks_are_fully_accepted(tiny, max_new)
     target, tokenizer = tiny
     ids = tokenizer("def f(x):\n", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, max_new).tokens
-    result = generate(target, DraftModelProposer(target, target, 8), ids, max_new)
+    result = generate(target, PerRow(DraftModelProposer(target, target, 8)), ids, max_new)
     assert result.tokens == expected and len(result.tokens) == max_new
     assert len(result.token_times) == max_new
 

@@ -209,7 +209,9 @@ def test_eagle_style_decoding_is_lossless(tiny):
                                                       block_size=6, drafting="autoregressive")).eval()
     ids = tokenizer("Question: Ben has 4 cards and buys 3 more.\nAnswer:", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, 30).tokens
-    assert generate(target, EagleProposer(drafter, target), ids, 30).tokens == expected
+    from dflash_lite.decode import PerRow
+
+    assert generate(target, PerRow(EagleProposer(drafter, target)), ids, 30).tokens == expected
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)
 

@@ -6,7 +6,7 @@ import torch
 from dflash_lite import corpus, stop_token_ids
 from dflash_lite.baselines import EagleProposer
 from dflash_lite.checkpoints import load_drafter, save_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decode import DFlashProposer, PerRow, generate
 from dflash_lite.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.variants import (
     AutoregressiveDrafter,
@@ -66,7 +66,7 @@ def test_eagle_drafts_leave_only_accepted_context_in_the_drafter_cache(tiny):
 
     for prompt in corpus.prompts("held_out", "math", 2):
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-        lengths += generate(target, Checked(drafter, target), ids, 48, stop_token_ids=stops).acceptance_lengths
+        lengths += generate(target, PerRow(Checked(drafter, target)), ids, 48, stop_token_ids=stops).acceptance_lengths
     assert sum(lengths) / len(lengths) > 4        # measured 12.0 (these 2 prompts x 48 tokens)
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
         DFlashProposer(drafter, target)

@@ -8,7 +8,7 @@ import torch
 from .. import corpus
 from ..acceptance import SamplingParams, target_probs
 from ..baselines import DraftModelProposer, generate_autoregressive
-from ..decode import generate
+from ..decode import PerRow, generate
 from ..target import stop_token_ids
 from . import correct, not_attempted
 
@@ -39,7 +39,7 @@ def check_speculative_greedy(
         ids = ids.to(target.device)
         alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops).tokens
         for k in draft_lengths:
-            package = generate(target, DraftModelProposer(draft, target, k + 1), ids,
+            package = generate(target, PerRow(DraftModelProposer(draft, target, k + 1)), ids,
                                max_new_tokens, stop_token_ids=stops)
             got = speculative_greedy(target, draft, ids, k, max_new_tokens, set(stops))
             assert isinstance(got, tuple) and len(got) == 2, "return a pair: (tokens, steps)"
@@ -62,7 +62,7 @@ def check_tau_by_draft_length(answer, target, draft, tokenizer, max_new_tokens: 
     ids = first_prompt_ids(tokenizer).to(target.device)
     stops = stop_token_ids(target, tokenizer)
     for k in (2, 8):
-        r = generate(target, DraftModelProposer(draft, target, k + 1), ids, max_new_tokens,
+        r = generate(target, PerRow(DraftModelProposer(draft, target, k + 1)), ids, max_new_tokens,
                      stop_token_ids=stops)
         expected = statistics.mean(r.acceptance_lengths)
         assert 1 <= float(answer[k]) <= k + 1, f"tau for k={k} must lie in 1..{k + 1}"

@@ -13,7 +13,7 @@ from .. import corpus
 from ..drafter import apply_rope
 from ..baselines import generate_autoregressive
 from ..data import block_attention_mask
-from ..decode import DFlashProposer, generate
+from ..decode import ChainDraft, DFlashProposer, generate
 from ..target import context_features
 
 
@@ -156,7 +156,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
     for passes in (1, 2):
         proposer = DFlashProposer(drafter, target, block_size, passes=passes)
         proposer.start(ids, features)
-        drafts[passes] = proposer.propose(last, block_size - 1)[0].cpu()
+        drafts[passes] = proposer.propose(last.view(1), [block_size - 1])[0].tokens.cpu()
     answer = torch.as_tensor(answer).cpu()
     assert answer.shape == drafts[2].shape, \
         f"expected shape {tuple(drafts[2].shape)} (B-1 token ids), got {tuple(answer.shape)}"
@@ -237,7 +237,7 @@ def check_unmasking_proposer(
     (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted(
-            "Exercise 5", "subclass DFlashProposer and override propose(last_token, k)."
+            "Exercise 5", "subclass DFlashProposer and override propose(last, depths)."
         )
     assert isinstance(answer, type) and issubclass(
         answer, DFlashProposer
@@ -245,10 +245,13 @@ def check_unmasking_proposer(
     features, last, _ = _first_block(drafter, target, prompt_ids[0], block_size)
     proposer = answer(drafter, target, block_size)
     proposer.start(prompt_ids[0], features)
-    first = torch.as_tensor(proposer.propose(last, block_size - 1)[0]).cpu()
+    drafts = proposer.propose(last.view(1), [block_size - 1])
+    assert isinstance(drafts, list) and len(drafts) == 1 and isinstance(drafts[0], ChainDraft), \
+        "propose returns a list of drafts, one ChainDraft per row (one row here)"
+    first = drafts[0].tokens.cpu()
     assert first.shape == (
         block_size - 1,
-    ), f"propose must return B-1 = {block_size - 1} token ids first"
+    ), f"propose must draft B-1 = {block_size - 1} token ids first"
     taus = {}
     for name, cls in (("one pass", DFlashProposer), ("unmasking", answer)):
         lengths, tokens, seconds = [], 0, 0.0

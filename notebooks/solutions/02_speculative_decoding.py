@@ -6,7 +6,7 @@ import torch
 from dflash_lite import SamplingParams, load_pretrained, stop_token_ids
 from dflash_lite.acceptance import target_probs
 from dflash_lite.baselines import DraftModelProposer
-from dflash_lite.decode import generate
+from dflash_lite.decode import PerRow, generate
 from dflash_lite.exercises import ch02
 from dflash_lite.target import SHIPPED_BASELINES
 
@@ -17,8 +17,8 @@ max_new_tokens = 64
 # 1. tau for k = 2 and k = 8 (the package's loop is the notebook's loop; their steps agree)
 ids = ch02.first_prompt_ids(tokenizer)
 stops = stop_token_ids(target, tokenizer)
-taus = {k: statistics.mean(generate(target, DraftModelProposer(draft, target, k + 1), ids,
-                                                max_new_tokens, stop_token_ids=stops).acceptance_lengths)
+taus = {k: statistics.mean(generate(target, PerRow(DraftModelProposer(draft, target, k + 1)), ids,
+                                   max_new_tokens, stop_token_ids=stops).acceptance_lengths)
         for k in (2, 8)}
 print("tau by k:", taus)
 assert ch02.check_tau_by_draft_length(taus, target, draft, tokenizer, max_new_tokens)

@@ -71,18 +71,19 @@ assert ch03.check_tau_at_block_size(answer_4, drafter, target, mixed_ids, 8, max
 
 # 5. Two-step, MDLM-style: keep the confident half of the first pass, re-mask the rest, predict again.
 class ConfidenceUnmasking(DFlashProposer):
-    def propose(self, last_token, k):
-        block = torch.full((1, k + 1), self.drafter.config.mask_token_id, device=last_token.device)
-        block[0, 0] = last_token
-        logits = self.drafter.draft_logits(self.target, block, self.new_context, self.new_context_start, self.cache)
-        where_last = self.new_context_start + self.new_context.shape[1]
+    def propose(self, last, depths):                 # one request: last (1,), depths [k]
+        k, start = depths[0], self.new_context_start[0]
+        block = torch.full((1, k + 1), self.drafter.config.mask_token_id, device=last.device)
+        block[0, 0] = last[0]
+        logits = self.drafter.draft_logits(self.target, block, self.new_context, start, self.cache)
+        where_last = start + self.new_context.shape[1]
         confidence, draft = logits[0].softmax(-1).max(-1)
         keep = confidence.topk((k + 1) // 2).indices
         block[0, 1 + keep] = draft[keep]
         again = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], where_last, self.cache)[0]
         tokens = again.argmax(-1)
         tokens[keep] = draft[keep]
-        return ChainDraft(tokens)
+        return [ChainDraft(tokens)]
 
 
 answer_5 = ConfidenceUnmasking
