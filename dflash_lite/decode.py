@@ -202,12 +202,31 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
     return out.logits, features
 
 
+class Verified(NamedTuple):
+    """What one verify of every row's draft gives: the tokens it scored (R, W) (each row's layout,
+    padded), the target's logits (R, W, V), the tapped features (R, W, K*H) or None, and each row's
+    own width (its first positions of each)."""
+    ids: torch.Tensor
+    logits: torch.Tensor
+    features: torch.Tensor | None
+    widths: list[int]
+
+    def greedy_reads(self) -> list[list[int]]:
+        """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
+        argmax before them, then the argmax at each of its W positions; every row in ONE
+        device-to-host read."""
+        choices = self.logits.argmax(dim=-1)                                       # (R, W)
+        room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
+        inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room
+        agree = ((self.ids[:, 1:] == choices[:, :-1]) & inside).int().cumprod(dim=1).sum(dim=1)
+        return torch.cat([agree[:, None], choices], dim=1).tolist()
+
+
 def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
-                  cache: SlotCache, layer_ids):
+                  cache: SlotCache, layer_ids) -> Verified:
     """ONE target forward over every row's draft (each :meth:`ChainDraft.layout` after
     ``last[r]``), padded to the widest (:func:`dflash_lite.shapes.pad`) and run as ``shapes``
-    run it (eager, or padded to a bucket and compiled): logits (R, W, V), features (R, W, K*H)
-    or None, and each row's own width (its first positions of both)."""
+    run it (eager, or padded to a bucket and compiled)."""
     layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
     widths = [len(ids) for ids, _, _ in layouts]
     if len(layouts) == 1:
@@ -219,7 +238,7 @@ def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tenso
     logits, features = shapes.verify(
         lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
         ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
-    return logits, features, widths
+    return Verified(ids, logits, features, widths)
 
 
 def seeded(sampling: SamplingParams, generator):
@@ -282,14 +301,23 @@ class Batch:
         decoding, and on padding rows)."""
         return [0 if r.finished else min(block_size, r.limit - r.emitted) - 1 for r in self.rows]
 
-    def paths(self, drafts, logits, widths, sampling, processors, generator, rollback: str):
+    def paths(self, drafts, verified: Verified, sampling, processors, generator, rollback: str):
         """Per row, the path the target agrees with and the tokens it commits
-        (:meth:`ChainDraft.accept`); padding rows commit nothing. ``rollback="shortest"``: every
-        row keeps the batch's shortest path."""
-        paths, new = map(list, zip(*(
-            ([], []) if request.finished else draft.accept(
-                logits[r, : widths[r]], sampling, processors, generator, request.position)
-            for r, (request, draft) in enumerate(zip(self.rows, drafts)))))
+        (:meth:`ChainDraft.accept`; greedy, every row's point-mass draft from one host read,
+        :meth:`ChainDraft.accept_read`); padding rows commit nothing. ``rollback="shortest"``:
+        every row keeps the batch's shortest path."""
+        reads = verified.greedy_reads() if sampling.greedy else None
+        paths, new = [], []
+        for r, (request, draft) in enumerate(zip(self.rows, drafts)):
+            if request.finished:
+                path, tokens = [], []
+            elif reads and hasattr(draft, "accept_read") and getattr(draft, "q", None) is None:
+                path, tokens = draft.accept_read(reads[r])
+            else:
+                path, tokens = draft.accept(verified.logits[r, : verified.widths[r]], sampling,
+                                            processors, generator, request.position)
+            paths.append(path)
+            new.append(tokens)
         shortest = min(len(p) for p in paths if p) if rollback == "shortest" else None
         for request, path in zip(self.rows, paths):
             request.discarded = max(len(path) - shortest, 0) if shortest else 0
@@ -366,13 +394,11 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
             drafts = proposer.propose(batch.last, depths) if max(depths) \
                 else [ChainDraft(batch.last[:0])] * len(depths)
         with phase("verify"):       # ONE target forward scores every row's `last` and drafts
-            logits, hidden, widths = verify_drafts(shapes, target, drafts, batch.last, cache,
-                                                   proposer.layer_ids)
+            verified = verify_drafts(shapes, target, drafts, batch.last, cache, proposer.layer_ids)
         with phase("accept"):       # per row, the path the target agrees with, then its own token
-            paths, new = batch.paths(drafts, logits, widths, sampling, processors, generator,
-                                      rollback)
+            paths, new = batch.paths(drafts, verified, sampling, processors, generator, rollback)
             cache.keep_paths([r.position for r in batch.rows], paths)   # both caches keep them
-            proposer.accepted(*batch.commit(paths, new, hidden))
+            proposer.accepted(*batch.commit(paths, new, verified.features))
 
 
 def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:

@@ -64,11 +64,19 @@ class ChainDraft(NamedTuple):
                         positions)
         return list(range(len(tokens))), tokens
 
+    def accept_read(self, read: list[int]):
+        """:meth:`accept` of a point-mass chain at temperature 0, from the batch's one host read
+        (:meth:`dflash_lite.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed, and the
+        target's own tokens follow."""
+        return list(range(read[0] + 1)), read[1: read[0] + 2]
+
 
 class Draft(Protocol):
-    """What :func:`steps` asks of a draft: :class:`ChainDraft` or
+    """What :func:`dflash_lite.decode.steps` asks of a draft: :class:`ChainDraft` or
     :class:`dflash_lite.tree.DraftTree`. The loop keeps the accepted path in the target's cache
-    itself (:meth:`~dflash_lite.cache.SlotCache.keep_paths`)."""
+    itself (:meth:`~dflash_lite.cache.SlotCache.keep_paths`). A point-mass draft may add
+    ``accept_read(read)``, the greedy verdict from the batch's one host read (else, greedy too,
+    :meth:`accept` reads its own row)."""
 
     def layout(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
                                                   torch.Tensor | None]: ...

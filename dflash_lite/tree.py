@@ -103,6 +103,16 @@ class DraftTree:
         tokens = self.token_list
         return path, [tokens[i] for i in path[1:]] + [next_token]
 
+    def accept_read(self, read: list[int]):
+        """:meth:`accept` at temperature 0 from the batch's one host read
+        (:meth:`dflash_lite.decode.Verified.greedy_reads`): the target's argmax after each node is
+        ``read[1:]``."""
+        choice, kids, path = read[1:], self.children(), [0]
+        while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
+            path.append(child)
+        tokens = self.token_list
+        return path, [tokens[i] for i in path[1:]] + [choice[path[-1]]]
+
     @property
     def token_list(self) -> list[int]:
         """The node tokens on the host (read once per tree)."""
@@ -160,8 +170,8 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
     """One target forward over the whole tree, written at the cache's write position (the root's
     slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
     and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
-    logits, features, _ = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
-    return logits[0], features
+    verified = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
+    return verified.logits[0], verified.features
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,

@@ -134,14 +134,14 @@ def test_tree_with_the_shipped_drafter_is_lossless_and_beats_the_chain(tiny, shi
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)
     paths = []
-    original = tree_module.accept_tree
+    original = tree_module.DraftTree.accept_read          # greedy: every row's verdict, one read
 
-    def recording(tree, logits, *rule):
-        path, bonus = original(tree, logits, *rule)
+    def recording(tree, read):
+        path, tokens = original(tree, read)
         paths.append(path)
-        return path, bonus
+        return path, tokens
 
-    monkeypatch.setattr(tree_module, "accept_tree", recording)
+    monkeypatch.setattr(tree_module.DraftTree, "accept_read", recording)
     lengths = {"chain": [], 32: [], 64: []}
     for problem in corpus.math_problems(4, split="held_out", start=2100):
         ids = tokenizer(problem.prompt, return_tensors="pt").input_ids
