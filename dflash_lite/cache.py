@@ -24,7 +24,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 MIN_SLOTS = 256     # an eager cache that has to grow doubles from here
 
 
-def _as_rows(value, rows: int) -> list[int]:
+def _per_row(value, rows: int) -> list[int]:
     return [int(value)] * rows if isinstance(value, int) else [int(v) for v in value]
 
 
@@ -171,7 +171,7 @@ class SlotCache(Cache):
             if end is not None:
                 self.ends.copy_(end)
             return
-        starts = _as_rows(to.tolist() if isinstance(to, torch.Tensor) else to, self.rows)
+        starts = _per_row(to.tolist() if isinstance(to, torch.Tensor) else to, self.rows)
         for layer in self.layers:
             layer.starts = list(starts)
         if self.fixed or (self.rows > 1 and end is not None):

@@ -22,7 +22,7 @@ import torch
 from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
 from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain's rule, public)
-from .proposers import DFlashProposer, PerRow, Proposer, stack_rows  # noqa: F401  (public)
+from .proposers import DFlashProposer, PerRow, Proposer, stack_padded  # noqa: F401  (public)
 from .shapes import EAGER, Shapes, pad
 from .target import context_features
 from .timing import PhaseTimer, no_phase
@@ -379,7 +379,7 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
     lengths = [p.shape[1] for p in prompts]
     cache = shapes.target_cache(target, max(map(sum, zip(lengths, limits))), len(prompts))
     with phase("prefill"):      # the prompts through the target; their features to the drafter
-        ids = stack_rows([p[..., None] for p in prompts])[..., 0].to(target.device)   # (R, T)
+        ids = stack_padded([p[..., None] for p in prompts])[..., 0].to(target.device)   # (R, T)
         logits, hidden = prefill(target, ids, cache, proposer.layer_ids, lengths)
         last = choose_tokens(logits, sampling, processors, generator, torch.tensor(lengths))
         proposer.start(ids, hidden, lengths)

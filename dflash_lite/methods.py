@@ -74,7 +74,7 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
             target, lambda: PerRow(EagleProposer(eagle, target)), sampling, stops), Kind.EAGLE,
             block_size=eagle.config.block_size))
     if drafter is not None:
-        methods += _dflash_rows(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
+        methods += _dflash_methods(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
                                 (sampling, stops))
         if r.hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(
@@ -85,7 +85,7 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     return methods
 
 
-def _dflash_rows(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop,
+def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop,
                  shapes: Shapes = EAGER) -> list[Method]:
     """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
     fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
@@ -133,7 +133,7 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
                    _spec_run(target, lambda: PerRow(NgramProposer(10, shapes=shapes)), sampling,
                              stops), Kind.NGRAM)]
     if drafter is not None:
-        rows += _dflash_rows(target, drafter, block_sizes, tree_sizes, None, True,
+        rows += _dflash_methods(target, drafter, block_sizes, tree_sizes, None, True,
                              (sampling, stops), shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:

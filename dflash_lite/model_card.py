@@ -82,8 +82,8 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
     log = json.loads((path / "training_log.json").read_text())
     torch.manual_seed(0)
     t0 = time.time()
-    acc, math_rows = math_accuracy(model, tokenizer, n_math)
-    parse, code_rows = code_parse_rate(model, tokenizer, n_code)
+    acc, math_samples = math_accuracy(model, tokenizer, n_math)
+    parse, code_samples = code_parse_rate(model, tokenizer, n_code)
     card = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "architecture": type(model).__name__,
@@ -93,14 +93,14 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
         "held_out_loss": log["held_out_loss"],
         "math_final_answer_accuracy": {"n": n_math, "accuracy": acc},
         "code_ast_parse_rate": {"n": n_code, "rate": parse, "rate_with_body": sum(
-            r["parses_with_body"] for r in code_rows) / n_code},
+            r["parses_with_body"] for r in code_samples) / n_code},
         "training": {k: log.get(k) for k in ("seed", "steps_done", "train_seconds", "device",
                                              "torch", "bf16_autocast", "ld_preload", "command")},
         "corpus_manifest": log["corpus_manifest"],
         "measured_on": f"{platform.machine()} cpu, torch {torch.__version__}, "
                        f"{torch.get_num_threads()} threads",
         "evaluation_seconds": round(time.time() - t0, 1),
-        "samples": {"math": math_rows[:3], "code": code_rows[:3]},
+        "samples": {"math": math_samples[:3], "code": code_samples[:3]},
     }
     atomic_write_text(path / "card.json", json.dumps(card, indent=1))
     atomic_write_text(path / "MODEL_CARD.md", render_card(card))

@@ -154,7 +154,7 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None,
     return [path for path in paths if path is not None]
 
 
-def _measured_rows(report: dict) -> list[dict]:
+def _measured(report: dict) -> list[dict]:
     """The methods that ran and have a speedup (an erroring method is left out of every figure)."""
     return [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
 
@@ -178,7 +178,7 @@ def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
                            prefix: str = "bench") -> Path:
     """``{prefix}_speedup_by_method.png``: one bar per method, DFlash's in blue, with speedup and
     tau."""
-    rows = _measured_rows(report)
+    rows = _measured(report)
     fig, ax = subplots(height=0.3 * len(rows) + 1.3)
     names = [r["name"] for r in rows]
     colors = [DFLASH_BLUE if kind_of(r) in DFLASH_KINDS else OTHER_GREY for r in rows]
@@ -201,7 +201,7 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
     committed it; each row's label gives tau (the mean, a white tick) and the number of steps."""
     import numpy as np
 
-    drafting = [r for r in _measured_rows(report)
+    drafting = [r for r in _measured(report)
                 if r["tau_histogram"] and kind_of(r) is not Kind.AUTOREGRESSIVE]
     if not drafting:
         return None
@@ -228,7 +228,7 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
                                prefix: str = "bench") -> Path | None:
     """``{prefix}_speedup_vs_block_size.png``: DFlash at each fixed block size, speedup (left axis)
     and tau (right axis), one legend for both, below the axes."""
-    sweep = sorted((r for r in _measured_rows(report) if kind_of(r) is Kind.DFLASH),
+    sweep = sorted((r for r in _measured(report) if kind_of(r) is Kind.DFLASH),
                    key=lambda r: r["block_size"])
     if not sweep:
         return None

@@ -55,7 +55,7 @@ from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
 from .ngram import NgramProposer
-from .proposers import DFlashProposer, PerRow, stack_rows
+from .proposers import DFlashProposer, PerRow, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_tree, draft_trees
 
@@ -262,7 +262,7 @@ class BatchPolicy(DFlashTreeProposer):
                                             device=last_token.device))
                     for x in self.continuations]
         # the drafter takes in every row's features since its last forward
-        self.new_context = stack_rows([torch.cat(w, dim=1) for w in self.waiting])
+        self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
         self.new_context_start = list(self.waiting_start)
         self.new_context_lengths = [sum(x.shape[1] for x in w) for w in self.waiting]
         self.drafted = True

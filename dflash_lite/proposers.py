@@ -104,7 +104,7 @@ class PerRow:
         self.proposers = [self.proposers[i] for i in rows]
 
 
-def stack_rows(parts: list[torch.Tensor]) -> torch.Tensor:
+def stack_padded(parts: list[torch.Tensor]) -> torch.Tensor:
     """(1, n_r, D) per row -> (R, max n_r, D), zero-padded on the right."""
     return torch.nn.utils.rnn.pad_sequence([p[0] for p in parts], batch_first=True)
 
@@ -180,7 +180,7 @@ class DFlashProposer:
     def accepted(self, blocks, positions, features) -> None:
         """The features of each row's last + n accepted drafts join its drafter context on the
         next propose."""
-        self.new_context = stack_rows(features)
+        self.new_context = stack_padded(features)
         self.new_context_start = list(positions)
         self.new_context_lengths = [h.shape[1] for h in features]
 

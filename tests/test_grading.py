@@ -847,11 +847,11 @@ def test_06_exercise_3_code_report(code_report):
     # forged to fit the check (each earned full marks before the hidden check re-derived them)
     relabelled = copy.deepcopy(math)
     relabelled["env"]["prompts_source"] = "built-in held-out code"
-    math_rows = [r for r in math["methods"] if r["error"] is None and r["speedup"] is not None]
+    math_samples = [r for r in math["methods"] if r["error"] is None and r["speedup"] is not None]
     inflated = copy.deepcopy(code_report)
     next(r for r in inflated["methods"] if r["name"] == slowest)["speedup"] = 99.0
     forged = {
-        "a math report relabelled code": (max(math_rows, key=lambda r: r["speedup"])["name"],
+        "a math report relabelled code": (max(math_samples, key=lambda r: r["speedup"])["name"],
                                           relabelled),
         "the slowest row's speedup raised": (slowest, inflated),
         "hand-written": ("DFlash (ours) B=4", hand_written()),

@@ -8,7 +8,7 @@ from . import correct, not_attempted
 from ..cache import SlotCache
 
 
-def _rows_at(write_positions) -> SlotCache:
+def _cache_at(write_positions) -> SlotCache:
     """A cache of rows at ``write_positions`` (one row through two: a single row takes the cache's
     one-request path, which may return no mask at all)."""
     rows = list(map(int, write_positions))
@@ -20,13 +20,13 @@ def _rows_at(write_positions) -> SlotCache:
 def package_verify_mask(write_positions, ancestors):
     """The package's ``batch_verify_mask(write_positions, ancestors)`` (``SlotCache.verify_mask``
     of rows at those write positions), for the demonstrations while yours is not done."""
-    mask = _rows_at(write_positions).verify_mask(ancestors.shape[0], ancestors)["full_attention"]
+    mask = _cache_at(write_positions).verify_mask(ancestors.shape[0], ancestors)["full_attention"]
     return mask[: len(write_positions)]
 
 
 def package_positions(write_positions, depths):
     """The package's ``batch_positions(write_positions, depths)`` (``SlotCache.positions``)."""
-    return _rows_at(write_positions).positions(len(depths), depths)[: len(write_positions)]
+    return _cache_at(write_positions).positions(len(depths), depths)[: len(write_positions)]
 
 
 def check_visible_pairs(answer, write_positions: list[int], width: int) -> bool:
