@@ -196,19 +196,21 @@ _ = save_figure(fig, f"08_forward_cost_{device}")
 # it from a PyPI wheel) with the DFlash drafter this project trained for it on 2 CPU cores
 # (`dflash_lite/models/smollm2-135m-dflash`; its `MODEL_CARD.md` gives the command and the budget).
 # `bash tools/real_model_bench.sh` wrote them: held-out math and held-out code prompts, greedy, every
-# row checked token for token against the target's own output. The cost model's rows show what the
+# row checked token for token against the target's own output; a second math run adds block size 4,
+# the draft tree and the hybrid tree (`smollm2_math_trees.json`, its command in the closing lines of
+# `tools/real_model_bench.sh`). The cost model's rows show what the
 # measured forwards allow at the measured tau. Read the tau column first: a drafter trained for an
 # hour on two cores is far from the paper's, and on a CPU, where a verify of 16 tokens costs well over
 # a single-token forward (the cost model prints both), a low tau buys little.
 
 # %%
-real = {}
-for domain in ("math", "code"):
-    path = repo_dir() / "results" / "real" / f"smollm2_{domain}.json"
+real, more = {}, {}             # the two sets; the second math run: B=4, the tree, the hybrid tree
+for name, into in (("math", real), ("code", real), ("math_trees", more)):
+    path = repo_dir() / "results" / "real" / f"smollm2_{name}.json"
     if path.is_file():
-        real[domain] = json.loads(path.read_text())
-for domain, rep in real.items():
-    print(f"== SmolLM2-135M-Instruct, held-out {domain} ({hardware_label(rep['env'])})")
+        into[name] = json.loads(path.read_text())
+for name, rep in {**real, **more}.items():
+    print(f"== SmolLM2-135M-Instruct, held-out {name.replace('_', ', ')} ({hardware_label(rep['env'])})")
     print(format_table(rep))
     print(format_cost_model(rep["cost_model"]["rows"]))
     print()
@@ -227,7 +229,8 @@ if real:
     ax.set_title("SmolLM2-135M on this CPU: greedy, every row identical to the target's")
     ax.legend(loc="upper right")
     _ = save_figure(fig, "08_smollm2_cpu")
-    assert all(r["identical_to_target"] is not False for rep in real.values() for r in rep["methods"])
+    assert all(r["identical_to_target"] is not False for rep in [*real.values(), *more.values()]
+               for r in rep["methods"])
 else:
     print("no results/real/smollm2_*.json: run `bash tools/real_model_bench.sh`")
 
