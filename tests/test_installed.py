@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.installed          # in CI: -m "not slow or notebook or installed"
 
 
 def listing(folder: Path) -> set:
