@@ -15,10 +15,6 @@ hands them to the next request's policy, whose counts are first decayed by ``req
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .choice import PolicyOptions
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -72,8 +68,9 @@ class AcceptanceEstimate:
             sums.update({n: sums.get(n, 0.0) for n in self.tree_sizes})
 
     @classmethod
-    def for_options(cls, options: PolicyOptions) -> AcceptanceEstimate:
-        """A fresh estimate of every option ``options`` offers (the chain's depth:
+    def for_options(cls, options) -> AcceptanceEstimate:
+        """A fresh estimate of every option ``options`` (a
+        :class:`~dflash_lite.choice.PolicyOptions`) offers (the chain's depth:
         ``max_block_size - 1``)."""
         lookup = (cls(options.ngram_drafts, (), options.prior, options.prior_weight)
                   if options.ngram_drafts else None)

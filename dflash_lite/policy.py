@@ -225,12 +225,11 @@ class BatchPolicy(DFlashTreeProposer):
         self.costs, self.estimate = costs, estimate
 
     def start(self, ids, features, lengths=None) -> None:
-        prompt_ids, target_hidden = ids, features
         lengths = list(lengths or [ids.shape[1]] * ids.shape[0])
         super().start(ids, features, lengths)
         o, rows = self.options, len(lengths)
         if self.costs is None:
-            self.costs = step_costs(self.target, self.drafter, prompt_ids[:1, : lengths[0]],
+            self.costs = step_costs(self.target, self.drafter, ids[:1, : lengths[0]],
                                     o.max_block_size, o.tree_sizes, rows=rows)
         if self.estimate is None:
             self.estimate = AcceptanceEstimate.for_options(o)
@@ -239,15 +238,15 @@ class BatchPolicy(DFlashTreeProposer):
         self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
             if o.ngram_drafts else None
         if self.lookup is not None:
-            self.lookup.start(prompt_ids, None, lengths)
+            self.lookup.start(ids, None, lengths)
         # per row: the features no drafter forward has seen yet, and where they start
-        self.waiting = [[target_hidden[r: r + 1, :n]] for r, n in enumerate(lengths)]
+        self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
         self.choice, self.drafted, self.chosen, self.started = Choice(1), False, [], None
         self.continuations = [[] for _ in lengths]
 
     def propose(self, last, depths):
-        self.started, last_token = time.perf_counter(), last
+        self.started = time.perf_counter()
         lasts = last.tolist()
         self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                               for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
@@ -259,7 +258,7 @@ class BatchPolicy(DFlashTreeProposer):
         self.chosen.append(c)
         if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long,
-                                            device=last_token.device))
+                                            device=last.device))
                     for x in self.continuations]
         # the drafter takes in every row's features since its last forward
         self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
@@ -268,11 +267,10 @@ class BatchPolicy(DFlashTreeProposer):
         self.drafted = True
         depths = [min(d, c.block_size - 1) for d in depths]
         if c.tree_size:
-            return draft_trees(self, last_token, depths, c.tree_size)
-        return DFlashProposer.propose(self, last_token, depths)
+            return draft_trees(self, last, depths, c.tree_size)
+        return DFlashProposer.propose(self, last, depths)
 
     def accepted(self, blocks, positions, features) -> None:
-        target_hidden = features
         c, e, o = self.choice, self.estimate, self.options
         if self.started is not None and self.costs.measured:     # the step against the model
             context = sum(self.context) // len(self.context)
@@ -282,7 +280,7 @@ class BatchPolicy(DFlashTreeProposer):
         self.started = None
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
-        for r, (block, position, hidden) in enumerate(zip(blocks, positions, target_hidden)):
+        for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
             n = block.shape[1] - 1
             if n < 0:                               # a finished row kept as padding
                 continue
@@ -298,7 +296,7 @@ class BatchPolicy(DFlashTreeProposer):
                 self.waiting[r].append(hidden)
             self.context[r] = position + n + 1
         if self.lookup is not None:
-            self.lookup.accepted(blocks, positions, target_hidden)
+            self.lookup.accepted(blocks, positions, features)
         self.choice, self.drafted, self.continuations = Choice(1), False, [[] for _ in blocks]
 
     def keep(self, index: list[int]) -> None:
