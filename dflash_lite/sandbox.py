@@ -106,7 +106,7 @@ def _wait_forwarding(child: int) -> int:
     """Wait for ``child``, passing on the signals a kernel manager sends; its exit code."""
     def forward(signum, frame):
         try:
-            os.kill(child, signum)
+            os.killpg(child, signum)     # the child leads a process group: it and what it started
         except ProcessLookupError:
             pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -138,6 +138,9 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
     child = os.fork()
     if child == 0:
         try:
+            # a process group of its own, so that a kernel manager's killpg reaches only this
+            # launcher, and the command gets each signal once (not once per forwarder)
+            os.setpgid(0, 0)
             if isolated:
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _set_up_mounts(libc, list(hide), list(read_only), list(writable))
@@ -145,16 +148,26 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
             if isolated:       # process 1 ignores signals it has no handler for: the command
                 grandchild = os.fork()                  # runs as process 2
                 if grandchild:
-                    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                        signal.signal(signum, lambda s, f, g=grandchild: os.kill(g, s))
+                    _lead_group(grandchild)
                     os._exit(_wait_forwarding(grandchild))
+                os.setpgid(0, 0)
                 if "JPY_PARENT_PID" in os.environ:  # a kernel watches its parent: process 1 here
                     os.environ["JPY_PARENT_PID"] = str(os.getppid())
             os.execvp(command[0], command)
         except BaseException as e:  # noqa: BLE001  (a child that cannot start says why, once)
             print(f"sandbox: {e}", file=sys.stderr, flush=True)
             os._exit(126)
+    _lead_group(child)
     return _wait_forwarding(child)
+
+
+def _lead_group(child: int) -> None:
+    """Make ``child`` lead its process group from the parent's side too, so that no signal
+    forwarded right after the fork misses it (the child may have done it already, or exec'd)."""
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

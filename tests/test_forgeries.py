@@ -73,6 +73,33 @@ def test_the_sandbox_hides_protects_and_cleans_up(tmp_path):
     assert left.strip() == "", left
 
 
+
+COUNTS_SIGINTS = """
+import signal, sys, time
+got = []
+signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+print("ready", flush=True)
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    time.sleep(0.05)
+print(len(got), flush=True)
+"""
+
+
+def test_an_interrupt_reaches_the_command_once(tmp_path):
+    """A kernel manager interrupts with killpg on the launcher's group. Each process that
+    forwards must not also be in that group, or a kernel that catches KeyboardInterrupt gets a
+    second one inside its handler (a timing-dependent grade: issue 40's CI failure)."""
+    import signal
+    launcher = subprocess.Popen([sys.executable, "-I", str(grading.SANDBOX),
+                                 f"--writable={tmp_path}", "--", sys.executable, "-c",
+                                 COUNTS_SIGINTS], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    assert launcher.stdout.readline().strip() == "ready"
+    os.killpg(launcher.pid, signal.SIGINT)
+    assert launcher.stdout.read().strip() == "1"
+    assert launcher.wait(timeout=30) == 0
+
 CLASS = {
     "honest": ["import atexit\natexit.register(print, 'bye')", forgeries.HONEST, "answer = 42"],
     "ends its kernel": [forgeries.HONEST, "import os\nos._exit(0)", "answer = 42"],
