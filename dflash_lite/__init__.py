@@ -9,6 +9,7 @@ Models and the one cache
 
 * :mod:`dflash_lite.target`      loading the target LM (shipped, local or hub) and its feature taps
 * :mod:`dflash_lite.cache`       ``SlotCache``: the one KV cache of the target and the drafter
+* :mod:`dflash_lite.drafter_config` what a drafter is: its config, drafting and conditioning
 * :mod:`dflash_lite.drafter`     the DFlash drafter: projection, KV-injection layers, its forward
 * :mod:`dflash_lite.variants`    the drafter's ablations (input fusion, no features, autoregressive)
 
@@ -40,7 +41,8 @@ Training
 * :mod:`dflash_lite.corpus`      the offline corpus (stdlib code, generated math), prompt splits
 * :mod:`dflash_lite.prompts`     prompt files, data sets, the built-in splits, the one ``encode``
 * :mod:`dflash_lite.data`        target-regenerated data, random anchors, the block mask, batches
-* :mod:`dflash_lite.train`       the decay-weighted loss, tau probes, ``train_drafter``
+* :mod:`dflash_lite.loss`        the decay-weighted loss, per-position accuracy, feature cache
+* :mod:`dflash_lite.train`       tau probes, ``train_drafter``, the classic draft model
 * :mod:`dflash_lite.trainer`     the one training loop and learning-rate schedule
 * :mod:`dflash_lite.checkpoints` drafter save/load, ``load_pair``, the public DFlash layout
 * :mod:`dflash_lite.zoo`         the shipped models and how to retrain them
@@ -56,9 +58,12 @@ Measuring, teaching and the command line
 * :mod:`dflash_lite.report`      a report's rows: kinds, summary, table, the cost model's rows
 * :mod:`dflash_lite.plotting`    the figures' style, where figures and results are written
 * :mod:`dflash_lite.diagrams`    diagrams that explain the method, drawn in code
-* :mod:`dflash_lite.course`      chapter headers, the student bundle, the course site, autograding
+* :mod:`dflash_lite.course`      chapter headers, the student bundle, autograding
+* :mod:`dflash_lite.course_site` the course site, rendered offline from the committed outputs
 * :mod:`dflash_lite.grading`     a class's submissions run in sandboxed kernels, under limits
 * :mod:`dflash_lite.grader`      scores computed outside the student's kernel
+* :mod:`dflash_lite.collect`     the values a test cell reads, as they leave the kernel
+* :mod:`dflash_lite.guard`       what submitted code may not do in the grader's process
 * :mod:`dflash_lite.sandbox`     a command in its own user, mount and PID namespaces
 * :mod:`dflash_lite.exercises`   the notebooks' exercise self-checks
 * :mod:`dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``

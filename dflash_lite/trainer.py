@@ -23,6 +23,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from . import outputs
 from .files import atomic_path
 
 
@@ -320,3 +321,31 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(message)
         self.saved = saved
         self.signum = signum                      # SIGINT or SIGTERM: the CLI exits 130 or 143
+
+
+def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
+    """What ``out`` may be used for, decided before any work, and nothing in it touched: a new or
+    empty directory; a resumable run (``checkpoint/``) with the same ``run_config``; a directory
+    this project wrote, with ``overwrite``, which the finished run replaces as a whole
+    (:mod:`dflash_lite.outputs`: the marker, refused places, the lock, replacing last)."""
+    out = outputs.check_out(out, overwrite)
+    outputs.lock(out)                                # a second run into the same out is refused
+    if outputs.holds_nothing(out) or overwrite:
+        return out
+    checkpoint = out / "checkpoint" / CHECKPOINT
+    if run_config is not None and checkpoint.is_file():
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, out)
+        return out
+    old = (" (its checkpoint/trainer.pt is an old-format checkpoint, which is never loaded)"
+           if (out / "checkpoint" / "trainer.pt").exists() else "")
+    raise ValueError(f"out {str(out)!r} is not empty and not a resumable run of this config{old}; "
+                     f"pass --overwrite to replace it as a whole, or choose another directory")
+
+
+def same_run(checkpoint: Path, run_config: dict) -> bool:
+    """``checkpoint`` is a readable trainer checkpoint of a run with ``run_config``."""
+    try:
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, checkpoint)
+    except ValueError:
+        return False
+    return True

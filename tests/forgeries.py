@@ -114,6 +114,8 @@ import builtins
 import dflash_lite.grader as grader
 class Attack:
     grader._changed = lambda before: []
+    import dflash_lite.guard as guard
+    guard._changed = lambda before: []
     builtins.all = lambda *args: True
 ''', 41),
     "clears the hidden checks from a thread of its own": (HARD_CODED + '''

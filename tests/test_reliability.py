@@ -205,9 +205,9 @@ def test_every_course_command_refuses_in_one_line_before_any_work(capsys, tmp_pa
                                                                    case, named):
     """The course's usage errors are one line, exit 2, like the other commands' (no usage
     banner), and come before any work: nothing is written even if a check regressed."""
-    from dflash_lite import course
-    for work in ("prepare_course", "build_site"):
-        monkeypatch.setattr(course, work, lambda *a, **k: pytest.fail("the work started"))
+    from dflash_lite import course, course_site
+    for module, work in ((course, "prepare_course"), (course_site, "build_site")):
+        monkeypatch.setattr(module, work, lambda *a, **k: pytest.fail("the work started"))
     argv, kept = _course_plant(tmp_path, case)
     before = snapshot(kept)
     with pytest.raises(SystemExit) as exit_:

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dflash_lite import course, plotting
+from dflash_lite import course, course_site, plotting
 
 DOCS_DEPS = ("sphinx", "myst_nb", "furo", "jupyter_server_mathjax")
 
@@ -22,7 +22,7 @@ def _missing_docs_deps() -> list[str]:
 @pytest.mark.skipif(bool(_missing_docs_deps()), reason="the docs dependencies are not installed "
                     "(pip install -r docs/requirements.txt)")
 def test_site_builds_every_chapter_with_figures_and_local_maths(tmp_path):
-    index = course.build_site(tmp_path / "site")                   # the student site
+    index = course_site.build_site(tmp_path / "site")                   # the student site
     assert index.is_file()
     landing = index.read_text()
     pages = "\n".join(re.sub(r"<[^>]+>", "", p.read_text()) for p in (index.parent / "notebooks").glob("*.html"))
@@ -63,7 +63,7 @@ def mathjax_files_missing(mathjax: Path) -> list[str]:
     and that are not there: every ``[MathJax]/...`` file named by MathJax.js and the combined
     config that the config does not preload, and the configured web font's data files."""
     conf = {}
-    exec((course.SITE_SOURCE / "conf.py").read_text(), conf)
+    exec((course_site.SITE_SOURCE / "conf.py").read_text(), conf)
     config_name = conf["mathjax_path"].split("config=")[1]
     combined = (mathjax / "config" / f"{config_name}.js").read_text()
     start = combined.index("Preloading(")
@@ -89,9 +89,9 @@ def mathjax_files_missing(mathjax: Path) -> list[str]:
 @pytest.mark.skipif(bool(_missing_docs_deps()), reason="the docs dependencies are not installed "
                     "(pip install -r docs/requirements.txt)")
 def test_mathjax_copy_has_every_file_the_config_asks_for(tmp_path):
-    assert mathjax_files_missing(course.mathjax_dir()) == []
+    assert mathjax_files_missing(course_site.mathjax_dir()) == []
     broken = tmp_path / "mathjax"                   # the check can fail: a font file removed
-    shutil.copytree(course.mathjax_dir(), broken)
+    shutil.copytree(course_site.mathjax_dir(), broken)
     (broken / "jax" / "output" / "HTML-CSS" / "fonts" / "STIX-Web" / "fontdata.js").unlink()
     assert mathjax_files_missing(broken)
 
@@ -122,7 +122,7 @@ def longest_table_line() -> int:
 def test_site_column_holds_the_widest_output_and_a_figure():
     """The column (docs/site/static/course.css) holds the widest table in furo's code font
     (0.8125 rem of a 16 px root, about 0.6 em per monospace character) and a figure at its size."""
-    css = (course.SITE_SOURCE / "static" / "course.css").read_text()
+    css = (course_site.SITE_SOURCE / "static" / "course.css").read_text()
     wide = re.search(r"@media \(min-width: 82em\) \{\s*"
                      r"\.content \{ width: ([\d.]+)em; padding: 0 ([\d.]+)em", css)
     assert wide, "course.css no longer sets the column's width and padding"
@@ -154,7 +154,7 @@ def test_student_site_stages_no_solution_and_instructor_site_does(tmp_path):
     for instructor in (False, True):
         stage = tmp_path / ("instructor" if instructor else "student")
         stage.mkdir()
-        course.stage_site(stage, instructor=instructor)
+        course_site.stage_site(stage, instructor=instructor)
         staged[instructor] = "\n".join(p.read_text() for p in (stage / "notebooks").glob("*.ipynb"))
     for line in SOLUTION_LINES:
         assert line not in staged[False], f"the student site shows {line!r}"
@@ -167,11 +167,11 @@ def test_site_never_builds_over_a_foreign_folder(tmp_path, capsys):
     foreign.mkdir()
     (foreign / "index.html").write_text("<p>someone's page</p>")
     with pytest.raises(ValueError, match="not built by course site"):
-        course.check_site_dir(foreign)
+        course_site.check_site_dir(foreign)
     with pytest.raises(SystemExit):
         course.main(["site", str(foreign)])
     assert "Traceback" not in capsys.readouterr().err
     assert (foreign / "index.html").read_text() == "<p>someone's page</p>"
     with pytest.raises(ValueError, match="package"):
-        course.check_site_dir(course.ROOT / "dflash_lite" / "site")
-    course.check_site_dir(tmp_path / "new")                     # a new folder is fine
+        course_site.check_site_dir(course.ROOT / "dflash_lite" / "site")
+    course_site.check_site_dir(tmp_path / "new")                     # a new folder is fine
