@@ -84,3 +84,10 @@ def test_lines_are_at_most_100_columns():
                           "--output-format", "concise", str(PACKAGE), str(root / "tools")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_no_module_is_over_450_lines():
+    """One idea per module (issue 39): a module past 450 lines holds two."""
+    long = {p.name: n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert long == {}, long
