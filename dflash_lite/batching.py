@@ -9,9 +9,9 @@ batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec), fr
 measured at that batch size (:func:`dflash_lite.costs.measure_costs` with ``rows``).
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
-tree, prompt lookup, the batch policy (:class:`~dflash_lite.policy.BatchPolicy`, on step costs
-measured at each b) and the naive rollback (DFlash at the largest block size, every row rolled
-back to the batch's shortest accepted path).
+tree, prompt lookup, the default policy (:class:`~dflash_lite.policy.CostAwareProposer`, on
+step costs measured at each b) and the naive rollback (DFlash at the largest block size, every
+row rolled back to the batch's shortest accepted path).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .baselines import NoDraftProposer
 from .costs import StepCosts, measure_costs, predicted_speedup, step_costs
 from .decode import DFlashProposer, PerRow, generate
 from .ngram import NgramProposer
-from .policy import DEFAULT_OPTIONS, BatchPolicy, PolicySession
+from .policy import DEFAULT_OPTIONS, PolicySession
 from .report import Kind
 from .shapes import EAGER, Shapes
 from .timing import interleaved
@@ -70,18 +70,13 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
                                 lambda ids: DFlashTreeProposer(drafter, target, tree_size,
                                                                shapes=shapes), tree_size=tree_size))
-    if size == 1:
-        session = PolicySession(drafter, target, DEFAULT_OPTIONS)
-        rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
-                                lambda ids: session.proposer(ids[0], shapes), default=True,
-                                finish=session.finished))
-    else:
-        learned = {"estimate": None}
-        rows.append(BatchMethod("batch policy (default)", Kind.DFLASH_POLICY,
-                                lambda ids: BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs,
-                                                        shapes, learned["estimate"]),
-                                default=True,
-                                finish=lambda p: learned.update(estimate=p.estimate)))
+    # one policy at every batch size; a batch's costs are measured before the timed runs
+    session = PolicySession(drafter, target, DEFAULT_OPTIONS,
+                            batch_costs={size: costs} if size > 1 and costs else {})
+    rows.append(BatchMethod("default policy" if size == 1 else "batch policy (default)",
+                            Kind.DFLASH_POLICY,
+                            lambda ids: session.proposer(ids[0], shapes, rows=len(ids)),
+                            default=True, finish=session.finished))
     largest = max(block_sizes)
     rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
                             lambda ids: DFlashProposer(drafter, target, largest, shapes=shapes),

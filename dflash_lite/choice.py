@@ -1,10 +1,11 @@
 """The cost-aware policy's choice (:mod:`dflash_lite.policy`): its options
 (:class:`PolicyOptions`), one step's :class:`Choice`, what the cost model says it costs
 (:func:`step_seconds`), and the rule, the option with the most expected tokens per second of step:
-:func:`choose` for one request, :func:`choose_batch` (one option for every row) for a batch.
+:func:`choose`, one option for every row of a batch (one request is one row).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .costs import StepCosts
@@ -86,52 +87,34 @@ def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = 
 
 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
-           ngram_drafts: int = 0, context_length: int | None = None,
-           depth: int | None = None) -> Choice:
-    """The option with the most expected tokens per second of step (:func:`step_seconds` at
-    ``context_length``): a chain of b in 1..B, a tree, or, when prompt lookup found
-    ``ngram_drafts`` tokens, its chain of m <= ``ngram_drafts`` or a hybrid tree. ``depth``: the
-    most drafts this step may hold (None: the chain's depth). Ties go to the cheaper kind."""
+           continuations: Sequence[int] = (0,), context_length: int | None = None,
+           depth: int | None = None) -> tuple[Choice, float]:
+    """ONE option for every row of a batch (one request is one row; SmartSpec's goodput rule,
+    arXiv 2406.14066): the most expected committed tokens over all rows per second of the step
+    (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
+    tokens the estimates expect of it. The options: a chain of b in 1..B, a tree, and where prompt
+    lookup found drafts (``continuations``: how many, per row) its chain of m, or for one row the
+    hybrid tree; a row without a continuation commits a single token on a lookup step. ``depth``:
+    the most drafts this step may hold (None: the chain's depth). Each kind's expectation is
+    scaled by what its steps have committed against it so far (``costs.yield_ratio``). Plain
+    decoding is always a candidate, so a batch where no draft pays decodes plainly. Ties go to the
+    cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
-    gain = options.tree_prior_gain
-    candidates = [(e, Choice(b)) for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
-    lookup = min(ngram_drafts, depth) if estimate.ngram is not None else 0
-    if lookup:
-        expected = estimate.ngram.expected_tokens()
-        candidates += [(expected[m], Choice(m + 1, None, m))
-                       for m in range(1, min(lookup, estimate.ngram.depth) + 1)]
-    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
-        candidates.append((estimate.expected_tree_tokens(n, gain, depth), Choice(depth + 1, n)))
-        if lookup:
-            m = min(lookup, estimate.ngram.depth)
-            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
-                               Choice(depth + 1, n, m)))
-    rates = [e / step_seconds(c, costs, context_length) for e, c in candidates]
-    return candidates[rates.index(max(rates))][1]
-
-
-def choose_batch(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
-                 continuations: list[int], context_length: int | None = None,
-                 depth: int | None = None) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the
-    most expected committed tokens over all rows per second of the step at this batch size
-    (``costs`` measured for it), and the tokens the estimates expect of it. ``continuations``:
-    per row, how many drafts prompt lookup has; a row without one commits a single token on a
-    lookup step. Each kind's expectation is scaled by what its batch steps have committed
-    against it so far (``costs.yield_ratio``). Plain decoding is always a candidate, so a batch
-    where no draft pays decodes plainly. Ties go to the cheaper kind."""
-    depth = estimate.depth if depth is None else min(depth, estimate.depth)
-    rows = len(continuations)
+    rows, gain = len(continuations), options.tree_prior_gain
     candidates = [(rows * e, Choice(b))
                   for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
-    for n in options.tree_sizes if depth else ():
-        candidates.append((rows * estimate.expected_tree_tokens(n, options.tree_prior_gain, depth),
-                           Choice(depth + 1, n)))
-    most = min(max(continuations, default=0), depth)
-    if estimate.ngram is not None and most:
+    most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
+    if most:
         expected = estimate.ngram.expected_tokens()
         candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
+    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
+        candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
+                           Choice(depth + 1, n)))
+        if most and rows == 1:                        # the tree with lookup's draft as a branch
+            m = min(most, estimate.ngram.depth)
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
+                               Choice(depth + 1, n, m)))
     rates = [e * costs.yield_ratio(c.kind) / step_seconds(c, costs, context_length)
              for e, c in candidates]
     expected, choice = candidates[rates.index(max(rates))]

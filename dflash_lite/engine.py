@@ -24,10 +24,10 @@ import torch
 from .acceptance import PositionNoise, SamplingParams
 from .baselines import NoDraftProposer
 from .checkpoints import check_mask_token, load_pair
-from .costs import StepCosts, step_costs
+from .costs import StepCosts
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession, batch_policy
+from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
 from .prompts import encode, encode_all
 from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
 from .target import parse_dtype, stop_token_ids
@@ -72,8 +72,6 @@ class Engine:
         # fixed shapes own their caches and compiled forwards (shapes_for)
         self.shapes: Shapes = EAGER
         self._busy = threading.Lock()
-        self.batch_costs: dict[int, StepCosts] = {}      # the batch policy's, per batch size
-        self.batch_estimate = None                       # what the last batch learned
 
     def shapes_for(self, length: int) -> Shapes:
         """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
@@ -105,33 +103,21 @@ class Engine:
     def encode(self, prompt: str) -> torch.Tensor:
         return encode(self.tokenizer, check_prompt(prompt), self.chat_template)
 
-    def proposer(self, input_ids: torch.Tensor | None = None, shapes: Shapes = EAGER):
-        """Block size 1 or no drafter: plain decoding; a fixed block size: DFlash; by default the
-        cost-aware policy, which picks each step's block size (or a draft tree) from measured costs
-        and acceptance (:func:`dflash_lite.policy.default_policy`); its costs are measured at
-        ``input_ids`` the first time and kept, and it starts from the estimates the last call
-        left."""
+    def proposer(self, input_ids: torch.Tensor | list[torch.Tensor] | None = None,
+                 shapes: Shapes = EAGER):
+        """The proposer of a request, or of a batch (a list of ``input_ids``). Block size 1 or no
+        drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy, which
+        picks each step's block size (or a draft tree) for the whole batch from measured costs
+        and acceptance (:func:`dflash_lite.policy.default_policy`). The session measures the costs
+        of each batch size at its first call and keeps them; every call starts from the
+        estimates the last one left, whatever its batch size."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer(shapes)
         if self.block_size is not None:
             return DFlashProposer(self.drafter, self.target, self.block_size, shapes=shapes)
-        ids = input_ids.to(self.target.device) if input_ids is not None else None
-        return self.session.proposer(ids, shapes)
-
-    def batch_proposer(self, input_ids: list[torch.Tensor], shapes: Shapes = EAGER):
-        """The proposer of a batch: plain decoding or DFlash at a fixed block size as for one
-        prompt; by default the batch policy (:func:`dflash_lite.policy.batch_policy`), on step
-        costs measured once per batch size and kept."""
-        if self.drafter is None or self.block_size is not None or len(input_ids) == 1:
-            return self.proposer(input_ids[0], shapes)       # one prompt: the one-request policy
-        rows = len(input_ids)
-        if rows not in self.batch_costs:
-            ids = input_ids[0].to(self.target.device)
-            self.batch_costs[rows] = step_costs(self.target, self.drafter, ids,
-                                                self.drafter.config.block_size,
-                                                DEFAULT_TREE_SIZES, rows=rows)
-        return batch_policy(self.drafter, self.target, self.batch_costs[rows], shapes,
-                            self.batch_estimate)
+        batch = input_ids if isinstance(input_ids, list) else [input_ids]
+        ids = batch[0].to(self.target.device) if batch[0] is not None else None
+        return self.session.proposer(ids, shapes, rows=len(batch))
 
     def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,
@@ -183,8 +169,7 @@ class Engine:
                    for ids in input_ids]
         self.last_result = results if batch else results[0]
         shapes = self.shapes_for(max(ids.shape[1] for ids in input_ids) + max_new_tokens)
-        proposer = self.batch_proposer(input_ids, shapes) if batch else \
-            self.proposer(input_ids[0], shapes)
+        proposer = self.proposer(input_ids, shapes)
         device = self.target.device
         loop = steps(self.target, proposer, [ids.to(device) for ids in input_ids] if batch
                      else input_ids[0].to(device), max_new_tokens, sampling, self.stops,
@@ -198,12 +183,10 @@ class Engine:
                 continue
             yield step.row, text[len(emitted[step.row]):]
             emitted[step.row] = text
-        if len(input_ids) == 1 and self.session is not None and self.block_size is None:
-            # the next call starts from here
-            self.session.finished(proposer, torch.cat([input_ids[0],
-                                                       torch.tensor([results[0].tokens])], dim=1))
-        elif self.session is not None and self.block_size is None:
-            self.batch_estimate = proposer.estimate
+        if self.session is not None and self.block_size is None:
+            # the next call starts from here (one request: with its text, for the drift check)
+            self.session.finished(proposer, None if len(input_ids) > 1 else torch.cat(
+                [input_ids[0], torch.tensor([results[0].tokens])], dim=1))
         for row, result in enumerate(results):
             text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
             if len(text) > len(emitted[row]):

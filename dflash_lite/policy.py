@@ -46,183 +46,45 @@ judges it even when the step ran something else (:func:`chain_accepted`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from .choice import Choice, PolicyOptions, choose, choose_batch, step_seconds  # noqa: F401 (public)
+from .choice import Choice, PolicyOptions, choose, step_seconds  # noqa: F401 (public)
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
 from .ngram import NgramProposer
 from .proposers import DFlashProposer, PerRow, stack_padded
 from .shapes import EAGER, Shapes
-from .tree import DFlashTreeProposer, add_branch, draft_tree, draft_trees
+from .tree import DFlashTreeProposer, add_branch, draft_trees
 
 
-class CostAwareProposer(DFlashProposer):
-    """Each step, the option :func:`choose` rates best: plain decoding, a DFlash chain of up to
-    ``options.max_block_size``, a draft tree of one of ``options.tree_sizes`` nodes, prompt lookup's
-    continuation (up to ``options.ngram_drafts``), or a hybrid tree. ``costs``: a :class:`StepCosts`
-    (measured at the first prompt when None); ``estimate``: the estimates a previous request left
-    (decayed by ``options.request_decay`` at :meth:`start`; None: the prior). The choice is made in
-    :meth:`propose`, where the last token, and so prompt lookup's continuation, is known; the loop
-    always asks for up to ``block_size`` tokens, and a plain step is an empty draft. It serves one
-    request, a batch of one row (:class:`BatchPolicy` serves batches)."""
+class CostAwareProposer(DFlashTreeProposer):
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch (one request
+    is one row): plain decoding, a DFlash chain of up to ``options.max_block_size``, a draft tree
+    of one of ``options.tree_sizes`` nodes, prompt lookup's continuations (up to
+    ``options.ngram_drafts``), or, for one row, the hybrid tree. ``costs``: a :class:`StepCosts`
+    measured at this batch size (measured at the first prompt when None); ``estimate``: what
+    earlier requests left (decayed by ``options.request_decay`` at :meth:`start`; None: the
+    prior), one estimate pooled over the rows. The choice is made in :meth:`propose`, where the
+    last tokens, and so prompt lookup's continuations, are known; a plain step is an empty draft.
+    Features of steps that ran no drafter wait, per row, for the next drafter forward. Every draft
+    is a point mass, so every step is lossless (docs/method.md#batches). The policy times its own
+    steps against the model (``costs.observe``, the drift check, ``costs.observe_yield``), and
+    the target's token after a step judges the drafts the step did not hold (``pending``)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
                  estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER):
-        super().__init__(drafter, target, options.max_block_size, shapes=shapes)
+        super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
+                         options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size)
         self.costs, self.estimate = costs, estimate
 
     @property
     def tree_sizes(self) -> tuple[int, ...]:
         return self.options.tree_sizes
-
-    def start(self, ids, features, lengths=None) -> None:
-        if ids.shape[0] != 1:
-            raise ValueError(f"{type(self).__name__} serves one request; a batch of "
-                             f"{ids.shape[0]} runs BatchPolicy (batch_policy)")
-        prompt_ids, target_hidden = ids[:, : (lengths or [ids.shape[1]])[0]], features
-        super().start(prompt_ids, target_hidden)
-        o = self.options
-        if self.costs is None:
-            self.costs = step_costs(self.target, self.drafter, prompt_ids, o.max_block_size,
-                                    o.tree_sizes)
-        if self.estimate is None:
-            self.estimate = AcceptanceEstimate.for_options(o)
-        else:                                      # what earlier requests learned, at a discount
-            self.estimate.decay(o.request_decay)
-        self.lookup = NgramProposer(o.ngram_drafts, o.max_ngram) if o.ngram_drafts else None
-        if self.lookup is not None:
-            self.lookup.start(prompt_ids, None)
-        self.context_length = self.prompt_length = prompt_ids.shape[1]   # where `last` sits
-        # the prompt's features are not in the drafter's cache yet
-        self.drafted, self.drifted = False, False
-        # features of positions no drafter forward has seen
-        self.waiting = [target_hidden]
-        self.chosen: list[Choice] = []             # per step
-        # (estimate, path, chain, held) the next token judges further
-        self.pending: list[tuple] = []
-        self._reset()
-
-    def _reset(self) -> None:
-        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is
-        plain."""
-        self.choice, self.continuation, self.started = Choice(1), [], None
-
-    def propose(self, last, depths):
-        self.started = time.perf_counter()
-        last_token, k = last.reshape(1), depths[0]
-        last = int(last_token)
-        # `last_token` is the last step's token after its path
-        self.observe_pending(last)
-        self.continuation = self.lookup.continuation(last, min(k, self.lookup.block_size - 1)) \
-            if self.lookup is not None else []
-        self.choice = c = choose(self.estimate, self.costs, self.options, len(self.continuation),
-                                 self.context_length, k)
-        self.chosen.append(c)
-        if not c.uses_drafter:                     # plain (an empty draft) or prompt lookup's chain
-            return [ChainDraft(torch.tensor(self.continuation[: c.ngram], dtype=torch.long,
-                                            device=last_token.device))]
-        # the drafter takes in every position decoded since its last forward
-        if len(self.waiting) > 1:
-            self.new_context = torch.cat(self.waiting, dim=1)
-            self.new_context_lengths = [self.new_context.shape[1]]
-        self.drafted, self.waiting = True, []
-        if c.tree_size:
-            # read again in accepted()
-            self.tree = draft_tree(self, last_token, c.block_size - 1, c.tree_size)
-            if c.ngram:
-                self.tree = add_branch(self.tree, self.continuation[: c.ngram])
-            return [self.tree]
-        self.proposed = super().propose(last_token, [c.block_size - 1])[0]
-        return [self.proposed]
-
-    def accepted(self, blocks, positions, features) -> None:
-        block, position, target_hidden = blocks[0], positions[0], features[0]
-        n = block.shape[1] - 1
-        # how long the step took against what the model said
-        if self.started is not None and self.costs.measured:
-            seconds, c = time.perf_counter() - self.started, self.choice
-            predicted = (step_seconds(c, self.costs, self.context_length)
-                         / self.costs.correction(c.kind))
-            self.costs.observe(c.kind, seconds, predicted)
-            self.drifted |= self.costs.drift.observe(seconds, predicted)
-        if self.drafted:
-            super().accepted(blocks, positions, features)
-            self.waiting = [self.new_context]
-        else:
-            # no drafter forward this step: the features wait for the next one
-            self.waiting.append(target_hidden[:, : n + 1])
-        if self.lookup is not None:
-            self.lookup.accepted(block, n, position, None)
-        self._observe(self._verified(block), n)
-        self.context_length, self.drafted = position + n + 1, False
-        self._reset()
-
-    def _verified(self, block) -> list[int]:
-        """The drafts the step verified: a chain's (read back), prompt lookup's (on the host
-        already), or for a tree the accepted path (the committed ``block`` after ``last``)."""
-        c = self.choice
-        if c.tree_size:
-            return block[0, 1:].tolist()
-        return self.proposed.tokens.tolist() if c.kind == "chain" else self.continuation[: c.ngram]
-
-    def _observe(self, drafts: list[int], n: int) -> None:
-        """What the step tells each estimate (``drafts``: the verified chain, or the tree's accepted
-        path). An estimate the step observed keeps ``decay`` of its counts, one it did not
-        ``idle_decay``: prompt lookup's steps say nothing of the drafter, and back. Where a chain
-        would have gone on past what the step held, the next step's first token judges its next
-        draft (:func:`chain_accepted`), so that is read in :meth:`propose` (``pending``)."""
-        c, e, o, path = self.choice, self.estimate, self.options, drafts[:n]
-        looked = e.ngram is not None and bool(self.continuation)
-        e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
-        self.pending = []
-        if c.tree_size:
-            e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
-            # what the chain would have done in the same step
-            chain = self.tree.chain
-            self.pending.append((e, path, chain, self.tree.path_length(chain)))
-        elif c.kind == "chain":
-            # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            e.observe_chain(n, min(n + 1, len(drafts)))
-        # how far prompt lookup's tokens would have gone
-        if looked:
-            held = {"plain": 0, "ngram": c.ngram,
-                    "chain": _common_prefix(drafts, self.continuation)}.get(c.kind)
-            held = self.tree.path_length(self.continuation) if held is None else held
-            self.pending.append((e.ngram, path, self.continuation, held))
-
-    def observe_pending(self, next_token: int | None = None) -> None:
-        """The last step's chains, judged up to ``next_token``, the target's own token after its
-        path (:func:`chain_accepted`; None at the end of a request: only as far as the step itself
-        judged)."""
-        for estimate, path, chain, held in self.pending:
-            estimate.observe_chain(*chain_accepted(path, chain, held, next_token))
-        self.pending = []
-
-
-class BatchPolicy(DFlashTreeProposer):
-    """The policy of a batch: each step, :func:`choose_batch`'s one option for every row (plain
-    decoding, a DFlash chain of b, a draft tree of ``options.tree_sizes[0]`` nodes, or prompt
-    lookup's continuation), from one acceptance estimate pooled over the rows and step costs
-    measured at this batch size (:func:`~dflash_lite.costs.step_costs` with ``rows``). Features
-    of steps that ran no drafter wait, per row, for the next drafter forward. Every draft is a
-    point mass, so every step is lossless (docs/method.md#batches). As the one-request policy
-    does, it times its own steps against the model (``costs.observe``: the host's work per row
-    is in no forward), and ``estimate``, what an earlier batch learned, starts the next one."""
-
-    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
-                 costs: StepCosts | None = None, shapes: Shapes = EAGER,
-                 estimate: AcceptanceEstimate | None = None):
-        super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
-                         options.max_block_size, shapes)
-        self.options = replace(options, max_block_size=self.block_size,
-                               tree_sizes=options.tree_sizes[:1])
-        self.costs, self.estimate = costs, estimate
 
     def start(self, ids, features, lengths=None) -> None:
         lengths = list(lengths or [ids.shape[1]] * ids.shape[0])
@@ -233,32 +95,43 @@ class BatchPolicy(DFlashTreeProposer):
                                     o.max_block_size, o.tree_sizes, rows=rows)
         if self.estimate is None:
             self.estimate = AcceptanceEstimate.for_options(o)
-        else:                                      # what earlier batches learned, at a discount
+        else:                                      # what earlier requests learned, at a discount
             self.estimate.decay(o.request_decay)
         self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
             if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(ids, None, lengths)
-        # per row: the features no drafter forward has seen yet, and where they start
+        # per row: the features no drafter forward has seen yet, where they start, and where the
+        # row's last token sits
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
-        self.choice, self.drafted, self.chosen, self.started = Choice(1), False, [], None
-        self.continuations = [[] for _ in lengths]
+        self.chosen, self.drifted = [], False
+        # the batch it started with (rows leave; these stay)
+        self.rows, self.prompt_lengths = rows, list(lengths)
+        # per row: (estimate, path, chain, held) that the row's next token judges further
+        self.pending: list[list[tuple]] = [[] for _ in lengths]
+        self._reset(rows)
+
+    def _reset(self, rows: int) -> None:
+        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is
+        plain."""
+        self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
+        self.continuations: list[list[int]] = [[] for _ in range(rows)]
 
     def propose(self, last, depths):
         self.started = time.perf_counter()
         lasts = last.tolist()
-        self.continuations = [p.continuation(t, min(d, p.block_size - 1))
-                              for p, t, d in zip(self.lookup.proposers, lasts, depths)] \
-            if self.lookup is not None else [[] for _ in lasts]
-        c, self.expected = choose_batch(self.estimate, self.costs, self.options,
-                                        [len(x) for x in self.continuations],
-                                        sum(self.context) // len(self.context), max(depths))
+        self.observe_pending(lasts)                # each row's last token judges its pending drafts
+        if self.lookup is not None:
+            self.continuations = [p.continuation(t, min(d, p.block_size - 1))
+                                  for p, t, d in zip(self.lookup.proposers, lasts, depths)]
+        c, self.expected = choose(self.estimate, self.costs, self.options,
+                                  [len(x) for x in self.continuations],
+                                  sum(self.context) // len(self.context), max(depths))
         self.choice = c
         self.chosen.append(c)
         if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
-            return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long,
-                                            device=last.device))
+            return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
                     for x in self.continuations]
         # the drafter takes in every row's features since its last forward
         self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
@@ -267,96 +140,138 @@ class BatchPolicy(DFlashTreeProposer):
         self.drafted = True
         depths = [min(d, c.block_size - 1) for d in depths]
         if c.tree_size:
-            return draft_trees(self, last, depths, c.tree_size)
-        return DFlashProposer.propose(self, last, depths)
+            self.trees = draft_trees(self, last, depths, c.tree_size)
+            if c.ngram:                            # the hybrid tree: lookup's draft as a branch
+                self.trees = [add_branch(t, x[: c.ngram])
+                              for t, x in zip(self.trees, self.continuations)]
+            return self.trees
+        self.proposed = DFlashProposer.propose(self, last, depths)
+        return self.proposed
 
     def accepted(self, blocks, positions, features) -> None:
         c, e, o = self.choice, self.estimate, self.options
         if self.started is not None and self.costs.measured:     # the step against the model
+            seconds = time.perf_counter() - self.started
             context = sum(self.context) // len(self.context)
             predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
-            self.costs.observe(c.kind, time.perf_counter() - self.started, predicted)
+            self.costs.observe(c.kind, seconds, predicted)
+            self.drifted |= self.costs.drift.observe(seconds, predicted)
             self.costs.observe_yield(c.kind, sum(b.shape[1] for b in blocks), self.expected)
-        self.started = None
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
             n = block.shape[1] - 1
             if n < 0:                               # a finished row kept as padding
                 continue
-            if c.tree_size:
-                e.observe_tree(c.tree_size, n + 1)
-            elif c.kind == "chain":
-                e.observe_chain(n, min(n + 1, c.block_size - 1))
-            elif c.kind == "ngram" and self.continuations[r][: c.ngram]:
-                e.ngram.observe_chain(n, min(n + 1, len(self.continuations[r][: c.ngram])))
+            self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
                 self.waiting[r], self.waiting_start[r] = [hidden], position
-            else:
+            else:                                   # no drafter forward: the features wait
                 self.waiting[r].append(hidden)
             self.context[r] = position + n + 1
         if self.lookup is not None:
             self.lookup.accepted(blocks, positions, features)
-        self.choice, self.drafted, self.continuations = Choice(1), False, [[] for _ in blocks]
+        self._reset(len(blocks))
+
+    def _observe(self, r: int, path: list[int], n: int) -> list[tuple]:
+        """What row ``r``'s step (``path``: its n accepted drafts) tells the estimates, and what
+        its next token will judge further: where a chain would have gone on past what the step
+        held (:func:`chain_accepted`), for the drafter's chain and for prompt lookup's."""
+        c, e, pending = self.choice, self.estimate, []
+        lookup, drafts = self.continuations[r], []
+        if c.tree_size:
+            tree = self.trees[r]
+            e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
+            # what the chain would have done in the same step
+            pending.append((e, path, tree.chain, tree.path_length(tree.chain)))
+        elif c.kind == "chain":
+            drafts = self.proposed[r].tokens.tolist()
+            # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            e.observe_chain(n, min(n + 1, len(drafts)))
+        if e.ngram is not None and lookup:          # how far prompt lookup's tokens would have gone
+            held = (self.trees[r].path_length(lookup) if c.tree_size
+                    else {"plain": 0, "ngram": min(c.ngram, len(lookup)),
+                          "chain": _common_prefix(drafts, lookup)}[c.kind])
+            pending.append((e.ngram, path, lookup, held))
+        return pending
+
+    def observe_pending(self, next_tokens: list[int] | None = None) -> None:
+        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's own token
+        after its path (:func:`chain_accepted`; None at the end of a request: only as far as the
+        step itself judged)."""
+        for r, items in enumerate(self.pending):
+            for estimate, path, chain, held in items:
+                token = None if next_tokens is None else next_tokens[r]
+                estimate.observe_chain(*chain_accepted(path, chain, held, token))
+        self.pending = [[] for _ in self.pending]
 
     def keep(self, index: list[int]) -> None:
+        gone = [r for r in range(len(self.context)) if r not in set(index)]
+        for r in gone:                             # a finished row's last drafts, as far as held
+            for estimate, path, chain, held in self.pending[r]:
+                estimate.observe_chain(*chain_accepted(path, chain, held, None))
         super().keep(index)
-        self.waiting = [self.waiting[i] for i in index]
-        self.waiting_start = [self.waiting_start[i] for i in index]
-        self.context = [self.context[i] for i in index]
+        for name in ("waiting", "waiting_start", "context", "pending", "continuations"):
+            setattr(self, name, [getattr(self, name)[i] for i in index])
         if self.lookup is not None:
             self.lookup.keep(index)
-
-
-def batch_policy(drafter, target, costs: StepCosts | None = None, shapes: Shapes = EAGER,
-                 estimate: AcceptanceEstimate | None = None) -> BatchPolicy:
-    """The default's options (:data:`DEFAULT_OPTIONS`) as one choice per step for a whole batch
-    (what ``Engine.generate`` and ``bench --batch-sizes`` run on more than one prompt)."""
-    return BatchPolicy(drafter, target, DEFAULT_OPTIONS, costs, shapes, estimate)
 
 
 @dataclass
 class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
-    the step costs (measured at the first request, measured again between requests when a policy
-    reports that they drifted, if ``recalibrate``) and the acceptance estimates the last request
-    left, which the next request's policy starts from."""
+    the step costs of each batch size (measured at the first request of that size; for one row,
+    measured again between requests when a policy reports that they drifted, if ``recalibrate``)
+    and the acceptance estimates the last request left, which the next request's policy starts
+    from, whatever its batch size (acceptance does not depend on the batch)."""
     drafter: object
     target: object
     options: PolicyOptions
-    costs: StepCosts | None = None
+    costs: StepCosts | None = None             # one row's
     estimate: AcceptanceEstimate | None = None
     recalibrate: bool = True
     calibration_seconds: float = 0.0           # every measurement of the costs so far
+    batch_costs: dict = field(default_factory=dict)      # rows (> 1) -> StepCosts
 
-    def proposer(self, prompt_ids: torch.Tensor | None = None,
-                 shapes: Shapes = EAGER) -> CostAwareProposer:
-        """The next request's policy, on ``shapes``; the costs are measured at ``prompt_ids`` the
-        first time."""
-        if prompt_ids is not None and self.costs is None:
-            self._measure(prompt_ids)
-        return CostAwareProposer(self.drafter, self.target, self.options, self.costs, self.estimate,
-                                 shapes)
+    def costs_for(self, rows: int) -> StepCosts | None:
+        return self.costs if rows == 1 else self.batch_costs.get(rows)
+
+    def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER,
+                 rows: int = 1) -> CostAwareProposer:
+        """The next request's policy for a batch of ``rows``, on ``shapes``; the costs of that
+        batch size are measured at ``prompt_ids`` (one prompt) the first time."""
+        if prompt_ids is not None and self.costs_for(rows) is None:
+            self._measure(prompt_ids, rows=rows)
+        return CostAwareProposer(self.drafter, self.target, self.options, self.costs_for(rows),
+                                 self.estimate, shapes)
 
     def finished(self, proposer: CostAwareProposer,
                  sequence_ids: torch.Tensor | None = None) -> None:
-        """Keep what ``proposer`` learned; measure the costs again (at the request's prompt and at
-        ``sequence_ids``, its prompt and output) when they drifted."""
+        """Keep what ``proposer`` learned; for one request, measure the costs again (at its prompt
+        and at ``sequence_ids``, its prompt and output) when they drifted."""
         proposer.observe_pending()
         self.estimate = proposer.estimate
-        if self.costs is None:
-            self.costs = proposer.costs
+        rows = proposer.rows
+        if self.costs_for(rows) is None:
+            self._keep(rows, proposer.costs)
             self.calibration_seconds += proposer.costs.calibration_seconds
-        elif proposer.drifted and self.recalibrate and sequence_ids is not None:
-            self._measure(sequence_ids[:, : proposer.prompt_length], sequence_ids, repeats=3)
+        elif rows == 1 and proposer.drifted and self.recalibrate and sequence_ids is not None:
+            self._measure(sequence_ids[:, : proposer.prompt_lengths[0]], sequence_ids, repeats=3)
+
+    def _keep(self, rows: int, costs: StepCosts) -> None:
+        if rows == 1:
+            self.costs = costs
+        else:
+            self.batch_costs[rows] = costs
 
     def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None,
-                 repeats: int = 7) -> None:
+                 repeats: int = 7, rows: int = 1) -> None:
         o = self.options
         block = o.max_block_size or self.drafter.config.block_size
-        self.costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats,
-                                longer)
-        self.calibration_seconds += self.costs.calibration_seconds
+        costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats, longer,
+                           rows=rows)
+        self._keep(rows, costs)
+        self.calibration_seconds += costs.calibration_seconds
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split

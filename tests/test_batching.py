@@ -20,7 +20,7 @@ from dflash_lite.costs import StepCosts
 from dflash_lite.decode import DFlashProposer, PerRow, as_batch, generate
 from dflash_lite.engine import Engine
 from dflash_lite.ngram import NgramProposer
-from dflash_lite.policy import DEFAULT_OPTIONS, BatchPolicy
+from dflash_lite.policy import DEFAULT_OPTIONS, CostAwareProposer
 from dflash_lite.shapes import FixedShapes
 from dflash_lite.target import default_drafter_path
 from dflash_lite.tree import DFlashTreeProposer, HybridTreeProposer
@@ -148,7 +148,7 @@ def test_the_batch_policy_decodes_plainly_where_no_draft_pays(tiny, drafter, pro
     target, _ = tiny
     ids, alone, stops = prompts
     for bound, drafts in ((True, False), (False, True)):
-        policy = BatchPolicy(drafter, target, DEFAULT_OPTIONS, _costs(bound))
+        policy = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, _costs(bound))
         results = generate(target, policy, ids[:4], MAX_NEW, stop_token_ids=stops)
         assert [r.tokens for r in results] == alone[:4]
         kinds = {c.kind for c in policy.chosen}
@@ -188,7 +188,7 @@ def test_engine_batch_policy_keeps_the_text(tiny):
     plain = Engine(engine.target, engine.tokenizer)
     assert engine.generate(texts, max_new_tokens=24) == [plain.generate(t, max_new_tokens=24)
                                                           for t in texts]
-    assert 2 in engine.batch_costs and engine.batch_estimate is not None
+    assert 2 in engine.session.batch_costs and engine.session.estimate is not None
 
 
 def test_bench_batch_sizes_reports_a_row_per_batch_size(tmp_path):

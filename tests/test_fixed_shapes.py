@@ -80,12 +80,12 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
                                  Choice(4)]
     taken = []
 
-    def scripted(estimate, costs, options, ngram_drafts=0, context_length=None, depth=None):
+    def scripted(estimate, costs, options, continuations=(0,), context_length=None, depth=None):
         c = script[len(taken) % len(script)]
-        c = c if (not c.ngram or ngram_drafts >= c.ngram) else Choice(1)
+        c = c if (not c.ngram or min(continuations) >= c.ngram) else Choice(1)
         c = c if depth is None or c.block_size - 1 <= depth else Choice(1)
         taken.append(c)
-        return c
+        return c, 1.0
 
     monkeypatch.setattr(policy, "choose", scripted)
     target, tokenizer = tiny

@@ -56,16 +56,16 @@ def test_choose_is_a_pure_function_of_estimate_costs_and_options():
     function chooses plain decoding; a tree is chosen only where it is offered."""
     options = PolicyOptions(max_block_size=16)
     fresh = AcceptanceEstimate(depth=15)
-    assert choose(fresh, MEASURED_SHAPE, options) == choose(fresh, MEASURED_SHAPE, options)
-    assert choose(fresh, MEASURED_SHAPE, options).block_size > 8 and fresh.judged == 0
+    assert choose(fresh, MEASURED_SHAPE, options)[0] == choose(fresh, MEASURED_SHAPE, options)[0]
+    assert choose(fresh, MEASURED_SHAPE, options)[0].block_size > 8 and fresh.judged == 0
     missed = AcceptanceEstimate(depth=15)
     for _ in range(30):
         missed.decay(options.decay)
         missed.observe_chain(0, 1)
-    assert choose(missed, MEASURED_SHAPE, options) == Choice(1)
+    assert choose(missed, MEASURED_SHAPE, options)[0] == Choice(1)
     free_tree = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 33: 1.4}, {2: 0.2, 16: 0.2})
     with_trees = PolicyOptions(max_block_size=16, tree_sizes=(32,))
-    assert choose(AcceptanceEstimate(15, (32,)), free_tree, with_trees) == Choice(16, 32)
+    assert choose(AcceptanceEstimate(15, (32,)), free_tree, with_trees)[0] == Choice(16, 32)
     assert str(Choice(16, 32)) == "tree 32" and str(Choice(4)) == "4"
 
 
@@ -100,7 +100,7 @@ def _step(proposer, target, n):
     """One verified step of the proposer's own choice (chains and plain steps only) with n drafts accepted."""
     draft, = proposer.propose(torch.zeros(1, dtype=torch.long), [15])
     k = min(n, len(draft.tokens))
-    proposer.accepted([torch.zeros(1, k + 1, dtype=torch.long)], [proposer.context_length],
+    proposer.accepted([torch.zeros(1, k + 1, dtype=torch.long)], [proposer.context[0]],
                       [torch.zeros(1, k + 1, 5 * target.config.hidden_size)])
 
 
@@ -156,7 +156,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
         reference.start(prefix[:, :-1], hidden)
         expected = reference.propose(prefix[:, -1], [8])[0].tokens
         plain.costs = StepCosts({1: 1.0, 16: 1.0}, {16: 0.0})          # now a chain is free: it drafts
-        assert sum(h.shape[1] for h in plain.waiting) == prefix.shape[1] - 1 - plain.cache.position  # none lost or doubled
+        assert sum(h.shape[1] for h in plain.waiting[0]) == prefix.shape[1] - 1 - plain.cache.position  # none lost or doubled
         assert torch.equal(plain.propose(prefix[:, -1], [8])[0].tokens, expected)
 
 
@@ -251,11 +251,11 @@ def test_choose_takes_prompt_lookup_when_it_is_right_and_cheap():
     estimate = AcceptanceEstimate.for_options(options)
     _learned(estimate, 0, 1)                                             # the drafter's first draft always misses
     _learned(estimate.ngram, 10, 10)                                     # prompt lookup's ten are accepted
-    choice = choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10)
+    choice = choose(estimate, MEASURED_SHAPE, options, continuations=[10])[0]
     assert choice.kind == "ngram" and choice == Choice(11, None, 10) and str(choice) == "ngram 10"
-    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=4) == Choice(5, None, 4)   # only what it found
-    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=0).kind == "plain"
-    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10, depth=3) == Choice(4, None, 3)   # room left
+    assert choose(estimate, MEASURED_SHAPE, options, continuations=[4])[0] == Choice(5, None, 4)   # only what it found
+    assert choose(estimate, MEASURED_SHAPE, options, continuations=[0])[0].kind == "plain"
+    assert choose(estimate, MEASURED_SHAPE, options, continuations=[10], depth=3)[0] == Choice(4, None, 3)   # room left
 
 
 def test_choose_decodes_plainly_when_every_option_misses():
@@ -267,7 +267,7 @@ def test_choose_decodes_plainly_when_every_option_misses():
         estimate.ngram.observe_chain(0, 1)
         estimate.observe_tree(16, 1)
         estimate.observe_tree(16, 1, hybrid=True)
-    assert choose(estimate, MEASURED_SHAPE, options, ngram_drafts=10) == Choice(1)
+    assert choose(estimate, MEASURED_SHAPE, options, continuations=[10])[0] == Choice(1)
     assert Choice(1).kind == "plain" and Choice(4).kind == "chain"
 
 
@@ -276,9 +276,27 @@ def test_choose_takes_the_hybrid_tree_when_both_drafts_are_right_and_the_verify_
     estimate = AcceptanceEstimate.for_options(options)
     _learned(estimate.ngram, 3, 4)                                       # prompt lookup: right at first
     flat = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 64: 1.4}, {2: 0.01, 16: 0.01})       # a wide verify costs nothing
-    choice = choose(estimate, flat, options, ngram_drafts=10)
+    choice = choose(estimate, flat, options, continuations=[10])[0]
     assert choice == Choice(16, 16, 10) and choice.kind == "hybrid" and choice.verify_width == 27
-    assert choose(estimate, flat, options, ngram_drafts=0).kind == "tree"
+    assert choose(estimate, flat, options, continuations=[0])[0].kind == "tree"
+
+
+def test_one_rule_for_a_batch_counts_every_rows_tokens_and_offers_the_hybrid_to_one_row_only():
+    """The rule is the same for one row and for many (issue 39): a batch's expected tokens are
+    the sum over its rows, a row with a shorter continuation counts only what it has, and the
+    hybrid tree (one branch per row) is offered to a single row only."""
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    _learned(estimate.ngram, 3, 4)
+    flat = StepCosts({1: 1.0, 2: 1.4, 16: 1.4, 64: 1.4}, {2: 0.01, 16: 0.01})
+    one, expected_one = choose(estimate, flat, options, continuations=[10])
+    two, expected_two = choose(estimate, flat, options, continuations=[10, 10])
+    assert one.kind == "hybrid" and two.kind != "hybrid"
+    per_row = estimate.ngram.expected_tokens()
+    _, short = choose(estimate, StepCosts({1: 1.0, 5: 1.0}, {2: 100.0, 16: 100.0}),
+                      PolicyOptions(max_block_size=5, ngram_drafts=4), continuations=[4, 2])
+    assert short == pytest.approx(per_row[4] + per_row[2])    # every row's expectation, summed
+    assert expected_two > expected_one > 0
 
 
 def test_the_cost_model_follows_the_context_length():
