@@ -30,8 +30,8 @@ Decoding
 * :mod:`dflash_lite.costs`       what a step costs: measured forwards, ``StepCosts``, the cost model
 * :mod:`dflash_lite.estimate`    what a draft is expected to commit: decayed acceptance counts
 * :mod:`dflash_lite.choice`      the policy's options, their costs, and the rule that chooses
-* :mod:`dflash_lite.policy`      the cost-aware proposers (the default; one choice per step for a
-  whole batch) and the session that outlives a request
+* :mod:`dflash_lite.policy`      the cost-aware proposer (the default): one choice per step for
+  the whole batch, one request or many; the session that outlives a request
 * :mod:`dflash_lite.engine`      text in, text out: ``Engine.generate``, with streaming, on
   batches
 * :mod:`dflash_lite.timing`      the one interleaved timer and the decode loop's phase timer

@@ -54,9 +54,9 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
                   shapes: Shapes = EAGER, size: int = 1,
                   costs: StepCosts | None = None) -> list[BatchMethod]:
     """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
-    is the one-request policy for one prompt (``PolicySession``, as ``Engine`` keeps it) and the
-    batch policy on ``costs`` (measured at this batch size) for more, each handing what it
-    learned to its next batch."""
+    is the one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (for more than
+    one row on ``costs``, measured at this batch size), each batch handing what it learned to the
+    next."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
@@ -73,8 +73,7 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
     # one policy at every batch size; a batch's costs are measured before the timed runs
     session = PolicySession(drafter, target, DEFAULT_OPTIONS,
                             batch_costs={size: costs} if size > 1 and costs else {})
-    rows.append(BatchMethod("default policy" if size == 1 else "batch policy (default)",
-                            Kind.DFLASH_POLICY,
+    rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
                             lambda ids: session.proposer(ids[0], shapes, rows=len(ids)),
                             default=True, finish=session.finished))
     largest = max(block_sizes)
