@@ -71,8 +71,9 @@ class CostAwareProposer(DFlashTreeProposer):
     last tokens, and so prompt lookup's continuations, are known; a plain step is an empty draft.
     Features of steps that ran no drafter wait, per row, for the next drafter forward. Every draft
     is a point mass, so every step is lossless (docs/method.md#batches). The policy times its own
-    steps against the model (``costs.observe``, the drift check, ``costs.observe_yield``), and
-    the target's token after a step judges the drafts the step did not hold (``pending``)."""
+    steps against the model (``costs.observe``, the drift check; a batch also
+    ``costs.observe_yield``), and the target's token after a step judges the drafts the step did
+    not hold (``pending``)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -156,7 +157,9 @@ class CostAwareProposer(DFlashTreeProposer):
             predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
             self.costs.observe(c.kind, seconds, predicted)
             self.drifted |= self.costs.drift.observe(seconds, predicted)
-            self.costs.observe_yield(c.kind, sum(b.shape[1] for b in blocks), self.expected)
+            if self.rows > 1:       # a pooled estimate against what the rows committed; one
+                # row's estimate is that row's own counts (a ratio on it only lowered tau)
+                self.costs.observe_yield(c.kind, sum(b.shape[1] for b in blocks), self.expected)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
