@@ -58,6 +58,8 @@ Measuring, teaching and the command line
 * :mod:`dflash_lite.report`      a report's rows: kinds, summary, table, the cost model's rows
 * :mod:`dflash_lite.plotting`    the figures' style, where figures and results are written
 * :mod:`dflash_lite.diagrams`    diagrams that explain the method, drawn in code
+* :mod:`dflash_lite.checkout`    where the repository's checkout is, and its chapters
+* :mod:`dflash_lite.blanks`      a chapter as a student sees it: solution regions blanked
 * :mod:`dflash_lite.course`      chapter headers, the student bundle, autograding
 * :mod:`dflash_lite.course_site` the course site, rendered offline from the committed outputs
 * :mod:`dflash_lite.grading`     a class's submissions run in sandboxed kernels, under limits

@@ -27,20 +27,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import grader, grading
+from . import course_site, grader, grading
+from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
+from .checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from .cli import POS, Parser         # one-line usage errors, exit 2, as the other commands
 from .files import atomic_write_text
 from .outputs import guard_output_file, refusal
 from .validate import check_output_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
-
-
-def in_checkout() -> bool:
-    """Whether this package runs from a checkout of the repository, beside the notebooks and docs
-    the course commands read; an installed wheel has the package only."""
-    return NOTEBOOKS.is_dir() and (ROOT / "docs").is_dir() and (ROOT / "pyproject.toml").is_file()
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
 
 
@@ -90,14 +84,6 @@ def chapter_clock() -> ChapterClock:
 # ---------------------------------------------------------------------------------------------
 # Student editions and autograding (nbgrader)
 
-def chapters(selection: list[str] | None = None) -> list[Path]:
-    """The chapter notebooks, all or those whose names start with one of ``selection`` ("02")."""
-    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    if selection:
-        found = [nb for nb in found if any(nb.name.startswith(s) for s in selection)]
-    return found
-
-
 def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
     """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
     ``autograded/`` and a SQLite gradebook inside ``course_root``)."""
@@ -134,90 +120,7 @@ def prepare_course(course_root: Path, notebooks: list[Path]):
     return api
 
 
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
-
-
-def _is_stub(region: str) -> bool:
-    """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines
-    (the exercises' regions; their worked answers are kept apart, as instructor material)."""
-    import ast
-
-    try:
-        tree = ast.parse("\n".join(line.strip() for line in region.splitlines()))
-    except SyntaxError:
-        return False
-    for node in tree.body:
-        value = getattr(node, "value", False)
-        if not isinstance(node, (ast.Assign, ast.Return)) or value is None:
-            continue
-        parts = value.elts if isinstance(value, ast.Tuple) else [value]
-        if not all(isinstance(v, ast.Constant) and v.value is None for v in parts):
-            return False
-    return bool(tree.body)
-
-
-def stub(region: str, in_function: bool = False) -> str:
-    """The blank a student sees for a solution region: the region's full-line comments (its
-    hints), then, inside a function, ``raise NotImplementedError()``; at the top level, each
-    name the region assigns set to None, with a shape comment kept, so the rest of the cell
-    (and the demonstrations after it) still run, and only the check of this region fails."""
-    import ast
-    import re
-
-    if _is_stub(region):
-        return region
-    lines = region.splitlines()
-    body = [line for line in lines if line.strip()]
-    indent = re.match(r"\s*", body[0]).group(0) if body else ""
-    out = [line for line in lines if line.strip().startswith("#")]
-    if in_function:
-        return "\n".join(out + [f"{indent}raise NotImplementedError()  # YOUR CODE HERE"])
-    try:
-        tree = ast.parse("\n".join(line[len(indent):] for line in lines))
-    except SyntaxError:
-        return "\n".join(out + ["raise NotImplementedError()  # YOUR CODE HERE"])
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            head = (f"def {node.name}({ast.unparse(node.args)}):"
-                    if isinstance(node, ast.FunctionDef) else f"class {node.name}:")
-            out += [indent + head, f"{indent}    raise NotImplementedError()  # YOUR CODE HERE"]
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for target in targets:
-            for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
-                line = lines[node.lineno - 1]
-                shape = re.search(r"#\s*(\([^)]*\))\s*$", line)
-                kept = f" {shape.group(1)}" if shape else ""
-                out.append(f"{indent}{name} = None  # YOUR CODE HERE{kept}")
-    return "\n".join(out or [f"{indent}pass  # YOUR CODE HERE"])
-
-
-def blank(source: str) -> str:
-    """A solution cell's source with every region replaced by its :func:`stub`."""
-    import re
-
-    def enclosed_by_def(start: int) -> bool:
-        """Whether the region at ``start`` is in a function body: the nearest line above it that
-        is less indented opens a def."""
-        region = source[start:].split("\n", 2)[1] if "\n" in source[start:] else ""
-        depth = len(region) - len(region.lstrip())
-        for line in reversed(source[:start].splitlines()):
-            if line.strip() and len(line) - len(line.lstrip()) < depth:
-                return line.lstrip().startswith(("def ", "async def "))
-        return False
-
-    return re.sub(rf"^[ \t]*{BEGIN}\n(.*?)^[ \t]*{END}[ \t]*\n?",
-                  lambda m: stub(m.group(1), enclosed_by_def(m.start())) + "\n", source,
-                  flags=re.S | re.M)
-
-
-def student_markdown(source: str) -> str:
-    """Markdown for students: the pointers to the worked solutions taken out."""
-    import re
-
-    return re.sub(r"\s*[Ww]orked solutions:\s*`notebooks/" r"solutions/[^`]*`\.?", "", source)
 
 
 def _check_edition_dir(out: Path, names: list[str]) -> None:
@@ -404,7 +307,6 @@ def main(argv: list[str] | None = None) -> int:
                      f"({ROOT / 'dflash_lite'}) holds the package only: git clone the project "
                      "and run them there")
     if args.command == "site":
-        from . import course_site
         try:
             import myst_nb  # noqa: F401  (checked before any work)
         except ImportError:

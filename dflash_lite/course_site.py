@@ -1,7 +1,7 @@
 """The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``): the executed
 notebooks, ``docs/method.md`` and ``docs/glossary.md`` rendered offline from the committed outputs,
 without running anything (``python -m dflash_lite.course site OUT_DIR``). The student site blanks
-every solution cell (:func:`dflash_lite.course.blank`); the instructor's keeps them.
+every solution cell (:func:`dflash_lite.blanks.blank`); the instructor's keeps them.
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .course import ROOT, blank, chapters, student_markdown
+from .blanks import blank, student_markdown
+from .checkout import ROOT, chapters
 from .outputs import refusal
 
 SITE_SOURCE = ROOT / "docs" / "site"        # conf.py and the landing page

@@ -35,12 +35,12 @@ from pathlib import Path
 from .checkpoints import load_drafter
 from .collect import (COLLECTOR, COLLECTOR_KEY, MARK, InsertCollectors,  # noqa: F401 (public)
                       _nbgrader, _tree, collected, collector_cell, free_names, instrument)
+from .checkout import ROOT
 from .cli import Parser              # one-line usage errors, exit 2, as the other commands
 from .guard import (SUBMITTED, _changed, _fingerprint, _is_submitted_function, cell_namespace,
                     guard)
 from .target import load_pretrained
 
-ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = ROOT / "instructor" / "hidden_checks.py"
 # no submitted code opens these (:func:`dflash_lite.guard.guard`)
 INSTRUCTOR = [str(HIDDEN.parent), str(ROOT / "notebooks")]

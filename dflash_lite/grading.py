@@ -35,9 +35,8 @@ from pathlib import Path
 import nbformat
 
 from . import grader
+from .checkout import PACKAGE, ROOT
 
-PACKAGE = Path(__file__).resolve().parent
-ROOT = PACKAGE.parent
 SANDBOX = PACKAGE / "sandbox.py"
 KERNEL = "dflash-sandbox"
 

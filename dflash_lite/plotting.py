@@ -12,10 +12,9 @@ import os
 import sys
 from pathlib import Path
 
+from .checkout import ROOT
 from .files import atomic_path
 from .report import DFLASH_KINDS, Kind, kind_of
-
-ROOT = Path(__file__).resolve().parent.parent
 
 FIGURES_ENV = "DFLASH_LITE_FIGURES"   # where notebooks save figures instead of the repo's figures/
 RESULTS_ENV = "DFLASH_LITE_RESULTS"   # where notebooks write result JSON instead of results/

@@ -60,6 +60,13 @@ from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
 
 
+def _judge(pending: list[tuple], token: int | None) -> None:
+    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token
+    (:func:`chain_accepted`)."""
+    for estimate, path, chain, held in pending:
+        estimate.observe_chain(*chain_accepted(path, chain, held, token))
+
+
 class CostAwareProposer(DFlashTreeProposer):
     """Each step, the ONE option :func:`choose` rates best for every row of the batch (one request
     is one row): plain decoding, a DFlash chain of up to ``options.max_block_size``, a draft tree
@@ -203,16 +210,14 @@ class CostAwareProposer(DFlashTreeProposer):
         after its path (:func:`chain_accepted`; None at the end of a request: only as far as the
         step itself judged)."""
         for r, items in enumerate(self.pending):
-            for estimate, path, chain, held in items:
-                token = None if next_tokens is None else next_tokens[r]
-                estimate.observe_chain(*chain_accepted(path, chain, held, token))
+            _judge(items, None if next_tokens is None else next_tokens[r])
         self.pending = [[] for _ in self.pending]
 
     def keep(self, index: list[int]) -> None:
-        gone = [r for r in range(len(self.context)) if r not in set(index)]
-        for r in gone:                             # a finished row's last drafts, as far as held
-            for estimate, path, chain, held in self.pending[r]:
-                estimate.observe_chain(*chain_accepted(path, chain, held, None))
+        kept = set(index)
+        for r, items in enumerate(self.pending):  # a finished row's last drafts, as far as held
+            if r not in kept:
+                _judge(items, None)
         super().keep(index)
         for name in ("waiting", "waiting_start", "context", "pending", "continuations"):
             setattr(self, name, [getattr(self, name)[i] for i in index])

@@ -1,0 +1,26 @@
+"""Where the repository's checkout is, for the parts that read it (the course commands, the
+grader, the figures): :data:`ROOT`, the folder above this package, and :func:`in_checkout`, whether
+it holds the notebooks and docs (an installed wheel has the package only, and the course commands
+refuse in one line there). The one place the package looks outside itself.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def in_checkout() -> bool:
+    """Whether this package runs from a checkout of the repository, beside the notebooks and docs
+    the course commands read; an installed wheel has the package only."""
+    return NOTEBOOKS.is_dir() and (ROOT / "docs").is_dir() and (ROOT / "pyproject.toml").is_file()
+
+
+def chapters(selection: list[str] | None = None) -> list[Path]:
+    """The chapter notebooks, all or those whose names start with one of ``selection`` ("02")."""
+    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if selection:
+        found = [nb for nb in found if any(nb.name.startswith(s) for s in selection)]
+    return found
