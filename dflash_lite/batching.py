@@ -5,8 +5,10 @@ cycled to fill a batch larger than it), in one interleaved timer after a warm-up
 output is checked against its prompt decoded alone. A row of the report: total new tokens per
 second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
 per row), the accepted tokens the naive rollback gave back, and the cost model's prediction at
-batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec), from the forwards
-measured at that batch size (:func:`dflash_lite.costs.measure_costs` with ``rows``).
+batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N:
+``t(b, N+1)``), from the forwards measured at that batch size
+(:func:`dflash_lite.costs.measure_costs` with ``rows``); the default's, from the forecast of
+each step it took, which counts the host work its steps measured (``StepCosts.correction``).
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.policy.CostAwareProposer`, on
@@ -145,9 +147,12 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
                    if sampling.greedy or sampling.seed is not None else None}
             if m.kind is Kind.AUTOREGRESSIVE:
                 plain = row
+            row["predicted_speedup"] = _predicted(row, measured)
             if m.kind is Kind.DFLASH_POLICY:
                 row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
-            row["predicted_speedup"] = _predicted(row, measured)
+                forecast = [f for p in made[m.name] for f in p.forecast]
+                row["predicted_speedup"] = (sum(a for a, _ in forecast)
+                                            / sum(b for _, b in forecast))
             rows.append(row)
         for row in rows[-len(methods):]:
             row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
@@ -158,15 +163,19 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
 
 
 def _predicted(row: dict, measured: dict | None) -> float | None:
-    """The cost model at the row's batch size, for a chain at a fixed block size (its own tau)."""
-    if measured is None or row["tau"] is None or row["block_size"] is None:
+    """The cost model at the row's batch size (its own tau): a chain at a fixed block size, or the
+    tree of N nodes (a verify of N+1, drafted at the drafter's block size). The default's is the
+    sum of its own steps' forecasts (:class:`~dflash_lite.policy.CostAwareProposer`)."""
+    if measured is None or row["tau"] is None:
         return None
-    t, d, b = measured["t_target"], measured["t_draft"], row["block_size"]
-    if b == 1:
-        return 1.0
-    if str(b) not in t or str(b) not in d:
+    t, d = measured["t_target"], measured["t_draft"]
+    width, b = ((row["tree_size"] + 1, measured["tree_block_size"]) if row["tree_size"]
+                else (row["block_size"], row["block_size"]))
+    if b is None or width == 1:
+        return None if b is None else 1.0
+    if str(width) not in t or str(b) not in d:
         return None
-    return predicted_speedup(row["tau"], t["1"], t[str(b)], d[str(b)])
+    return predicted_speedup(row["tau"], t["1"], t[str(width)], d[str(b)])
 
 
 def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:

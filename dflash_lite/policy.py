@@ -113,7 +113,7 @@ class CostAwareProposer(DFlashTreeProposer):
         # row's last token sits
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
-        self.chosen, self.drifted = [], False
+        self.chosen, self.forecast, self.drifted = [], [], False
         # the batch it started with (rows leave; these stay)
         self.rows, self.prompt_lengths = rows, list(lengths)
         # per row: (estimate, path, chain, held) that the row's next token judges further
@@ -158,15 +158,21 @@ class CostAwareProposer(DFlashTreeProposer):
 
     def accepted(self, blocks, positions, features) -> None:
         c, e, o = self.choice, self.estimate, self.options
-        if self.started is not None and self.costs.measured:     # the step against the model
+        context = sum(self.context) // len(self.context)
+        forecast = step_seconds(c, self.costs, context)      # host work included, as measured
+        predicted = forecast / self.costs.correction(c.kind)  # the forwards alone
+        committed, live = sum(b.shape[1] for b in blocks), sum(b.shape[1] > 0 for b in blocks)
+        plain = committed / max(live, 1) * step_seconds(Choice(1), self.costs, context)
+        self.forecast.append((plain, forecast))     # plain decoding's seconds for these tokens
+        # the step against the model, whose costs are those of the whole batch: a step after
+        # rows left runs fewer rows than they were measured at, and would bias its kind's ratio
+        if self.started is not None and self.costs.measured and len(blocks) == self.rows:
             seconds = time.perf_counter() - self.started
-            context = sum(self.context) // len(self.context)
-            predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
             self.costs.observe(c.kind, seconds, predicted)
             self.drifted |= self.costs.drift.observe(seconds, predicted)
-            if self.rows > 1:       # a pooled estimate against what the rows committed; one
-                # row's estimate is that row's own counts (a ratio on it only lowered tau)
-                self.costs.observe_yield(c.kind, sum(b.shape[1] for b in blocks), self.expected)
+        if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
+            # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
+            self.costs.observe_yield(c.kind, committed, self.expected)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):

@@ -206,6 +206,26 @@ def test_bench_batch_sizes_reports_a_row_per_batch_size(tmp_path):
     naive = [r for r in rows if r["rollback"] == "shortest"]
     assert [r["batch_size"] for r in naive] == [1, 2] and naive[0]["discarded_tokens"] == 0
     assert all(r["predicted_speedup"] for r in rows if r["kind"] == "dflash")
+    # the tree from the measured forwards, the default from the forecast of its own steps
+    assert all(r["predicted_speedup"] > 0 for r in rows
+               if r["kind"] in ("dflash_tree", "dflash_policy"))
+
+
+def test_only_a_whole_batch_times_the_cost_model(tiny, drafter, prompts):
+    """The costs are those of the batch the policy started with: a step run after rows left is
+    cheaper than they say, and timing it would make the kinds that run late (prompt lookup, as
+    rows finish) look cheap. Every step still adds to the forecast."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    costs = _costs(False)
+    costs.measured = True
+    policy = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs)
+    timed = []
+    costs.observe = lambda kind, seconds, predicted, decay=0.95: timed.append(kind)
+    limits = [MAX_NEW, 6, MAX_NEW, 6]                 # two rows leave after a few steps
+    results = generate(target, policy, ids[:4], limits, stop_token_ids=stops)
+    assert [r.tokens for r in results] == [a[:n] for a, n in zip(alone[:4], limits)]
+    assert 0 < len(timed) < len(policy.chosen) == len(policy.forecast)
 
 
 def test_crossover_is_the_first_batch_below_the_line():
