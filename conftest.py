@@ -1,7 +1,7 @@
 """Tests never write into the repository.
 
 Before any test runs (unit tests, papermill runs, nbval), the figures, results and cache
-directories of :mod:`dflash_lite.plotting` are pointed at one temporary directory for the session.
+directories of :mod:`dflash_lite.measuring.plotting` are pointed at one temporary directory for the session.
 Notebook kernels started by papermill and nbval inherit these variables.
 """
 import atexit

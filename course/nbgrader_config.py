@@ -9,7 +9,7 @@ nbgrader may write into (docs/teaching.md, "Grading with stock nbgrader"):
 
 The scores nbgrader stores come from the student's own kernel, which the student's code can
 change; the scores that count are the grader's (``python -m dflash_lite.course autograde``, or
-``python -m dflash_lite.grader`` on an autograded notebook collected with ``course autograde``).
+``python -m dflash_lite.course.grader`` on an autograded notebook collected with ``course autograde``).
 """
 c = get_config()  # noqa: F821  (nbgrader provides it)
 
@@ -27,12 +27,12 @@ c.ExecutePreprocessor.kernel_name = "python3"
 
 # Before the run, a collector cell goes in front of each test cell (after OverwriteCells has put
 # the instructor's test cells back): the autograded notebooks then carry the answers' values, and
-# `python -m dflash_lite.grader source/chNN/X.ipynb autograded/<student>/chNN/X.ipynb` scores them
+# `python -m dflash_lite.course.grader source/chNN/X.ipynb autograded/<student>/chNN/X.ipynb` scores them
 # in a fresh process. dflash_lite must be importable (pip install -e .., or PYTHONPATH).
 from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, DeduplicateIds,  # noqa: E402
                                     OverwriteCells, OverwriteKernelspec)
 
-from dflash_lite.grader import InsertCollectors  # noqa: E402
+from dflash_lite.course.grader import InsertCollectors  # noqa: E402
 
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                       InsertCollectors, CheckCellMetadata]

@@ -2,9 +2,10 @@
 
 Parsing lives only here and under ``__main__``; every command is a typed function that
 notebooks can call directly with its config dataclass (:class:`DemoConfig`,
-:class:`~dflash_lite.benchmark.BenchConfig`, :class:`~dflash_lite.train.DrafterTrainConfig`),
-whose fields are where each default is written: no option states one (:class:`Options` takes
-them from the dataclass and shows them in ``--help``).
+:class:`~dflash_lite.measuring.benchmark.BenchConfig`,
+:class:`~dflash_lite.training.train.DrafterTrainConfig`), whose fields are where each default is
+written: no option states one (:class:`Options` takes them from the dataclass and shows them in
+``--help``).
 """
 from __future__ import annotations
 
@@ -19,16 +20,17 @@ import torch
 from safetensors import SafetensorError
 
 from . import corpus, signals, validate
-from .acceptance import SamplingParams
-from .benchmark import BenchConfig, bench
-from .checkpoints import load_pair
-from .drafter import Conditioning, Drafting
-from .engine import Engine
+from .decoding.acceptance import SamplingParams
+from .decoding.checkpoints import load_pair
+from .decoding.drafter import Conditioning, Drafting
+from .decoding.engine import Engine
+from .decoding.target import DTYPES, LoadError, default_drafter_path, parse_dtype
+from .decoding.timing import interleaved
+from .measuring.benchmark import BenchConfig, bench
+from .measuring.report import all_dflash_failed
 from .prompts import DATASETS, TRAIN_DATASETS
-from .report import all_dflash_failed
-from .target import DTYPES, LoadError, default_drafter_path, parse_dtype
-from .timing import interleaved
-from .train import DrafterTrainConfig, train_drafter
+from .training.train import DrafterTrainConfig, train_drafter
+from .validate import Parser  # noqa: F401 (public: the one argparse every command uses)
 
 DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
 
@@ -76,8 +78,8 @@ class DemoConfig:
 
 def demo(config: DemoConfig | None = None, **options) -> dict:
     """Complete the prompt with the target, then with DFlash when a drafter is there, each an
-    :class:`~dflash_lite.engine.Engine` timed by the one interleaved timer, and print both with
-    tokens/s, time to first token, speedup and tau."""
+    :class:`~dflash_lite.decoding.engine.Engine` timed by the one interleaved timer, and print both
+    with tokens/s, time to first token, speedup and tau."""
     c = (config or DemoConfig(**options)).check()
     sampling = SamplingParams(c.temperature, c.top_k, c.top_p)
     torch_dtype = parse_dtype(c.dtype)
@@ -130,13 +132,6 @@ def shown_default(value) -> str | None:
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value)) or "''"
     return str(value) or "''"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (exit 2): the message names the flag and its range."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class Options:

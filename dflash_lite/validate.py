@@ -355,6 +355,13 @@ def check_output_dir(value, name: str | None = "output directory") -> Path:
 
 
 # ----------------------------------------------------------------------------- argparse
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2): the message names the flag and its range."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def arg_type(check, convert=int, **limits):
     """An argparse ``type=``: ``convert`` the text, then ``check(name=None, value=..., **limits)``;
     argparse prefixes the flag, so the message reads ``argument --repeats: must be ...``."""

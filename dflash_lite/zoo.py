@@ -37,10 +37,10 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from . import corpus, fetch, outputs, signals, validate
 from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, expected_errors
+from .decoding.target import FETCHABLE
 from .files import atomic_write_text
-from .model_card import DrafterCardConfig, write_card, write_drafter_card
-from .target import FETCHABLE
-from .trainer import TrainConfig, Trainer
+from .measuring.model_card import DrafterCardConfig, write_card, write_drafter_card
+from .training.trainer import TrainConfig, Trainer
 
 
 @dataclass
@@ -133,11 +133,11 @@ def build_model(preset: TargetPreset, tokenizer):
 def train_config(preset: TargetPreset, steps: int, seed: int = 0,
                  time_budget_s: float | None = None,
                  log_every: int = 50, bf16: bool = True) -> TrainConfig:
-    """The target's recipe for the one :class:`~dflash_lite.trainer.Trainer`: AdamW with betas
-    (0.9, 0.95) and weight decay on matrices only, ``preset.warmup_steps`` of linear warm-up, then
-    cosine decay over the whole run to 10% of the peak (:func:`~dflash_lite.trainer.cosine_lr`),
-    gradient norm clipped at 1, and bf16 autocast with fp32 master weights unless ``bf16`` is
-    off."""
+    """The target's recipe for the one :class:`~dflash_lite.training.trainer.Trainer`: AdamW with
+    betas (0.9, 0.95) and weight decay on matrices only, ``preset.warmup_steps`` of linear warm-up,
+    then cosine decay over the whole run to 10% of the peak
+    (:func:`~dflash_lite.training.trainer.cosine_lr`), gradient norm clipped at 1, and bf16 autocast
+    with fp32 master weights unless ``bf16`` is off."""
     return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps,
                        min_lr_ratio=0.1,
                        betas=(0.9, 0.95), weight_decay=preset.weight_decay,
@@ -245,10 +245,11 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any
     work.
 
-    The loop is the drafters' :class:`~dflash_lite.trainer.Trainer` with the target's recipe
-    (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is kept.
-    Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where freeing
-    the large logits tensor every step returns pages to the kernel. The model is written beside
+    The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with the target's
+    recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is
+    kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where
+    freeing the large logits tensor every step returns pages to the kernel. The model is written
+    beside
     ``out`` and renamed into place whole."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]

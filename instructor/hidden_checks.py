@@ -1,4 +1,4 @@
-"""Hidden checks: run by the grader (dflash_lite/grader.py) after a graded cell's own check
+"""Hidden checks: run by the grader (dflash_lite/course/grader.py) after a graded cell's own check
 passed, on the namespace that cell ran in. Instructor-only: in neither the student bundle nor the
 student package. ``CHECKS`` maps a grade id to a function that raises AssertionError."""
 
@@ -32,7 +32,7 @@ def ch02_article_output(ns: dict) -> None:
 
 
 def ch02_tv(ns: dict) -> None:
-    from dflash_lite.acceptance import SamplingParams, target_probs
+    from dflash_lite.decoding.acceptance import SamplingParams, target_probs
 
     target, draft, tokenizer = ns["target"], ns["draft"], ns["tokenizer"]
     params = SamplingParams(temperature=0.7, top_p=0.9)
@@ -59,7 +59,7 @@ def ch02_lookup(ns: dict) -> None:
 
 
 def ch03_unmasking(ns: dict) -> None:
-    from dflash_lite.decode import generate
+    from dflash_lite.decoding.decode import generate
     from dflash_lite.exercises.ch03 import _first_block
 
     answer, drafter, target = ns["answer_5"], ns["drafter"], ns["target"]
@@ -135,7 +135,7 @@ from types import SimpleNamespace  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-SOLUTION_KEY = "__dflash_solution__"  # dflash_lite.grader.SOLUTION_KEY
+SOLUTION_KEY = "__dflash_solution__"  # dflash_lite.course.grader.SOLUTION_KEY
 
 
 def _instructor_cell(chapter: str, grade_id: str) -> str:
@@ -234,7 +234,7 @@ class _swapped:
 
 def _random_drafter(config, num_layers: int, seed: int):
     """A drafter of ``config``'s shapes with random weights, norms included."""
-    from dflash_lite.drafter import DFlashDrafter
+    from dflash_lite.decoding.drafter import DFlashDrafter
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -249,7 +249,7 @@ def _random_drafter(config, num_layers: int, seed: int):
 
 
 def ch03_context(ns: dict) -> None:
-    from dflash_lite.target import context_features
+    from dflash_lite.decoding.target import context_features
 
     drafter = ns["drafter"]
     c = drafter.config
@@ -359,7 +359,7 @@ def ch03_drafter_forward(ns: dict) -> None:
 
 
 def ch05_loss(ns: dict) -> None:
-    from dflash_lite.train import loss_gamma, position_weights
+    from dflash_lite.training.train import loss_gamma, position_weights
 
     g = torch.Generator().manual_seed(505)
     for B, M, V in ((8, 40, 30), (4, 25, 11), (16, 90, 50)):
@@ -397,7 +397,7 @@ def ch05_training(ns: dict) -> None:
     weights."""
     train, block_size = ns["answer_5"], ns["block_size"]
     assert callable(train), "answer_5 is not a function"
-    from dflash_lite.train import drafter_loss as real
+    from dflash_lite.training.train import drafter_loss as real
 
     g = torch.Generator().manual_seed(506)
     for given in (torch.rand(block_size - 1, generator=g) + 0.2,
@@ -420,7 +420,7 @@ def ch05_training(ns: dict) -> None:
 
 
 def _random_tree(g, size: int):
-    from dflash_lite.tree import DraftTree
+    from dflash_lite.decoding.tree import DraftTree
 
     parents, depths = [-1], [0]
     for i in range(1, size):
@@ -431,7 +431,7 @@ def _random_tree(g, size: int):
 
 
 def ch09_tree_mask(ns: dict) -> None:
-    from dflash_lite.tree import build_tree
+    from dflash_lite.decoding.tree import build_tree
 
     g = torch.Generator().manual_seed(909)
     trees = [_random_tree(g, n) for n in (1, 2, 9, 30)]
@@ -445,7 +445,7 @@ def ch09_tree_mask(ns: dict) -> None:
 
 
 def ch09_best_paths(ns: dict) -> None:
-    from dflash_lite.tree import build_tree
+    from dflash_lite.decoding.tree import build_tree
 
     mine = ns["best_paths"]
     g = torch.Generator().manual_seed(910)
@@ -471,7 +471,7 @@ def ch09_best_paths(ns: dict) -> None:
 def _batch_reference(at: list[int], width: int, ancestors=None, depths=None):
     """The package's mask and positions for rows at ``at`` (a single row through a two-row cache:
     one row alone takes the cache's one-request path, which may return no mask at all)."""
-    from dflash_lite.cache import SlotCache
+    from dflash_lite.decoding.cache import SlotCache
 
     rows = at if len(at) > 1 else at * 2
     cache = SlotCache(1, rows=len(rows))
@@ -552,7 +552,7 @@ def _close(a, b, rel: float = 1e-9) -> bool:
 def _ratios(report: dict) -> None:
     """Every row's speedups are its tokens/s over the base rows' (the report's own times), its
     tokens/s lies in its spread, and the cost model's rows follow from the report's rows."""
-    from dflash_lite.report import cost_model
+    from dflash_lite.measuring.report import cost_model
 
     rows = report["methods"]
     columns = [("speedup", "autoregressive", False),
@@ -607,8 +607,8 @@ def _local(name: str) -> str:
 
 
 def _models(env: dict, drafter_dir=None):
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.target import load_pretrained
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.target import load_pretrained
 
     dtype = str(env.get("dtype") or "float32")
     key = (str(env["target"]), dtype)
@@ -627,11 +627,11 @@ def _rerun_row(report: dict, block_size: int | None = None, drafter_dir=None,
     and compare its tau and acceptance histogram with the report's; returns the row. A report of
     more than ``budget`` new tokens in all is checked on its first prompt only: that prompt's
     steps must be among the report's."""
-    from dflash_lite.acceptance import SamplingParams
-    from dflash_lite.baselines import NoDraftProposer
-    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.decoding.acceptance import SamplingParams
+    from dflash_lite.decoding.baselines import NoDraftProposer
+    from dflash_lite.decoding.decode import DFlashProposer, generate
     from dflash_lite.prompts import encode
-    from dflash_lite.target import stop_token_ids
+    from dflash_lite.decoding.target import stop_token_ids
 
     env, rows = report["env"], report["methods"]
     fixed = [r for r in rows if r["kind"] == "dflash" and not r.get("compiled")

@@ -34,7 +34,7 @@ def mse_on_probs(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tens
 
 def unmasking_proposer():
     """03, exercise 5: one pass, keep the most confident half, re-mask the rest, one more pass."""
-    from dflash_lite.decode import ChainDraft, DFlashProposer
+    from dflash_lite.decoding.decode import ChainDraft, DFlashProposer
 
     class ConfidenceUnmaskingProposer(DFlashProposer):
         def propose(self, last: torch.Tensor, depths: list[int]):  # one request: last (1,)

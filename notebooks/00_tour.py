@@ -22,7 +22,7 @@
 #   exists offline (the Python standard library and generated grade-school math), with its model card;
 # * a **tokenizer** (byte-level BPE from `tokenizers`) that reserves the `<|mask|>` token the DFlash drafter needs;
 # * the **autoregressive baseline**: prefill, then one target forward per new token, with the KV cache
-#   (`dflash_lite/decode.py`), checked token for token against `model.generate`.
+#   (`dflash_lite/decoding/decode.py`), checked token for token against `model.generate`.
 #
 # Everything runs on a laptop CPU, offline, in a minute or two.
 
@@ -48,8 +48,8 @@ import torch
 
 import dflash_lite
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.target import SHIPPED
-from dflash_lite.plotting import save_figure
+from dflash_lite.decoding.target import SHIPPED
+from dflash_lite.measuring.plotting import save_figure
 
 from dflash_lite.course import chapter_clock
 
@@ -65,7 +65,7 @@ num_parity_prompts = 10
 
 # %%
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
-model, tokenizer = load_pretrained(target_name, device=device)   # defined in dflash_lite/target.py
+model, tokenizer = load_pretrained(target_name, device=device)   # defined in dflash_lite/decoding/target.py
 n_params = sum(p.numel() for p in model.parameters())
 print(type(model).__name__, f"{n_params / 1e6:.2f}M parameters,", model.config.num_hidden_layers, "layers,",
       "hidden", model.config.hidden_size, "| vocab", len(tokenizer))
@@ -178,9 +178,9 @@ assert same == len(prompts)
 # the rates of earlier cells. The count of verification steps does not depend on the machine at all.
 
 # %%
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.target import default_drafter_path
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.target import default_drafter_path
 
 drafter = load_drafter(default_drafter_path("tiny")).to(device)
 runs = {"autoregressive": [], "DFlash": []}

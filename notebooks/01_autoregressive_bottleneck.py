@@ -49,9 +49,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.decode import new_cache, prefill
-from dflash_lite.plotting import save_figure, subplots
-from dflash_lite.timing import interleaved
+from dflash_lite.decoding.decode import new_cache, prefill
+from dflash_lite.measuring.plotting import save_figure, subplots
+from dflash_lite.decoding.timing import interleaved
 
 from dflash_lite.course import chapter_clock
 
@@ -70,7 +70,7 @@ num_prompts = 4
 
 # %%
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
-model, tokenizer = load_pretrained(target_name, device=device)      # dflash_lite/target.py
+model, tokenizer = load_pretrained(target_name, device=device)      # dflash_lite/decoding/target.py
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 prompt = corpus.function_headers(corpus.stdlib_files("held_out"), 40, seed=2)
 text = "".join(prompt)
@@ -165,7 +165,7 @@ assert all(n == repeats for n in calls.values()), "every module runs once per de
 # block commits on average (tau).
 #
 # Timings of a few milliseconds on a shared machine are noisy, so each size is timed many times
-# with the project's one interleaved timer (`dflash_lite/timing.py`): a warm-up round, then rounds
+# with the project's one interleaved timer (`dflash_lite/decoding/timing.py`): a warm-up round, then rounds
 # that visit every size in turn, each round starting one size further along (so a burst of machine
 # load hits all sizes alike). We keep the median and the interquartile range (the middle half of
 # the samples). `t(1)` is one decode step, like section 1's; the cell prints the two side by side,

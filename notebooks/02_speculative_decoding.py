@@ -49,13 +49,13 @@ import torch
 from scipy.stats import chisquare
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
+from dflash_lite.decoding.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
                                     accept_point_mass, accept_speculative, target_probs)
-from dflash_lite.decode import PerRow, generate
-from dflash_lite.baselines import DraftModelProposer
-from dflash_lite.target import SHIPPED_BASELINES
-from dflash_lite.plotting import COLORBLIND, save_figure, subplots
-from dflash_lite.timing import interleaved
+from dflash_lite.decoding.decode import PerRow, generate
+from dflash_lite.decoding.baselines import DraftModelProposer
+from dflash_lite.decoding.target import SHIPPED_BASELINES
+from dflash_lite.measuring.plotting import COLORBLIND, save_figure, subplots
+from dflash_lite.decoding.timing import interleaved
 
 from dflash_lite.course import chapter_clock
 
@@ -83,13 +83,13 @@ print(f"target {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M paramete
 # %% [markdown]
 # ## The picture first: a speculative step on a timeline
 #
-# Drawn, not measured (`dflash_lite/diagrams.py`). What to look for: the plain row needs one target
+# Drawn, not measured (`dflash_lite/measuring/diagrams.py`). What to look for: the plain row needs one target
 # forward per token; the speculative row pays a cheap draft and one slightly wider target forward
 # per step, and each step commits the accepted guesses plus one token of the target's own (the
 # first miss is replaced by the target's token, so a step never commits fewer than one).
 
 # %%
-from dflash_lite import diagrams
+from dflash_lite.measuring import diagrams
 _ = save_figure(diagrams.decoding_timeline(), "02_diagram_timeline")
 
 # %% [markdown]
@@ -97,7 +97,7 @@ _ = save_figure(diagrams.decoding_timeline(), "02_diagram_timeline")
 #
 # The target sees `[last, d1, ..., dk]` in one forward and returns its choice after each of them.
 # Draft `d_i` is kept while it equals the target's choice at the position before it
-# (`dflash_lite/acceptance.py: accept_greedy`); the target's choice at the first disagreement (or
+# (`dflash_lite/decoding/acceptance.py: accept_greedy`); the target's choice at the first disagreement (or
 # after the last draft) is appended, so each step commits between 1 and k+1 tokens.
 
 # %%
@@ -177,7 +177,7 @@ score(ch02.check_speculative_greedy(speculative_greedy, target, draft, tokenizer
 
 # %% [markdown]
 # Same tokens as the target alone, and the same accepted length at every step as the package's
-# loop. From here on we use the package: `generate` (`dflash_lite/decode.py`) is this
+# loop. From here on we use the package: `generate` (`dflash_lite/decoding/decode.py`) is this
 # loop with the draft model's own KV cache, timing, and sampling. The package's loop decodes a
 # batch of prompts (one prompt is a batch of one); `DraftModelProposer` drafts one request at a time,
 # so it runs wrapped, `PerRow(DraftModelProposer(...))`: one copy of it per row of the batch.
@@ -268,7 +268,7 @@ for r in rules:
 assert tv[rules[0]] < 1e-6 and tv[rules[1]] > 1e-3 and tv[rules[2]] > 1e-3
 
 # %%
-# the same, sampled through the acceptance functions of dflash_lite/acceptance.py (one draft token)
+# the same, sampled through the acceptance functions of dflash_lite/decoding/acceptance.py (one draft token)
 g = torch.Generator().manual_seed(0)
 counts = {r: np.zeros(len(p)) for r in rules}
 pp, qq = p.float()[None].repeat(2, 1), q.float()[None]      # p at the draft position and the one after
@@ -333,7 +333,7 @@ assert pvalues[rules[0]] > 0.001
 # accept drafts while they equal the samples. The first sample that differs is the target's token
 # for that step. No draft probabilities are needed, and a better drafter (one whose argmax is
 # often the target's sample) accepts more without changing the output distribution.
-# `accept_point_mass` in `dflash_lite/acceptance.py` is this rule. Check it against `p`, at the
+# `accept_point_mass` in `dflash_lite/decoding/acceptance.py` is this rule. Check it against `p`, at the
 # position where the draft is the target's favourite and at one where it is a poor guess:
 
 # %%
@@ -372,11 +372,11 @@ for name, token in (("the target's argmax", int(p.argmax())), ("the 5th likelies
 # position i is a fixed function of the seed and of the tokens before it, and a point-mass draft
 # is accepted exactly when it equals that token. Whatever is drafted, the committed text is the
 # target's own seeded sample (drafter-invariant speculative decoding, arXiv 2408.07978).
-# `PositionNoise` in `dflash_lite/acceptance.py` computes `u` with a counter-based hash of the
+# `PositionNoise` in `dflash_lite/decoding/acceptance.py` computes `u` with a counter-based hash of the
 # three numbers. Build the sampler from its uniforms, and check it against `p`:
 
 # %%
-from dflash_lite.acceptance import PositionNoise, choose_tokens
+from dflash_lite.decoding.acceptance import PositionNoise, choose_tokens
 
 noise = PositionNoise(seed=11)
 positions = torch.arange(num_samples)                      # one draw per position, one seed
@@ -397,11 +397,11 @@ assert torch.equal(gumbel_max, package) and pv > 0.001
 # *coupled* rule). Same seed, same text, whatever tau each scheme reaches:
 
 # %%
-from dflash_lite.baselines import NoDraftProposer
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer
-from dflash_lite.target import default_drafter_path
-from dflash_lite.tree import DFlashTreeProposer
+from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer
+from dflash_lite.decoding.target import default_drafter_path
+from dflash_lite.decoding.tree import DFlashTreeProposer
 
 drafter = load_drafter(default_drafter_path(target_name)).to(device).eval()
 schemes = {"plain decoding": NoDraftProposer(),
@@ -500,7 +500,7 @@ runs = {"target alone (generate)": lambda x: hf_generate(x),
         "draft model (ours)": lambda x: generate(
             target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), x, max_new_tokens,
             stop_token_ids=stops).tokens}
-# the one interleaved timer (dflash_lite/timing.py): a warm-up round, then rounds in turn
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up round, then rounds in turn
 timed = interleaved({name: (lambda f=f: [f(x) for x in prompt_ids[:2]])
                      for name, f in runs.items()}, repeats=3, warmup=1, device=device)
 base = timed["target alone (generate)"][0][1]

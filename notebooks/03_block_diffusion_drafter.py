@@ -24,7 +24,7 @@
 # In this notebook you:
 #
 # 1. **build the drafter's forward yourself**: the masked block, RoPE, the KV-injection attention,
-#    a whole drafter layer, the training mask, and check each against `dflash_lite/drafter.py`;
+#    a whole drafter layer, the training mask, and check each against `dflash_lite/decoding/drafter.py`;
 # 2. see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
 #    a single step;
 # 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter
@@ -56,13 +56,13 @@ import torch
 import torch.nn.functional as F
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.baselines import EagleProposer
-from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
-from dflash_lite.data import block_attention_mask
-from dflash_lite.plotting import save_figure, subplots
-from dflash_lite.timing import interleaved
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.baselines import EagleProposer
+from dflash_lite.decoding.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features
+from dflash_lite.training.data import block_attention_mask
+from dflash_lite.measuring.plotting import save_figure, subplots
+from dflash_lite.decoding.timing import interleaved
 
 from dflash_lite.course import chapter_clock
 
@@ -117,7 +117,7 @@ with torch.inference_mode():
     out = target(ids, output_hidden_states=True)
 last = out.logits[:, -1:].argmax(-1)                                        # (1, 1) the target's next token
 C, H, eps = ids.shape[1], c.hidden_size, c.rms_norm_eps
-features = context_features(out.hidden_states, c.target_layer_ids)           # the package's (dflash_lite/target.py)
+features = context_features(out.hidden_states, c.target_layer_ids)           # the package's (dflash_lite/decoding/target.py)
 
 ### BEGIN SOLUTION
 my_features = torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)   # (1, C, K*H)
@@ -208,12 +208,12 @@ score(check_rope(rope_cos_sin, rotate, drafter), 1)
 # head is shared by a group of query heads. The optional `mask` is for training (section 1f).
 
 # %% [markdown]
-# The whole data path first, drawn (`dflash_lite/diagrams.py`). What to look for: the context is
+# The whole data path first, drawn (`dflash_lite/measuring/diagrams.py`). What to look for: the context is
 # projected **once** and reaches every drafter layer as keys and values, while the queries come
 # only from the block.
 
 # %%
-from dflash_lite import diagrams
+from dflash_lite.measuring import diagrams
 _ = save_figure(diagrams.kv_injection(), "03_diagram_kv_injection")
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_build_kv_injection", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -244,7 +244,7 @@ with torch.inference_mode():
     mine = kv_injection_attention(layer0.self_attn, x, context, block_pos, ctx_pos)
     rope_b = drafter.rotary_emb(x, block_pos[None].to(device))
     rope_c = drafter.rotary_emb(context, ctx_pos[None].to(device))
-    ref = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)      # dflash_lite/drafter.py
+    ref = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)      # dflash_lite/decoding/drafter.py
 torch.testing.assert_close(mine, ref)
 print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = {(mine - ref).abs().max():.2e}")
 
@@ -310,7 +310,7 @@ def my_block_mask(anchors, T, B):
 # %% nbgrader={"grade": true, "grade_id": "ch03_build_block_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 anchors = torch.tensor([3, 6, 9])
 mask = my_block_mask(anchors, 12, 4)
-assert torch.equal(mask, block_attention_mask(anchors, 12, 4))      # defined in dflash_lite/train.py
+assert torch.equal(mask, block_attention_mask(anchors, 12, 4))      # defined in dflash_lite/training/train.py
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.imshow(mask.int(), cmap="Greys", aspect="auto")
 ax.axvline(11.5, color="red", lw=1)
@@ -349,7 +349,7 @@ print(f"{len(anchors)} blocks at anchors {anchors.tolist()}: one masked forward 
 
 # %% [markdown]
 # From here on we use the package: `DFlashDrafter.draft_logits` for a block, `DFlashProposer` in the
-# decode loop (`dflash_lite/decode.py`), `block_attention_mask` in training (`dflash_lite/data.py`).
+# decode loop (`dflash_lite/decoding/decode.py`), `block_attention_mask` in training (`dflash_lite/training/data.py`).
 #
 # ## 2. Why "diffusion", and why one step
 #
@@ -400,7 +400,7 @@ def time_eagle():
     p = EagleProposer(eagle, target, block_size); p.start(ids, features)
     t0 = time.perf_counter(); p.propose(last[0, 0], block_size - 1); return time.perf_counter() - t0
 
-# the one interleaved timer (dflash_lite/timing.py): a warm-up, then the two in turn; each run
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then the two in turn; each run
 # returns the seconds of its draft alone (the proposer's start is not timed)
 timed = interleaved({"DFlash": time_dflash, "EAGLE-style": time_eagle}, repeats=timing_repeats,
                     warmup=1, device=device)
@@ -500,7 +500,7 @@ def run_passes(n_passes):
             for domain, x in all_prompts]
 
 
-# the one interleaved timer (dflash_lite/timing.py): a warm-up, then every pass count in turn
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then every pass count in turn
 timed = interleaved({n: (lambda n=n: run_passes(n)) for n in passes}, repeats=3, warmup=1,
                     device=device)
 rows = []
@@ -630,7 +630,7 @@ score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"] + pr
 # position of `last`, `self.new_context_start[0] + self.new_context.shape[1]`), fills the re-masked
 # slots with its argmax and returns them as `[ChainDraft(tokens)]`. A proposer drafts a batch: `last`
 # holds each row's last token and `depths` each row's k, and it returns one draft per row
-# (`dflash_lite/proposers.py`); here the batch is one request, so `last[0]` and `depths[0]`. The check
+# (`dflash_lite/decoding/proposers.py`); here the batch is one request, so `last[0]` and `depths[0]`. The check
 # compares your drafts with its own implementation on a few steps, and then runs your proposer in the
 # decode loop on the math prompts: is tau higher than one pass, and does it pay for the extra forward?
 

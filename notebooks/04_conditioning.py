@@ -17,7 +17,7 @@
 # # 04 · Conditioning: how the target's hidden states reach the drafter
 #
 # What lets a drafter of a couple of layers draft a whole block of tokens that the target accepts is
-# that it reads the target's own hidden states (`dflash_lite/target.py: context_features`, `dflash_lite/drafter.py`):
+# that it reads the target's own hidden states (`dflash_lite/decoding/target.py: context_features`, `dflash_lite/decoding/drafter.py`):
 #
 # 1. **Taps.** K target layers, spread from the 2nd to the 3rd-from-last:
 #    `round(1 + i*(N-4)/(K-1))`, i = 0..K-1.
@@ -52,17 +52,17 @@ import numpy as np
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.baselines import generate_autoregressive
-from dflash_lite.cache import SlotCache
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
-from dflash_lite.plotting import repo_dir, save_figure, subplots
-from dflash_lite.timing import interleaved
-from dflash_lite.variants import make_drafter
-from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
-from dflash_lite.data import regenerate
-from dflash_lite.train import position_accuracy
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.baselines import generate_autoregressive
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.measuring.plotting import repo_dir, save_figure, subplots
+from dflash_lite.decoding.timing import interleaved
+from dflash_lite.decoding.variants import make_drafter
+from dflash_lite.decoding.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
+from dflash_lite.training.data import regenerate
+from dflash_lite.training.train import position_accuracy
 
 from dflash_lite.course import chapter_clock
 
@@ -291,7 +291,7 @@ assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.
 # and each logged point is the loss of one batch of 8 sequences out of a few thousand, whose share
 # of code (which the drafter predicts far worse than math) changes from batch to batch. The
 # learning rate is not at its peak there: it warms up early and is already decaying on its cosine
-# (`dflash_lite/trainer.py`). So the rise most likely comes from a stretch of harder batches, and
+# (`dflash_lite/training/trainer.py`). So the rise most likely comes from a stretch of harder batches, and
 # the held-out tau in the table, measured after training, is the number to compare variants by.
 
 # %%
@@ -368,7 +368,7 @@ def one_step(d, f):
     return time.perf_counter() - t0
 
 
-# the one interleaved timer (dflash_lite/timing.py): a warm-up, then the variants in turn
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then the variants in turn
 with torch.inference_mode():
     timed = interleaved({label: (lambda d=d, f=f: one_step(d, f))
                          for label, (d, f) in drafters.items()},
@@ -431,7 +431,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # `notebooks/solutions/04_conditioning.py`.
 #
 # **1. ★ Which hidden states.** A drafter built with `target_layer_ids=[5, 6]`: which entries of the
-# target's `output_hidden_states` tuple does `context_features` read (`dflash_lite/target.py`), and
+# target's `output_hidden_states` tuple does `context_features` read (`dflash_lite/decoding/target.py`), and
 # how many inputs does its `fc` have?
 
 # %% nbgrader={"grade": false, "grade_id": "ch04_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -464,9 +464,9 @@ score(check_cache_numbers(answer_2), 1)
 # **3. ★★★ Deep taps or shallow taps?** Train two drafters alike, one tapping only deep layers
 # (`[5, 6]`), one only shallow ones (`[0, 1]`), and say which drafts worse. `--num-taps` spreads the
 # taps evenly and cannot select these, so use the Python API, as `train_drafter` does in
-# `dflash_lite/train.py`: `DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
+# `dflash_lite/training/train.py`: `DrafterConfig.from_target(target.config, tokenizer.mask_token_id,
 # num_layers=..., block_size=..., target_layer_ids=[5, 6])`, then `regenerate`, `epoch_batches`,
-# `drafter_loss` and `Trainer` from `dflash_lite.train`. The check measures both drafters' tau on
+# `drafter_loss` and `Trainer` from `dflash_lite.training.train`. The check measures both drafters' tau on
 # held-out prompts itself, and when the taus tie, their held-out accuracy over the block positions;
 # drafters that tie on both score nothing, so give them enough steps to differ.
 

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 06 · Benchmarks: every method side by side, and the cost model that explains the speedup
 #
-# One call of `dflash_lite.benchmark.bench` (the same as `python -m dflash_lite bench`) runs every
+# One call of `dflash_lite.measuring.benchmark.bench` (the same as `python -m dflash_lite bench`) runs every
 # method on the same prompts, after a warm-up, interleaved over repeats, and reports medians. Every
 # greedy method's output is checked token for token against the target's greedy output *in the same
 # run*. Speedups are ratios to the autoregressive loop (the same decode loop at block size 1)
@@ -49,10 +49,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from dflash_lite.benchmark import bench
-from dflash_lite.report import (DFLASH_KINDS, TRANSFORMERS_KINDS, Kind, format_cost_model, format_table,
+from dflash_lite.measuring.benchmark import bench
+from dflash_lite.measuring.report import (DFLASH_KINDS, TRANSFORMERS_KINDS, Kind, format_cost_model, format_table,
                                row_of, rows_of)
-from dflash_lite.plotting import (hardware_label, plot_benchmark_block_sizes, plot_benchmark_cost_model,
+from dflash_lite.measuring.plotting import (hardware_label, plot_benchmark_block_sizes, plot_benchmark_cost_model,
                                   plot_benchmark_histogram, plot_benchmark_speedup, results_dir)
 
 from dflash_lite.course import chapter_clock
@@ -87,7 +87,7 @@ assert all(r["identical_to_target"] for r in report["methods"] if r["error"] is 
 # ## Figures
 #
 # `plot_benchmark(report)` writes the four standard figures, titled with the hardware; here each
-# comes from its own function (`dflash_lite/plotting.py`) so it can be read on its own.
+# comes from its own function (`dflash_lite/measuring/plotting.py`) so it can be read on its own.
 #
 # **Speedup by method.** Blue bars are DFlash (ours and transformers' path with the same weights),
 # grey ones the other drafters and `model.generate`; the black line is the plain loop (1x). Look at how far the best grey bar

@@ -50,18 +50,18 @@ import numpy as np
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.acceptance import SamplingParams, target_probs
-from dflash_lite.costs import measure_costs, predicted_speedup
+from dflash_lite.decoding.acceptance import SamplingParams, target_probs
+from dflash_lite.decoding.costs import measure_costs, predicted_speedup
 from dflash_lite.prompts import builtin_prompts
-from dflash_lite.checkpoints import export_dflash, load_drafter
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.baselines import EagleProposer, generate_autoregressive
-from dflash_lite.plotting import cache_dir, save_figure
-from dflash_lite.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
-from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.decoding.checkpoints import export_dflash, load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.baselines import EagleProposer, generate_autoregressive
+from dflash_lite.measuring.plotting import cache_dir, save_figure
+from dflash_lite.decoding.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS
+from dflash_lite.training.data import epoch_batches, regenerate
 from dflash_lite.prompts import training_prompts
-from dflash_lite.train import drafter_loss, labelled_logits, position_weights
-from dflash_lite.trainer import TrainConfig, Trainer
+from dflash_lite.training.train import drafter_loss, labelled_logits, position_weights
+from dflash_lite.training.trainer import TrainConfig, Trainer
 
 from dflash_lite.course import chapter_clock
 
@@ -213,7 +213,7 @@ def held_out_accuracy(model):
     with torch.no_grad():
         return drafter_loss(model.eval(), target, batch, weights)[1]["accuracy_per_position"]
 
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 accuracy, curves = {}, {}
 for name, loss_fn in (("cross-entropy (DFlash)", lambda m, b: drafter_loss(m, target, b, weights)),
                       ("MSE on logits (article)", mse_loss)):
@@ -277,7 +277,7 @@ with torch.no_grad():
 tau_random = float(np.mean([a for r in res for a in r.acceptance_lengths]))
 print(f"tau with the trained projection {measured[16]['tau']:.2f}; with a fresh randn projection {tau_random:.2f}")
 
-from dflash_lite.target import context_features
+from dflash_lite.decoding.target import context_features
 with torch.inference_mode():
     out = target(prompt_ids[0], output_hidden_states=True)
 last = out.logits[0, -1:].argmax(-1)
@@ -311,7 +311,7 @@ verdicts.append(("'parallel' engine drafting token by token", "1 drafter forward
 # probability between 0.5 and 0.95; the cell prints the likeliest tokens):
 
 # %%
-from dflash_lite.target import load_pretrained as _load
+from dflash_lite.decoding.target import load_pretrained as _load
 draft_lm = _load(str(SHIPPED_BASELINES["tiny"]["draft_model"]), device=device)[0]
 s = SamplingParams(temperature=1.0)
 x = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 77).prompt, return_tensors="pt").input_ids.to(device)

@@ -19,7 +19,7 @@
 # Everything so far ran on the shipped 7M-parameter target, where a 16-token verify costs well over
 # a 1-token forward and the paper's "about 5x" cannot show. This chapter runs the same benchmark on
 # any target and drafter you name, by parameters only: a Qwen3 model from the hub with a published
-# DFlash drafter in the public layout (read by `dflash_lite.checkpoints.load_drafter`, rope scaling
+# DFlash drafter in the public layout (read by `dflash_lite.decoding.checkpoints.load_drafter`, rope scaling
 # and sliding-window layers included), on a GPU, in bf16, on a public benchmark set:
 #
 #     papermill notebooks/08_real_models.ipynb out.ipynb -p target Qwen/Qwen3-4B \
@@ -52,12 +52,12 @@ import json
 import matplotlib.pyplot as plt
 import torch
 
-from dflash_lite.benchmark import bench
-from dflash_lite.costs import measure_costs
-from dflash_lite.report import Kind, format_cost_model, format_table, row_of
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.plotting import hardware_label, repo_dir, results_dir, save_figure, subplots
-from dflash_lite.target import default_drafter_path, load_pretrained
+from dflash_lite.measuring.benchmark import bench
+from dflash_lite.decoding.costs import measure_costs
+from dflash_lite.measuring.report import Kind, format_cost_model, format_table, row_of
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.measuring.plotting import hardware_label, repo_dir, results_dir, save_figure, subplots
+from dflash_lite.decoding.target import default_drafter_path, load_pretrained
 
 from dflash_lite.course import chapter_clock
 
@@ -81,7 +81,7 @@ token_counts = [1, 2, 4, 8, 16, 32]     # forward sizes for the t(n)/t(1) curve
 # %% [markdown]
 # ## The benchmark
 #
-# One call of `dflash_lite.benchmark.bench` (defined in `dflash_lite/benchmark.py`, the same as
+# One call of `dflash_lite.measuring.benchmark.bench` (defined in `dflash_lite/measuring/benchmark.py`, the same as
 # `python -m dflash_lite bench`): the autoregressive baselines, the peers that exist for this
 # target, DFlash here and transformers' DFlash path with the same weights, interleaved over
 # repeats after a warm-up, with every greedy output checked against the target's in the same run.
@@ -268,7 +268,7 @@ score(ch08.check_predicted_from_curve(answer_1, ratio_here), 1)
 
 # %% [markdown]
 # **2. ★★ A stand-in for a hub checkout.** Published drafters ship in the public DFlash layout.
-# Export the shipped drafter to it (`dflash_lite.checkpoints.export_dflash(load_drafter(...), DIR)`),
+# Export the shipped drafter to it (`dflash_lite.decoding.checkpoints.export_dflash(load_drafter(...), DIR)`),
 # run `bench` with `drafter=DIR` and the same prompts and length as above, and give the tau of its
 # `DFlash (ours) B=16` row. Why must it equal the shipped directory's?
 

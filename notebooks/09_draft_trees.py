@@ -26,7 +26,7 @@
 #
 # Whether that pays depends on the machine, and so does the best block size. Serving systems
 # therefore choose the depth per step from measured costs and the acceptance seen so far; this
-# project's default does the same (`dflash_lite.policy`), and may pick a tree.
+# project's default does the same (`dflash_lite.decoding.policy`), and may pick a tree.
 #
 # In this notebook you:
 #
@@ -62,14 +62,14 @@ import numpy as np
 import torch
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.cache import SlotCache
-from dflash_lite.decode import DFlashProposer, generate, new_cache, prefill
-from dflash_lite.plotting import COLORBLIND, save_figure, subplots
-from dflash_lite.costs import measure_step_costs
-from dflash_lite.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
-from dflash_lite.target import SHIPPED_DRAFTERS
-from dflash_lite.tree import DFlashTreeProposer, accept_tree, build_tree, verify_tree
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, prefill
+from dflash_lite.measuring.plotting import COLORBLIND, save_figure, subplots
+from dflash_lite.decoding.costs import measure_step_costs
+from dflash_lite.decoding.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.tree import DFlashTreeProposer, accept_tree, build_tree, verify_tree
 
 from dflash_lite.course import chapter_clock
 
@@ -210,7 +210,7 @@ def best_paths(top_logp, top_ids, budget):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ch09_build_best_paths_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/tree.py
+tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/decoding/tree.py
 
 
 def node_path(tree, i):
@@ -311,16 +311,16 @@ print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit di
 # ### 3b. The hybrid tree
 #
 # A tree verify takes any set of paths, so the drafter's tree can carry a guess from somewhere
-# else too. Prompt lookup (`dflash_lite/ngram.py`) copies what followed the last few tokens the
-# last time they occurred; `add_branch` (`dflash_lite/tree.py`) hangs that continuation under the
+# else too. Prompt lookup (`dflash_lite/decoding/ngram.py`) copies what followed the last few tokens the
+# last time they occurred; `add_branch` (`dflash_lite/decoding/tree.py`) hangs that continuation under the
 # root, sharing the nodes the tree already holds. Build the hybrid tree by hand and check that one
 # verify of it still equals the per-path forwards. The default policy (`policy.DEFAULT_OPTIONS`,
 # section 6) chooses this hybrid tree, or prompt lookup's chain alone, when its estimates say
 # they pay.
 
 # %%
-from dflash_lite.ngram import ngram_continuation
-from dflash_lite.tree import add_branch
+from dflash_lite.decoding.ngram import ngram_continuation
+from dflash_lite.decoding.tree import add_branch
 
 history = torch.cat([x[0], root.view(1)]).tolist()             # the prompt and the root token
 branch = ngram_continuation(history, max_ngram=3, k=6) or tree.chain[:1] + [int(root)] * 5
@@ -340,13 +340,13 @@ with torch.inference_mode():
 print("one verify of the hybrid tree equals the per-path forwards at every node")
 
 # %% [markdown]
-# The three masks of this course side by side (`dflash_lite/diagrams.py`). What to look for: the
+# The three masks of this course side by side (`dflash_lite/measuring/diagrams.py`). What to look for: the
 # causal mask is a triangle; the block mask gives each block the context before its anchor and its
 # own block in both directions; the tree mask gives each node its ancestors only, so siblings never
 # see each other.
 
 # %%
-from dflash_lite import diagrams
+from dflash_lite.measuring import diagrams
 _ = save_figure(diagrams.attention_masks(), "09_diagram_masks")
 
 # %% [markdown]
@@ -412,7 +412,7 @@ for domain, xs in prompt_ids.items():
     print(f"{domain}, temperature {sampled_temperature:g}: " + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
 
 # %% [markdown]
-# Verification of a tree, drawn (`dflash_lite/diagrams.py`; the tokens are made up). What to look
+# Verification of a tree, drawn (`dflash_lite/measuring/diagrams.py`; the tokens are made up). What to look
 # for: the target's argmax at each node on the path names the child to follow; at the first node
 # with no such child the walk stops, and that argmax becomes the bonus token.
 

@@ -60,14 +60,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dflash_lite import corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.timing import interleaved
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.baselines import NoDraftProposer
-from dflash_lite.decode import DFlashProposer, generate, new_cache, verify
-from dflash_lite.plotting import COLORBLIND, subplots, repo_dir, save_figure
-from dflash_lite.costs import measure_step_costs
-from dflash_lite.shapes import FixedShapes
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.timing import interleaved
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, verify
+from dflash_lite.measuring.plotting import COLORBLIND, subplots, repo_dir, save_figure
+from dflash_lite.decoding.costs import measure_step_costs
+from dflash_lite.decoding.shapes import FixedShapes
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 
 from dflash_lite.course import chapter_clock
 
@@ -131,7 +131,7 @@ print(f"H200, tiny target: t_target(b) for b in {sorted(h200_costs)}; verify eag
 # ## 1. t(b) / t(1): is a wide verify nearly free?
 #
 # Time one target forward over b tokens at a prompt's context, for each b, here and now
-# (`measure_step_costs`, defined in `dflash_lite/costs.py`, the same timer the cost-aware policy
+# (`measure_step_costs`, defined in `dflash_lite/decoding/costs.py`, the same timer the cost-aware policy
 # uses). On a GPU with the model re-measured live, the same call runs there.
 
 # %%
@@ -234,7 +234,7 @@ print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms ({h200_verify
 # host instead of hundreds. The price is that nothing may change between replays except the
 # *contents* of the recorded buffers: not the shapes, not the addresses, not a Python decision in
 # the middle. `torch.compile(mode="reduce-overhead")` records such graphs for you, and that is
-# why the decode loop has a fixed-shape mode (`dflash_lite/shapes.py`): caches allocated once and
+# why the decode loop has a fixed-shape mode (`dflash_lite/decoding/shapes.py`): caches allocated once and
 # rewound instead of cropped, verifies padded to a few bucket widths, acceptance on the device with
 # one read back per step.
 
@@ -306,8 +306,8 @@ _ = save_figure(fig, "10_speedups_h200")
 # %% [markdown]
 # ### Fixed shapes, here
 #
-# `Engine(compile=True)` and `bench --compile` run the same loop (`dflash_lite/decode.py: steps`)
-# on fixed shapes (`dflash_lite/shapes.py: FixedShapes`): caches allocated once and masked over the
+# `Engine(compile=True)` and `bench --compile` run the same loop (`dflash_lite/decoding/decode.py: steps`)
+# on fixed shapes (`dflash_lite/decoding/shapes.py: FixedShapes`): caches allocated once and masked over the
 # whole buffer, verifies padded to a few bucket widths, the drafter's context written in chunks of
 # one width, and the forwards through `torch.compile` (CUDA graphs on CUDA). On this machine the
 # cell keeps the forwards eager (compiling on two cores takes minutes), so it shows what fixed
@@ -391,7 +391,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   (section 2 prints both ratios), because its time is launch overhead: a few microseconds of host
 #   work per operator.
 # * CUDA graphs replay a recorded sequence of kernels with one launch, which needs fixed shapes and
-#   addresses. The one decode loop runs that way in its fixed-shape mode (`dflash_lite/shapes.py`);
+#   addresses. The one decode loop runs that way in its fixed-shape mode (`dflash_lite/decoding/shapes.py`);
 #   `tools/gpu_bench.sh` measures it compiled against the eager mode on a GPU.
 # * With the paper-scale costs, the cost model at the paper's tau predicts a speedup close to the
 #   paper's measurement.

@@ -59,15 +59,15 @@ import numpy as np
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.baselines import NoDraftProposer
-from dflash_lite.batching import PAYS, crossover, format_batch_table, sweep
-from dflash_lite.cache import SlotCache
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.costs import measure_step_costs
-from dflash_lite.decode import DFlashProposer, generate, new_cache, prefill, steps, verify
-from dflash_lite.engine import Engine
-from dflash_lite.plotting import COLORBLIND, repo_dir, results_dir, save_figure, subplots
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.measuring.batching import PAYS, crossover, format_batch_table, sweep
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.costs import measure_step_costs
+from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, prefill, steps, verify
+from dflash_lite.decoding.engine import Engine
+from dflash_lite.measuring.plotting import COLORBLIND, repo_dir, results_dir, save_figure, subplots
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 
 from dflash_lite.course import chapter_clock
 
@@ -238,8 +238,8 @@ def batch_verify_mask(write_positions, ancestors):
 
 # %% nbgrader={"grade": true, "grade_id": "ch11_build_verify_mask_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 import torch
-from dflash_lite.cache import SlotCache
-from dflash_lite.tree import build_tree
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.tree import build_tree
 
 write_positions = [5, 9, 7]                                   # three rows, three write positions
 cache = SlotCache(1, rows=len(write_positions))
@@ -270,8 +270,8 @@ def batch_positions(write_positions, depths):
 
 # %% nbgrader={"grade": true, "grade_id": "ch11_build_positions_check", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
-from dflash_lite.cache import SlotCache
-from dflash_lite.tree import build_tree
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.tree import build_tree
 
 write_positions = [5, 9, 7]
 cache = SlotCache(1, rows=len(write_positions))
@@ -337,7 +337,7 @@ assert worst < 1e-3
 # and counts the accepted tokens it throws away (`discarded`); the default (`rollback="row"`)
 # keeps every row's own path.
 #
-# One sweep (`dflash_lite.batching.sweep`, what `python -m dflash_lite bench --batch-sizes` runs)
+# One sweep (`dflash_lite.measuring.batching.sweep`, what `python -m dflash_lite bench --batch-sizes` runs)
 # measures every method at every batch size, in interleaved repeats after a warm-up; the prompt
 # list is cycled to fill a batch larger than it. Sections 4 to 6 read its rows.
 
@@ -479,7 +479,7 @@ for r in chains:
 #
 # ## 6. What the policy picks at each batch size, and why smaller blocks win at higher concurrency
 #
-# The default policy (`dflash_lite.policy.CostAwareProposer`, the same class that serves one
+# The default policy (`dflash_lite.decoding.policy.CostAwareProposer`, the same class that serves one
 # request: one request is a batch of one) chooses one option per step for the whole batch: plain
 # decoding, a chain of b - 1 drafts, a tree, or prompt lookup's continuation, by expected tokens
 # per second (SmartSpec's goodput rule), from step costs measured at that batch

@@ -28,10 +28,10 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(params=["eager", "fixed"])
 def shapes(request):
-    """The one decode loop's two modes (dflash_lite.shapes): eager, and fixed shapes (padded
+    """The one decode loop's two modes (dflash_lite.decoding.shapes): eager, and fixed shapes (padded
     verify widths, whole-buffer masks, chunked drafter context) with eager forwards. The compiled
     forwards have tests of their own (tests/test_fixed_shapes.py)."""
-    from dflash_lite.shapes import EAGER, FixedShapes
+    from dflash_lite.decoding.shapes import EAGER, FixedShapes
     return EAGER if request.param == "eager" else FixedShapes(512)
 
 
@@ -60,7 +60,7 @@ def random_llama(tmp_path_factory):
 @pytest.fixture(scope="session")
 def random_drafter(tiny):
     """An untrained DFlash drafter for the shipped target: acceptance is low, so rollback runs a lot."""
-    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 
     target, tokenizer = tiny
     torch.manual_seed(1)

@@ -1,8 +1,8 @@
 """A check two test files share: the block-masked training forward equals drafting at inference."""
 import torch
 
-from dflash_lite.cache import SlotCache
-from dflash_lite.target import context_features
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.target import context_features
 
 
 def assert_training_forward_equals_inference(drafter, target, batch, num_blocks: int = 3, block_size: int = 4):

@@ -1,4 +1,4 @@
-"""Forged submissions against the grader's own process (``python -m dflash_lite.grader``), run by
+"""Forged submissions against the grader's own process (``python -m dflash_lite.course.grader``), run by
 tests/test_forgeries.py and printable as a before/after table (``python tests/forgeries.py``).
 
 A tiny course of its own keeps this fast and independent of the chapters: a source notebook with
@@ -111,10 +111,10 @@ class Attack:
 ''', 41),
     "patches the tamper check, then a builtin": (WRONG + '''
 import builtins
-import dflash_lite.grader as grader
+import dflash_lite.course.grader as grader
 class Attack:
     grader._changed = lambda before: []
-    import dflash_lite.guard as guard
+    import dflash_lite.course.guard as guard
     guard._changed = lambda before: []
     builtins.all = lambda *args: True
 ''', 41),
@@ -255,7 +255,7 @@ def course(folder: Path) -> tuple[Path, Path]:
 def executed(code: str, answer: int) -> nbformat.NotebookNode:
     """What a kernel that ran the submission would hand the grader: its solution cells and the
     collectors' lines (the values: ``double`` by name, ``answer`` by value)."""
-    from dflash_lite import grader
+    from dflash_lite.course import grader
 
     nb = nbformat.v4.new_notebook()
 
@@ -278,7 +278,7 @@ def executed(code: str, answer: int) -> nbformat.NotebookNode:
 
 DRIVER = r'''
 import json, os, sys
-from dflash_lite import grader
+from dflash_lite.course import grader
 source, hidden, folder = sys.argv[1:4]
 results = {}
 for name, path in json.loads(sys.stdin.read()):

@@ -4,10 +4,10 @@ import copy
 import pytest
 import torch
 
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
-from dflash_lite.engine import Engine
-from dflash_lite.target import mask_token_id
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.engine import Engine
+from dflash_lite.decoding.target import mask_token_id
 
 
 def one_line(excinfo) -> str:
@@ -134,7 +134,7 @@ def test_sampling_with_a_seed_is_reproducible(tiny, random_drafter):
 def test_prompt_ids_that_are_not_token_ids_are_one_line_before_any_work(tiny, random_drafter, ids, named,
                                                                         monkeypatch):
     target, _ = tiny
-    monkeypatch.setattr("dflash_lite.decode.prefill", lambda *a, **k: pytest.fail("work was done"))
+    monkeypatch.setattr("dflash_lite.decoding.decode.prefill", lambda *a, **k: pytest.fail("work was done"))
     with pytest.raises(ValueError, match=named) as info:
         generate(target, DFlashProposer(random_drafter, target), ids, 4)
     one_line(info)
@@ -152,8 +152,8 @@ def test_stop_lists_that_are_neither_shared_nor_per_row_are_one_line(tiny, rando
 def test_a_proposer_of_one_request_is_wrapped_where_it_is_built(tiny, random_drafter):
     """The loop drafts batches only: a one-request proposer given bare is one line naming the
     wrapper, before any forward; wrapped, it decodes; a batch proposer cannot be wrapped again."""
-    from dflash_lite.decode import PerRow
-    from dflash_lite.ngram import NgramProposer
+    from dflash_lite.decoding.decode import PerRow
+    from dflash_lite.decoding.ngram import NgramProposer
 
     target, tokenizer = tiny
     ids = tokenizer("a = 1\nb = 1\nc =", return_tensors="pt").input_ids

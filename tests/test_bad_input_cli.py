@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import dflash_lite
-from dflash_lite import train as train_module
+from dflash_lite.training import train as train_module
 from dflash_lite.cli import main
 from dflash_lite.outputs import MARKER
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 
 PACKAGE = Path(dflash_lite.__file__).parent
 FAST_TRAIN = ["--steps", "2", "--num-math", "4", "--num-code", "0", "--max-new-tokens", "16", "--batch-size", "2",
@@ -50,7 +50,8 @@ def no_work(monkeypatch):
     """Fails the test if a model is loaded: the error must come before any work."""
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was refused")
-    for module in ("target", "checkpoints", "benchmark", "train"):      # every module that loads a target
+    for module in ("decoding.target", "decoding.checkpoints", "measuring.benchmark",
+                   "training.train"):                    # every module that loads a target
         monkeypatch.setattr(f"dflash_lite.{module}.load_pretrained", refuse)
 
 
@@ -251,10 +252,10 @@ def test_a_prompt_longer_than_the_context_is_refused_up_front(capsys, tmp_path):
 def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated_files(capsys, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("drafter exploded")
-    monkeypatch.setattr("dflash_lite.methods.DFlashProposer", broken)
-    monkeypatch.setattr("dflash_lite.policy.CostAwareProposer", broken)      # the default row
-    monkeypatch.setattr("dflash_lite.methods.DFlashTreeProposer", broken)  # the tree rows
-    monkeypatch.setattr("dflash_lite.methods.HybridTreeProposer", broken)  # the hybrid tree rows
+    monkeypatch.setattr("dflash_lite.measuring.methods.DFlashProposer", broken)
+    monkeypatch.setattr("dflash_lite.decoding.policy.CostAwareProposer", broken)      # the default row
+    monkeypatch.setattr("dflash_lite.measuring.methods.DFlashTreeProposer", broken)  # the tree rows
+    monkeypatch.setattr("dflash_lite.measuring.methods.HybridTreeProposer", broken)  # the hybrid tree rows
     (tmp_path / "keep.tmp").write_text("the user's own file")
     code, out, err = run_cli(capsys, "bench", "--num-prompts", "1", "--max-new-tokens", "4", "--repeats", "1",
                              "--cost-repeats", "1", "--block-sizes", "4", "--no-baselines", "--no-hf-dflash",
@@ -269,7 +270,7 @@ def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated
 
 # ----------------------------------------------------------------------------- the Python API: the same checks
 def test_export_onto_an_existing_file_is_one_line(tmp_path, random_drafter):
-    from dflash_lite.checkpoints import export_dflash
+    from dflash_lite.decoding.checkpoints import export_dflash
     target = tmp_path / "taken"
     target.write_text("mine")
     with pytest.raises(ValueError, match="existing file") as info:
@@ -278,7 +279,7 @@ def test_export_onto_an_existing_file_is_one_line(tmp_path, random_drafter):
 
 
 def test_bench_api_uses_the_same_checks(no_work):
-    from dflash_lite.benchmark import bench
+    from dflash_lite.measuring.benchmark import bench
     with pytest.raises(ValueError, match="block_sizes must be an integer >= 1, got 0"):
         bench(block_sizes=(0, 16))
     with pytest.raises(ValueError, match=r"repeats must be an integer in 1\.\.1000"):

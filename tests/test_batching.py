@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.acceptance import SamplingParams
-from dflash_lite.baselines import NoDraftProposer
-from dflash_lite.batching import batches_of, crossover
-from dflash_lite.benchmark import BenchConfig, bench
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, PerRow, as_batch, generate
-from dflash_lite.engine import Engine
-from dflash_lite.ngram import NgramProposer
-from dflash_lite.policy import DEFAULT_OPTIONS, CostAwareProposer
-from dflash_lite.shapes import FixedShapes
-from dflash_lite.target import default_drafter_path
-from dflash_lite.tree import DFlashTreeProposer, HybridTreeProposer
+from dflash_lite.decoding.acceptance import SamplingParams
+from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.measuring.batching import batches_of, crossover
+from dflash_lite.measuring.benchmark import BenchConfig, bench
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.costs import StepCosts
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, as_batch, generate
+from dflash_lite.decoding.engine import Engine
+from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer
+from dflash_lite.decoding.shapes import FixedShapes
+from dflash_lite.decoding.target import default_drafter_path
+from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer
 
 MAX_NEW = 32
 SIZES = (1, 2, 4, 8, 16)
@@ -214,10 +214,11 @@ def test_bench_batch_sizes_reports_a_row_per_batch_size(tmp_path):
 def test_only_a_whole_batch_times_the_cost_model(tiny, drafter, prompts):
     """The costs are those of the batch the policy started with: a step run after rows left is
     cheaper than they say, and timing it would make the kinds that run late (prompt lookup, as
-    rows finish) look cheap. Every step still adds to the forecast."""
+    rows finish) look cheap. A step is timed whole, from its start to the next one's, and every
+    step adds to the forecast."""
     target, _ = tiny
     ids, alone, stops = prompts
-    costs = _costs(False)
+    costs = _costs(True)                              # plain steps: a token per row each
     costs.measured = True
     policy = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs)
     timed = []
@@ -225,7 +226,7 @@ def test_only_a_whole_batch_times_the_cost_model(tiny, drafter, prompts):
     limits = [MAX_NEW, 6, MAX_NEW, 6]                 # two rows leave after a few steps
     results = generate(target, policy, ids[:4], limits, stop_token_ids=stops)
     assert [r.tokens for r in results] == [a[:n] for a, n in zip(alone[:4], limits)]
-    assert 0 < len(timed) < len(policy.chosen) == len(policy.forecast)
+    assert 0 < len(timed) < len(policy.chosen) <= len(policy.forecast)
 
 
 def test_crossover_is_the_first_batch_below_the_line():
@@ -243,7 +244,7 @@ def test_bench_refuses_a_bad_batch_size(sizes):
 
 
 def test_a_batch_cache_keeps_each_rows_path_and_drops_finished_rows():
-    from dflash_lite.cache import SlotCache
+    from dflash_lite.decoding.cache import SlotCache
     cache = SlotCache(1, 16, rows=3)
     keys = torch.arange(3 * 6, dtype=torch.float).view(3, 1, 6, 1)
     cache.rewind([2, 4, 3])

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from dflash_lite.benchmark import BenchConfig, Method, run_benchmark, standard_methods
+from dflash_lite.measuring.benchmark import BenchConfig, Method, run_benchmark, standard_methods
 from dflash_lite.prompts import load_prompts
-from dflash_lite.report import Kind, format_table, row_of, rows_of
+from dflash_lite.measuring.report import Kind, format_table, row_of, rows_of
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_prompt_files_with_prompt_or_turns(tmp_path):
 
 def test_cost_model_arithmetic():
     """predicted = tau * t(1) / (t(B) + t_draft(B)); overhead = measured step - the two forwards."""
-    from dflash_lite.report import cost_model
+    from dflash_lite.measuring.report import cost_model
 
     report = {"methods": [
         {"name": "autoregressive (ours)", "kind": "autoregressive", "block_size": 1, "tokens_per_s": 100.0,
@@ -147,9 +147,9 @@ def test_rows_of_and_row_of_select_by_kind_and_fields():
 def test_consumers_select_rows_by_kind_not_by_name(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from dflash_lite import plotting
-    from dflash_lite.report import all_dflash_failed, cost_model
-    from dflash_lite.model_card import render_drafter_card
+    from dflash_lite.measuring import plotting
+    from dflash_lite.measuring.report import all_dflash_failed, cost_model
+    from dflash_lite.measuring.model_card import render_drafter_card
 
     report = {"env": {"prompts": 1, "max_new_tokens": 8, "repeats": 1, "device": "cpu", "threads": 1,
                       "torch": "-", "transformers": "-"}, "methods": [dict(r) for r in MISLEADING]}
@@ -190,7 +190,7 @@ def test_every_committed_report_row_has_a_kind():
     """Rows are read by kind alone: every committed report (results/, the shipped cards) carries it."""
     from pathlib import Path
 
-    from dflash_lite.report import kind_of
+    from dflash_lite.measuring.report import kind_of
 
     def rows(node):
         if isinstance(node, dict):
@@ -231,7 +231,7 @@ def test_report_rows_carry_the_kind_of_their_method(report):
 
 
 def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
-    from dflash_lite.acceptance import SamplingParams
+    from dflash_lite.decoding.acceptance import SamplingParams
 
     target, tokenizer = tiny
     ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
@@ -249,9 +249,9 @@ def test_the_default_row_is_marked_and_trees_get_rows(tiny, random_drafter):
 
 
 def test_measured_costs_and_plots(tiny, random_drafter, tmp_path):
-    from dflash_lite.costs import measure_costs
-    from dflash_lite.report import cost_model
-    from dflash_lite.plotting import plot_benchmark
+    from dflash_lite.decoding.costs import measure_costs
+    from dflash_lite.measuring.report import cost_model
+    from dflash_lite.measuring.plotting import plot_benchmark
 
     target, tokenizer = tiny
     ids = tokenizer("Question: Ava has 3 pens and buys 4 more.\nAnswer:", return_tensors="pt").input_ids
@@ -285,7 +285,7 @@ def test_dataset_offline_is_one_clear_error(monkeypatch):
 def test_a_sampled_benchmark_checks_identity_only_when_seeded(tiny, random_drafter):
     """Unseeded, nothing can be compared; seeded, every row of this project's loop must give the
     autoregressive row's seeded sample, and transformers' rows (their own stream) are not checked."""
-    from dflash_lite.acceptance import SamplingParams
+    from dflash_lite.decoding.acceptance import SamplingParams
 
     target, tokenizer = tiny
     ids = [tokenizer("def f(x):\n", return_tensors="pt").input_ids]
@@ -301,7 +301,7 @@ def test_a_sampled_benchmark_checks_identity_only_when_seeded(tiny, random_draft
 
 
 def test_interleaved_warms_up_untimed_then_rotates_the_order(monkeypatch):
-    from dflash_lite import timing
+    from dflash_lite.decoding import timing
 
     clock = [0.0]                                     # a clock that only the runs move: a runs 1 s, b 2 s, c 3 s
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
@@ -330,7 +330,7 @@ def test_bench_options_are_one_checked_config():
 
 
 def test_resolve_run_report_in_steps(tmp_path, capsys):
-    from dflash_lite.benchmark import report, resolve, run
+    from dflash_lite.measuring.benchmark import report, resolve, run
 
     setup = resolve(BenchConfig(domain="math", num_prompts=1, max_new_tokens=6, block_sizes=(4,), tree_sizes=(),
                                 hf_dflash=False, baselines=False, repeats=1, cost_repeats=1,
@@ -348,8 +348,8 @@ def test_resolve_run_report_in_steps(tmp_path, capsys):
 def test_every_cli_default_is_the_config_dataclass_default():
     from dflash_lite import zoo
     from dflash_lite.cli import DemoConfig, build_parser
-    from dflash_lite.model_card import DrafterCardConfig
-    from dflash_lite.train import DrafterTrainConfig
+    from dflash_lite.measuring.model_card import DrafterCardConfig
+    from dflash_lite.training.train import DrafterTrainConfig
 
     commands = build_parser().commands
     zoo_commands = zoo.build_parser()
@@ -369,8 +369,8 @@ def test_every_cli_default_is_the_config_dataclass_default():
 
 
 def test_train_and_draft_model_share_one_config():
-    from dflash_lite.drafter import Conditioning, Drafting
-    from dflash_lite.train import DrafterTrainConfig
+    from dflash_lite.decoding.drafter import Conditioning, Drafting
+    from dflash_lite.training.train import DrafterTrainConfig
 
     c = DrafterTrainConfig(drafting="draft-model", conditioning="none").check()
     assert c.drafting is Drafting.DRAFT_MODEL and c.conditioning is Conditioning.NONE

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.baselines import generate_autoregressive
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.target import SHIPPED, default_drafter_path, parse_dtype
+from dflash_lite.decoding.baselines import generate_autoregressive
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.target import SHIPPED, default_drafter_path, parse_dtype
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,8 @@ def test_cli_refuses_an_unknown_dtype(capsys):
 
 @pytest.mark.slow
 def test_demo_and_bench_run_in_bf16(capsys):
-    from dflash_lite.benchmark import bench
-    from dflash_lite.report import Kind, row_of
+    from dflash_lite.measuring.benchmark import bench
+    from dflash_lite.measuring.report import Kind, row_of
     from dflash_lite.cli import demo
 
     summary = demo(max_new_tokens=8, repeats=1, dtype="bfloat16")
@@ -87,7 +87,7 @@ def test_demo_and_bench_run_in_bf16(capsys):
 
 
 def test_engine_takes_a_dtype():
-    from dflash_lite.engine import Engine
+    from dflash_lite.decoding.engine import Engine
 
     engine = Engine.from_pretrained("tiny", drafter=str(default_drafter_path("tiny")), dtype="bfloat16")
     assert engine.target.dtype == next(engine.drafter.parameters()).dtype == torch.bfloat16
@@ -132,7 +132,7 @@ def test_apply_chat_template_only_when_there_is_one(chat_target, tiny):
 
 @pytest.mark.slow
 def test_train_on_a_prompts_file_with_a_chat_template_in_bf16(chat_target, tmp_path):
-    from dflash_lite.train import train_drafter
+    from dflash_lite.training.train import train_drafter
 
     prompts = write_prompts(tmp_path / "prompts.jsonl", 6)
     out = train_drafter(target=str(chat_target), out=str(tmp_path / "drafter"), prompts=str(prompts), steps=2,
@@ -150,7 +150,7 @@ def test_train_on_a_prompts_file_with_a_chat_template_in_bf16(chat_target, tmp_p
 
 
 def test_train_prompt_errors_come_before_any_work(tmp_path):
-    from dflash_lite.train import train_drafter
+    from dflash_lite.training.train import train_drafter
 
     with pytest.raises(ValueError, match="no such prompts file"):
         train_drafter(out=str(tmp_path / "d"), prompts=str(tmp_path / "missing.jsonl"))

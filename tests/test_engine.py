@@ -2,7 +2,7 @@
 size against the drafter, and the shipped drafter loaded by ``from_pretrained``."""
 import pytest
 
-from dflash_lite.engine import Engine
+from dflash_lite.decoding.engine import Engine
 
 
 @pytest.fixture(scope="module")

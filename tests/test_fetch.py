@@ -5,7 +5,7 @@ import zipfile
 import pytest
 
 from dflash_lite import zoo
-from dflash_lite.target import FETCHABLE, LoadError, fetched_dir, load_pretrained
+from dflash_lite.decoding.target import FETCHABLE, LoadError, fetched_dir, load_pretrained
 
 ENTRY = FETCHABLE["smollm2-135m"]
 

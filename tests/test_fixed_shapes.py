@@ -1,4 +1,4 @@
-"""The one decode loop on fixed shapes (dflash_lite.shapes) is the eager loop, step for step.
+"""The one decode loop on fixed shapes (dflash_lite.decoding.shapes) is the eager loop, step for step.
 
 The identity grids and chi-square tests of the other files run over both modes (the ``shapes``
 fixture). Here: what is only about fixed shapes. A scripted policy that switches between plain
@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.baselines import EagleProposer, NoDraftProposer
-from dflash_lite.cache import SlotCache
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.engine import FIXED_MIN_LENGTH, Engine
-from dflash_lite.ngram import NgramProposer
-from dflash_lite.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
-from dflash_lite.shapes import EAGER, FixedShapes, pad
-from dflash_lite.target import default_drafter_path
-from dflash_lite.tree import DFlashTreeProposer, HybridTreeProposer
+from dflash_lite.decoding.baselines import EagleProposer, NoDraftProposer
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.costs import StepCosts
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.engine import FIXED_MIN_LENGTH, Engine
+from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
+from dflash_lite.decoding.shapes import EAGER, FixedShapes, pad
+from dflash_lite.decoding.target import default_drafter_path
+from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer
 
 MAX_NEW = 48
 
@@ -74,7 +74,7 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
     takes), then a tree, a chain, plain, prompt lookup, the hybrid tree, ... Every switch is
     lossless, and the drafter's context caught up in fixed-width chunks drafts what it drafts
     when written at once: the same accepted lengths on both modes."""
-    import dflash_lite.policy as policy
+    import dflash_lite.decoding.policy as policy
 
     script = [Choice(1)] * 20 + [Choice(16, 16), Choice(16), Choice(1), Choice(6, None, 5), Choice(16, 16, 5),
                                  Choice(4)]
@@ -151,8 +151,8 @@ def test_fixed_shapes_refuse_what_they_cannot_serve(tiny, quick_cases, random_ll
     target, _ = tiny
     with pytest.raises(ValueError, match="exceeds these fixed shapes' length of 32"):
         generate(target, NoDraftProposer(FixedShapes(32)), quick_cases[0][0], 64)
-    from dflash_lite.drafter import DrafterConfig, Drafting
-    from dflash_lite.variants import make_drafter
+    from dflash_lite.decoding.drafter import DrafterConfig, Drafting
+    from dflash_lite.decoding.variants import make_drafter
 
     config = DrafterConfig.from_target(target.config, 1, num_layers=1, block_size=4)
     config.drafting = Drafting.AUTOREGRESSIVE
@@ -234,8 +234,8 @@ def test_a_compiled_engine_refuses_a_second_concurrent_call(tiny):
 
 @pytest.mark.slow
 def test_bench_compile_adds_compiled_rows_with_the_targets_output(tmp_path):
-    from dflash_lite.benchmark import bench
-    from dflash_lite.report import Kind, row_of
+    from dflash_lite.measuring.benchmark import bench
+    from dflash_lite.measuring.report import Kind, row_of
 
     report = bench(num_prompts=2, max_new_tokens=8, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(),
                    baselines=False, hf_dflash=False, compile=True, quiet=True, json_out=str(tmp_path / "r.json"))

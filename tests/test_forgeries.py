@@ -3,9 +3,9 @@ class is graded whatever one notebook does to its kernel.
 
 * The grader's own process (tests/forgeries.py, a tiny course of its own): the six ways in of the
   round-4 re-test and fifteen more each score 0, while an honest submission scores 4 of 4.
-* The sandbox (dflash_lite/sandbox.py): a command sees the instructor's folder empty and the
+* The sandbox (dflash_lite/course/sandbox.py): a command sees the instructor's folder empty and the
   repository read-only, and the processes it leaves behind end with it.
-* The kernel (dflash_lite/grading.py): a class whose notebooks end their kernel, loop, flood their
+* The kernel (dflash_lite/course/grading.py): a class whose notebooks end their kernel, loop, flood their
   output, plant a package in their working folder, rewrite the real one, read the references and
   leave a daemon running is graded in full; every honest notebook gets its score.
 """
@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 import forgeries
-from dflash_lite import grading, sandbox
+from dflash_lite.course import grading, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACES = sandbox.available()
@@ -110,10 +110,11 @@ CLASS = {
     "floods its output": [forgeries.HONEST, "import sys\nfor _ in range(300):\n"
                           "    sys.stdout.write('x' * 1_000_000)", "answer = 42"],
     "plants and rewrites packages": [
-        "import os, pathlib\nos.makedirs('dflash_lite', exist_ok=True)\n"
+        "import os, pathlib\nos.makedirs('dflash_lite/course', exist_ok=True)\n"
         "pathlib.Path('dflash_lite/__init__.py').write_text('')\n"
-        "pathlib.Path('dflash_lite/grader.py').write_text('raise SystemExit')\n"
-        "import dflash_lite.grader as g\nreal = pathlib.Path(g.__file__)\n"
+        "pathlib.Path('dflash_lite/course/__init__.py').write_text('')\n"
+        "pathlib.Path('dflash_lite/course/grader.py').write_text('raise SystemExit')\n"
+        "import dflash_lite.course.grader as g\nreal = pathlib.Path(g.__file__)\n"
         "try:\n    os.chmod(real.parent, 0o755)\n    real.write_text('raise SystemExit')\n"
         "except OSError as e:\n    print('refused:', e)",
         forgeries.WRONG,
@@ -154,7 +155,7 @@ def test_a_class_is_graded_whatever_one_notebook_does(tmp_path, monkeypatch):
     limits = grading.Limits(cell_timeout_s=5, notebook_timeout_s=25, grader_timeout_s=120)
     env = {"MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
            "FORGE_REFERENCES": str(hidden.parent / "references.py")}
-    package = (ROOT / "dflash_lite" / "grader.py").read_bytes()
+    package = (ROOT / "dflash_lite" / "course" / "grader.py").read_bytes()
     scores, stopped = {}, {}
     for i, (name, cells) in enumerate(CLASS.items()):
         path = tmp_path / "submitted" / f"{i}.ipynb"
@@ -167,7 +168,7 @@ def test_a_class_is_graded_whatever_one_notebook_does(tmp_path, monkeypatch):
     assert scores == {"honest": 4, "ends its kernel": 3, "loops": 4, "ignores interrupts": 3,
                       "floods its output": 4, "plants and rewrites packages": 0}, (scores, stopped)
     assert "kernel died" in stopped["ends its kernel"]
-    assert (ROOT / "dflash_lite" / "grader.py").read_bytes() == package
+    assert (ROOT / "dflash_lite" / "course" / "grader.py").read_bytes() == package
     assert not list((ROOT / "dflash_lite").glob("*.pyc"))
     left = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout
     assert left.strip() == "", left

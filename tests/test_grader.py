@@ -1,4 +1,4 @@
-"""Scores the student's kernel cannot change (dflash_lite/grader.py, course autograde).
+"""Scores the student's kernel cannot change (dflash_lite/course/grader.py, course autograde).
 
 * Fast: the grader scores collected answers in its own process: a right answer gets the cell's
   points, a forged one none; a submission whose definitions patch the package, torch or the
@@ -14,7 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dflash_lite import course, grader
+from dflash_lite.course import commands as course
+from dflash_lite.course import grader
 
 ROOT = Path(__file__).resolve().parent.parent
 NB02 = ROOT / "notebooks" / "02_speculative_decoding.ipynb"
@@ -85,7 +86,7 @@ def test_grader_scores_collected_answers(source):
 SCORE_IN_A_CHILD = """
 import json, sys
 import nbformat
-from dflash_lite import grader
+from dflash_lite.course import grader
 source = nbformat.read(sys.argv[1], as_version=4)
 answers = {"ch02_exercise_4_check": {"lookup_draft": {"__code__": "lookup_draft"}}}
 report = grader.score_answers(source, answers, sys.stdin.read(), hidden={})

@@ -1,7 +1,7 @@
 """Wrong answers cannot pass: for every chapter, plausible wrong variants of graded cells (most of
 them bugs that once scored full marks) score below full marks, while the worked answers score full
 marks. Each variant goes through the chapter's own check and the instructor's hidden checks, the
-same two the grader (dflash_lite/grader.py) runs in its fresh process.
+same two the grader (dflash_lite/course/grader.py) runs in its fresh process.
 
 Variants are written as edits of the notebook's own solution (``solution(grade_id)`` with one
 line replaced), so they stay close to what a student writes.
@@ -18,7 +18,7 @@ import nbformat
 import pytest
 import torch
 
-from dflash_lite import grader
+from dflash_lite.course import grader
 from dflash_lite.exercises import shipped_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def earns(grade_id: str, check, *args, **namespace) -> bool:
 @pytest.fixture(scope="module")
 def models():
     from dflash_lite import load_pretrained
-    from dflash_lite.target import SHIPPED_BASELINES
+    from dflash_lite.decoding.target import SHIPPED_BASELINES
 
     target, tokenizer = shipped_target()
     draft, _ = load_pretrained(str(SHIPPED_BASELINES["tiny"]["draft_model"]))
@@ -115,10 +115,10 @@ def test_02_speculative_greedy(models):
 
 
 def tau(target, draft, tokenizer, k, max_new_tokens, steps=lambda a: a):
-    from dflash_lite.baselines import DraftModelProposer
-    from dflash_lite.decode import PerRow, generate
+    from dflash_lite.decoding.baselines import DraftModelProposer
+    from dflash_lite.decoding.decode import PerRow, generate
     from dflash_lite.exercises import ch02
-    from dflash_lite.target import stop_token_ids
+    from dflash_lite.decoding.target import stop_token_ids
 
     ids = ch02.first_prompt_ids(tokenizer)
     r = generate(
@@ -198,7 +198,7 @@ def _worked(chapter: str, name: str) -> str:
 
 def test_02_exercise_3_tv(models):
     from dflash_lite import SamplingParams
-    from dflash_lite.acceptance import target_probs
+    from dflash_lite.decoding.acceptance import target_probs
     from dflash_lite.exercises import ch02
 
     target, draft, tokenizer = models
@@ -279,8 +279,8 @@ def test_02_exercise_4_lookup():
 @pytest.fixture(scope="module")
 def ch03_setup():
     from dflash_lite import corpus, stop_token_ids
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.target import SHIPPED_DRAFTERS, context_features
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.target import SHIPPED_DRAFTERS, context_features
 
     target, tokenizer = shipped_target()
     drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).eval()
@@ -396,7 +396,7 @@ def test_03_exercise_2_least_sure(ch03_setup):
 
 
 def test_03_exercise_4_tau_at_block_size(ch03_setup):
-    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.decoding.decode import DFlashProposer, generate
     from dflash_lite.exercises.ch03 import check_tau_at_block_size
 
     s = ch03_setup
@@ -433,7 +433,7 @@ def test_03_exercise_4_tau_at_block_size(ch03_setup):
 
 
 def test_03_exercise_5_unmasking(ch03_setup):
-    from dflash_lite.decode import ChainDraft, DFlashProposer
+    from dflash_lite.decoding.decode import ChainDraft, DFlashProposer
     from dflash_lite.exercises.ch03 import check_unmasking_proposer
 
     s = ch03_setup
@@ -484,10 +484,10 @@ def test_03_exercise_5_unmasking(ch03_setup):
 
 def test_00_exercise_1_forwards():
     from dflash_lite import generate_autoregressive, stop_token_ids
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.decode import DFlashProposer, generate
     from dflash_lite.exercises import ch00
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.target import default_drafter_path
 
     model, tokenizer = shipped_target()
     ids, stops = ch00._tour_prompt_ids(), stop_token_ids(model, tokenizer)
@@ -508,7 +508,7 @@ def test_00_exercise_1_forwards():
 
 def test_00_exercise_3_template_and_4_llama():
     from dflash_lite.exercises import ch00
-    from dflash_lite.target import SHIPPED
+    from dflash_lite.decoding.target import SHIPPED
 
     good = _worked("00", "_bulk")
     template = lambda src: define(src, "_bulk", corpus=__import__("dflash_lite").corpus)
@@ -571,9 +571,9 @@ def test_01_exercises():
 
 
 def test_04_exercises_1_and_2():
-    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.decoding.checkpoints import load_drafter
     from dflash_lite.exercises import ch04
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.target import default_drafter_path
 
     model, _ = shipped_target()
     h = model.config.hidden_size
@@ -597,7 +597,7 @@ def test_04_exercises_1_and_2():
 
 @pytest.fixture(scope="module")
 def ch05_data(tmp_path_factory):
-    from dflash_lite.data import regenerate
+    from dflash_lite.training.data import regenerate
     from dflash_lite.prompts import training_prompts
 
     target, tokenizer = shipped_target()
@@ -670,11 +670,11 @@ def test_05_exercise_4_ar_loss(ch05_data):
 
 
 def test_05_exercise_5_training(ch05_data):
-    from dflash_lite.data import epoch_batches
-    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.training.data import epoch_batches
+    from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
     from dflash_lite.exercises import ch05
-    from dflash_lite.train import drafter_loss
-    from dflash_lite.trainer import TrainConfig, Trainer
+    from dflash_lite.training.train import drafter_loss
+    from dflash_lite.training.trainer import TrainConfig, Trainer
 
     target, tokenizer = shipped_target()
     good = _worked("05", "train").replace("num_layers=2", "num_layers=1")
@@ -750,7 +750,7 @@ def committed_report(name: str = "06_benchmark_cpu.json") -> dict:
 def measured_report(**options) -> dict:
     """A small report measured by the package (bench's own steps, cheap rows only: the plain loop
     and the fixed-block DFlash rows; no cost model), ``default`` on its last row."""
-    from dflash_lite import benchmark
+    from dflash_lite.measuring import benchmark
 
     config = benchmark.BenchConfig(**{**dict(
         num_prompts=1, block_sizes=(16,), max_new_tokens=24, repeats=1, baselines=False,
@@ -792,7 +792,7 @@ def hand_written(tau: float = 9.0, sizes=(4, 8, 16)) -> dict:
 
 def test_06_exercises():
     from dflash_lite.exercises import ch06
-    from dflash_lite.report import Kind, row_of
+    from dflash_lite.measuring.report import Kind, row_of
 
     report = committed_report()
     t, d = report["cost_model"]["costs"]["t_target"], report["cost_model"]["costs"]["t_draft"]
@@ -862,7 +862,7 @@ def test_06_exercise_3_code_report(code_report):
 
 
 def test_07_exercises(ch03_setup):
-    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.decoding.decode import DFlashProposer, generate
     from dflash_lite.exercises import ch07
     from dflash_lite.prompts import builtin_prompts
 
@@ -921,9 +921,9 @@ def test_07_exercises(ch03_setup):
 def test_08_exercises(tmp_path, ch03_setup):
     import copy
 
-    from dflash_lite.checkpoints import export_dflash
+    from dflash_lite.decoding.checkpoints import export_dflash
     from dflash_lite.exercises import ch08
-    from dflash_lite.report import Kind, row_of
+    from dflash_lite.measuring.report import Kind, row_of
 
     ratio = {1: 1.0, 16: 1.7}
     assert earns("ch08_exercise_1_check", ch08.check_predicted_from_curve, 6.5 / 1.8, ratio)
@@ -945,7 +945,7 @@ def test_08_exercises(tmp_path, ch03_setup):
     assert not run(tau, report), "the shipped directory's report passed as the export's"
     assert not run(tau + 0.5, from_export)
     # forged to fit the check (each earned full marks before the hidden check re-derived them)
-    from dflash_lite.drafter import DFlashDrafter
+    from dflash_lite.decoding.drafter import DFlashDrafter
 
     torch.manual_seed(0)
     untrained = export_dflash(DFlashDrafter(ch03_setup["drafter"].config).eval(),
@@ -963,7 +963,7 @@ def test_08_exercises(tmp_path, ch03_setup):
 
 def test_09_exercises():
     from dflash_lite.exercises import ch09
-    from dflash_lite.tree import add_branch, build_tree
+    from dflash_lite.decoding.tree import add_branch, build_tree
 
     g = torch.Generator().manual_seed(0)
     draft_logits = torch.randn(15, 50, generator=g) * 3
@@ -1048,7 +1048,7 @@ def test_10_exercises():
 
 
 def test_04_exercise_3_untrained_drafters_tie_and_score_nothing():
-    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
     from dflash_lite.exercises import ch04
 
     target, tokenizer = shipped_target()
@@ -1108,7 +1108,7 @@ def test_00_exercise_2_distinct_samples():
 
 
 def test_03_exercise_3_second_pass(ch03_setup):
-    from dflash_lite.decode import DFlashProposer
+    from dflash_lite.decoding.decode import DFlashProposer
     from dflash_lite.exercises.ch03 import _first_block, check_second_pass
 
     s = ch03_setup
@@ -1183,7 +1183,7 @@ def test_06_exercise_4_own_prompts(tmp_path):
 
 def test_07_exercise_3_harmless_threshold(ch03_setup):
     from dflash_lite import SamplingParams
-    from dflash_lite.acceptance import target_probs
+    from dflash_lite.decoding.acceptance import target_probs
     from dflash_lite.exercises import ch07
 
     target, tokenizer = ch03_setup["target"], ch03_setup["tokenizer"]
@@ -1207,10 +1207,10 @@ def test_07_exercise_3_harmless_threshold(ch03_setup):
 
 
 def test_09_exercise_4_falls_back(ch03_setup):
-    from dflash_lite.costs import StepCosts
-    from dflash_lite.decode import generate
+    from dflash_lite.decoding.costs import StepCosts
+    from dflash_lite.decoding.decode import generate
     from dflash_lite.exercises import ch09
-    from dflash_lite.policy import default_policy
+    from dflash_lite.decoding.policy import default_policy
 
     s = ch03_setup
     target, tokenizer, drafter = s["target"], s["tokenizer"], s["drafter"]
@@ -1440,7 +1440,7 @@ def test_09_build_tree_mask(ch09_notebook):
 
 
 def test_11_exercises():
-    from dflash_lite.cache import SlotCache
+    from dflash_lite.decoding.cache import SlotCache
     from dflash_lite.exercises import ch11
 
     at, width = [31, 25, 28], 16

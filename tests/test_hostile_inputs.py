@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_lite.target import SHIPPED, LoadError, load_pretrained
+from dflash_lite.decoding.target import SHIPPED, LoadError, load_pretrained
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL_MODULE = '''
@@ -71,10 +71,10 @@ def test_a_planted_auto_map_module_never_runs_from_the_command_line(tiny_copy):
 # ----------------------------------------------------------------------------- one line for each hostile input
 from test_bad_input_cli import FAST_TRAIN, no_work, run_cli, the_line  # noqa: E402, F401
 
-from dflash_lite import trainer as trainer_module  # noqa: E402
+from dflash_lite.training import trainer as trainer_module# noqa: E402
 from dflash_lite.prompts import load_prompts  # noqa: E402
-from dflash_lite.checkpoints import load_drafter  # noqa: E402
-from dflash_lite.target import SHIPPED_DRAFTERS  # noqa: E402
+from dflash_lite.decoding.checkpoints import load_drafter  # noqa: E402
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS  # noqa: E402
 
 PROMPT_FILES = [
     ('{"turns": 5}\n', "'turns' must be a list of strings"),
@@ -137,7 +137,7 @@ def test_a_hostile_drafter_config_is_refused_before_building(tmp_path, monkeypat
     raw = json.loads((folder / "drafter_config.json").read_text())
     raw["config"].update(change)
     (folder / "drafter_config.json").write_text(json.dumps(raw))
-    monkeypatch.setattr("dflash_lite.variants.make_drafter",
+    monkeypatch.setattr("dflash_lite.decoding.variants.make_drafter",
                         lambda config: pytest.fail("a drafter was built from a hostile config"))
     with pytest.raises(LoadError, match=named) as info:
         load_drafter(folder)
@@ -220,7 +220,7 @@ def test_a_hostile_argument_is_one_line_before_loading(capsys, tmp_path, no_work
 
 
 def test_engine_refuses_a_tiny_temperature_and_an_unencodable_prompt(tiny):
-    from dflash_lite.engine import Engine
+    from dflash_lite.decoding.engine import Engine
     engine = Engine(*tiny)
     with pytest.raises(ValueError, match="greedy"):
         engine.generate("Hi", max_new_tokens=2, temperature=1e-300)

@@ -66,12 +66,12 @@ def test_demo_bench_and_engine_work_and_write_nothing_into_site_packages(install
                 "--tree-sizes", "", "--json", "report.json")
     assert bench.returncode == 0 and "Traceback" not in bench.stderr, bench.stderr
     assert (work / "report.json").is_file()
-    engine = run(installed, "from dflash_lite.engine import Engine\nfrom dflash_lite.checkpoints import load_pair\n"
+    engine = run(installed, "from dflash_lite.decoding.engine import Engine\nfrom dflash_lite.decoding.checkpoints import load_pair\n"
                  "target, tokenizer, drafter = load_pair('tiny')\n"
                  "print(repr(Engine(target, tokenizer, drafter).generate('Q: 2 + 3 = ?', 8)))",
                  module=False)
     assert engine.returncode == 0 and engine.stdout.strip(), engine.stderr
-    figures = run(installed, "from dflash_lite.plotting import figures_dir, results_dir\n"
+    figures = run(installed, "from dflash_lite.measuring.plotting import figures_dir, results_dir\n"
                   "print(figures_dir(), results_dir())", module=False)
     assert figures.returncode == 0 and str(site) not in figures.stdout, figures.stdout
     assert listing(site) == before

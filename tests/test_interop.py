@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dflash_lite import LoadError, corpus, stop_token_ids
-from dflash_lite.checkpoints import (
+from dflash_lite.decoding.checkpoints import (
     export_dflash,
     from_transformers,
     import_dflash,
@@ -20,9 +20,9 @@ from dflash_lite.checkpoints import (
     save_drafter,
     to_transformers,
 )
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.cache import SlotCache
-from dflash_lite.target import context_features
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.target import context_features
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_checkpoint_with_missing_or_extra_tensors_is_refused(random_drafter, tmp
 
 
 def test_interrupted_save_is_never_mistaken_for_a_checkpoint(random_drafter, tmp_path, monkeypatch):
-    import dflash_lite.checkpoints as ck
+    import dflash_lite.decoding.checkpoints as ck
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from dflash_lite import LoadError, load_pretrained
-from dflash_lite.target import SHIPPED
+from dflash_lite.decoding.target import SHIPPED
 
 
 def one_line_error(name) -> str:

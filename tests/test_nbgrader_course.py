@@ -1,7 +1,7 @@
 """The course layout (course/nbgrader_config.py, one assignment per chapter) runs under stock
 nbgrader, offline: ``nbgrader generate_assignment`` writes the student edition of a chapter, and
 ``nbgrader autograde`` runs two submissions of it (one blank, one filled with the worked answers);
-the grader (``python -m dflash_lite.grader``) then scores the autograded notebooks: 0 for the
+the grader (``python -m dflash_lite.course.grader``) then scores the autograded notebooks: 0 for the
 blank one, full marks for the filled one. All of it in a temporary copy of course/."""
 
 import json
@@ -78,7 +78,7 @@ def test_stock_nbgrader_generates_and_autogrades_a_chapter(tmp_path, monkeypatch
             [
                 sys.executable,
                 "-m",
-                "dflash_lite.grader",
+                "dflash_lite.course.grader",
                 str(ROOT / "notebooks" / f"{STEM}.ipynb"),
                 str(course / "autograded" / student / "ch02" / f"{STEM}.ipynb"),
             ],

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from dflash_lite import generate_autoregressive, stop_token_ids
-from dflash_lite.decode import PerRow, generate
-from dflash_lite.ngram import NgramProposer, ngram_continuation
-from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, add_branch, build_tree
+from dflash_lite.decoding.decode import PerRow, generate
+from dflash_lite.decoding.ngram import NgramProposer, ngram_continuation
+from dflash_lite.decoding.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, add_branch, build_tree
 
 MAX_NEW = 32
 

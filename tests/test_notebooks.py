@@ -144,8 +144,8 @@ def test_real_models_notebook_takes_target_and_drafter_from_directories(tmp_path
     import nbformat
     import papermill as pm
 
-    from dflash_lite.checkpoints import export_dflash, load_drafter
-    from dflash_lite.target import SHIPPED, default_drafter_path
+    from dflash_lite.decoding.checkpoints import export_dflash, load_drafter
+    from dflash_lite.decoding.target import SHIPPED, default_drafter_path
 
     monkeypatch.setenv("DFLASH_LITE_FIGURES", str(tmp_path / "figures"))     # the kernel inherits these
     monkeypatch.setenv("DFLASH_LITE_RESULTS", str(tmp_path / "results"))

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.costs import DRIFT_MARGIN, DriftMonitor, StepCosts
-from dflash_lite.policy import (
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.costs import DRIFT_MARGIN, DriftMonitor, StepCosts
+from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
     PolicySession,
@@ -137,8 +137,8 @@ def test_policy_takes_a_tree_only_when_it_pays(tiny, random_drafter):
 def test_the_policy_context_survives_plain_steps(tiny):
     """Plain steps leave their features pending; the next drafter forward must see all of them:
     the policy's draft equals a fixed-size proposer's draft at the same point."""
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.target import default_drafter_path
 
     target, tokenizer = tiny
     drafter = load_drafter(default_drafter_path("tiny"))
@@ -150,7 +150,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
     free = generate_autoregressive(target, ids, 13).tokens
     prefix = torch.cat([ids, torch.tensor([free[:12]])], dim=1)
     with torch.inference_mode():
-        from dflash_lite.decode import new_cache, verify
+        from dflash_lite.decoding.decode import new_cache, verify
         _, hidden = verify(target, prefix[:, :-1], new_cache(target), drafter.config.target_layer_ids)
         reference = DFlashProposer(drafter, target)
         reference.start(prefix[:, :-1], hidden)
@@ -161,7 +161,7 @@ def test_the_policy_context_survives_plain_steps(tiny):
 
 
 def test_engine_generate_uses_the_policy_by_default(tiny, random_drafter):
-    from dflash_lite.engine import Engine
+    from dflash_lite.decoding.engine import Engine
 
     target, tokenizer = tiny
     engine = Engine(target, tokenizer, random_drafter)
@@ -227,7 +227,7 @@ def test_plain_steps_teach_prompt_lookup_through_the_targets_next_token(tiny, ra
 
 
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
-    from dflash_lite.engine import Engine
+    from dflash_lite.decoding.engine import Engine
 
     target, tokenizer = tiny
     assert DEFAULT_TREE_SIZES and default_policy(random_drafter, target).tree_sizes == DEFAULT_TREE_SIZES
@@ -339,7 +339,7 @@ def test_a_drifted_session_measures_again_at_the_longer_context(tiny, random_dra
 
 
 def test_a_second_engine_request_starts_from_the_first_ones_estimates(tiny, random_drafter):
-    from dflash_lite.engine import Engine
+    from dflash_lite.decoding.engine import Engine
 
     target, tokenizer = tiny
     engine = Engine(target, tokenizer, random_drafter)

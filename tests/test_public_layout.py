@@ -12,14 +12,14 @@ from drafting_checks import assert_training_forward_equals_inference
 from safetensors.torch import save_file
 
 from dflash_lite import LoadError
-from dflash_lite.checkpoints import (
+from dflash_lite.decoding.checkpoints import (
     export_dflash,
     import_dflash,
     load_drafter,
     to_transformers,
 )
-from dflash_lite.cache import SlotCache
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 
 HIDDEN, CONTEXT, BLOCK, VOCAB = 64, 20, 8, 50
 LINEAR_2 = {"rope_type": "linear", "factor": 2.0}
@@ -242,7 +242,7 @@ def test_training_forward_with_sliding_window_and_rope_scaling_equals_the_infere
     """The block-masked training forward and the cached inference draft agree for a drafter with
     sliding-window layers and linear rope scaling (the window mask joins the block mask)."""
     from dflash_lite import corpus
-    from dflash_lite.data import make_batch
+    from dflash_lite.training.data import make_batch
 
     target, tokenizer = tiny
     torch.manual_seed(0)

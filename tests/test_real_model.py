@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from dflash_lite import generate_autoregressive, stop_token_ids
-from dflash_lite.checkpoints import export_dflash, import_dflash, load_drafter
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
-from dflash_lite.engine import Engine
+from dflash_lite.decoding.checkpoints import export_dflash, import_dflash, load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.engine import Engine
 from dflash_lite.prompts import encode
-from dflash_lite.target import SHIPPED_DRAFTERS, fetched_dir, load_pretrained, mask_token_id
-from dflash_lite.tree import DFlashTreeProposer
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS, fetched_dir, load_pretrained, mask_token_id
+from dflash_lite.decoding.tree import DFlashTreeProposer
 
 pytestmark = [pytest.mark.real, pytest.mark.skipif(
     not (fetched_dir("smollm2-135m") / "config.json").is_file(),

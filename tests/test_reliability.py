@@ -16,9 +16,9 @@ import pytest
 
 import dflash_lite
 from dflash_lite import outputs, prompts, validate
-from dflash_lite.checkpoints import export_dflash, load_drafter, load_pair
-from dflash_lite.target import SHIPPED, SHIPPED_DRAFTERS, LoadError, load_pretrained
-from dflash_lite.train import CHECKPOINT, DrafterTrainConfig, prepare_out
+from dflash_lite.decoding.checkpoints import export_dflash, load_drafter, load_pair
+from dflash_lite.decoding.target import SHIPPED, SHIPPED_DRAFTERS, LoadError, load_pretrained
+from dflash_lite.training.train import CHECKPOINT, DrafterTrainConfig, prepare_out
 from test_bad_input_cli import FAST_TRAIN, no_work, run_cli, snapshot, the_line  # noqa: F401
 
 PACKAGE = Path(dflash_lite.__file__).parent
@@ -127,9 +127,9 @@ OUTPUT_PATHS = [
 @pytest.mark.parametrize("case, named", OUTPUT_PATHS, ids=[c for c, _ in OUTPUT_PATHS])
 def test_every_output_path_is_guarded_before_any_work(capsys, tmp_path, no_work, monkeypatch,
                                                       case, named):
-    monkeypatch.setattr("dflash_lite.model_card.load_pretrained",
+    monkeypatch.setattr("dflash_lite.measuring.model_card.load_pretrained",
                         lambda *a, **k: pytest.fail("the card's evaluation started"))
-    monkeypatch.setattr("dflash_lite.model_card.bench",
+    monkeypatch.setattr("dflash_lite.measuring.model_card.bench",
                         lambda *a, **k: pytest.fail("a benchmark started"))
     argv, kept = _plant(tmp_path, case)
     before = snapshot(kept) if kept.is_dir() else kept.read_bytes()
@@ -144,7 +144,7 @@ def test_every_output_path_is_guarded_before_any_work(capsys, tmp_path, no_work,
 
 
 def test_json_replaces_its_own_report_keeps_its_mode_and_a_foreign_file_needs_overwrite(tmp_path):
-    from dflash_lite.benchmark import IS_BENCH_REPORT
+    from dflash_lite.measuring.benchmark import IS_BENCH_REPORT
     from dflash_lite.files import atomic_write_text
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"env": {}, "methods": []}))
@@ -205,7 +205,8 @@ def test_every_course_command_refuses_in_one_line_before_any_work(capsys, tmp_pa
                                                                    case, named):
     """The course's usage errors are one line, exit 2, like the other commands' (no usage
     banner), and come before any work: nothing is written even if a check regressed."""
-    from dflash_lite import course, course_site
+    from dflash_lite.course import commands as course
+    from dflash_lite.course import site as course_site
     for module, work in ((course, "prepare_course"), (course_site, "build_site")):
         monkeypatch.setattr(module, work, lambda *a, **k: pytest.fail("the work started"))
     argv, kept = _course_plant(tmp_path, case)
@@ -223,12 +224,12 @@ def test_graded_kernels_start_in_the_sandbox_with_the_instructors_files_hidden(t
     """The kernel spec autograde runs notebooks with: this Python's ipykernel behind the sandbox
     launcher (run as a file, isolated mode), the repository read-only, the instructor's folder
     and the source notebooks hidden, the kernel's own folder writable."""
-    from dflash_lite import grading
+    from dflash_lite.course import grading
     kernels = grading.kernel_spec(tmp_path, ["/x/graded"], [str(tmp_path / "run")], {"A": "1"},
                                   grading.Limits())
     spec = json.loads((kernels / grading.KERNEL / "kernel.json").read_text())
     argv = spec["argv"]
-    assert argv[:3] == [sys.executable, "-I", str(PACKAGE / "sandbox.py")]
+    assert argv[:3] == [sys.executable, "-I", str(PACKAGE / "course" / "sandbox.py")]
     assert f"--read-only={PACKAGE.parent}" in argv and f"--writable={tmp_path / 'run'}" in argv
     for hidden in (PACKAGE.parent / "instructor", PACKAGE.parent / "notebooks", "/x/graded"):
         assert f"--hide={hidden}" in argv
@@ -275,7 +276,7 @@ def test_the_lock_is_this_projects_own_and_is_released(tmp_path):
 
 def test_a_card_of_a_read_only_folder_is_refused_before_the_evaluation(capsys, tmp_path,
                                                                        monkeypatch):
-    monkeypatch.setattr("dflash_lite.model_card.load_pretrained",
+    monkeypatch.setattr("dflash_lite.measuring.model_card.load_pretrained",
                         lambda *a, **k: pytest.fail("evaluated"))
     folder = Path(shutil.copytree(SHIPPED["tiny"], tmp_path / "tiny"))
     if os.geteuid() == 0:            # root may write anyway: the folder is read-only as a user's is
@@ -444,7 +445,7 @@ def test_a_drafter_that_does_not_belong_to_the_target_is_refused_at_load_in_benc
     with pytest.raises(LoadError) as info:
         load_pair("tiny", str(folder))
     assert named in one_line(info.value)
-    monkeypatch.setattr("dflash_lite.benchmark.measure",
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.measure",
                         lambda *a, **k: pytest.fail("bench ran its methods"))
     code, _, err = run_cli(capsys, "bench", "--drafter", folder, "--no-baselines",
                            "--num-prompts", "1")
@@ -531,7 +532,7 @@ def test_a_size_beyond_the_machine_is_one_line_before_allocating(capsys, tmp_pat
 
 def test_twenty_thousand_random_drafter_layers_are_refused_before_building(capsys, a_24gb_machine,
                                                                            monkeypatch):
-    monkeypatch.setattr("dflash_lite.benchmark.DFlashDrafter",
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.DFlashDrafter",
                         lambda *a: pytest.fail("the drafter was built"))
     code, _, err = run_cli(capsys, "bench", "--random-drafter-layers", "20000", "--no-baselines")
     assert code == 2 and "a random drafter of 20000 layers" in the_line(err)

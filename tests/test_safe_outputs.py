@@ -15,9 +15,9 @@ from safetensors import SafetensorError
 
 import dflash_lite
 from dflash_lite import outputs
-from dflash_lite import train as train_module
-from dflash_lite import trainer as trainer_module
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.training import train as train_module
+from dflash_lite.training import trainer as trainer_module
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 from test_bad_input_cli import FAST_TRAIN, fast_training, no_work, run_cli, snapshot, the_line  # noqa: F401
 
 PACKAGE = Path(dflash_lite.__file__).parent
@@ -166,7 +166,7 @@ def test_a_full_disk_is_one_line_and_the_rerun_is_not_blocked(capsys, tmp_path, 
 def test_a_full_disk_for_json_is_one_line(capsys, tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "r.json"))
-    monkeypatch.setattr("dflash_lite.benchmark.resolve", full)
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.resolve", full)
     code, _, err = run_cli(capsys, "bench", "--json", tmp_path / "r.json")
     assert code == 1 and "No space left on device" in the_line(err)
 
@@ -174,7 +174,7 @@ def test_a_full_disk_for_json_is_one_line(capsys, tmp_path, monkeypatch):
 def test_an_unexpected_error_keeps_its_traceback(monkeypatch):
     def bug(*args, **kwargs):
         raise KeyError("a bug")
-    monkeypatch.setattr("dflash_lite.benchmark.resolve", bug)
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.resolve", bug)
     with pytest.raises(KeyError):
         dflash_lite.cli.main(["bench"])
 

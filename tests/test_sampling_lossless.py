@@ -18,7 +18,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from dflash_lite.acceptance import (
+from dflash_lite.decoding.acceptance import (
     SamplingParams,
     accept_article_ratio,
     accept_article_threshold,
@@ -26,12 +26,12 @@ from dflash_lite.acceptance import (
     accept_speculative,
     target_probs,
 )
-from dflash_lite.baselines import DraftModelProposer
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.target import default_drafter_path
-from dflash_lite.ngram import NgramProposer
-from dflash_lite.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, accept_tree, add_branch
+from dflash_lite.decoding.baselines import DraftModelProposer
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.target import default_drafter_path
+from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.tree import DFlashTreeProposer, DraftTree, HybridTreeProposer, accept_tree, add_branch
 from sampling_checks import assert_samples_follow
 
 V, K, RUNS = 6, 3, 20_000
@@ -235,11 +235,11 @@ def test_the_cost_aware_policy_samples_from_the_target(tiny, tree_sizes, ngram, 
     trees offered, trees must be chosen; with prompt lookup offered too (the hybrid policy), its
     chain or the hybrid tree must be chosen."""
     from dflash_lite import corpus
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.decode import generate
-    from dflash_lite.costs import StepCosts
-    from dflash_lite.policy import CostAwareProposer, PolicyOptions
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.decode import generate
+    from dflash_lite.decoding.costs import StepCosts
+    from dflash_lite.decoding.policy import CostAwareProposer, PolicyOptions
+    from dflash_lite.decoding.target import default_drafter_path
 
     target, tokenizer = tiny
     drafter = load_drafter(default_drafter_path("tiny"))

@@ -9,17 +9,17 @@ import torch
 from scipy.stats import chi2_contingency, chisquare
 
 from dflash_lite import SamplingParams, corpus
-from dflash_lite.acceptance import PositionNoise, choose_tokens, target_probs
-from dflash_lite.baselines import DraftModelProposer, EagleProposer, NoDraftProposer
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.costs import StepCosts
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.engine import Engine
-from dflash_lite.ngram import NgramProposer
-from dflash_lite.policy import DEFAULT_OPTIONS, CostAwareProposer
-from dflash_lite.shapes import EAGER, FixedShapes
-from dflash_lite.target import SHIPPED_BASELINES, default_drafter_path, load_pretrained
-from dflash_lite.tree import DFlashTreeProposer, HybridTreeProposer
+from dflash_lite.decoding.acceptance import PositionNoise, choose_tokens, target_probs
+from dflash_lite.decoding.baselines import DraftModelProposer, EagleProposer, NoDraftProposer
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.costs import StepCosts
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.engine import Engine
+from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer
+from dflash_lite.decoding.shapes import EAGER, FixedShapes
+from dflash_lite.decoding.target import SHIPPED_BASELINES, default_drafter_path, load_pretrained
+from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer
 
 SETTINGS = {"T=1": SamplingParams(1.0), "T=0.7, top_p=0.9": SamplingParams(0.7, top_p=0.9)}
 MAX_NEW = 32
@@ -157,7 +157,7 @@ def test_the_min_rule_is_kept_as_an_option_and_refuses_position_noise(models):
     result = generate(target, PerRow(DraftModelProposer(small, target, 4, sampling, sample=True, generator=g)), ids,
                       16, sampling, generator=g)
     assert len(result.tokens) == 16
-    from dflash_lite.decode import ChainDraft
+    from dflash_lite.decoding.decode import ChainDraft
     with pytest.raises(ValueError, match="min\\(1, p/q\\) rule"):
         ChainDraft(torch.tensor([1]), torch.ones(1, target.config.vocab_size) / target.config.vocab_size).accept(
             torch.zeros(2, target.config.vocab_size), sampling, sampling.processors(), PositionNoise(1), 5)
@@ -165,8 +165,8 @@ def test_the_min_rule_is_kept_as_an_option_and_refuses_position_noise(models):
 
 @pytest.mark.slow
 def test_bench_checks_a_sampled_run_against_plain_decodings_seeded_sample(tmp_path):
-    from dflash_lite.benchmark import bench
-    from dflash_lite.report import TRANSFORMERS_KINDS, Kind, kind_of
+    from dflash_lite.measuring.benchmark import bench
+    from dflash_lite.measuring.report import TRANSFORMERS_KINDS, Kind, kind_of
 
     report = bench(num_prompts=2, max_new_tokens=12, repeats=1, cost_repeats=1, block_sizes=(4,), tree_sizes=(8,),
                    baselines=False, temperature=1.0, seed=5, quiet=True, json_out=str(tmp_path / "r.json"))

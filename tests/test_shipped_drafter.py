@@ -11,9 +11,9 @@ floor of 5 leaves a margin on both sides. (That its output is the target's is te
 with drafters of every quality.)
 """
 from dflash_lite import corpus, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
-from dflash_lite.target import default_drafter_path
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.target import default_drafter_path
 
 TAU_FLOOR = 5.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_lite import train as train_module
+from dflash_lite.training import train as train_module
 from test_bad_input_cli import FAST_TRAIN, fast_training, run_cli  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_sigterm_outside_training_is_one_line_and_143(capsys, monkeypatch):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
         raise AssertionError("SIGTERM did not stop the command")
-    monkeypatch.setattr("dflash_lite.benchmark.resolve", terminated)
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.resolve", terminated)
     got, _, err = run_cli(capsys, "bench")
     assert got == 143 and err.strip() == "interrupted: nothing was written"
 

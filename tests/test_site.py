@@ -7,7 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dflash_lite import course, course_site, plotting
+from dflash_lite.course import commands as course
+from dflash_lite.course import site as course_site
+from dflash_lite.measuring import plotting
 
 DOCS_DEPS = ("sphinx", "myst_nb", "furo", "jupyter_server_mathjax")
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.baselines import DraftModelProposer, NoDraftProposer
-from dflash_lite.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.baselines import DraftModelProposer, NoDraftProposer
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
 
 MAX_NEW = 32
 
@@ -89,7 +89,7 @@ def test_tau_counts_the_targets_own_token_not_the_prefill_one_and_phases_are_tim
 
 def test_dflash_on_a_llama_target_is_lossless(random_llama):
     from dflash_lite import load_pretrained
-    from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+    from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 
     target, tokenizer = load_pretrained(random_llama)
     torch.manual_seed(0)
@@ -112,7 +112,7 @@ def test_refinement_passes_stay_lossless(tiny, random_drafter, cases):
 def test_adaptive_block_size_is_lossless_and_adapts(tiny, random_drafter):
     """The adaptive proposer changes B between steps (a random drafter accepts little, so it falls
     to the smallest size) and the output still equals the target's greedy output."""
-    from dflash_lite.baselines import AdaptiveDFlashProposer
+    from dflash_lite.decoding.baselines import AdaptiveDFlashProposer
 
     target, tokenizer = tiny
     ids = tokenizer("def parse(line):\n", return_tensors="pt").input_ids

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dflash_lite import course
+from dflash_lite.course import commands as course
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"

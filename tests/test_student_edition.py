@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dflash_lite import course
+from dflash_lite.course import commands as course
 from test_notebooks import OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from dflash_lite.target import context_features, tapped_layer_ids
+from dflash_lite.decoding.target import context_features, tapped_layer_ids
 
 
 @pytest.mark.parametrize("layers,taps,expected", [

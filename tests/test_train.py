@@ -6,13 +6,13 @@ import pytest
 import torch
 from drafting_checks import assert_training_forward_equals_inference
 
-from dflash_lite.checkpoints import load_drafter, save_drafter
-from dflash_lite.drafter import DrafterConfig
-from dflash_lite.target import context_features
-from dflash_lite.data import IGNORE, block_attention_mask, epoch_batches, make_batch, sample_anchors
-from dflash_lite.train import FeatureCache, drafter_loss, position_weights
-from dflash_lite.trainer import TrainConfig, Trainer
-from dflash_lite.variants import make_drafter
+from dflash_lite.decoding.checkpoints import load_drafter, save_drafter
+from dflash_lite.decoding.drafter import DrafterConfig
+from dflash_lite.decoding.target import context_features
+from dflash_lite.training.data import IGNORE, block_attention_mask, epoch_batches, make_batch, sample_anchors
+from dflash_lite.training.train import FeatureCache, drafter_loss, position_weights
+from dflash_lite.training.trainer import TrainConfig, Trainer
+from dflash_lite.decoding.variants import make_drafter
 
 
 def test_anchors_stay_inside_the_response_and_leave_a_label():
@@ -65,7 +65,7 @@ def test_loss_weights_match_the_formula(block_size, gamma):
 @pytest.fixture(scope="module")
 def toy_data(tiny):
     """Responses of the target to a few math prompts (no cache, so the test regenerates them)."""
-    from dflash_lite.data import regenerate
+    from dflash_lite.training.data import regenerate
     from dflash_lite.prompts import training_prompts
     target, tokenizer = tiny
     return regenerate(target, tokenizer, training_prompts(8, 0), 48, batch_size=8)
@@ -87,7 +87,7 @@ def test_training_forward_equals_the_inference_draft(tiny, toy_data, conditionin
 
 def test_no_target_features_means_the_token_embeddings(tiny):
     """The 'none' ablation taps index 0 of the hidden states: the embedding output, no target layer."""
-    from dflash_lite.decode import new_cache, verify
+    from dflash_lite.decoding.decode import new_cache, verify
 
     target, tokenizer = tiny
     config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1, conditioning="none")
@@ -173,7 +173,7 @@ def test_trainer_resumes_from_its_checkpoint(tiny, toy_data, tmp_path):
 def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tiny, toy_data):
     """EAGLE-style drafter: under teacher forcing, block position j of the causal training forward
     gives the logits that autoregressive drafting computes one token at a time."""
-    from dflash_lite.cache import SlotCache
+    from dflash_lite.decoding.cache import SlotCache
 
     target, tokenizer = tiny
     torch.manual_seed(0)
@@ -200,8 +200,8 @@ def test_autoregressive_baseline_training_forward_equals_its_inference_steps(tin
 
 def test_eagle_style_decoding_is_lossless(tiny):
     from dflash_lite import generate_autoregressive
-    from dflash_lite.baselines import EagleProposer
-    from dflash_lite.decode import DFlashProposer, generate
+    from dflash_lite.decoding.baselines import EagleProposer
+    from dflash_lite.decoding.decode import DFlashProposer, generate
 
     target, tokenizer = tiny
     torch.manual_seed(0)
@@ -209,7 +209,7 @@ def test_eagle_style_decoding_is_lossless(tiny):
                                                       block_size=6, drafting="autoregressive")).eval()
     ids = tokenizer("Question: Ben has 4 cards and buys 3 more.\nAnswer:", return_tensors="pt").input_ids
     expected = generate_autoregressive(target, ids, 30).tokens
-    from dflash_lite.decode import PerRow
+    from dflash_lite.decoding.decode import PerRow
 
     assert generate(target, PerRow(EagleProposer(drafter, target)), ids, 30).tokens == expected
     with pytest.raises(ValueError, match="DFlashProposer needs a block drafter"):
@@ -221,9 +221,9 @@ def test_position_accuracy_shows_what_slot_0_is_worth(tiny):
     shipped drafter's first prediction needs the last committed token (slot 0); put MASK there and
     it falls. The autoregressive baseline has no separate slot 0, so masking it is refused."""
     from dflash_lite import corpus
-    from dflash_lite.target import SHIPPED_BASELINES, default_drafter_path
-    from dflash_lite.data import regenerate
-    from dflash_lite.train import position_accuracy
+    from dflash_lite.decoding.target import SHIPPED_BASELINES, default_drafter_path
+    from dflash_lite.training.data import regenerate
+    from dflash_lite.training.train import position_accuracy
 
     target, tokenizer = tiny
     drafter = load_drafter(default_drafter_path("tiny"))

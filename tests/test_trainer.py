@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dflash_lite import zoo
-from dflash_lite.trainer import TrainConfig, Trainer, cosine_lr
+from dflash_lite.training.trainer import TrainConfig, Trainer, cosine_lr
 
 
 def test_drafter_schedule_warms_up_on_a_fraction_then_decays_to_zero():

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
-from dflash_lite.acceptance import SamplingParams
-from dflash_lite.decode import DFlashProposer, generate, new_cache, prefill
-from dflash_lite.tree import (
+from dflash_lite.decoding.acceptance import SamplingParams
+from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, prefill
+from dflash_lite.decoding.tree import (
     DFlashTreeProposer,
     DraftTree,
     accept_tree,
@@ -28,8 +28,8 @@ def cases(greedy_cases):
 
 @pytest.fixture(scope="module")
 def shipped_drafter():
-    from dflash_lite.checkpoints import load_drafter
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.checkpoints import load_drafter
+    from dflash_lite.decoding.target import default_drafter_path
     return load_drafter(default_drafter_path("tiny"))
 
 
@@ -129,7 +129,7 @@ def test_tree_greedy_equals_target_greedy_on_50_prompts(tiny, random_drafter, ca
 def test_tree_with_the_shipped_drafter_is_lossless_and_beats_the_chain(tiny, shipped_drafter, monkeypatch):
     """On held-out math prompts the tree's tau is at least the chain's (same drafter forward, more
     paths), the output is the target's, and accepted paths leave the first-ranked spine."""
-    import dflash_lite.tree as tree_module
+    import dflash_lite.decoding.tree as tree_module
 
     target, tokenizer = tiny
     stops = stop_token_ids(target, tokenizer)

@@ -1,14 +1,14 @@
-"""The paper's drafter and its ablations are separate classes (dflash_lite.variants), and every
+"""The paper's drafter and its ablations are separate classes (dflash_lite.decoding.variants), and every
 saved drafter loads as the one it was trained as."""
 import pytest
 import torch
 
 from dflash_lite import corpus, stop_token_ids
-from dflash_lite.baselines import EagleProposer
-from dflash_lite.checkpoints import load_drafter, save_drafter
-from dflash_lite.decode import DFlashProposer, PerRow, generate
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
-from dflash_lite.variants import (
+from dflash_lite.decoding.baselines import EagleProposer
+from dflash_lite.decoding.checkpoints import load_drafter, save_drafter
+from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.variants import (
     AutoregressiveDrafter,
     InputFusionDrafter,
     NoFeatureDrafter,

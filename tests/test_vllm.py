@@ -33,7 +33,7 @@ def test_vllm_decodes_the_exported_drafter_as_ours(tmp_path):
         pytest.skip("no vLLM interpreter: set DFLASH_VLLM_PYTHON (bash tools/vllm_venv.sh)")
     check = _check_module()
     from dflash_lite import load_pretrained
-    from dflash_lite.target import default_drafter_path
+    from dflash_lite.decoding.target import default_drafter_path
 
     _, tokenizer = load_pretrained("tiny")
     ids, domains = check.check_prompts(tokenizer, 3, 3)

@@ -26,8 +26,8 @@ def no_training(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the bad input was refused")
     monkeypatch.setattr(zoo, "train_tokenizer", refuse)
-    monkeypatch.setattr("dflash_lite.model_card.load_pretrained", refuse)
-    monkeypatch.setattr("dflash_lite.benchmark.resolve", refuse)
+    monkeypatch.setattr("dflash_lite.measuring.model_card.load_pretrained", refuse)
+    monkeypatch.setattr("dflash_lite.measuring.benchmark.resolve", refuse)
 
 
 BAD = [

@@ -1,21 +1,21 @@
 """Step costs of this project's DFlash loop at the paper's scale, on whatever device is given.
 
 Builds a randomly initialised target of a public model's shape (Qwen3-8B by default) and a 5-layer
-DFlash drafter shaped from it (``DrafterConfig.from_target``), then times one target forward over
-b tokens (t_target(b)) and one drafter forward over a block of 16 (t_draft(16)) at a fixed context
+DFlash drafter shaped from it (``DrafterConfig.from_target``), then times one target forward over b
+tokens (t_target(b)) and one drafter forward over a block of 16 (t_draft(16)) at a fixed context
 length:
 
-* **eager**: the decode loop's own forwards, timed by ``dflash_lite.policy.measure_step_costs``;
+* **eager**: the decode loop's own forwards, timed by
+  ``dflash_lite.decoding.policy.measure_step_costs``;
 * **compiled** (``--compiled-sizes``, on CUDA): the decode loop's forwards on fixed shapes
-  (``dflash_lite.shapes.FixedShapes``) through ``torch.compile(mode="reduce-overhead")``.
+  (``dflash_lite.decoding.shapes.FixedShapes``) through ``torch.compile(mode="reduce-overhead")``.
 
 Random weights make acceptance meaningless, but the costs are the real ones: with the paper's tau
 they give the cost model's speedup at that scale (docs/method.md, notebook 10), and the bytes of
 the weights over the memory bandwidth give the floor a forward cannot beat.
 
-    python tools/gpu_cost_probe.py --device cuda --json results/gpu/cost_probe_qwen3_8b.json
-    python tools/gpu_cost_probe.py --device cpu --shape smoke --compiled-sizes ''     # a quick
-    check
+    python tools/gpu_cost_probe.py --device cuda --json results/gpu/cost_probe_qwen3_8b.json python
+    tools/gpu_cost_probe.py --device cpu --shape smoke --compiled-sizes ''     # a quick check
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ import time
 
 import torch
 
-from dflash_lite.costs import measure_step_costs
-from dflash_lite.decode import prefill, verify_on
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.costs import measure_step_costs
+from dflash_lite.decoding.decode import prefill, verify
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.files import atomic_write_text
-from dflash_lite.shapes import FixedShapes
-from dflash_lite.timing import interleaved
+from dflash_lite.decoding.shapes import FixedShapes
+from dflash_lite.decoding.timing import interleaved
 
 SHAPES = {   # hidden, intermediate, layers, heads, kv heads, head_dim, vocab
     "qwen3-8b": (4096, 12288, 36, 32, 8, 128, 151936),
@@ -71,8 +71,9 @@ def build(shape: str, device: str, dtype: torch.dtype):
 @torch.inference_mode()
 def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats: int) -> dict:
     """Median seconds of the decode loop's compiled forwards on fixed shapes
-    (``dflash_lite.shapes.FixedShapes``): the target over b tokens at the context's end (each call
-    rewinds to the same slot), and the drafter over a block of 16 after 16 new context positions."""
+    (``dflash_lite.decoding.shapes.FixedShapes``): the target over b tokens at the context's end
+    (each call rewinds to the same slot), and the drafter over a block of 16 after 16 new context
+    positions."""
     length, layer_ids = ids.shape[1], drafter.config.target_layer_ids
     shapes = FixedShapes(length + 16, compile=True, buckets=sizes, context_width=16)
     cache = shapes.target_cache(target, length)
@@ -82,7 +83,8 @@ def compiled_costs(target, drafter, ids: torch.Tensor, sizes: list[int], repeats
 
     def target_step(b):
         cache.rewind(length)
-        verify_on(shapes, target, ids[:, -1:].expand(1, b), cache, layer_ids)
+        shapes.verify(lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
+                      ids[:, -1:].expand(1, b), key=("verify", tuple(layer_ids)))
 
     runs = {("target", b): (lambda b=b: target_step(b)) for b in sizes}
     runs[("draft", 16)] = lambda: shapes.draft(drafter, target, dcache, block, features[:, -16:],

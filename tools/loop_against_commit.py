@@ -54,15 +54,15 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from dflash_lite.acceptance import PositionNoise, SamplingParams
-    from dflash_lite.baselines import NoDraftProposer
-    from dflash_lite.checkpoints import load_pair
-    from dflash_lite.decode import DFlashProposer, generate
-    from dflash_lite.policy import DEFAULT_OPTIONS, PolicySession
+    from dflash_lite.decoding.acceptance import PositionNoise, SamplingParams
+    from dflash_lite.decoding.baselines import NoDraftProposer
+    from dflash_lite.decoding.checkpoints import load_pair
+    from dflash_lite.decoding.decode import DFlashProposer, generate
+    from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
     from dflash_lite.prompts import builtin_prompts, encode
-    from dflash_lite.shapes import FixedShapes
-    from dflash_lite.target import stop_token_ids
-    from dflash_lite.timing import interleaved
+    from dflash_lite.decoding.shapes import FixedShapes
+    from dflash_lite.decoding.target import stop_token_ids
+    from dflash_lite.decoding.timing import interleaved
 
     with tempfile.TemporaryDirectory() as tmp:
         then = load_then(args.commit, Path(tmp))

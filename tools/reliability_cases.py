@@ -452,7 +452,7 @@ def outputs_lose_data() -> list[Case]:
 
 THREADS = r"""
 import sys, threading
-from dflash_lite.engine import Engine
+from dflash_lite.decoding.engine import Engine
 prompts = ["Question: Ann has 3 pens and buys 4 more. How many pens?",
            "def add(a, b):", "Question: 12 apples, 5 eaten. How many left?", "The capital of"]
 eager = Engine.from_pretrained("tiny", block_size=4)
@@ -617,9 +617,9 @@ def tracebacks() -> list[Case]:
         return build
 
     def public_list(ctx, d):
-        script = ("import sys, torch\nfrom dflash_lite.target import load_pretrained\n"
-                  "from dflash_lite.drafter import DFlashDrafter, DrafterConfig\n"
-                  "from dflash_lite.checkpoints import export_dflash\n"
+        script = ("import sys, torch\nfrom dflash_lite.decoding.target import load_pretrained\n"
+                  "from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig\n"
+                  "from dflash_lite.decoding.checkpoints import export_dflash\n"
                   "m, t = load_pretrained('tiny'); torch.manual_seed(1)\n"
                   "c = DrafterConfig.from_target(m.config, t.mask_token_id, num_layers=2,"
                   " block_size=16)\nexport_dflash(DFlashDrafter(c).eval(), sys.argv[1])\n")

@@ -44,7 +44,7 @@ CROSS_BLOCK_SIZES = {"reference": [8], "block_8": [16]}     # also measured at t
 def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
     import torch
 
-    from dflash_lite.train import train_drafter
+    from dflash_lite.training.train import train_drafter
 
     options = {**COMMON, "block_size": 16, **VARIANTS[name]}
     out = work / name
@@ -66,10 +66,10 @@ def train_one(name: str, steps: int, work: Path, eval_prompts: int) -> dict:
 
 def evaluate(name: str, work: Path, eval_prompts: int, result: dict | None = None) -> dict:
     """tau of a trained variant on held-out prompts, at its own block size and the cross sizes."""
-    from dflash_lite.checkpoints import load_drafter
+    from dflash_lite.decoding.checkpoints import load_drafter
     from dflash_lite.files import atomic_write_text
-    from dflash_lite.target import load_pretrained
-    from dflash_lite.train import tau_probe
+    from dflash_lite.decoding.target import load_pretrained
+    from dflash_lite.training.train import tau_probe
 
     out = work / name
     if result is None:

@@ -40,12 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dflash_lite import corpus  # noqa: E402
-from dflash_lite.baselines import NoDraftProposer  # noqa: E402
-from dflash_lite.batching import batches_of  # noqa: E402
-from dflash_lite.checkpoints import export_dflash, load_drafter  # noqa: E402
-from dflash_lite.decode import DFlashProposer, generate  # noqa: E402
+from dflash_lite.decoding.baselines import NoDraftProposer  # noqa: E402
+from dflash_lite.measuring.batching import batches_of  # noqa: E402
+from dflash_lite.decoding.checkpoints import export_dflash, load_drafter  # noqa: E402
+from dflash_lite.decoding.decode import DFlashProposer, generate  # noqa: E402
 from dflash_lite.prompts import encode_all  # noqa: E402
-from dflash_lite.target import (default_drafter_path, load_pretrained, parse_dtype,  # noqa: E402
+from dflash_lite.decoding.target import (default_drafter_path, load_pretrained, parse_dtype,  # noqa: E402
                                 _resolve, stop_token_ids)
 
 WORKER = Path(__file__).resolve().parent / "vllm_worker.py"

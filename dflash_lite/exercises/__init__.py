@@ -1,10 +1,9 @@
 """Self-checks for the notebooks' exercises, one module per chapter (``ch02`` for notebook 02).
 
 Each ``check_*`` function takes the learner's answer. ``None`` means "not attempted yet": it says
-what to do and returns None. Any other answer is checked against what this repository measures
-or computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns
-True. Worked solutions and the grader's hidden checks are instructor material, outside the
-package.
+what to do and returns None. Any other answer is checked against what this repository measures or
+computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns True.
+Worked solutions and the grader's hidden checks are instructor material, outside the package.
 
 A demonstration that builds on something you build calls :func:`yours_or_ours`: it runs on your
 version when that is done, and on the package's until then, so a blank fails only its own cell
@@ -12,7 +11,7 @@ and its check. The graded checks always take your own code.
 """
 from functools import lru_cache, wraps
 
-from ..target import load_pretrained
+from ..decoding.target import load_pretrained
 
 
 @lru_cache(maxsize=1)
@@ -49,9 +48,9 @@ def correct(exercise: str, detail: str = "") -> bool:
 def score(result, points: int) -> float:
     """An exercise's autograded score: ``points`` when its check returned True, else 0.
 
-    The notebooks' test cells show this number; nbgrader's autograder reads a number shown by a
-    test cell as the cell's score (a check that raises scores 0 too). See the README, "Teaching
-    with it"."""
+    The notebooks' test cells show this number; nbgrader's autograder reads a number shown by a test
+    cell as the cell's score (a check that raises scores 0 too). See the README, "Teaching with
+    it"."""
     return float(points) if result is True else 0.0
 
 

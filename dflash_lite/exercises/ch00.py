@@ -9,13 +9,13 @@ import re
 
 import torch
 
-from . import correct, forward_inputs, not_attempted, shipped_target
 from .. import corpus
-from ..acceptance import SamplingParams
-from ..baselines import generate_autoregressive
-from ..checkpoints import load_drafter
-from ..decode import DFlashProposer, generate
-from ..target import default_drafter_path, load_pretrained, stop_token_ids
+from ..decoding.acceptance import SamplingParams
+from ..decoding.baselines import generate_autoregressive
+from ..decoding.checkpoints import load_drafter
+from ..decoding.decode import DFlashProposer, generate
+from ..decoding.target import default_drafter_path, load_pretrained, stop_token_ids
+from . import correct, forward_inputs, not_attempted, shipped_target
 
 # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
 TOUR_SEED_OFFSET = 42

@@ -5,9 +5,9 @@ against the measurements the learner passes in, so machine noise cannot fail a r
 """
 from __future__ import annotations
 
-from . import correct, forward_inputs, not_attempted, shipped_target
 from .. import corpus
-from ..baselines import generate_autoregressive
+from ..decoding.baselines import generate_autoregressive
+from . import correct, forward_inputs, not_attempted, shipped_target
 
 CACHE_EXERCISE_NEW_TOKENS = 16
 

@@ -6,10 +6,10 @@ import statistics
 import torch
 
 from .. import corpus
-from ..acceptance import SamplingParams, target_probs
-from ..baselines import DraftModelProposer, generate_autoregressive
-from ..decode import PerRow, generate
-from ..target import stop_token_ids
+from ..decoding.acceptance import SamplingParams, target_probs
+from ..decoding.baselines import DraftModelProposer, generate_autoregressive
+from ..decoding.decode import PerRow, generate
+from ..decoding.target import stop_token_ids
 from . import correct, not_attempted
 
 

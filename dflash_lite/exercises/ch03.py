@@ -8,13 +8,13 @@ import statistics
 
 import torch
 
-from . import correct, not_attempted
 from .. import corpus
-from ..drafter import apply_rope
-from ..baselines import generate_autoregressive
-from ..data import block_attention_mask
-from ..decode import ChainDraft, DFlashProposer, generate
-from ..target import context_features
+from ..decoding.baselines import generate_autoregressive
+from ..decoding.decode import ChainDraft, DFlashProposer, generate
+from ..decoding.drafter import apply_rope
+from ..decoding.target import context_features
+from ..training.data import block_attention_mask
+from . import correct, not_attempted
 
 
 def _first_block(drafter, target, ids: torch.Tensor, block_size: int):

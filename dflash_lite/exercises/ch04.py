@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from . import correct, not_attempted, shipped_target
 from .. import corpus
-from ..checkpoints import load_drafter
-from ..cache import SlotCache
-from ..data import make_batch, regenerate
-from ..drafter import DrafterConfig
-from ..target import context_features, default_drafter_path
-from ..train import drafter_loss, position_weights, tau_probe
+from ..decoding.cache import SlotCache
+from ..decoding.checkpoints import load_drafter
+from ..decoding.drafter import DrafterConfig
+from ..decoding.target import context_features, default_drafter_path
+from ..training.data import make_batch, regenerate
+from ..training.train import drafter_loss, position_weights, tau_probe
+from . import correct, not_attempted, shipped_target
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 

@@ -9,11 +9,11 @@ from collections import Counter
 
 import torch
 
+from ..decoding.drafter import DrafterConfig
+from ..decoding.variants import make_drafter
+from ..training.data import make_batch
+from ..training.train import drafter_loss, labelled_logits, position_weights
 from . import correct, not_attempted
-from ..data import make_batch
-from ..drafter import DrafterConfig
-from ..train import drafter_loss, labelled_logits, position_weights
-from ..variants import make_drafter
 
 
 def check_loss_weights(answer) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..measuring.report import Kind, row_of, rows_of
 from ..prompts import load_prompts
-from ..report import Kind, row_of, rows_of
 from . import correct, not_attempted
 
 

@@ -5,10 +5,10 @@ import statistics
 
 import torch
 
-from ..acceptance import SamplingParams, target_probs
+from ..decoding.acceptance import SamplingParams, target_probs
+from ..decoding.decode import DFlashProposer, generate
+from ..decoding.target import stop_token_ids
 from ..prompts import builtin_prompts
-from ..decode import DFlashProposer, generate
-from ..target import stop_token_ids
 from . import correct, not_attempted
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..report import Kind, row_of
+from ..measuring.report import Kind, row_of
 from . import correct, not_attempted
 
 
@@ -36,7 +36,7 @@ def check_exported_drafter(answer, directory, exported_report, report,
     config = json.loads((Path(directory) / "config.json").read_text())
     assert "dflash_config" in config and "target_layer_ids" in config["dflash_config"], (
         "that directory is not in the public DFlash layout "
-        "(use dflash_lite.checkpoints.export_dflash)")
+        "(use dflash_lite.decoding.checkpoints.export_dflash)")
     assert (Path(directory) / "model.safetensors").is_file(), "the export has no model.safetensors"
     source = exported_report.get("env", {}).get("drafter")
     here = Path(directory).resolve()

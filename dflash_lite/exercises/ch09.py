@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from ..decoding.policy import CostAwareProposer
+from ..decoding.tree import add_branch, build_tree
 from . import correct, not_attempted
-from ..policy import CostAwareProposer
-from ..tree import add_branch, build_tree
 
 
 def check_visible_keys(answer, tree, context_length: int) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..decoding.cache import SlotCache
 from . import correct, not_attempted
-from ..cache import SlotCache
 
 
 def _cache_at(write_positions) -> SlotCache:

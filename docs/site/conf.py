@@ -7,7 +7,7 @@ build puts under ``_static/mathjax`` (from the ``jupyter-server-mathjax`` packag
 """
 from pathlib import Path
 
-from dflash_lite.course_site import SITE_SOURCE
+from dflash_lite.course.site import SITE_SOURCE
 
 project = "dflash-lite"
 author = "dflash-lite contributors"

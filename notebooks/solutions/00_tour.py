@@ -8,11 +8,11 @@ import tempfile
 import torch
 
 from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.exercises.ch00 import (check_distinct_samples, check_llama_parity, check_math_template,
                                         check_target_forwards)
-from dflash_lite.target import default_drafter_path
+from dflash_lite.decoding.target import default_drafter_path
 
 model, tokenizer = load_pretrained("tiny")
 stops = stop_token_ids(model, tokenizer)

@@ -8,7 +8,7 @@ import time
 import torch
 
 from dflash_lite import corpus, load_pretrained
-from dflash_lite.decode import new_cache, prefill
+from dflash_lite.decoding.decode import new_cache, prefill
 from dflash_lite.exercises.ch01 import check_break_even, check_cache_positions, check_kv_crossover, check_weight_bytes
 
 model, tokenizer = load_pretrained("tiny")

@@ -4,11 +4,11 @@ import statistics
 import torch
 
 from dflash_lite import SamplingParams, load_pretrained, stop_token_ids
-from dflash_lite.acceptance import target_probs
-from dflash_lite.baselines import DraftModelProposer
-from dflash_lite.decode import PerRow, generate
+from dflash_lite.decoding.acceptance import target_probs
+from dflash_lite.decoding.baselines import DraftModelProposer
+from dflash_lite.decoding.decode import PerRow, generate
 from dflash_lite.exercises import ch02
-from dflash_lite.target import SHIPPED_BASELINES
+from dflash_lite.decoding.target import SHIPPED_BASELINES
 
 target, tokenizer = load_pretrained("tiny")
 draft, _ = load_pretrained(str(SHIPPED_BASELINES["tiny"]["draft_model"]))

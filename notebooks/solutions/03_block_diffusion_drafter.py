@@ -6,11 +6,11 @@ Each answer is computed, then handed to its check, which must return True.
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import ChainDraft, DFlashProposer, generate
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import ChainDraft, DFlashProposer, generate
 from dflash_lite.exercises import ch03
-from dflash_lite.target import SHIPPED_DRAFTERS, context_features
-from dflash_lite.data import block_attention_mask
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS, context_features
+from dflash_lite.training.data import block_attention_mask
 
 torch.manual_seed(0)
 block_size, max_new_tokens = 16, 24                      # smaller than the notebook, to run in seconds

@@ -5,16 +5,16 @@
 import torch
 
 from dflash_lite import load_pretrained
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.cache import SlotCache
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.cache import SlotCache
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.exercises.ch04 import check_cache_numbers, check_taps_experiment, check_tap_indices
-from dflash_lite.plotting import cache_dir
-from dflash_lite.target import default_drafter_path
-from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.measuring.plotting import cache_dir
+from dflash_lite.decoding.target import default_drafter_path
+from dflash_lite.training.data import epoch_batches, regenerate
 from dflash_lite.prompts import training_prompts
-from dflash_lite.train import drafter_loss, position_weights
-from dflash_lite.trainer import TrainConfig, Trainer
+from dflash_lite.training.train import drafter_loss, position_weights
+from dflash_lite.training.trainer import TrainConfig, Trainer
 
 target, tokenizer = load_pretrained("tiny")
 c = target.config

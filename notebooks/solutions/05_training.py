@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from dflash_lite import load_pretrained
-from dflash_lite.drafter import DFlashDrafter, DrafterConfig
+from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.exercises import ch05
-from dflash_lite.plotting import cache_dir
-from dflash_lite.data import epoch_batches, regenerate
+from dflash_lite.measuring.plotting import cache_dir
+from dflash_lite.training.data import epoch_batches, regenerate
 from dflash_lite.prompts import training_prompts
-from dflash_lite.train import drafter_loss
-from dflash_lite.trainer import TrainConfig, Trainer
+from dflash_lite.training.train import drafter_loss
+from dflash_lite.training.trainer import TrainConfig, Trainer
 
 block_size = 8
 target, tokenizer = load_pretrained("tiny")

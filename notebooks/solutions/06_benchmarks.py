@@ -7,8 +7,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from dflash_lite.benchmark import bench
-from dflash_lite.report import Kind, row_of
+from dflash_lite.measuring.benchmark import bench
+from dflash_lite.measuring.report import Kind, row_of
 from dflash_lite.exercises import ch06
 
 small = dict(max_new_tokens=24, repeats=1, baselines=False, hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=3)

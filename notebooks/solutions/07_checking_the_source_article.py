@@ -5,10 +5,10 @@ import torch
 
 from dflash_lite import load_pretrained, stop_token_ids
 from dflash_lite.prompts import builtin_prompts
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.exercises import ch07
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 
 target, tokenizer = load_pretrained("tiny")
 drafter = load_drafter(SHIPPED_DRAFTERS["tiny"])

@@ -1,12 +1,12 @@
 """Worked solutions to the exercises of notebook 08 (run: python notebooks/solutions/08_real_models.py)."""
 import tempfile
 
-from dflash_lite.benchmark import bench
-from dflash_lite.costs import measure_costs
-from dflash_lite.report import Kind, row_of
-from dflash_lite.checkpoints import export_dflash, load_drafter
+from dflash_lite.measuring.benchmark import bench
+from dflash_lite.decoding.costs import measure_costs
+from dflash_lite.measuring.report import Kind, row_of
+from dflash_lite.decoding.checkpoints import export_dflash, load_drafter
 from dflash_lite.exercises import ch08
-from dflash_lite.target import default_drafter_path, load_pretrained
+from dflash_lite.decoding.target import default_drafter_path, load_pretrained
 
 settings = dict(domain="math", num_prompts=1, max_new_tokens=24, block_sizes=(16,), repeats=1, baselines=False,
                 hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=2)

@@ -2,14 +2,14 @@
 import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.decode import generate, new_cache, prefill
-from dflash_lite.cache import SlotCache
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.decode import generate, new_cache, prefill
+from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.exercises import ch09
-from dflash_lite.costs import StepCosts, measure_step_costs
-from dflash_lite.policy import default_policy
-from dflash_lite.target import SHIPPED_DRAFTERS
-from dflash_lite.tree import build_tree
+from dflash_lite.decoding.costs import StepCosts, measure_step_costs
+from dflash_lite.decoding.policy import default_policy
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.tree import build_tree
 
 target, tokenizer = load_pretrained("tiny")
 drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).eval()

@@ -3,7 +3,7 @@ import json
 import re
 
 from dflash_lite.exercises import ch10
-from dflash_lite.plotting import repo_dir
+from dflash_lite.measuring.plotting import repo_dir
 
 run = repo_dir() / "results/gpu/h200-2026-11-30"
 log = (run / "cost_probe_qwen3_8b_shape.log").read_text()

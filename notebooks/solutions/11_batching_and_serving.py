@@ -1,10 +1,10 @@
 """Worked solutions to the exercises of notebook 11 (run: python notebooks/solutions/11_batching_and_serving.py)."""
 from dflash_lite import corpus, load_pretrained, stop_token_ids
-from dflash_lite.checkpoints import load_drafter
-from dflash_lite.costs import measure_step_costs
-from dflash_lite.decode import DFlashProposer, generate
+from dflash_lite.decoding.checkpoints import load_drafter
+from dflash_lite.decoding.costs import measure_step_costs
+from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.exercises import ch11
-from dflash_lite.target import SHIPPED_DRAFTERS
+from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 
 target, tokenizer = load_pretrained("tiny")
 drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).eval()

@@ -1,0 +1,346 @@
+"""Teaching with the notebooks: each chapter's header (hardware and run time), student editions
+and autograding with nbgrader.
+
+The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
+between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
+test cell worth some points (the cell metadata says how many). An exercise's test cell shows
+:func:`dflash_lite.exercises.score` of its self-check, which nbgrader reads as the cell's score.
+The README's "Teaching with it" section walks through release, collection and grading:
+
+    python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
+    python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
+
+The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``) renders the executed
+notebooks, ``docs/method.md`` and ``docs/glossary.md`` offline, without running anything:
+
+    python -m dflash_lite.course site OUT_DIR
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
+from ..files import atomic_write_text
+from ..outputs import guard_output_file, refusal
+from ..validate import Parser, arg_type, check_int, check_output_dir
+from . import grader, grading
+from . import site as course_site
+from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
+
+POS = arg_type(check_int)          # an integer >= 1, as the other commands take it
+
+ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter header: where and how long a chapter ran
+
+def hardware() -> str:
+    """The device the notebooks compute on, in words: the GPU's name, or the CPU's model and the
+    number of threads torch uses."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"GPU {torch.cuda.get_device_name(0)}"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU {model}, {torch.get_num_threads()} threads"
+
+
+@dataclass
+class ChapterClock:
+    """Started by a chapter's first code cell; its last cell prints the run time at the chapter's
+    parameters (the defaults, unless papermill overrode them)."""
+    started: float = field(default_factory=time.perf_counter)
+    device: str = field(default_factory=hardware)
+
+    def report(self) -> str:
+        seconds = time.perf_counter() - self.started
+        minutes, rest = divmod(round(seconds), 60)
+        text = f"this chapter ran in {minutes} min {rest:02d} s on {self.device}"
+        print(text)
+        return text
+
+
+def chapter_clock() -> ChapterClock:
+    """Start timing a chapter and print the hardware it runs on."""
+    clock = ChapterClock()
+    print(f"running on {clock.device}; the last cell prints how long the chapter took")
+    return clock
+
+
+# ---------------------------------------------------------------------------------------------
+# Student editions and autograding (nbgrader)
+
+def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
+    """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
+    ``autograded/`` and a SQLite gradebook inside ``course_root``)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    bin_dir = str(Path(sys.executable).parent)                   # nbgrader runs `alembic` from PATH
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    config = Config()
+    config.CourseDirectory.root = str(course_root)
+    config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"
+    config.Execute.timeout = cell_timeout
+    config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    return NbGraderAPI(CourseDirectory(config=config), config=config)
+
+
+def _checked(result: dict, what: str) -> None:
+    if not result.get("success"):
+        raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n"
+                           f"{result.get('error', '')}")
+
+
+def prepare_course(course_root: Path, notebooks: list[Path]):
+    """Copy ``notebooks`` into ``course_root/source/<assignment>`` and generate the student edition
+    (``course_root/release/<assignment>``); returns the API."""
+    source = course_root / "source" / ASSIGNMENT
+    source.mkdir(parents=True, exist_ok=True)
+    for nb in notebooks:
+        shutil.copy(nb, source / nb.name)
+    api = nbgrader_api(course_root)
+    _checked(api.generate_assignment(ASSIGNMENT), "generate_assignment")
+    return api
+
+
+EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
+
+
+def _check_edition_dir(out: Path, names: list[str]) -> None:
+    """Refuse a folder that holds anything student-edition did not write there: source notebooks,
+    a student's work, a foreign file of the same name."""
+    check_output_dir(out, "the student edition's folder")
+    why = refusal(out)
+    if why:
+        raise ValueError(f"{out} {why}; choose a folder of its own")
+    if _inside(out, ROOT):
+        raise ValueError(f"{out} is inside the repository: write the student edition outside it")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    mark = out / EDITION_MARK
+    if not mark.is_file():
+        raise ValueError(f"{out} is not empty and was not written by student-edition: "
+                         "give a new folder")
+    ours = set(mark.read_text().split())
+    foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
+    if foreign:
+        raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
+                         "give a new folder")
+
+
+BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
+
+
+def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
+    """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
+    region replaced by a :func:`stub`, outputs cleared, test cells locked, no pointer to the
+    worked solutions), this package beside them (it holds no reference answers: those are in
+    ``instructor/``), the committed results the notebooks read, and ``STUDENTS.md`` (how to
+    install). None of the worked solutions or instructor material, and no complete notebook.
+    Refuses a folder that holds anything it did not write itself."""
+    import nbformat
+
+    out = Path(out_dir).resolve()
+    notebooks = chapters(selection)
+    _check_edition_dir(out, [nb.name for nb in notebooks])
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare_course(Path(tmp), notebooks)
+        out.mkdir(parents=True, exist_ok=True)
+        mark = out / EDITION_MARK
+        ours = set(mark.read_text().split()) if mark.is_file() else set()
+        written = []
+        for nb in notebooks:
+            released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
+            source = nbformat.read(nb, as_version=4)
+            for cell, original in zip(released.cells, source.cells):
+                if cell.metadata.get("nbgrader", {}).get("solution"):
+                    cell.source = blank(original.source)
+                elif cell.cell_type == "markdown":
+                    cell.source = student_markdown(cell.source)
+            path = out / nb.name
+            ours.add(nb.name)
+            mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
+            nbformat.write(released, path)
+            written.append(path)
+        for name in BUNDLE:
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, target,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(ROOT / name, target)
+        (out / "STUDENTS.md").write_text(STUDENTS_MD)
+    return written
+
+
+STUDENTS_MD = """# dflash-lite, student edition
+
+The notebooks here are the course's chapters with the exercises left blank. Install the package
+beside them (it holds the self-checks, not the answers), then open the notebooks:
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install -r requirements.txt && pip install -e .
+    jupyter lab
+
+Each exercise cell says what to write (a name, a type, a shape); the cell under it checks your
+answer and shows the points. A blank fails only its own cell and its check: a demonstration that
+builds on something you have not written yet uses the package's version and says so. The points that
+count are computed by your teacher's grader, from your answers, not from what your notebook prints.
+"""
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
+              course_root: str | Path | None = None, allow_root: bool = False,
+              hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``).
+
+    Each runs top to bottom in a sandboxed kernel, with the test cells restored from the source,
+    under ``limits`` (:mod:`dflash_lite.course.grading`); then the points are computed in a fresh
+    process (:mod:`dflash_lite.course.grader`) from the values the notebook's answers had, never
+    from what the student's kernel printed. One notebook that dies, loops or floods its output
+    scores 0 where it did not get to, and the others are graded as usual. Returns ``{notebook:
+    {"score", "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it
+    scored 0}, "stopped": why the run stopped early or "", "kernel_score": what the kernel's own
+    outputs claimed, for comparison}}``; ``course_root`` keeps the working files (else a temporary
+    folder, removed)."""
+    submitted = Path(submitted_dir)
+    if _inside(submitted, ROOT):
+        raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
+                         "outside it (their code runs while grading)")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not allow_root:
+        raise PermissionError("refusing to grade as root: students' code runs while grading "
+                              "(use an unprivileged user or a container, or pass --allow-root)")
+    names = {p.name for p in submitted.glob("[0-9][0-9]_*.ipynb")}
+    notebooks = [nb for nb in chapters(selection) if nb.name in names]
+    if not notebooks:
+        raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
+    hidden = Path(hidden) if hidden else grader.HIDDEN
+    if not hidden.is_file():
+        raise ValueError(f"the hidden checks are missing: no {hidden}")
+    limits = limits or grading.Limits()
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
+        work = Path(course_root) if course_root else Path(tmp)
+        outputs_dir = work / "outputs"
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {"PYTHONPATH": path,
+               "DFLASH_LITE_FIGURES": str(outputs_dir / "figures"),
+               "DFLASH_LITE_RESULTS": str(outputs_dir / "results"),
+               "DFLASH_LITE_CACHE": str(outputs_dir / "cache"),
+               "IPYTHONDIR": str(outputs_dir / "ipython"), "MPLCONFIGDIR": str(outputs_dir / "mpl"),
+               "MPLBACKEND": "Agg", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        for nb in notebooks:
+            outputs_dir.mkdir(parents=True, exist_ok=True)
+            run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
+            cells = run["cells"]
+            report[nb.stem] = {
+                "score": sum(c[0] for c in cells.values()),
+                "max_score": sum(c[1] for c in cells.values()),
+                "cells": {g: c[:2] for g, c in cells.items()},
+                "messages": {g: c[2] for g, c in cells.items() if c[2]},
+                "stopped": run["stopped"],
+                "kernel_score": run["kernel_score"]}
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    release = commands.add_parser("student-edition",
+                                  help="write the student edition (blanks, no outputs)")
+    release.add_argument("out_dir")
+    release.add_argument("--notebooks", nargs="*",
+                         help="chapter numbers, e.g. 02 03 (default: all)")
+    grade = commands.add_parser("autograde", help="autograde filled-in student notebooks")
+    grade.add_argument("submitted_dir")
+    grade.add_argument("--notebooks", nargs="*",
+                       help="chapter numbers (default: every notebook found)")
+    grade.add_argument("--out", help="also write the scores to this JSON file")
+    grade.add_argument("--overwrite", action="store_true",
+                       help="let --out replace a file that is not a score report")
+    grade.add_argument("--cell-timeout", type=POS, default=grading.Limits.cell_timeout_s,
+                       help="seconds a cell may run before it is interrupted "
+                            "(default: %(default)s)")
+    grade.add_argument("--notebook-timeout", type=POS, default=grading.Limits.notebook_timeout_s,
+                       help="seconds a whole notebook may run (default: %(default)s)")
+    grade.add_argument("--allow-root", action="store_true",
+                       help="grade as root anyway (students' code runs while grading)")
+    site = commands.add_parser("site",
+                               help="build the course site (HTML) from the executed notebooks")
+    site.add_argument("out_dir")
+    site.add_argument("--instructor", action="store_true",
+                      help="the instructor's site, with the solutions (default: the student site)")
+    args = parser.parse_args(argv)
+    bad = [n for n in getattr(args, "notebooks", None) or () if not (len(n) == 2 and n.isdigit())]
+    if bad or getattr(args, "notebooks", None) == []:
+        parser.error(f"--notebooks takes chapter numbers such as 02 03, got {bad or 'none'}")
+    if not in_checkout():
+        parser.error("the course commands need a checkout of the repository (its notebooks/, "
+                     "docs/ and instructor/ folders); this installed copy "
+                     f"({ROOT / 'dflash_lite'}) holds the package only: git clone the project "
+                     "and run them there")
+    if args.command == "site":
+        try:
+            import myst_nb  # noqa: F401  (checked before any work)
+        except ImportError:
+            parser.error("the site needs the docs dependencies: "
+                         "pip install -r docs/requirements.txt")
+        try:
+            course_site.check_site_dir(Path(args.out_dir).resolve())
+        except ValueError as e:
+            parser.error(str(e))
+        print(course_site.build_site(args.out_dir, instructor=args.instructor))
+    elif args.command == "student-edition":
+        if args.notebooks is not None and not chapters(args.notebooks):
+            parser.error(f"no chapter matches {args.notebooks}")
+        try:
+            for path in student_edition(args.out_dir, args.notebooks):
+                print(path)
+        except ValueError as e:
+            parser.error(str(e))
+    elif args.command == "autograde":
+        if not Path(args.submitted_dir).is_dir():
+            parser.error(f"{args.submitted_dir} is not a directory")
+        try:          # the report's place is checked before any grading, like every --out
+            out = guard_output_file(args.out, "--out", args.overwrite,
+                                    own=grading.is_score_report) if args.out else None
+            limits = grading.Limits(cell_timeout_s=args.cell_timeout,
+                                    notebook_timeout_s=args.notebook_timeout)
+            report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,
+                               limits=limits)
+        except (ValueError, PermissionError) as e:
+            parser.error(str(e))
+        for name, nb in report.items():
+            stopped = f" (stopped early: {nb['stopped']})" if nb["stopped"] else ""
+            print(f"{name}: {nb['score']:g} / {nb['max_score']:g}{stopped}")
+        if out is not None:
+            atomic_write_text(out, json.dumps(report, indent=1))
+    return 0

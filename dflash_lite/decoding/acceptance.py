@@ -1,0 +1,204 @@
+"""From logits to tokens: the target's sampling distribution and the acceptance rules
+(docs/method.md#verification-and-acceptance).
+
+Temperature, top-k and top-p are transformers' own logits processors (``TemperatureLogitsWarper``,
+``TopKLogitsWarper``, ``TopPLogitsWarper``), so a distribution here is the one ``generate`` uses.
+Greedy decoding (temperature 0) is the argmax of the raw logits.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from ..validate import check_seed, check_temperature, check_top_k, check_top_p
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target picks a token. ``temperature == 0`` means greedy. ``seed``: a sampled run
+    draws its noise per position from it (:class:`PositionNoise`), so the output is the same for
+    every drafting scheme; None: from the caller's generator."""
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self):                  # one-line ValueErrors, the same as the CLI's
+        check_temperature(self.temperature)
+        check_top_k(self.top_k)
+        check_top_p(self.top_p)
+        if self.seed is not None:
+            check_seed(self.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def processors(self):
+        """transformers' logits processors for this setting (empty when greedy)."""
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        procs = LogitsProcessorList()
+        if self.greedy:
+            return procs
+        if self.temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k is not None:
+            procs.append(TopKLogitsWarper(self.top_k))
+        if self.top_p is not None and self.top_p < 1.0:
+            procs.append(TopPLogitsWarper(self.top_p))
+        return procs
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams, processors=None) -> torch.Tensor:
+    """Probabilities the target samples from, per row. ``logits``: (N, V) -> (N, V)."""
+    processors = params.processors() if processors is None else processors
+    scores = processors(None, logits.float())  # the warpers here never look at input_ids
+    return torch.softmax(scores, dim=-1)
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_POSITION = _signed(0xD1B54A32D192ED03)
+_MIX1, _MIX2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """A logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+class PositionNoise:
+    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a
+    seeded sample of the token at position i is the same whatever was drafted, in whatever order
+    the loop asks for it, on any device (docs/method.md#seeded-sampling).
+
+    A counter-based generator: splitmix64's finaliser of ``seed * g + position * c + token`` in
+    int64 arithmetic, computed where the scores are. ``sample`` is the Gumbel-max trick:
+    ``argmax(log p + g)`` is exactly a draw from p (Gumbel 1954; drafter-invariant speculative
+    decoding, arXiv 2408.07978)."""
+
+    def __init__(self, seed: int | None = None):
+        # a drawn seed leaves torch's global generator (and so the caller's randomness) alone
+        self.seed = secrets.randbits(62) if seed is None else int(seed)
+        self._key = _signed((self.seed + 1) * _GOLDEN % (1 << 64))   # seed * g + g, in int64
+
+    def uniform(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+        """(N, V) uniforms in (0, 1) for the tokens at ``positions`` (N,)."""
+        device = positions.device
+        key = (positions.long() * _POSITION + self._key)[:, None]
+        z = key + torch.arange(vocab, device=device)[None]
+        z = (z ^ _shift(z, 30)) * _MIX1
+        z = (z ^ _shift(z, 27)) * _MIX2
+        z = z ^ _shift(z, 31)
+        return (_shift(z, 11).double() + 0.5) / float(1 << 53)
+
+    def sample(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One token per row of processed ``scores`` (N, V) (log-probabilities up to a constant;
+        -inf where a warper removed a token): the argmax of scores + Gumbel noise."""
+        gumbel = -torch.log(-torch.log(self.uniform(positions, scores.shape[-1])))
+        return (scores.double() + gumbel).argmax(dim=-1)
+
+
+def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
+                  generator: torch.Generator | PositionNoise | None = None,
+                  positions: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row of ``logits`` (N, V) -> (N,): argmax when greedy, else a sample: from
+    ``generator``'s stream (``torch.multinomial``), or with a :class:`PositionNoise` the seeded
+    sample of the token at each row's absolute position (``positions`` (N,))."""
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    if isinstance(generator, PositionNoise):
+        if positions is None:
+            raise ValueError("seeded sampling needs the positions of the tokens it samples")
+        processors = params.processors() if processors is None else processors
+        return generator.sample(processors(None, logits.float()), positions.to(logits.device))
+    probs = target_probs(logits, params, processors)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- acceptance rules
+# Every rule takes the k draft tokens and the target's logits at the k+1 block positions
+# (position i scores the token after the i-th block token), and returns how many drafts are
+# accepted and the token the target adds after them. So one step commits n + 1 tokens.
+
+def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[int]:
+    """The tokens a point-mass draft commits when the target's token after block position i is
+    ``choices[i]`` (k+1,): drafts are kept while they equal the target's, and the accepted drafts
+    *are* the target's tokens, so the step commits ``choices[0..n]``. Computed on the device and
+    read back once (n and every choice in one tensor)."""
+    agree = (draft_tokens == choices[:-1]).int().cumprod(dim=0)            # 1 until the first miss
+    read = torch.cat([agree.sum()[None], choices]).tolist()                # the one host read
+    return read[1: read[0] + 2]
+
+
+def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
+    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its
+    token."""
+    tokens = committed_tokens(draft_tokens, target_logits.argmax(dim=-1))
+    return len(tokens) - 1, tokens[-1]
+
+
+def accept_point_mass(draft_tokens: torch.Tensor, target_p: torch.Tensor,
+                      generator: torch.Generator | None = None) -> tuple[int, int]:
+    """Sampling with a deterministic draft (q = one-hot): sample the target at every position and
+    accept while the sample equals the draft. This is the general rule below with q(x) = 1:
+    accept with probability p(x), and on rejection the sample is p conditioned on != x, which
+    is exactly normalise(max(p - q, 0)). So it is lossless."""
+    samples = torch.multinomial(target_p, 1, generator=generator).squeeze(-1)   # (k+1,)
+    tokens = committed_tokens(draft_tokens, samples)
+    return len(tokens) - 1, tokens[-1]
+
+
+def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,
+                       generator: torch.Generator | None = None) -> tuple[int, int]:
+    """The general lossless rule for drafts sampled from distributions q (Leviathan et al. 2023)."""
+    k = draft_tokens.shape[0]
+    u = torch.rand(k, generator=generator, device=target_p.device)
+    for i in range(k):
+        x = draft_tokens[i]
+        p, q = target_p[i, x], draft_q[i, x]
+        # q <= p: always accept. q > p: accept with probability p / q
+        if u[i] * q <= p:
+            continue
+        # rejected: sample from what p has in excess of q, normalise(max(p - q, 0))
+        residual = (target_p[i] - draft_q[i]).clamp(min=0)
+        return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+    # all k accepted: one bonus token from p at the position after the block
+    return k, int(torch.multinomial(target_p[k], 1, generator=generator))
+
+
+# ----------------------------------------------------------------------------- NOT lossless
+# The source article's two rules. They are here so the notebooks can measure the bias they add
+# (total variation from the target's distribution); never use them to generate.
+
+def accept_article_ratio(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,
+                         generator: torch.Generator | None = None) -> tuple[int, int]:
+    """NOT LOSSLESS. Source article: accept if p(x) >= q(x), else resample from p."""
+    for i in range(draft_tokens.shape[0]):
+        x = draft_tokens[i]
+        if target_p[i, x] >= draft_q[i, x]:
+            continue
+        return i, int(torch.multinomial(target_p[i], 1, generator=generator))
+    return draft_tokens.shape[0], int(torch.multinomial(target_p[-1], 1, generator=generator))
+
+
+def accept_article_threshold(draft_tokens: torch.Tensor, target_p: torch.Tensor,
+                             threshold: float = 0.5,
+                             generator: torch.Generator | None = None) -> tuple[int, int]:
+    """NOT LOSSLESS. Source article: accept if p(x) >= 0.5, else resample from p."""
+    for i in range(draft_tokens.shape[0]):
+        if target_p[i, draft_tokens[i]] >= threshold:
+            continue
+        return i, int(torch.multinomial(target_p[i], 1, generator=generator))
+    return draft_tokens.shape[0], int(torch.multinomial(target_p[-1], 1, generator=generator))

@@ -1,0 +1,219 @@
+"""The methods DFlash is measured against, each a :class:`~dflash_lite.decoding.decode.Proposer` for
+the same decode loop (:func:`dflash_lite.decoding.decode.steps`), so every speedup compares like
+with like:
+
+* :class:`NoDraftProposer`: block size 1, nothing drafted. The loop is then plain autoregressive
+  decoding, one target forward per token with the KV cache: :func:`generate_autoregressive`.
+* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5): the same
+  feature taps and KV injection, but one drafter forward per draft token.
+* :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
+* :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
+  section 5.3), which the cost-aware policy (:mod:`dflash_lite.decoding.policy`) replaces.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's
+  rows.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..validate import check_int
+from .acceptance import PositionNoise, SamplingParams, choose_tokens, target_probs
+from .cache import SlotCache
+from .decode import ChainDraft, DFlashProposer, GenerationResult, generate
+from .proposers import check_drafter
+from .shapes import EAGER, Shapes
+
+
+class NoDraftProposer:
+    """Block size 1: nothing is drafted; each step is one target forward that commits one token."""
+    layer_ids = None
+    block_size = 1
+
+    def __init__(self, shapes: Shapes = EAGER):
+        self.shapes = shapes
+
+    def start(self, ids, features, lengths) -> None:
+        pass
+
+    def propose(self, last, depths):
+        raise AssertionError("block size 1 drafts nothing")
+
+    def accepted(self, blocks, positions, features) -> None:
+        pass
+
+    def keep(self, rows) -> None:
+        pass
+
+
+def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
+                            sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+                            generator: torch.Generator | None = None) -> GenerationResult:
+    """The baseline: the decode loop at block size 1 (prefill, then one target forward per
+    token)."""
+    return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids,
+                    generator)
+
+
+class EagleProposer:
+    """The EAGLE-style baseline, a proposer of one request (run a batch as ``PerRow(...)``): the
+    same context and KV injection as DFlash, but k drafter forwards for k drafts, each token
+    predicting the next. Needs an autoregressive drafter
+    (:class:`dflash_lite.decoding.variants.AutoregressiveDrafter`), whose cache keeps each draft's
+    K/V for the next one; after the round the cache is cut back to the accepted context."""
+
+    autoregressive = True
+
+    def __init__(self, drafter, target, block_size: int | None = None, shapes: Shapes = EAGER):
+        self.block_size = check_drafter(self, drafter, target, block_size)
+        self.drafter, self.target, self.shapes = drafter, target, shapes
+        self.layer_ids = drafter.config.target_layer_ids
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
+        # features of the positions start.. that the drafter's cache does not hold yet
+        self.new_context, self.new_context_start = target_hidden, 0
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
+        context, context_start, drafts = self.new_context, self.new_context_start, []
+        self.cache.rewind(context_start)               # the accepted context ends here
+        for i in range(k):
+            logits = self.drafter.next_token_logits(self.target, token, context, context_start,
+                                                    position + i, self.cache)
+            token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
+            drafts.append(token[0])
+            # the context is cached now
+            context, context_start = context[:, :0], position
+        # keep the accepted context 0..position-1, not the drafts
+        self.cache.rewind(position)
+        return ChainDraft(torch.cat(drafts))
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        # the features of last + n accepted drafts join the context on the next propose
+        self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
+
+
+class DraftModelProposer:
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its
+    own cache.
+
+    ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the draft
+    model's processed distribution: with a :class:`~dflash_lite.decoding.acceptance.PositionNoise`
+    as ``generator`` by the **coupled rule** (the default of a seeded run): each draft is
+    ``argmax(log q + g)`` with the target's own noise g at that position, a point mass accepted
+    exactly when it is the target's seeded token (acceptance at least (1 - TV) / (1 + TV));
+    with a ``torch.Generator``, by the **min(1, p/q) rule** (Leviathan et al. 2023; acceptance
+    1 - TV, but the output then depends on the draws): the drafts and their q are returned for
+    the general acceptance rule.
+    """
+    layer_ids = None
+
+    def __init__(self, draft_model, target, block_size: int = 5,
+                 sampling: SamplingParams = SamplingParams(),
+                 sample: bool = False, generator: torch.Generator | PositionNoise | None = None):
+        if draft_model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(f"draft model vocabulary {draft_model.config.vocab_size} != "
+                             f"target vocabulary {target.config.vocab_size}")
+        check_int("block_size", block_size)
+        self.model, self.block_size, self.sampling = draft_model, block_size, sampling
+        self.sample, self.generator = sample and not sampling.greedy, generator
+        self.processors = sampling.processors()
+
+    def start(self, prompt_ids, target_hidden) -> None:
+        self.cache = SlotCache.for_target(self.model)
+        self.prompt_length = prompt_ids.shape[1]
+        # tokens not yet in the draft cache
+        self.unseen = prompt_ids
+
+    def propose(self, last_token: torch.Tensor, k: int):
+        ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
+        tokens, probs = [], []
+        coupled = self.sample and isinstance(self.generator, PositionNoise)
+        after = self.cache.position + ids.shape[1]       # the position of the first draft
+        for i in range(k):
+            logits = self.model(ids, past_key_values=self.cache, use_cache=True,
+                                logits_to_keep=1).logits[:, -1]
+            if coupled:     # the target's noise at the draft's position: argmax(log q + g)
+                token = choose_tokens(logits, self.sampling, self.processors, self.generator,
+                                      torch.tensor([after + i]))
+            elif self.sample:
+                p = target_probs(logits, self.sampling, self.processors)   # (1, V)
+                token = torch.multinomial(p, 1, generator=self.generator)[0]
+                probs.append(p[0])
+            else:
+                token = logits.argmax(dim=-1)
+            tokens.append(token)
+            ids = token.view(1, 1)
+        return ChainDraft(torch.cat(tokens), torch.stack(probs) if probs else None)
+
+    def accepted(self, block, n: int, position: int, target_hidden) -> None:
+        # the last draft was never fed
+        have = min(self.cache.position, position + n + 1)
+        # rejected drafts are overwritten
+        self.cache.rewind(have)
+        self.unseen = block[:, have - position: n + 1]
+
+
+@torch.inference_mode()
+def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(),
+                **kwargs):
+    """transformers' ``model.generate`` on ``ids`` (1, T) for ``n`` new tokens, greedy or with our
+    sampling settings; ``kwargs``: its assisted-generation options (``assistant_model``,
+    ``prompt_lookup_num_tokens``). Returns (new tokens, None): it keeps no per-step record."""
+    if sampling.greedy:
+        kwargs["do_sample"] = False
+    else:
+        # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
+                      top_k=sampling.top_k or 0)
+    # transformers' assisted generation calls the assistant's generate with a generation config and
+    # keyword arguments together, and warns about its own call; nothing here can change that
+    internal = logging.getLogger("transformers.generation.utils")
+    level = internal.level
+    internal.setLevel(logging.ERROR)
+    try:
+        out = target.generate(ids.to(target.device), max_new_tokens=n, eos_token_id=stops,
+                              pad_token_id=tokenizer.pad_token_id, **kwargs)
+    finally:
+        internal.setLevel(level)
+    return out[0, ids.shape[1]:].tolist(), None
+
+
+class AdaptiveDFlashProposer(DFlashProposer):
+    """DFlash with the block size chosen per step from recent acceptance (the source article's
+    section 5.3): per row, the smallest of ``sizes`` that is at least ``headroom`` x the row's mean
+    acceptance length over its last ``window`` steps. Low acceptance -> short, cheap blocks; high
+    -> long ones. An option only: notebook 06 measures it against fixed sizes. ``chosen``: the
+    block each step verified, per step, of the batch's first row."""
+
+    def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
+        sizes = sorted(set(sizes))
+        super().__init__(drafter, target, sizes[-1])
+        if sizes[0] < 2 or window < 1 or headroom <= 0:
+            raise ValueError("adaptive block sizes must be >= 2, with window >= 1 and headroom > 0")
+        self.sizes, self.window, self.headroom = sizes, window, headroom
+
+    def start(self, ids, features, lengths=None) -> None:
+        super().start(ids, features, lengths)
+        rows = len(self.new_context_lengths)
+        self.recent, self.blocks = [[] for _ in range(rows)], [self.sizes[-1]] * rows
+        self.chosen = []
+
+    def propose(self, last: torch.Tensor, depths: list[int]):
+        depths = [min(d, b - 1) for d, b in zip(depths, self.blocks)]
+        self.chosen.append(depths[0] + 1)          # the block this step verifies
+        return super().propose(last, depths)
+
+    def accepted(self, blocks, positions, features) -> None:
+        super().accepted(blocks, positions, features)
+        for r, block in enumerate(blocks):
+            if block.shape[1]:                      # a finished row kept as padding: nothing
+                self.recent[r] = (self.recent[r] + [block.shape[1]])[-self.window:]
+                want = self.headroom * sum(self.recent[r]) / len(self.recent[r])
+                self.blocks[r] = next((b for b in self.sizes if b >= want), self.sizes[-1])
+
+    def keep(self, rows: list[int]) -> None:
+        super().keep(rows)
+        self.recent, self.blocks = [self.recent[i] for i in rows], [self.blocks[i] for i in rows]

@@ -1,0 +1,121 @@
+"""The cost-aware policy's choice (:mod:`dflash_lite.decoding.policy`): its options
+(:class:`PolicyOptions`), one step's :class:`Choice`, what the cost model says it costs
+(:func:`step_seconds`), and the rule, the option with the most expected tokens per second of step:
+:func:`choose`, one option for every row of a batch (one request is one row).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .costs import StepCosts
+from .estimate import AcceptanceEstimate
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
+    size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
+    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
+    ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
+    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``:
+    the same between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from
+    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
+    multiple of the full chain's."""
+    max_block_size: int | None = None
+    tree_sizes: tuple[int, ...] = ()
+    ngram_drafts: int = 0
+    max_ngram: int = 3
+    decay: float = 0.9
+    idle_decay: float = 0.99
+    request_decay: float = 0.5
+    prior: float = 0.7
+    prior_weight: float = 3.0
+    tree_prior_gain: float = 1.3
+
+    def __post_init__(self):
+        if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) \
+                or not 0 < self.request_decay <= 1 \
+                or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
+                             "0 < request_decay <= 1, "
+                             "prior_weight > 0 and tree_prior_gain > 0")
+        if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
+            raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
+                             f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")
+        object.__setattr__(self, "tree_sizes", tuple(sorted(self.tree_sizes)))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One step's choice: ``block_size`` tokens per target forward for a chain (1: plain decoding;
+    for prompt lookup, its ``ngram`` drafts + 1), or a draft tree of ``tree_size`` nodes drafted at
+    depth ``block_size - 1``, with a prompt-lookup branch of ``ngram`` drafts for a hybrid tree."""
+    block_size: int
+    tree_size: int | None = None
+    ngram: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``plain``, ``chain``, ``tree``, ``ngram`` or ``hybrid``."""
+        if self.tree_size:
+            return "hybrid" if self.ngram else "tree"
+        return "ngram" if self.ngram else "chain" if self.block_size > 1 else "plain"
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.kind in ("chain", "tree", "hybrid")
+
+    @property
+    def verify_width(self) -> int:
+        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may
+        share nodes)."""
+        return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
+
+    def __str__(self) -> str:
+        return {"tree": f"tree {self.tree_size}", "ngram": f"ngram {self.ngram}",
+                "hybrid": f"tree {self.tree_size} + ngram {self.ngram}"}.get(
+                    self.kind, str(self.block_size))
+
+
+def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
+    """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
+    full block if the drafter runs."""
+    drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
+    return ((costs.target(choice.verify_width, context_length) + drafting)
+            * costs.correction(choice.kind))
+
+
+def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
+           continuations: Sequence[int] = (0,), context_length: int | None = None,
+           depth: int | None = None) -> tuple[Choice, float]:
+    """ONE option for every row of a batch (one request is one row; SmartSpec's goodput rule,
+    arXiv 2406.14066): the most expected committed tokens over all rows per second of the step
+    (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
+    tokens the estimates expect of it. The options: a chain of b in 1..B, a tree, and where prompt
+    lookup found drafts (``continuations``: how many, per row) its chain of m, or for one row the
+    hybrid tree; a row without a continuation commits a single token on a lookup step. ``depth``:
+    the most drafts this step may hold (None: the chain's depth). Each kind's expectation is
+    scaled by what its steps have committed against it so far (``costs.yield_ratio``). Plain
+    decoding is always a candidate, so a batch where no draft pays decodes plainly. Ties go to the
+    cheaper kind."""
+    depth = estimate.depth if depth is None else min(depth, estimate.depth)
+    rows, gain = len(continuations), options.tree_prior_gain
+    candidates = [(rows * e, Choice(b))
+                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
+    most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
+    if most:
+        expected = estimate.ngram.expected_tokens()
+        candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
+                       for m in range(1, min(most, estimate.ngram.depth) + 1)]
+    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
+        candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
+                           Choice(depth + 1, n)))
+        if most and rows == 1:                        # the tree with lookup's draft as a branch
+            m = min(most, estimate.ngram.depth)
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
+                               Choice(depth + 1, n, m)))
+    rates = [e * costs.yield_ratio(c.kind) / step_seconds(c, costs, context_length)
+             for e, c in candidates]
+    expected, choice = candidates[rates.index(max(rates))]
+    return choice, expected

@@ -1,0 +1,277 @@
+"""What a DFlash step costs (paper section 3; docs/method.md#the-cost-model).
+
+A step is one drafter forward over a block of b and one target forward over b tokens; it commits
+tau tokens where plain decoding commits one per target forward, so the predicted speedup is
+``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here:
+the forwards measured (:func:`measure_step_costs`, interleaved so that load drift hits every size
+alike), :class:`StepCosts` (those seconds at one or more context lengths, and a model of every
+other size and length) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
+:class:`DriftMonitor` (is the model still right about the steps it times?) and
+:func:`measure_costs`, the benchmark's record of the same forwards.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+
+import torch
+
+from .cache import SlotCache
+from .decode import prefill, verify
+from .timing import interleaved
+
+# the second context length step_costs measures: the prompt's + this many tokens
+EXTRA_CONTEXT = 256
+DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
+# that median may move by this factor either way before the model counts as stale
+DRIFT_MARGIN = 1.3
+
+
+def _fit(points: dict[int, float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (x, y), slope clamped at >= 0, so that
+    timing noise can never make a longer block or a longer context look cheaper."""
+    n = len(points)
+    mean_x, mean_y = sum(points) / n, sum(points.values()) / n
+    spread = sum((x - mean_x) ** 2 for x in points)
+    slope = (max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in points.items()) / spread)
+             if spread else 0.0)
+    return mean_y - slope * mean_x, slope
+
+
+class StepCosts:
+    """Measured seconds of one target forward over b tokens and one drafter forward over a block of
+    b, at one context length or several (:meth:`by_context`).
+
+    The model (:meth:`target`, :meth:`draft`): at each measured length, a straight line in b
+    (least squares, slope >= 0); across lengths, the line's intercept and slope are themselves
+    lines in the context length (attention reads every cached position, so a longer context costs
+    more per forward, and more per token of a wide verify). One target token (b = 1) is its own
+    point at each length: a single-token forward takes a lighter path (no causal mask).
+    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
+    steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
+    Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
+    steps; hand-written ones (in other units, as in the tests) are taken as they are.
+    """
+
+    def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
+                 context_length: int = 0, calibration_seconds: float = 0.0,
+                 measured: bool = False):
+        self.tables = {context_length: (dict(sorted(t_target.items())),
+                                        dict(sorted(t_draft.items())))}
+        self.calibration_seconds, self.measured = calibration_seconds, measured
+        self._model()
+
+    @classmethod
+    def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
+                   measured: bool = False) -> StepCosts:
+        """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
+        first, *_ = sorted(tables)
+        costs = cls(*tables[first], first, calibration_seconds, measured)
+        costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
+                        for n, (t, d) in sorted(tables.items())}
+        costs._model()
+        return costs
+
+    def _model(self) -> None:
+        self.drift = DriftMonitor()
+        # per kind of step: decayed [measured, predicted] seconds
+        self.timed: dict[str, list[float]] = {}
+        # correction() per kind, until the next observe()
+        self._ratios: dict[str, float] = {}
+        # per kind: decayed tokens a batch step committed, and what the estimates expected
+        self.yields: dict[str, list[float]] = {}
+        # per length: the target line (b > 1), the draft line, one target token
+        lines = {}
+        for n, (t_target, t_draft) in self.tables.items():
+            lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
+                        _fit(t_draft), t_target.get(1))
+        # each coefficient as a line in the context length: (intercept, slope) per coefficient
+        self._target = [_fit({n: line[0][i] for n, line in lines.items()}) for i in (0, 1)]
+        self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
+        ones = {n: line[2] for n, line in lines.items() if line[2] is not None}
+        self._one = _fit(ones) if ones else None
+
+    @property
+    def t_target(self) -> dict[int, float]:
+        """The measured target seconds at the shortest measured context length."""
+        return next(iter(self.tables.values()))[0]
+
+    @property
+    def t_draft(self) -> dict[int, float]:
+        return next(iter(self.tables.values()))[1]
+
+    @property
+    def context_lengths(self) -> list[int]:
+        return list(self.tables)
+
+    def _at(self, context: int | None) -> int:
+        return self.context_lengths[0] if context is None else context
+
+    def target(self, b: int, context: int | None = None) -> float:
+        """Seconds of one target forward over b tokens after ``context`` cached positions (None:
+        the shortest length measured)."""
+        n = self._at(context)
+        if b == 1 and self._one is not None:
+            return self._one[0] + self._one[1] * n
+        (a0, a1), (s0, s1) = self._target
+        return (a0 + a1 * n) + (s0 + s1 * n) * b
+
+    def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
+        """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
+        forwards alone were predicted to take ``predicted``."""
+        sums = self.timed.setdefault(kind, [0.0, 0.0])
+        sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+        self._ratios.clear()
+
+    def observe_yield(self, kind: str, committed: float, expected: float, decay: float = 0.9,
+                      idle_decay: float = 0.98) -> None:
+        """A batch step of ``kind`` committed ``committed`` tokens over its rows where the
+        acceptance estimates expected ``expected``; every other kind's record fades
+        (``idle_decay``), so that a kind that lost is tried again some steps later."""
+        for other, sums in self.yields.items():
+            if other != kind:
+                sums[0], sums[1] = sums[0] * idle_decay, sums[1] * idle_decay
+        sums = self.yields.setdefault(kind, [0.0, 0.0, 2.0 * expected])  # its prior: 2 steps of 1
+        sums[0], sums[1] = sums[0] * decay + committed, sums[1] * decay + expected
+
+    def yield_ratio(self, kind: str) -> float:
+        """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
+        prior of two steps' worth (1 before any)."""
+        committed, expected, prior = self.yields.get(kind, (0.0, 0.0, 1.0))
+        return (committed + prior) / (expected + prior)
+
+    def correction(self, kind: str) -> float:
+        """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds
+        around the forwards differs by kind (a drafter step runs more Python than a prompt-lookup
+        step), so each kind's prediction is scaled by its own ratio; a kind never timed takes the
+        ratio over all kinds (1 before any step)."""
+        # read once per kind between observations (the policy asks per option)
+        if kind not in self._ratios:
+            measured, predicted = (self.timed.get(kind)
+                                   or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
+            self._ratios[kind] = measured / predicted if predicted > 0 else 1.0
+        return self._ratios[kind]
+
+    def draft(self, b: int, context: int | None = None) -> float:
+        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft)."""
+        if b <= 1:
+            return 0.0
+        n = self._at(context)
+        (a0, a1), (s0, s1) = self._draft
+        return (a0 + a1 * n) + (s0 + s1 * n) * b
+
+
+class DriftMonitor:
+    """Whether the cost model still describes the steps it is used for. Each timed step gives the
+    ratio measured / predicted seconds; the first :data:`DRIFT_WINDOW` steps set the reference
+    (the loop's own overhead sits on top of the two forwards, so the ratio is not 1), and the model
+    has drifted once the running median of the last ``window`` ratios leaves
+    [reference / ``margin``, reference x ``margin``] (``margin`` = :data:`DRIFT_MARGIN`). The owner
+    of the costs then measures again (:func:`step_costs` at the current context length)."""
+
+    def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
+        self.recent: deque[float] = deque(maxlen=window)
+        self.margin, self.reference = margin, None
+
+    def observe(self, measured: float, predicted: float) -> bool:
+        """Record one step; True when the model has drifted."""
+        if predicted <= 0 or measured <= 0:
+            return False
+        self.recent.append(measured / predicted)
+        if len(self.recent) < self.recent.maxlen:
+            return False
+        median = statistics.median(self.recent)
+        if self.reference is None:
+            self.reference = median
+            return False
+        return not self.reference / self.margin <= median <= self.reference * self.margin
+
+
+@torch.inference_mode()
+def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, draft_sizes,
+                       repeats: int = 5, rows: int = 1) -> dict:
+    """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
+    blocks of b (``draft_sizes``) at the prompt's context length, for a batch of ``rows`` requests
+    (t(rows, b)), interleaved so that load drift hits all sizes alike. Returns
+    ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
+    device = target.device
+    ids = prompt_ids.to(device).expand(rows, -1)
+    length = ids.shape[1]
+    layer_ids = drafter.config.target_layer_ids
+    cache = SlotCache.for_target(target, rows=rows)
+    _, features = prefill(target, ids, cache, layer_ids, [length] * rows)
+    dcache = SlotCache(drafter.config.num_layers, rows=rows, device=device)
+    mask_id = drafter.config.mask_token_id
+    drafter.draft_logits(target, torch.full((rows, 2), mask_id, device=device), features[:, :-1],
+                         0, dcache)
+
+    def target_step(b):             # b tokens after the prompt; the next one overwrites them
+        cache.rewind(length)
+        verify(target, ids[:, -1:].expand(rows, b), cache, layer_ids)
+
+    def draft_step(b):              # one new context position, written at the same slot each time
+        drafter.draft_logits(target, torch.full((rows, b), mask_id, device=device),
+                             features[:, -1:], length - 1, dcache)
+
+    fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
+    fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})
+    # the one interleaved timer
+    timed = interleaved(fns, repeats, warmup=1, device=device)
+    medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
+    return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
+            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}}
+
+
+def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> torch.Tensor:
+    """``ids`` (1, T) repeated to T + ``extra`` tokens, kept inside the target's context with room
+    for a block: the second length :func:`step_costs` measures at."""
+    limit = getattr(target.config, "max_position_embeddings", None) or ids.shape[1] + extra + 128
+    length = max(ids.shape[1], min(ids.shape[1] + extra, limit - 128))
+    return ids.repeat(1, -(-length // ids.shape[1]))[:, :length]
+
+
+def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, tree_sizes=(),
+               repeats: int = 7, longer_ids: torch.Tensor | None = None,
+               rows: int = 1) -> StepCosts:
+    """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1, N+1+B for
+    each tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the
+    prompt's and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
+    (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
+    once and passes the result to every policy it builds. ``rows``: the batch size the costs are
+    for (every row the same prompt)."""
+    started = time.perf_counter()
+    grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size}
+                  | {max_block_size})
+    wide = {n + 1 for n in tree_sizes} | {n + max_block_size for n in tree_sizes}
+    longer = longer_context(target, prompt_ids) if longer_ids is None else longer_ids
+    tables = {}
+    for ids in (prompt_ids, longer):
+        measured = measure_step_costs(target, drafter, ids, set(grid) | wide,
+                                      [b for b in grid if b > 1], repeats, rows)
+        tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
+    return StepCosts.by_context(tables, time.perf_counter() - started, measured=True)
+
+
+@torch.inference_mode()
+def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
+                  tree_sizes=(), rows: int = 1) -> dict:
+    """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
+    length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
+    N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
+    context position, as in a step; a tree is drafted with the drafter's own block size)."""
+    tree_block = drafter.config.block_size
+    measured = measure_step_costs(target, drafter, prompt_ids,
+                                  {1, *block_sizes, *(n + 1 for n in tree_sizes)},
+                                  {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats,
+                                  rows)
+    # keys are strings, as they will be in the JSON
+    return {"context_length": prompt_ids.shape[1], "repeats": repeats, "batch_size": rows,
+            "tree_block_size": tree_block,
+            "t_target": {str(b): t for b, t in measured["t_target"].items()},
+            "t_draft": {str(b): t for b, t in measured["t_draft"].items()}}
+
+
+def predicted_speedup(tau: float, t_target_1: float, t_target_b: float, t_draft_b: float) -> float:
+    """The paper's cost model: tau tokens per step, one step costs a verify plus a draft."""
+    return tau * t_target_1 / (t_target_b + t_draft_b)

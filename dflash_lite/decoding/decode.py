@@ -1,0 +1,429 @@
+"""Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
+per step ``draft`` (a :class:`~dflash_lite.decoding.proposers.Proposer`), ``verify`` (one target
+forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens); ``generate``
+runs it to the end.
+
+:func:`steps` is the whole loop on one screen, over a :class:`Batch` of one :class:`Request` per
+prompt (one request is a batch of one). :class:`~dflash_lite.decoding.proposers.DFlashProposer` is
+the paper's drafter; the baselines (EAGLE-style drafter, a small draft model, and block size 1,
+which *is* plain autoregressive decoding) are proposers too, in
+:mod:`dflash_lite.decoding.baselines`, so every method runs the same loop. :class:`GenerationResult`
+is what every run returns, so tokens/s, time to first token and tau are summarised the same way
+everywhere.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from ..validate import check_int
+from .acceptance import PositionNoise, SamplingParams, choose_tokens
+from .cache import SlotCache
+from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain's rule, public)
+from .proposers import DFlashProposer, PerRow, Proposer, stack_padded  # noqa: F401  (public)
+from .shapes import EAGER, Shapes, pad
+from .target import context_features
+from .timing import PhaseTimer, no_phase
+
+
+class Step(NamedTuple):
+    """What one step of :func:`steps` yields, for one request of the batch."""
+    # committed by this step; a stop token, if hit, is the last one
+    tokens: list[int]
+    # tokens the step's target forward committed (n + 1); None: prefill's
+    committed: int | None
+    stopped: bool                     # a stop token ended the output
+    row: int = 0                      # which prompt of the batch
+    # accepted tokens given back by the naive rollback (``rollback="shortest"``)
+    discarded: int = 0
+
+
+@dataclass
+class GenerationResult:
+    """What one generation produced and how long each part took (seconds), collected step by step
+    (:meth:`record`) from :func:`steps`."""
+    prompt_length: int
+    # new tokens only; a stop token, if hit, is the last one
+    tokens: list[int] = field(default_factory=list)
+    # seconds since the start at which each new token was ready
+    token_times: list[float] = field(default_factory=list)
+    # tokens committed per target forward
+    acceptance_lengths: list[int] = field(default_factory=list)
+    phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
+    stop_reason: str = "max_new_tokens"     # or "stop_token"
+    seed: int | None = None                 # a seeded sampled run's seed: it replays the output
+    # accepted tokens the naive rollback gave back (0 for the per-row loop)
+    discarded: int = 0
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    def record(self, step: Step) -> None:
+        self.tokens += step.tokens
+        self.token_times += [time.perf_counter() - self.started] * len(step.tokens)
+        if step.committed is not None:
+            self.acceptance_lengths.append(step.committed)
+        self.discarded += step.discarded
+        if step.stopped:
+            self.stop_reason = "stop_token"
+
+    @property
+    def time_to_first_token(self) -> float:
+        """Prefill + choosing the first token."""
+        return self.token_times[0] if self.token_times else 0.0
+
+    @property
+    def total_time(self) -> float:
+        return self.token_times[-1] if self.token_times else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode throughput: new tokens over the whole wall time, prefill included."""
+        return len(self.tokens) / self.total_time if self.total_time > 0 else float("nan")
+
+    @property
+    def per_token_latency(self) -> list[float]:
+        """Seconds between consecutive tokens (the first entry is the time to first token)."""
+        return [b - a for a, b in zip([0.0] + self.token_times[:-1], self.token_times)]
+
+    @property
+    def tau(self) -> float | None:
+        """Mean tokens committed per target verification; None for a loop without verification."""
+        if not self.acceptance_lengths:
+            return None
+        return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
+
+
+def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    """One clear error for a request that cannot be served, before any work is done."""
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    check_int("max_new_tokens", max_new_tokens)
+    vocab = model.get_input_embeddings().num_embeddings
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab:
+        bad = low if low < 0 else high
+        raise ValueError(f"input_ids holds token id {bad}, outside the target's vocabulary "
+                         f"of {vocab} (0..{vocab - 1})")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens "
+                         f"({max_new_tokens}) exceeds the target's context of {limit} tokens")
+
+
+def token_ids(prompt) -> torch.Tensor:
+    """A prompt as a long tensor; one line for ids that are not integers (a float tensor would be
+    truncated without a word)."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
+            raise ValueError(f"input_ids must hold integer token ids, got a {prompt.dtype} tensor")
+        return prompt.long()
+    if hasattr(prompt, "__array__") and not isinstance(prompt, (list, tuple)):
+        return token_ids(torch.as_tensor(prompt))
+    values = list(prompt) if isinstance(prompt, (list, tuple)) else None
+    if values is None or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise ValueError("input_ids must be a tensor or a list of integer token ids, "
+                         f"got {type(prompt).__name__}")
+    return torch.tensor(values, dtype=torch.long)
+
+
+def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
+    """A request or a batch, as rows: the prompts (each (1, T_r)), each row's ``max_new_tokens``
+    and stop tokens. ``input_ids``: one (1, T) tensor (a single request) or a list of them (or of
+    1-D tensors or token lists); ``max_new_tokens`` and ``stop_token_ids`` are shared, or given
+    per row as lists of the batch's length."""
+    rows = [input_ids] if isinstance(input_ids, torch.Tensor) else list(input_ids)
+    if not rows:
+        raise ValueError("the batch is empty: give at least one prompt")
+    prompts = [token_ids(p) for p in rows]
+    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in prompts]
+    limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) \
+        else [max_new_tokens] * len(prompts)
+    stops = list(stop_token_ids)
+    nested = [isinstance(s, (list, tuple, set, frozenset)) for s in stops]
+    if any(nested) and not all(nested):
+        raise ValueError("stop_token_ids mixes token ids and per-row lists: give one list of ids "
+                         "for every row, or one list per row")
+    per_row = bool(stops) and all(nested)
+    for s in (stops if per_row else [stops]):
+        for t in s:
+            if isinstance(t, bool) or not isinstance(t, (int, torch.Tensor)) or (
+                    isinstance(t, torch.Tensor) and (t.numel() != 1 or t.is_floating_point())):
+                raise ValueError(f"stop_token_ids: {t!r} is not a token id (an integer)")
+    stops = ([{int(t) for t in s} for s in stops] if per_row
+             else [{int(t) for t in stops}] * len(prompts))
+    if len(limits) != len(prompts) or len(stops) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts, but max_new_tokens or stop_token_ids for "
+                         f"{len(limits)} / {len(stops)}")
+    return prompts, limits, stops
+
+
+def new_cache(model, length: int | None = None) -> SlotCache:
+    """The target's cache for one request (an eager :class:`~dflash_lite.decoding.cache.SlotCache`).
+    """
+    return SlotCache.for_target(model, length)
+
+
+@torch.inference_mode()
+def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None = None,
+            lengths: list[int] | None = None):
+    """The prompts through the target, filling ``cache`` from slot 0: ``ids`` (R, T) padded on
+    the right to the longest of ``lengths`` (None: every row all T). The logits at each row's own
+    last position (R, V), the tapped features of every position (R, T, K*H) when ``layer_ids``
+    asks, and each row's write position at its length."""
+    cache.rewind(0)
+    lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
+    last = torch.tensor(lengths, device=ids.device) - 1
+    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last,
+                              lengths=last + 1)
+    cache.rewind(list(lengths))
+    return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
+
+
+def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
+           logits_to_keep=0, depths: torch.Tensor | None = None,
+           ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
+    """One target forward over ``block`` (R, W), each row written at its own write position:
+    logits (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features
+    (R, W, K*H) or None. A chain by default; a tree gives ``depths`` and ``ancestors``, shared
+    or per row ((W,) or (R, W), (W, W) or (R, W, W)). ``lengths``: a padded prompt batch
+    (:meth:`SlotCache.verify_mask`)."""
+    window = getattr(target.config, "sliding_window", None) \
+        if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
+    masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)
+    out = target(block, attention_mask=masks if window is not None else masks["full_attention"],
+                 position_ids=cache.positions(block.shape[1], depths),
+                 past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
+                 output_hidden_states=([i + 1 for i in layer_ids] if layer_ids is not None
+                                       else False))
+    features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
+    return out.logits, features
+
+
+class Verified(NamedTuple):
+    """What one verify of every row's draft gives: the tokens it scored (R, W) (each row's layout,
+    padded), the target's logits (R, W, V), the tapped features (R, W, K*H) or None, and each row's
+    own width (its first positions of each)."""
+    ids: torch.Tensor
+    logits: torch.Tensor
+    features: torch.Tensor | None
+    widths: list[int]
+
+    def greedy_reads(self) -> list[list[int]]:
+        """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
+        argmax before them, then the argmax at each of its W positions; every row in ONE
+        device-to-host read."""
+        choices = self.logits.argmax(dim=-1)                                       # (R, W)
+        room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
+        inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room
+        agree = ((self.ids[:, 1:] == choices[:, :-1]) & inside).int().cumprod(dim=1).sum(dim=1)
+        return torch.cat([agree[:, None], choices], dim=1).tolist()
+
+
+def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
+                  cache: SlotCache, layer_ids) -> Verified:
+    """ONE target forward over every row's draft (each :meth:`ChainDraft.layout` after
+    ``last[r]``), padded to the widest (:func:`dflash_lite.decoding.shapes.pad`) and run as
+    ``shapes`` run it (eager, or padded to a bucket and compiled)."""
+    layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
+    widths = [len(ids) for ids, _, _ in layouts]
+    if len(layouts) == 1:
+        ids, depths, ancestors = layouts[0][0][None], *layouts[0][1:]
+    else:
+        padded = [pad(i[None], d, a, max(widths)) for i, d, a in layouts]
+        ids, depths, ancestors = (torch.cat(part) if n == 0 else torch.stack(part)
+                                  for n, part in enumerate(zip(*padded)))
+    logits, features = shapes.verify(
+        lambda i, d, a: verify(target, i, cache, layer_ids, depths=d, ancestors=a),
+        ids, depths, ancestors, key=("verify", tuple(layer_ids or ())))
+    return Verified(ids, logits, features, widths)
+
+
+def seeded(sampling: SamplingParams, generator):
+    """The generator a run samples with: ``generator``, or with none given and a
+    ``sampling.seed``, that seed's :class:`~dflash_lite.decoding.acceptance.PositionNoise`."""
+    if generator is None and sampling.seed is not None and not sampling.greedy:
+        return PositionNoise(sampling.seed)
+    return generator
+
+
+# ============================================================================= the batch
+@dataclass
+class Request:
+    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per
+    row."""
+    index: int                      # which prompt of the batch
+    limit: int                      # its max_new_tokens
+    stops: set[int]
+    position: int                   # where its last committed token sits
+    new: list[int]                  # what the last step committed, not yet yielded
+    path: list[int] | None = None   # the last step's accepted path (None: prefill's)
+    discarded: int = 0              # accepted drafts the naive rollback gave back
+    emitted: int = 0
+    finished: bool = False          # stopped or at its limit (on fixed shapes, padding)
+
+    def emit(self) -> Step:
+        """What the last step committed, up to and including a stop token, within the limit."""
+        piece, stopped = cut_at_stop(self.new, self.stops)
+        piece = piece[: self.limit - self.emitted]
+        self.emitted += len(piece)
+        self.finished = stopped or self.emitted >= self.limit
+        return Step(piece, None if self.path is None else len(self.path), stopped, self.index,
+                    self.discarded)
+
+
+class Batch:
+    """The rows of :func:`steps`, a :class:`Request` each, and their last tokens ``last`` (R,) on
+    the device. :meth:`leave` is the one place finished rows leave: eagerly they are dropped from
+    the caches and the proposer; on fixed shapes a finished row stays as padding."""
+
+    def __init__(self, requests: list[Request], last: torch.Tensor, fixed: bool):
+        self.rows, self.last, self.fixed = requests, last, fixed
+
+    def emit(self):
+        for request in self.rows:
+            if not request.finished:
+                yield request.emit()
+
+    def leave(self, cache: SlotCache, proposer: Proposer) -> bool:
+        """Finished rows leave; whether any row is left to decode."""
+        live = [i for i, request in enumerate(self.rows) if not request.finished]
+        if live and len(live) < len(self.rows) and not self.fixed:
+            cache.keep(live)
+            proposer.keep(live)
+            self.rows, self.last = [self.rows[i] for i in live], self.last[live]
+        return bool(live)
+
+    def depths(self, block_size: int) -> list[int]:
+        """Per row, the most drafts after ``last``: never past its own max_new_tokens (0: plain
+        decoding, and on padding rows)."""
+        return [0 if r.finished else min(block_size, r.limit - r.emitted) - 1 for r in self.rows]
+
+    def paths(self, drafts, verified: Verified, sampling, processors, generator, rollback: str):
+        """Per row, the path the target agrees with and the tokens it commits
+        (:meth:`ChainDraft.accept`; greedy, every row's point-mass draft from one host read,
+        :meth:`ChainDraft.accept_read`); padding rows commit nothing. ``rollback="shortest"``:
+        every row keeps the batch's shortest path."""
+        reads = verified.greedy_reads() if sampling.greedy else None
+        paths, new = [], []
+        for r, (request, draft) in enumerate(zip(self.rows, drafts)):
+            if request.finished:
+                path, tokens = [], []
+            elif reads and hasattr(draft, "accept_read") and getattr(draft, "q", None) is None:
+                path, tokens = draft.accept_read(reads[r])
+            else:
+                path, tokens = draft.accept(verified.logits[r, : verified.widths[r]], sampling,
+                                            processors, generator, request.position)
+            paths.append(path)
+            new.append(tokens)
+        shortest = min(len(p) for p in paths if p) if rollback == "shortest" else None
+        for request, path in zip(self.rows, paths):
+            request.discarded = max(len(path) - shortest, 0) if shortest else 0
+        return [p[:shortest] for p in paths], [t[:shortest] for t in new]
+
+    def commit(self, paths, new, features):
+        """Each row moves past its accepted path, with the tokens it committed, to yield next.
+        What the proposer is told (:meth:`Proposer.accepted`): per row, the committed block
+        (1, n+1), where it sat, and its features."""
+        lasts, positions = self.last.tolist(), [r.position for r in self.rows]    # one read
+        blocks = [torch.tensor([[last] + tokens[: len(path) - 1]] if path else [[]],
+                               dtype=torch.long, device=self.last.device)
+                  for last, path, tokens in zip(lasts, paths, new)]
+        kept = [None if features is None else features[r: r + 1, : len(path)]
+                if path == list(range(len(path))) else features[r: r + 1, path]
+                for r, path in enumerate(paths)]
+        for request, path, tokens in zip(self.rows, paths, new):
+            request.path, request.new, request.position = path, tokens, request.position + len(path)
+        self.last = torch.tensor([t[-1] if t else last for t, last in zip(new, lasts)],
+                                 device=self.last.device)
+        return blocks, positions, kept
+
+
+def check_proposer(proposer) -> None:
+    """One line for a proposer of one request given where a batch proposer is needed."""
+    if not all(callable(getattr(proposer, name, None))
+               for name in ("start", "propose", "accepted", "keep")):
+        raise ValueError(f"{type(proposer).__name__} is not a batch proposer (start, propose, "
+                         "accepted and keep): a proposer of one request runs as "
+                         f"PerRow({type(proposer).__name__}(...))")
+
+
+# ============================================================================= the loop
+ROLLBACKS = ("row", "shortest")
+
+
+@torch.inference_mode()
+def steps(target, proposer: Proposer, input_ids, max_new_tokens,
+          sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+          generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
+          rollback: str = "row"):
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of
+    prompts (:func:`as_batch`; one request is a batch of one), one :class:`Step` per request per
+    target forward, each yielded as it is committed. Every row (a :class:`Request`) keeps its own
+    write position, accepted length, drafter context, stop tokens and ``max_new_tokens``; a
+    finished row leaves the batch (:meth:`Batch.leave`). ``rollback="shortest"`` is the naive
+    batch rule, a teaching baseline: every row keeps only the batch's shortest accepted path
+    (docs/method.md#batches). ``phase(name)`` is an optional observer wrapped around each phase
+    (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes``
+    (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each forward runs, and compile
+    them. At temperature > 0 a :class:`~dflash_lite.decoding.acceptance.PositionNoise` as
+    ``generator`` makes the output the
+    target's own seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    if rollback not in ROLLBACKS:
+        raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
+    check_proposer(proposer)
+    shapes = getattr(proposer, "shapes", EAGER)
+    generator, processors = seeded(sampling, generator), sampling.processors()
+    prompts, limits, stops = as_batch(input_ids, max_new_tokens, stop_token_ids)
+    lengths = [p.shape[1] for p in prompts]
+    cache = shapes.target_cache(target, max(map(sum, zip(lengths, limits))), len(prompts))
+    with phase("prefill"):      # the prompts through the target; their features to the drafter
+        ids = stack_padded([p[..., None] for p in prompts])[..., 0].to(target.device)   # (R, T)
+        logits, hidden = prefill(target, ids, cache, proposer.layer_ids, lengths)
+        last = choose_tokens(logits, sampling, processors, generator, torch.tensor(lengths))
+        proposer.start(ids, hidden, lengths)
+    batch = Batch([Request(r, *row, [t]) for r, (*row, t) in
+                   enumerate(zip(limits, stops, lengths, last.tolist()))], last, shapes.fixed)
+    while True:
+        yield from batch.emit()                 # what the last step committed, per request
+        if not batch.leave(cache, proposer):    # finished rows leave the batch
+            return
+        depths = batch.depths(proposer.block_size)
+        with phase("draft"):        # a chain or a tree per row
+            drafts = proposer.propose(batch.last, depths) if max(depths) \
+                else [ChainDraft(batch.last[:0])] * len(depths)
+        with phase("verify"):       # ONE target forward scores every row's `last` and drafts
+            verified = verify_drafts(shapes, target, drafts, batch.last, cache, proposer.layer_ids)
+        with phase("accept"):       # per row, the path the target agrees with, then its own token
+            paths, new = batch.paths(drafts, verified, sampling, processors, generator, rollback)
+            cache.keep_paths([r.position for r in batch.rows], paths)   # both caches keep them
+            proposer.accepted(*batch.commit(paths, new, verified.features))
+
+
+def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """``tokens`` up to and including the first stop token, and whether there was one."""
+    hit = stops & set(tokens)
+    return (tokens[: min(tokens.index(s) for s in hit) + 1], True) if hit else (tokens, False)
+
+
+def generate(target, proposer: Proposer, input_ids, max_new_tokens,
+             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
+             generator: torch.Generator | PositionNoise | None = None, rollback: str = "row"):
+    """Speculative decoding to the end, checked and timed: every :class:`Step` collected, in a
+    :class:`GenerationResult` (a list of them, one per prompt, for a batch: :func:`as_batch`)."""
+    prompts, limits, stops = as_batch(input_ids, max_new_tokens, stop_token_ids)
+    for prompt, limit in zip(prompts, limits):
+        check_request(target, prompt, limit)
+    generator = seeded(sampling, generator)
+    timer = PhaseTimer(target.device)
+    results = [GenerationResult(p.shape[1], phase_times=timer.seconds,
+                                seed=generator.seed if isinstance(generator, PositionNoise)
+                                else None) for p in prompts]
+    batch = [p.to(target.device) for p in prompts]
+    for step in steps(target, proposer, batch[0] if isinstance(input_ids, torch.Tensor) else batch,
+                      limits, sampling, stops, generator, timer, rollback):
+        results[step.row].record(step)
+    return results[0] if isinstance(input_ids, torch.Tensor) else results

@@ -1,0 +1,289 @@
+"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
+section 3; docs/method.md#the-drafter).
+
+One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the drafter
+sees
+
+* the **context features**: the tapped target layers' outputs at every accepted position,
+  concatenated (K*H wide) and projected to H by ``fc`` then ``hidden_norm`` (an RMSNorm);
+* its own block, embedded with the **target's frozen embedding**.
+
+Every layer is a Qwen3 layer with **KV injection**: queries come from the block only, keys and
+values from ``[context ; block]``, attention is bidirectional inside the block and sees all of the
+context, RoPE at absolute positions. The output goes through the **target's frozen LM head**; the
+B-1 masked positions give the draft. Context K/V are kept in the loop's one cache,
+:class:`~dflash_lite.decoding.cache.SlotCache`, written at the context's positions; the block's own
+K/V are never stored.
+
+Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
+``layers.N.self_attn.{q,k,v,o}_proj``, ...), so :mod:`dflash_lite.decoding.checkpoints` maps them
+1:1.
+
+Two options of that layout change the attention itself, and both are honoured here:
+
+* **RoPE scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``): the rotary
+  embedding is transformers' own, built from the same rope parameters the target uses.
+* **Sliding-window layers** (``layer_types[i] == "sliding_attention"``): block position ``q`` sees
+  a key at position ``k`` only when ``|q - k| <= sliding_window``, the bidirectional window of
+  transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RotaryEmbedding, rotate_half
+
+from .cache import SlotCache
+from .drafter_config import (Conditioning, DrafterConfig, Drafting,  # noqa: F401 (public)
+                             check_compatible)
+
+
+class RMSNorm(nn.Module):
+    """Qwen3's RMSNorm (same ``weight``, same fp32 arithmetic) as one ``F.rms_norm`` call: a drafter
+    forward runs a dozen of them on a handful of rows, where the op count, not the arithmetic, is
+    the cost."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps, self.shape = eps, (hidden_size,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == self.weight.dtype:
+            return F.rms_norm(x, self.shape, self.weight, self.eps)
+        # Qwen3's mixed case
+        return self.weight * F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)
+
+
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")    # cos/sin depend on the position only
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (N, heads, T, D) by per-position cos/sin of shape (N, T, D)."""
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+class KVInjectionAttention(nn.Module):
+    """Queries from the block; keys/values from [context ; block]; SDPA."""
+
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (config.num_attention_heads,
+                                                            config.num_key_value_heads, d)
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=config.attention_bias)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=config.attention_bias)
+        self.q_norm = RMSNorm(d, eps=config.rms_norm_eps)
+        self.k_norm = RMSNorm(d, eps=config.rms_norm_eps)
+
+    def _kv(self, x, cos, sin):
+        n, t, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
+
+    def forward(self, block, context, block_rope, context_rope, cache: SlotCache | None, layer: int,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
+        all keys, [cached context ; new context ; block]; None: every block position sees every
+        key (bidirectional inside the block)."""
+        # (N, kv, C+B, D)
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)
+        return self.attend(block, block_rope, k, v, attn_mask)
+
+    def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
+        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values
+        (N, kv, S, D); the projected output (N, T, H)."""
+        n, t, _ = x.shape
+        q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim))
+                       .transpose(1, 2), *rope)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
+
+    def keys_values(self, block, context, block_rope, context_rope, cache, layer):
+        """KV injection: keys and values of [context ; block], projected in one go; the new context
+        joins the cache for good."""
+        c = context.shape[1]
+        # (N, kv, C+B, D)
+        k, v = self._kv(torch.cat([context, block], dim=1),
+                        torch.cat([context_rope[0], block_rope[0]], dim=1),
+                        torch.cat([context_rope[1], block_rope[1]], dim=1))
+        if cache is None:
+            return k, v
+        # all context so far
+        k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])
+        return torch.cat([k_ctx, k[:, :, c:]], dim=2), torch.cat([v_ctx, v[:, :, c:]], dim=2)
+
+
+class DrafterLayer(nn.Module):
+    attention = KVInjectionAttention
+
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = self.attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = Qwen3MLP(config.mlp_config())
+
+    def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
+        """``context`` (the projected features) feeds this layer's K/V as it is (KV injection).
+        ``attn_mask`` is the layer's own: a sliding-window layer gets the window's mask."""
+        x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache,
+                               layer, attn_mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
+
+    This is the paper's drafter only: KV injection and block drafting. The ablations (input
+    fusion, no target features, autoregressive drafting) are subclasses in
+    :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
+
+    # (config.drafting, config.conditioning) this class runs
+    variants = {("block", "kv_injection")}
+    autoregressive = False                      # True: drafts one token per forward (variants only)
+    # its forward runs on a fixed-shape cache (the paper's only)
+    fixed_shapes = True
+    layer = DrafterLayer
+
+    def __init__(self, config: DrafterConfig):
+        super().__init__()
+        if (config.drafting, config.conditioning) not in self.variants:
+            raise ValueError(f"{type(self).__name__} does not run "
+                             f"drafting={config.drafting.value!r}, "
+                             f"conditioning={config.conditioning.value!r}; "
+                             "build it with dflash_lite.decoding.variants.make_drafter")
+        self.config = config
+        self.fc = nn.Linear(config.num_context_features, config.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers = nn.ModuleList(self.layer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config.rotary_config())
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def rope(self, positions: torch.Tensor,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the
+        rope types whose angles depend on the position alone they are rows of a table computed once
+        (the same numbers, a gather instead of a dozen ops per call); the others call the
+        embedding."""
+        if self.rotary_emb.rope_type not in STATIC_ROPE:
+            return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
+        table = getattr(self, "_rope_table", None)
+        if not torch.compiler.is_compiling():   # a compiled forward reads the table rope_table made
+            needed = int(positions.max()) + 1 if positions.numel() else 1
+            if table is None or table[0].shape[0] < needed or table[0].device != positions.device:
+                table = self.rope_table(needed, positions.device)
+        return table[0][positions].to(dtype), table[1][positions].to(dtype)
+
+    def rope_table(self, needed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin table of positions ``0 .. needed - 1`` (at least; a power of two from 256),
+        made once and kept: :meth:`rope` reads its rows."""
+        size = max(256, 1 << (needed - 1).bit_length())
+        with torch.no_grad():
+            cos, sin = self.rotary_emb(torch.empty(0, device=device),
+                                       torch.arange(size, device=device)[None])
+        self._rope_table = (cos[0], sin[0])                                     # (size, D), fp32
+        return self._rope_table
+
+    def project(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """Tapped target features (N, C, K*H) -> context (N, C, H)."""
+        return self.hidden_norm(self.fc(target_hidden))
+
+    def forward(self, block_embeds: torch.Tensor, target_hidden: torch.Tensor,
+                block_positions: torch.Tensor, context_positions: torch.Tensor,
+                cache: SlotCache | None = None,
+                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states of the block, final-normed.
+
+        ``block_embeds``: (N, B, H) target embeddings of the block; ``target_hidden``: (N, C, K*H)
+        tapped features of the *new* context positions (all of them when there is no cache);
+        positions: (N, B) and (N, C) absolute positions; ``attn_mask`` (N, 1, B, C_total+B),
+        boolean, only for training several blocks in one forward.
+        """
+        context = self.project(target_hidden)                              # (N, C, H)
+        block_rope = self.rope(block_positions, block_embeds.dtype)        # cos, sin: (N, B, D)
+        context_rope = self.rope(context_positions, context.dtype)         # (N, C, D)
+        masks = {"full_attention": attn_mask}
+        if "sliding_attention" in self.config.layer_types:
+            keys = context_positions if cache is None else cache.key_positions(context.shape[1])
+            keys = torch.cat([keys.to(block_positions.device), block_positions], dim=1)
+            window = self.window_mask(block_positions, keys)
+            masks["sliding_attention"] = window if attn_mask is None else window & attn_mask
+        x = block_embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, context, block_rope, context_rope, cache, i,
+                      masks[self.config.layer_types[i]])
+        return self.norm(x)                                                # (N, B, H)
+
+    def window_mask(self, block_positions: torch.Tensor,
+                    key_positions: torch.Tensor) -> torch.Tensor:
+        """Sliding-window layers: block position q may see key position k iff |q - k| <=
+        sliding_window. ``key_positions`` (N, K): every key's position, context then block.
+        Returns a boolean (N, 1, B, K) mask, True where attention is allowed."""
+        # (N, B, K)
+        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()
+        return (distance <= self.config.sliding_window)[:, None]
+
+    @torch.inference_mode()
+    def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
+                     cache: SlotCache | None = None, block_start=None,
+                     block_lengths=None) -> torch.Tensor:
+        """:meth:`draft_forward` without autograd (what every caller outside a compiled region
+        wants)."""
+        return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start,
+                                  block_lengths)
+
+    def draft_forward(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
+                      cache: SlotCache | None = None, block_start=None,
+                      block_lengths=None) -> torch.Tensor:
+        """Logits for the B-1 masked positions of ``block_ids`` (N, B) -> (N, B-1, V).
+
+        ``target_hidden`` holds the features of the new context positions ``start .. start+C-1``
+        (``start``: an int, or (N,) on the device); with a cache they are written there, and the
+        earlier context is read from it. The block's first token sits at ``block_start`` (default:
+        right after the new context); a fixed-shape cache masks what lies past the context.
+        ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]``
+        positions would (the rest hidden), so a batch drafts every row at its own depth.
+        """
+        n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
+        block_start = start + c if block_start is None else block_start
+        # (N, C)
+        context_positions = _offsets(start, c, block_ids.device, n)
+        # (N, B)
+        block_positions = _offsets(block_start, b, block_ids.device, n)
+        mask = None
+        if cache is not None:
+            cache.rewind(start, block_start)
+            mask = cache.context_mask(b, c, block_lengths)
+        # the drafter's; the target's may differ
+        dtype = self.fc.weight.dtype
+        # (N, B, H)
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)
+        hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions,
+                      cache, mask)
+        head = target.get_output_embeddings()
+        # a row count of a multiple of 4 runs the head's product faster on CPU
+        first = 0 if b % 4 == 0 else 1
+        # (N, B-1, V)
+        return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]
+
+
+def _offsets(start, width: int, device, rows: int) -> torch.Tensor:
+    """(rows, width) positions ``start + 0 .. width - 1``; ``start`` an int or a (rows,) tensor."""
+    steps = torch.arange(width, device=device)
+    if isinstance(start, torch.Tensor):
+        return start.view(-1, 1) + steps
+    return (steps + start)[None].expand(rows, -1)

@@ -1,0 +1,85 @@
+"""What a step drafts and how the target's verdict on it is read: a :class:`ChainDraft` (k tokens
+in a row) or a :class:`dflash_lite.decoding.tree.DraftTree` (the other shape of :class:`Draft`), and
+:func:`accept`, the lossless rule for a chain (paper section 2;
+docs/method.md#verification-and-acceptance).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import torch
+
+from .acceptance import (
+    PositionNoise,
+    SamplingParams,
+    accept_speculative,
+    choose_tokens,
+    committed_tokens,
+    target_probs,
+)
+
+
+def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
+           generator, positions: torch.Tensor | None = None) -> list[int]:
+    """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
+    after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
+    rule with the draft's distributions q (paper section 2;
+    docs/method.md#verification-and-acceptance). ``positions`` (k+1,): the absolute positions
+    of the tokens the rows choose, for seeded sampling
+    (:class:`~dflash_lite.decoding.acceptance.PositionNoise`)."""
+    if draft_q is None:             # a point mass: the target's own tokens while they agree
+        return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
+                                                            generator, positions))
+    if isinstance(generator, PositionNoise):
+        raise ValueError("the min(1, p/q) rule draws from a torch.Generator; seeded sampling "
+                         "(PositionNoise) takes point-mass drafts (a draft model's coupled rule)")
+    p = target_probs(target_logits, sampling, processors)                          # (k+1, V)
+    n, next_token = accept_speculative(draft_tokens, draft_q, p, generator)
+    return draft_tokens[:n].tolist() + [next_token]
+
+
+class ChainDraft(NamedTuple):
+    """k drafts in a row after the last committed token, and their distributions (k, V) when they
+    were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
+    A draft knows how it is laid out for the verify and how it is accepted;
+    :class:`dflash_lite.decoding.tree.DraftTree` is the other shape, and :func:`steps` calls the
+    same two methods on either."""
+    tokens: torch.Tensor                    # (k,)
+    q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
+
+    def layout(self, last: torch.Tensor):
+        """What ONE target forward scores: [last, d1..dk] (k+1,), at consecutive positions (depths
+        None) under a causal mask (ancestors None); row i of its logits is the target's choice
+        after token i."""
+        return torch.cat([last, self.tokens]), None, None
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int = 0):
+        """The accepted path (block slots 0..n: last and the drafts d1..dn the rule keeps) and the
+        tokens it commits, d1..dn and the target's own token after them (:func:`accept`);
+        ``position``: where ``last`` sits (row i chooses the token at position + 1 + i)."""
+        positions = None if not isinstance(generator, PositionNoise) else \
+            torch.arange(len(self.tokens) + 1, device=target_logits.device) + position + 1
+        tokens = accept(self.tokens, self.q, target_logits, sampling, processors, generator,
+                        positions)
+        return list(range(len(tokens))), tokens
+
+    def accept_read(self, read: list[int]):
+        """:meth:`accept` of a point-mass chain at temperature 0, from the batch's one host read
+        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed, and
+        the target's own tokens follow."""
+        return list(range(read[0] + 1)), read[1: read[0] + 2]
+
+
+class Draft(Protocol):
+    """What :func:`dflash_lite.decoding.decode.steps` asks of a draft: :class:`ChainDraft` or
+    :class:`dflash_lite.decoding.tree.DraftTree`. The loop keeps the accepted path in the target's
+    cache itself (:meth:`~dflash_lite.decoding.cache.SlotCache.keep_paths`). A point-mass draft may
+    add ``accept_read(read)``, the greedy verdict from the batch's one host read (else, greedy too,
+    :meth:`accept` reads its own row)."""
+
+    def layout(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                  torch.Tensor | None]: ...
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int) -> tuple[list[int], list[int]]: ...

@@ -1,0 +1,193 @@
+"""Text in, text out: the engine-level call on top of the decode loops.
+
+>>> engine = Engine.from_pretrained("tiny")                 # shipped target + its shipped drafter
+>>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
+>>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
+>>> engine.generate([prompt_a, prompt_b])                    # one batch: a list of completions
+
+The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be a
+local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16. With a
+drafter, each step's block size is chosen by the cost-aware policy
+(:mod:`dflash_lite.decoding.policy`: measured forward costs and the acceptance so far, down to plain
+decoding) unless ``block_size`` fixes it; the engine keeps a
+:class:`~dflash_lite.decoding.policy.PolicySession`: the forward costs, measured on its first call
+(and again between calls when they drift), and the acceptance estimates, which each call hands on to
+the next. :func:`demo` is the engine plus the one interleaved timer (``python -m dflash_lite
+demo``).
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ..prompts import encode, encode_all
+from ..validate import check_device, check_int, check_prompt, check_seed
+from .acceptance import PositionNoise, SamplingParams
+from .baselines import NoDraftProposer
+from .checkpoints import check_mask_token, load_pair
+from .costs import StepCosts
+from .decode import DFlashProposer, GenerationResult, check_request, steps
+from .drafter import check_compatible
+from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
+from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
+from .target import parse_dtype, stop_token_ids
+from .timing import PhaseTimer
+
+FIXED_MIN_LENGTH = 256      # the smallest fixed-shape cache Engine(compile=True) allocates (tokens)
+
+
+class Engine:
+    def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
+                 dtype: str | torch.dtype | None = None, chat_template: bool = True,
+                 compile: bool = False):
+        """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
+        drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
+        tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`).
+        ``compile``: the same loop on fixed shapes with compiled forwards
+        (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA), on caches sized
+        for the longest call so far (:meth:`shapes_for`); one call at a time."""
+        self.target, self.tokenizer, self.drafter, self.chat_template = (target, tokenizer, drafter,
+                                                                         chat_template)
+        if dtype is not None:
+            target.to(parse_dtype(dtype))
+        if drafter is not None:
+            check_compatible(drafter.config, target.config, tokenizer.mask_token_id)
+            if not drafter.autoregressive:
+                check_mask_token(drafter.config.mask_token_id, tokenizer)
+            drafter.to(device=target.device, dtype=target.dtype)
+        largest = drafter.config.max_block_size if drafter is not None else None
+        if block_size is not None:
+            block_size = check_int("block_size", block_size, 1, largest)
+        if drafter is None and block_size is not None and block_size > 1:
+            raise ValueError(f"block_size {block_size} needs a drafter, and none was given "
+                             "(pass drafter=DIR)")
+        # None: the cost-aware policy chooses
+        self.block_size = block_size if drafter is not None else 1
+        self.stops = stop_token_ids(target, tokenizer)
+        self.session = (PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None
+                        else None)
+        self.last_result: GenerationResult | None = None
+        self.compile = compile
+        # fixed shapes own their caches and compiled forwards (shapes_for)
+        self.shapes: Shapes = EAGER
+        self._busy = threading.Lock()
+
+    def shapes_for(self, length: int) -> Shapes:
+        """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
+        tokens (prompt + new tokens) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`
+        and capped at the target's context. They are kept across calls and rebuilt larger (and
+        compiled again) only when a call needs more: every slot costs memory and, in a compiled
+        forward, attention over it. The verify widths are
+        :data:`~dflash_lite.decoding.shapes.BUCKETS` and the default's draft trees."""
+        if not self.compile:
+            return EAGER
+        if not isinstance(self.shapes, FixedShapes) or self.shapes.length < length:
+            context = self.target.config.max_position_embeddings
+            size = min(max(FIXED_MIN_LENGTH, 1 << (length - 1).bit_length()), context)
+            buckets = {*BUCKETS, *(n + 1 for n in DEFAULT_TREE_SIZES)}
+            self.shapes = FixedShapes(size, compile=True, buckets=buckets)
+        return self.shapes
+    @classmethod
+    def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
+                        dtype: str | torch.dtype | None = None, **kwargs):
+        """The target and a drafter (by default the shipped one of a shipped target, if any)."""
+        model, tokenizer, draft = load_pair(target, drafter, check_device(device), dtype)
+        return cls(model, tokenizer, draft, **kwargs)
+
+    @property
+    def costs(self) -> StepCosts | None:
+        """The policy's step costs, measured on the first call and kept (None before it)."""
+        return self.session.costs if self.session is not None else None
+
+    def encode(self, prompt: str) -> torch.Tensor:
+        return encode(self.tokenizer, check_prompt(prompt), self.chat_template)
+
+    def proposer(self, input_ids: torch.Tensor | list[torch.Tensor] | None = None,
+                 shapes: Shapes = EAGER):
+        """The proposer of a request, or of a batch (a list of ``input_ids``). Block size 1 or no
+        drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy, which
+        picks each step's block size (or a draft tree) for the whole batch from measured costs
+        and acceptance (:func:`dflash_lite.decoding.policy.default_policy`). The session measures
+        the costs of each batch size at its first call and keeps them; every call starts from the
+        estimates the last one left, whatever its batch size."""
+        if self.drafter is None or self.block_size == 1:
+            return NoDraftProposer(shapes)
+        if self.block_size is not None:
+            return DFlashProposer(self.drafter, self.target, self.block_size, shapes=shapes)
+        batch = input_ids if isinstance(input_ids, list) else [input_ids]
+        ids = batch[0].to(self.target.device) if batch[0] is not None else None
+        return self.session.proposer(ids, shapes, rows=len(batch))
+
+    def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,
+                 stream: bool = False, seed: int | None = None):
+        """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
+        pieces that yields as blocks are accepted. ``self.last_result`` holds the timings and tau.
+        ``seed`` fixes a sampled call: the noise of the token at each position is a function of
+        the seed and the position only (:class:`~dflash_lite.decoding.acceptance.PositionNoise`), so
+        the text is the target's own seeded sample whatever the policy drafts, on either mode.
+        Without a seed one is drawn; ``self.last_result.seed`` gives it, to replay the call.
+
+        A list of prompts is one batch (docs/method.md#batches): a list of completions, each the
+        one its prompt gets alone when greedy, or with ``stream=True`` ``(row, piece)`` pairs;
+        ``self.last_result`` is then a list, one result per prompt."""
+        sampling = SamplingParams(temperature, top_k, top_p)
+        check_int("max_new_tokens", max_new_tokens)
+        if seed is not None:
+            check_seed(seed)
+        batch = isinstance(prompt, (list, tuple))
+        if batch and not prompt:
+            raise ValueError("the batch is empty: give at least one prompt")
+        texts = [check_prompt(p) for p in (prompt if batch else [prompt])]
+        input_ids = encode_all(self.tokenizer, texts, self.chat_template)   # one template render
+        for ids in input_ids:                   # fail before anything is yielded
+            check_request(self.target, ids, max_new_tokens)
+        noise = None if sampling.greedy else PositionNoise(seed)    # a greedy call draws nothing
+        pieces = self._stream(input_ids, max_new_tokens, sampling, noise, batch)
+        if stream:
+            return pieces if batch else (piece for _, piece in pieces)
+        texts = [""] * len(input_ids)
+        for row, piece in pieces:
+            texts[row] += piece
+        return texts if batch else texts[0]
+
+    def _stream(self, input_ids, max_new_tokens, sampling, generator, batch):
+        if self.compile and not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Engine(compile=True) is serving another call (its fixed-shape "
+                               "caches hold one request); use one Engine per thread")
+        try:
+            yield from self._decode(input_ids, max_new_tokens, sampling, generator, batch)
+        finally:
+            if self.compile:
+                self._busy.release()
+
+    def _decode(self, input_ids, max_new_tokens, sampling, generator, batch):
+        timer = PhaseTimer(self.target.device)
+        seed = None if generator is None else generator.seed
+        results = [GenerationResult(ids.shape[1], phase_times=timer.seconds, seed=seed)
+                   for ids in input_ids]
+        self.last_result = results if batch else results[0]
+        shapes = self.shapes_for(max(ids.shape[1] for ids in input_ids) + max_new_tokens)
+        proposer = self.proposer(input_ids, shapes)
+        device = self.target.device
+        loop = steps(self.target, proposer, [ids.to(device) for ids in input_ids] if batch
+                     else input_ids[0].to(device), max_new_tokens, sampling, self.stops,
+                     generator, timer)
+        emitted = [""] * len(input_ids)
+        for step in loop:
+            result = results[step.row]
+            result.record(step)
+            text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+            if text.endswith("\ufffd"):    # half of a multi-byte character: wait for the rest
+                continue
+            yield step.row, text[len(emitted[step.row]):]
+            emitted[step.row] = text
+        if self.session is not None and self.block_size is None:
+            # the next call starts from here (one request: with its text, for the drift check)
+            self.session.finished(proposer, None if len(input_ids) > 1 else torch.cat(
+                [input_ids[0], torch.tensor([results[0].tokens])], dim=1))
+        for row, result in enumerate(results):
+            text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+            if len(text) > len(emitted[row]):
+                yield row, text[len(emitted[row]):]

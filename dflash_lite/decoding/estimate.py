@@ -1,0 +1,159 @@
+"""What the cost-aware policy (:mod:`dflash_lite.decoding.policy`) expects a draft to commit.
+
+**Estimates** (:class:`AcceptanceEstimate`): for the DFlash chain and for prompt lookup's chain,
+each its own, the probability ``a_k`` that draft k is accepted given that the drafts before it
+were, from decayed counts (pooled over positions with a Beta prior, then per position with the
+pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
+Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
+(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
+two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
+chain would have done (:func:`chain_accepted`), and every step with a lookup continuation tells
+prompt lookup's estimate how far its tokens would have gone, whichever option ran. The estimates
+outlive a request: the owner (:class:`~dflash_lite.decoding.policy.PolicySession`, kept by an
+``Engine``) hands them to the next request's policy, whose counts are first decayed by
+``request_decay``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def chain_accepted(path: list[int], chain: list[int], held: int,
+                   next_token: int | None = None) -> tuple[int, int]:
+    """What a chain of drafts would have done, read off a step that verified something else:
+    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
+    the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
+    on it with the chain's next draft held, that draft was wrong (judged, rejected). Where the path
+    ends on it beyond what was held, the target's own token after the path (``next_token``) judges
+    the chain's next draft: a point mass is accepted exactly when the target picks it (greedy), or
+    with the probability the target would pick it (sampled; after a tree step whose other branches
+    were rejected the token comes from what is left, so the read is a little optimistic). Without
+    ``next_token`` that draft is not judged."""
+    agree = _common_prefix(path, chain)
+    if agree < len(path) or agree < min(held, len(chain)):
+        return agree, agree + 1
+    if next_token is not None and agree < len(chain):
+        return agree + (chain[agree] == next_token), agree + 1
+    return agree, agree
+
+
+@dataclass
+class AcceptanceEstimate:
+    """Decayed counts of drafts the target accepted and judged, pooled and per draft position
+    1..``depth``, and of tokens per step for each tree size, alone and as a hybrid tree; with a
+    Beta prior (``prior``, ``prior_weight``) that the estimates start from and drift back to as
+    the counts decay. ``ngram``: prompt lookup's own chain estimate (None: not offered)."""
+    depth: int
+    tree_sizes: tuple[int, ...] = ()
+    prior: float = 0.7
+    prior_weight: float = 3.0
+    accepted: float = 0.0
+    judged: float = 0.0
+    accepted_at: list[float] = field(default_factory=list)
+    judged_at: list[float] = field(default_factory=list)
+    tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
+    tree_steps: dict[int, float] = field(default_factory=dict)
+    hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
+    hybrid_steps: dict[int, float] = field(default_factory=dict)
+    ngram: AcceptanceEstimate | None = None
+    _expected: list[float] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.accepted_at = self.accepted_at or [0.0] * self.depth
+        self.judged_at = self.judged_at or [0.0] * self.depth
+        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
+            sums.update({n: sums.get(n, 0.0) for n in self.tree_sizes})
+
+    @classmethod
+    def for_options(cls, options) -> AcceptanceEstimate:
+        """A fresh estimate of every option ``options`` (a
+        :class:`~dflash_lite.decoding.choice.PolicyOptions`) offers (the chain's depth:
+        ``max_block_size - 1``)."""
+        lookup = (cls(options.ngram_drafts, (), options.prior, options.prior_weight)
+                  if options.ngram_drafts else None)
+        return cls(options.max_block_size - 1, options.tree_sizes, options.prior,
+                   options.prior_weight, ngram=lookup)
+
+    def decay(self, factor: float, lookup_factor: float | None = None) -> None:
+        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None:
+        the same)."""
+        self._expected = None
+        self.accepted, self.judged = self.accepted * factor, self.judged * factor
+        self.accepted_at = [a * factor for a in self.accepted_at]
+        self.judged_at = [t * factor for t in self.judged_at]
+        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
+            for size in sums:
+                sums[size] *= factor
+        if self.ngram is not None:
+            self.ngram.decay(factor if lookup_factor is None else lookup_factor)
+
+    def observe_chain(self, accepted: int, judged: int) -> None:
+        """Drafts 1..``accepted`` were accepted, of the first ``judged`` the target judged."""
+        self._expected = None
+        self.accepted += accepted
+        self.judged += judged
+        for k in range(min(judged, self.depth)):
+            self.accepted_at[k] += k < accepted
+            self.judged_at[k] += 1
+
+    def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
+        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed
+        ``tokens``."""
+        tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
+                             else (self.tree_tokens, self.tree_steps))
+        tokens_sum[tree_size] += tokens
+        steps[tree_size] += 1
+
+    def acceptance(self) -> float:
+        """P(a draft is accepted | the drafts before it were), pooled over positions, with the
+        prior."""
+        return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
+
+    def acceptance_by_position(self) -> list[float]:
+        """The same per draft position k, with the pooled estimate as its prior: positions seen
+        often speak for themselves (acceptance comes in runs, so deep positions, once reached, are
+        accepted more often than early ones), positions seen rarely follow the pool."""
+        pooled, w = self.acceptance(), self.prior_weight
+        return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
+
+    def expected_tokens(self) -> list[float]:
+        """Tokens a chain step of b tokens is expected to commit, bonus included, for
+        b = 1..depth+1: ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the
+        counts change."""
+        if self._expected is None:
+            expected, survive = [1.0], 1.0
+            for a in self.acceptance_by_position():
+                survive *= a
+                expected.append(expected[-1] + survive)
+            self._expected = expected
+        return list(self._expected)
+
+    def _mean(self, tokens: float, steps: float, prior: float) -> float:
+        return (tokens + self.prior_weight * prior) / (steps + self.prior_weight)
+
+    def expected_tree_tokens(self, tree_size: int, gain: float, depth: int | None = None) -> float:
+        """Observed mean of tree steps, pulled towards a prior of ``gain`` x the chain's estimate at
+        ``depth`` drafts (None: the full chain)."""
+        prior = gain * self.expected_tokens()[self.depth if depth is None else depth]
+        return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
+
+    def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int,
+                               depth: int | None = None) -> float:
+        """Observed mean of hybrid tree steps, pulled towards a prior: the two drafts as independent
+        tries at every depth j, ``1 + sum_j [1 - (1 - t_j)(1 - l_j)]``, with ``l_j`` prompt lookup's
+        chance to reach depth j and ``t_j`` the chain's, scaled to the tree's estimate."""
+        chain = self.expected_tokens()[: (self.depth if depth is None else depth) + 1]
+        tree = self.expected_tree_tokens(tree_size, gain, depth)
+        scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
+        lookup = (self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None
+                  else [1.0])
+        # P(reach depth j)
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
+        reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
+        reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
+        prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
+        return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)

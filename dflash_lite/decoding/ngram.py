@@ -1,0 +1,85 @@
+"""Prompt lookup: drafts copied from the text so far, with no drafter at all.
+
+Code, quoted passages and repetitive reasoning repeat what is already in the context. The last few
+tokens often occurred before, and what followed them then is a good guess for what follows now.
+Prompt-lookup decoding drafts exactly that: find the most recent earlier occurrence of the last n
+tokens of the prompt and the tokens generated so far (the longest n first, from ``max_ngram``
+down to 1), and propose the tokens that followed it. The draft is deterministic (a point mass), so
+the target verifies it with the same lossless rules as DFlash's argmax drafts
+(``acceptance.accept_greedy`` and ``acceptance.accept_point_mass``;
+docs/method.md#verification-and-acceptance).
+
+* :func:`ngram_continuation`: the matching, a pure function of the token history.
+* :class:`NgramProposer`: the :class:`~dflash_lite.decoding.decode.Proposer` that keeps the history
+  and asks it for up to k drafts per step; no match means no draft, and the step is plain decoding.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..validate import check_int
+from .decode import ChainDraft
+from .shapes import EAGER, Shapes
+
+
+def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
+    """Up to ``k`` tokens that followed the most recent earlier occurrence of the last n tokens of
+    ``history`` (a 1-D sequence of token ids), for the largest n <= ``max_ngram`` that occurs
+    earlier at all; ``[]`` when not even the last token occurs earlier.
+
+    A match close to the end has fewer than k tokens after it. Then the text is read as repeating
+    with the period the match shows (the distance from the match to the end), as a loop the model
+    has fallen into would go on: ``a b c a b`` continues ``c a b c ...``."""
+    h = np.asarray(history, dtype=np.int64)                            # (L,)
+    if k <= 0 or h.size < 2:
+        return []
+    # ends: earlier positions e where the last n tokens also end (e <= L-2, so a token follows).
+    # Grow n one token at a time, keeping the ends whose match reaches one token further back.
+    ends = np.flatnonzero(h[:-1] == h[-1])                             # n = 1
+    longest = ends
+    for n in range(2, max_ngram + 1):
+        ends = ends[ends >= n - 1]
+        # the n-th last token matches too
+        ends = ends[h[ends - (n - 1)] == h[-n]]
+        if ends.size == 0:
+            break
+        longest = ends
+    if longest.size == 0:
+        return []
+    # the most recent match's continuation
+    start = int(longest[-1]) + 1
+    # cut at k, or repeated to k by its period
+    return np.resize(h[start:], k).tolist()
+
+
+class NgramProposer:
+    """Prompt lookup as a :class:`~dflash_lite.decoding.decode.Proposer`: each step, up to
+    ``max_drafts`` tokens from :func:`ngram_continuation` of the prompt and every token committed so
+    far. It reads no target features (``layer_ids = None``) and runs no model."""
+
+    layer_ids = None
+
+    def __init__(self, max_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
+        self.shapes = shapes
+        check_int("max_drafts", max_drafts)
+        check_int("max_ngram", max_ngram)
+        self.block_size, self.max_ngram = max_drafts + 1, max_ngram
+
+    def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
+        # (T,): committed tokens before `last`
+        self.history = prompt_ids[0].cpu().numpy()
+
+    def continuation(self, last_token: int, k: int) -> list[int]:
+        """Up to ``k`` drafts after ``last_token``, as token ids on the host
+        (:func:`ngram_continuation`)."""
+        return ngram_continuation(np.append(self.history, last_token), self.max_ngram, k)
+
+    def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
+        drafts = self.continuation(int(last_token), k)
+        # (<= k,), a point mass
+        return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))
+
+    def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
+        # `last` sat at `position`; it and the n accepted drafts are committed now
+        self.history = np.concatenate([self.history[:position], block[0, : n + 1].cpu().numpy()])

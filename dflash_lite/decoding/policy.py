@@ -1,0 +1,315 @@
+"""The best draft for every step: each step drafts whatever maximises expected tokens per second.
+
+The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`, ``speedup
+= tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a draft pays: its verify and the
+drafter forward must cost less than the tokens they bring. Both sides change from prompt to prompt
+and from step to step, so the draft is chosen per step, as real integrations' depth controllers do.
+
+**Options** (a :class:`Choice`, its ``kind``):
+
+* ``plain``: no draft, one target token (b = 1);
+* ``chain``: a DFlash chain of b - 1 drafts (b in 2..B), costing ``t_target(b) + t_draft(b)``;
+* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.decoding.tree`),
+  ``t_target(N+1) + t_draft(B)``;
+* ``ngram``: prompt lookup's m drafts (:mod:`dflash_lite.decoding.ngram`), only when the matcher
+  finds a continuation: ``t_target(m+1)`` and no drafter forward at all;
+* ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
+  one verify: ``t_target(N+1+m) + t_draft(B)``.
+
+The default (:data:`DEFAULT_OPTIONS`, :func:`default_policy`) offers all five;
+:data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (the first three).
+
+Every draft is a point mass (argmaxes, the tree's top paths, copied tokens), so each step's rule
+is exact (``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on
+tokens already committed: lossless at every temperature.
+
+**Estimates** (:mod:`dflash_lite.decoding.estimate`): what each option is expected to commit, from
+decayed counts of what the target accepted. **The choice** (:mod:`dflash_lite.decoding.choice`): the
+options, the cost of each, and the rule that picks the most expected tokens per second of step.
+
+**Costs by context** (:class:`dflash_lite.decoding.costs.StepCosts`): ``t_target(b)`` and
+``t_draft(b)`` measured at two context lengths, each a line in b whose intercept and slope are lines
+in the context length; :func:`choose` reads them at the step's context length. The policy times its
+own steps (``time.perf_counter``); when the running median of measured / predicted over
+:data:`~dflash_lite.decoding.costs.DRIFT_WINDOW` steps moves by more than
+:data:`~dflash_lite.decoding.costs.DRIFT_MARGIN` (either way) from what it was on the first steps,
+the policy reports ``drifted`` and the session measures again, between requests, at the current
+context length.
+
+**Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
+counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
+draft is tried again after a number of steps that grows with how clearly drafting lost. Prompt
+lookup needs no such retry: its continuation is known every step, and the target's own next token
+judges it even when the step ran something else (:func:`chain_accepted`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .choice import Choice, PolicyOptions, choose, step_seconds  # noqa: F401 (public)
+from .costs import StepCosts, step_costs
+from .decode import ChainDraft
+from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
+from .ngram import NgramProposer
+from .proposers import DFlashProposer, PerRow, stack_padded
+from .shapes import EAGER, Shapes
+from .tree import DFlashTreeProposer, add_branch, draft_trees
+
+
+def _judge(pending: list[tuple], token: int | None) -> None:
+    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token
+    (:func:`chain_accepted`)."""
+    for estimate, path, chain, held in pending:
+        estimate.observe_chain(*chain_accepted(path, chain, held, token))
+
+
+class CostAwareProposer(DFlashTreeProposer):
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch (one request
+    is one row): plain decoding, a DFlash chain of up to ``options.max_block_size``, a draft tree
+    of one of ``options.tree_sizes`` nodes, prompt lookup's continuations (up to
+    ``options.ngram_drafts``), or, for one row, the hybrid tree. ``costs``: a :class:`StepCosts`
+    measured at this batch size (measured at the first prompt when None); ``estimate``: what
+    earlier requests left (decayed by ``options.request_decay`` at :meth:`start`; None: the
+    prior), one estimate pooled over the rows. The choice is made in :meth:`propose`, where the
+    last tokens, and so prompt lookup's continuations, are known; a plain step is an empty draft.
+    Features of steps that ran no drafter wait, per row, for the next drafter forward. Every draft
+    is a point mass, so every step is lossless (docs/method.md#batches). The policy times its own
+    steps against the model (``costs.observe``, the drift check; a batch also
+    ``costs.observe_yield``), and the target's token after a step judges the drafts the step did
+    not hold (``pending``)."""
+
+    def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
+                 costs: StepCosts | None = None,
+                 estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER):
+        super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
+                         options.max_block_size, shapes)
+        self.options = replace(options, max_block_size=self.block_size)
+        self.costs, self.estimate = costs, estimate
+
+    @property
+    def tree_sizes(self) -> tuple[int, ...]:
+        return self.options.tree_sizes
+
+    def start(self, ids, features, lengths=None) -> None:
+        lengths = list(lengths or [ids.shape[1]] * ids.shape[0])
+        super().start(ids, features, lengths)
+        o, rows = self.options, len(lengths)
+        if self.costs is None:
+            self.costs = step_costs(self.target, self.drafter, ids[:1, : lengths[0]],
+                                    o.max_block_size, o.tree_sizes, rows=rows)
+        if self.estimate is None:
+            self.estimate = AcceptanceEstimate.for_options(o)
+        else:                                      # what earlier requests learned, at a discount
+            self.estimate.decay(o.request_decay)
+        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
+            if o.ngram_drafts else None
+        if self.lookup is not None:
+            self.lookup.start(ids, None, lengths)
+        # per row: the features no drafter forward has seen yet, where they start, and where the
+        # row's last token sits
+        self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
+        self.waiting_start, self.context = [0] * rows, list(lengths)
+        self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
+        # the batch it started with (rows leave; these stay)
+        self.rows, self.prompt_lengths = rows, list(lengths)
+        # per row: (estimate, path, chain, held) that the row's next token judges further
+        self.pending: list[list[tuple]] = [[] for _ in lengths]
+        self._reset(rows)
+
+    def _reset(self, rows: int) -> None:
+        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is
+        plain."""
+        self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
+        self.continuations: list[list[int]] = [[] for _ in range(rows)]
+
+    def propose(self, last, depths):
+        self.started = time.perf_counter()
+        if self.timed is not None:                 # the last step, from its start to this one's
+            kind, started, predicted = self.timed
+            self.costs.observe(kind, self.started - started, predicted)
+            self.drifted |= self.costs.drift.observe(self.started - started, predicted)
+        lasts = last.tolist()
+        self.observe_pending(lasts)                # each row's last token judges its pending drafts
+        if self.lookup is not None:
+            self.continuations = [p.continuation(t, min(d, p.block_size - 1))
+                                  for p, t, d in zip(self.lookup.proposers, lasts, depths)]
+        c, self.expected = choose(self.estimate, self.costs, self.options,
+                                  [len(x) for x in self.continuations],
+                                  sum(self.context) // len(self.context), max(depths))
+        self.choice = c
+        self.chosen.append(c)
+        if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
+            return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
+                    for x in self.continuations]
+        # the drafter takes in every row's features since its last forward
+        self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
+        self.new_context_start = list(self.waiting_start)
+        self.new_context_lengths = [sum(x.shape[1] for x in w) for w in self.waiting]
+        self.drafted = True
+        depths = [min(d, c.block_size - 1) for d in depths]
+        if c.tree_size:
+            self.trees = draft_trees(self, last, depths, c.tree_size)
+            if c.ngram:                            # the hybrid tree: lookup's draft as a branch
+                self.trees = [add_branch(t, x[: c.ngram])
+                              for t, x in zip(self.trees, self.continuations)]
+            return self.trees
+        self.proposed = DFlashProposer.propose(self, last, depths)
+        return self.proposed
+
+    def accepted(self, blocks, positions, features) -> None:
+        c, e, o = self.choice, self.estimate, self.options
+        context = sum(self.context) // len(self.context)
+        forecast = step_seconds(c, self.costs, context)      # host work included, as measured
+        predicted = forecast / self.costs.correction(c.kind)  # the forwards alone
+        committed, live = sum(b.shape[1] for b in blocks), sum(b.shape[1] > 0 for b in blocks)
+        plain = committed / max(live, 1) * step_seconds(Choice(1), self.costs, context)
+        self.forecast.append((plain, forecast))     # plain decoding's seconds for these tokens
+        # the step against the model, timed whole (the loop's host work around the forwards
+        # too) when the next one starts, if the batch is whole: the costs are the whole batch's,
+        # and a step after rows left would make its kind (prompt lookup, late) look cheap
+        whole = self.started is not None and self.costs.measured and len(blocks) == self.rows
+        self.timed = (c.kind, self.started, predicted) if whole else None
+        if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
+            # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
+            self.costs.observe_yield(c.kind, committed, self.expected)
+        looked = e.ngram is not None and any(self.continuations)
+        e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
+        for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
+            n = block.shape[1] - 1
+            if n < 0:                               # a finished row kept as padding
+                continue
+            self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
+            if self.drafted:
+                self.waiting[r], self.waiting_start[r] = [hidden], position
+            else:                                   # no drafter forward: the features wait
+                self.waiting[r].append(hidden)
+            self.context[r] = position + n + 1
+        if self.lookup is not None:
+            self.lookup.accepted(blocks, positions, features)
+        self._reset(len(blocks))
+
+    def _observe(self, r: int, path: list[int], n: int) -> list[tuple]:
+        """What row ``r``'s step (``path``: its n accepted drafts) tells the estimates, and what
+        its next token will judge further: where a chain would have gone on past what the step
+        held (:func:`chain_accepted`), for the drafter's chain and for prompt lookup's."""
+        c, e, pending = self.choice, self.estimate, []
+        lookup, drafts = self.continuations[r], []
+        if c.tree_size:
+            tree = self.trees[r]
+            e.observe_tree(c.tree_size, n + 1, hybrid=bool(c.ngram))
+            # what the chain would have done in the same step
+            pending.append((e, path, tree.chain, tree.path_length(tree.chain)))
+        elif c.kind == "chain":
+            drafts = self.proposed[r].tokens.tolist()
+            # drafts 1..n accepted; draft n+1 (if there was one) rejected
+            e.observe_chain(n, min(n + 1, len(drafts)))
+        if e.ngram is not None and lookup:          # how far prompt lookup's tokens would have gone
+            held = (self.trees[r].path_length(lookup) if c.tree_size
+                    else {"plain": 0, "ngram": min(c.ngram, len(lookup)),
+                          "chain": _common_prefix(drafts, lookup)}[c.kind])
+            pending.append((e.ngram, path, lookup, held))
+        return pending
+
+    def observe_pending(self, next_tokens: list[int] | None = None) -> None:
+        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's own token
+        after its path (:func:`chain_accepted`; None at the end of a request: only as far as the
+        step itself judged)."""
+        for r, items in enumerate(self.pending):
+            _judge(items, None if next_tokens is None else next_tokens[r])
+        self.pending = [[] for _ in self.pending]
+
+    def keep(self, index: list[int]) -> None:
+        kept, self.timed = set(index), None      # rows leaving is no step's cost
+        for r, items in enumerate(self.pending):  # a finished row's last drafts, as far as held
+            if r not in kept:
+                _judge(items, None)
+        super().keep(index)
+        for name in ("waiting", "waiting_start", "context", "pending", "continuations"):
+            setattr(self, name, [getattr(self, name)[i] for i in index])
+        if self.lookup is not None:
+            self.lookup.keep(index)
+
+
+@dataclass
+class PolicySession:
+    """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
+    the step costs of each batch size (measured at the first request of that size; for one row,
+    measured again between requests when a policy reports that they drifted, if ``recalibrate``)
+    and the acceptance estimates the last request left, which the next request's policy starts
+    from, whatever its batch size (acceptance does not depend on the batch)."""
+    drafter: object
+    target: object
+    options: PolicyOptions
+    costs: StepCosts | None = None             # one row's
+    estimate: AcceptanceEstimate | None = None
+    recalibrate: bool = True
+    calibration_seconds: float = 0.0           # every measurement of the costs so far
+    batch_costs: dict = field(default_factory=dict)      # rows (> 1) -> StepCosts
+
+    def costs_for(self, rows: int) -> StepCosts | None:
+        return self.costs if rows == 1 else self.batch_costs.get(rows)
+
+    def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER,
+                 rows: int = 1) -> CostAwareProposer:
+        """The next request's policy for a batch of ``rows``, on ``shapes``; the costs of that
+        batch size are measured at ``prompt_ids`` (one prompt) the first time."""
+        if prompt_ids is not None and self.costs_for(rows) is None:
+            self._measure(prompt_ids, rows=rows)
+        return CostAwareProposer(self.drafter, self.target, self.options, self.costs_for(rows),
+                                 self.estimate, shapes)
+
+    def finished(self, proposer: CostAwareProposer,
+                 sequence_ids: torch.Tensor | None = None) -> None:
+        """Keep what ``proposer`` learned; for one request, measure the costs again (at its prompt
+        and at ``sequence_ids``, its prompt and output) when they drifted."""
+        proposer.observe_pending()
+        self.estimate = proposer.estimate
+        rows = proposer.rows
+        if self.costs_for(rows) is None:
+            self._keep(rows, proposer.costs)
+            self.calibration_seconds += proposer.costs.calibration_seconds
+        elif rows == 1 and proposer.drifted and self.recalibrate and sequence_ids is not None:
+            self._measure(sequence_ids[:, : proposer.prompt_lengths[0]], sequence_ids, repeats=3)
+
+    def _keep(self, rows: int, costs: StepCosts) -> None:
+        if rows == 1:
+            self.costs = costs
+        else:
+            self.batch_costs[rows] = costs
+
+    def _measure(self, ids: torch.Tensor, longer: torch.Tensor | None = None,
+                 repeats: int = 7, rows: int = 1) -> None:
+        o = self.options
+        block = o.max_block_size or self.drafter.config.block_size
+        costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats, longer,
+                           rows=rows)
+        self._keep(rows, costs)
+        self.calibration_seconds += costs.calibration_seconds
+
+
+DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
+# prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
+DEFAULT_NGRAM_DRAFTS = 10
+# all five kinds
+DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)
+# chains and the tree only: no prompt lookup
+NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)
+
+
+def default_policy(drafter, target, costs: StepCosts | None = None,
+                   estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
+    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: :data:`DEFAULT_OPTIONS`,
+    each step plain decoding, a DFlash chain, a draft tree of :data:`DEFAULT_TREE_SIZES` nodes,
+    prompt lookup's continuation, or the hybrid tree (the tree with that continuation as a branch),
+    greedy or sampled (every rule is lossless, :mod:`dflash_lite.decoding.tree`).
+    :data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (``bench``'s "cost-aware, no n-gram" row)."""
+    return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)
+
+
+def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
+    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and
+    a longer one."""
+    return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)

@@ -1,0 +1,252 @@
+"""Draft trees: many continuations from one drafter forward, verified in one target forward.
+
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads
+more out of it. The drafter gives a distribution over the vocabulary at each of the block's
+masked positions; instead of the chain of argmaxes, we build the **tree of the N most likely
+continuations**, scoring a path by the product of its tokens' per-position probabilities, and
+verify all of them at once:
+
+* **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
+  is the top token of the next position; its next sibling is the next-ranked token at its own
+  position. Since each row is sorted, this pops the N best paths exactly, and the set is closed
+  under prefixes (a path's parent scores at least as well as the path).
+* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes go
+  through the target in one forward, with a 4D attention mask in which every node sees the
+  context and its own ancestors only, and position ids = context length + depth. transformers
+  passes a 4D mask to SDPA as it is.
+* **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
+  choice at the node (its argmax, or at temperature > 0 a sample from its processed
+  distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
+* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the target's K/V of the
+  accepted path move to consecutive slots and the next write starts after them; only the path's
+  features go to the drafter's context.
+* **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
+  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the drafter's
+  tree as one more branch, sharing the nodes the tree already holds, and both are checked in the one
+  forward.
+
+**Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
+distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
+(``acceptance.accept_point_mass``)
+with several candidates: at each node on the walk the target's token is a fresh sample from its
+own distribution given that node's path, and the walk moves on only when a child holds that very
+token. Every committed token is therefore a sample of the target given the tokens before it,
+whichever children the tree holds; the tree only decides how many of them one forward commits
+(``tests/test_sampling_lossless.py`` checks it with a chi-square test).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+from .acceptance import PositionNoise, SamplingParams, choose_tokens
+from .cache import SlotCache
+from .decode import verify_drafts
+from .ngram import NgramProposer
+from .proposers import DFlashProposer, PerRow
+from .shapes import EAGER, Shapes
+
+
+@dataclass
+class DraftTree:
+    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before
+    children."""
+    tokens: torch.Tensor          # (N+1,) token ids
+    parents: list[int]            # parent index per node; -1 for the root
+    depths: list[int]             # 0 for the root
+    # the top token at each depth: the chain drafting would take
+    chain: list[int] = field(default_factory=list)
+    _host: list[int] | None = field(default=None, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i."""
+        n = len(self.parents)
+        mask = torch.eye(n, dtype=torch.bool)
+        # parents come first, so their rows are complete
+        for i in range(1, n):
+            mask[i] |= mask[self.parents[i]]
+        return mask
+
+    def path_length(self, tokens: list[int]) -> int:
+        """How many of ``tokens``, read as a path from the root, the tree holds."""
+        kids, node, held = self.children(), 0, 0
+        while held < len(tokens) and (node := kids[node].get(tokens[held])) is not None:
+            held += 1
+        return held
+
+    def children(self) -> list[dict[int, int]]:
+        """Per node: {token: child index}. Siblings never share a token."""
+        kids: list[dict[int, int]] = [{} for _ in self.parents]
+        for i, token in enumerate(self.tokens.tolist()[1:], 1):
+            kids[self.parents[i]][token] = i
+        return kids
+
+    # the draft interface the decode loop calls (decoding.decode.Draft), as ChainDraft has it
+    def layout(self, last: torch.Tensor):
+        """The whole tree in one target forward (:func:`verify_tree`): its tokens (the root already
+        holds ``last``), each node's depth and its ancestors."""
+        return (self.tokens, torch.tensor(self.depths, device=self.tokens.device),
+                self.ancestor_mask().to(self.tokens.device))
+
+    def accept(self, target_logits, sampling: SamplingParams, processors, generator,
+               position: int = 0):
+        """The accepted path (node indices, root first) and the tokens it commits: its drafts
+        and the target's token after it (:func:`accept_tree`); the root sits at ``position``."""
+        positions = None if not isinstance(generator, PositionNoise) else \
+            torch.tensor(self.depths, device=target_logits.device) + position + 1
+        path, next_token = accept_tree(self, target_logits, sampling, processors, generator,
+                                       positions)
+        tokens = self.token_list
+        return path, [tokens[i] for i in path[1:]] + [next_token]
+
+    def accept_read(self, read: list[int]):
+        """:meth:`accept` at temperature 0 from the batch's one host read
+        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): the target's argmax after each
+        node is ``read[1:]``."""
+        choice, kids, path = read[1:], self.children(), [0]
+        while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
+            path.append(child)
+        tokens = self.token_list
+        return path, [tokens[i] for i in path[1:]] + [choice[path[-1]]]
+
+    @property
+    def token_list(self) -> list[int]:
+        """The node tokens on the host (read once per tree)."""
+        if self._host is None:
+            self._host = self.tokens.tolist()
+        return self._host
+
+
+def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
+    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D,
+    V),
+    best-first by their sum (the log of the product of probabilities)."""
+    depth_limit, vocab = draft_logprobs.shape
+    width = min(budget, vocab)
+    # (D, width), sorted per row
+    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)
+    top_logp, top_ids = top_logp.tolist(), top_ids.tolist()
+    tokens, parents, depths = [int(root_token)], [-1], [0]
+    # a candidate: (-score, depth (0-based position), rank at that position, parent node)
+    heap = [(-top_logp[0][0], 0, 0, 0)] if depth_limit > 0 and budget > 0 else []
+    while heap and len(tokens) <= budget:
+        neg, d, r, parent = heapq.heappop(heap)
+        node = len(tokens)
+        tokens.append(top_ids[d][r])
+        parents.append(parent)
+        depths.append(d + 1)
+        if r + 1 < width:                             # next sibling: the next-ranked token here
+            heapq.heappush(heap, (neg + top_logp[d][r] - top_logp[d][r + 1], d, r + 1, parent))
+        if d + 1 < depth_limit:                       # first child: the top token one position on
+            heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
+    return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths,
+                     [row[0] for row in top_ids] if width else [], tokens)
+
+
+def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
+    """``tree`` with the path ``tokens`` from the root added: the part of the path the tree already
+    holds is shared (siblings never share a token), the rest hangs below it as new nodes, so the
+    tree grows by at most ``len(tokens)`` nodes. ``chain`` stays the drafter's."""
+    kids, node = tree.children(), 0
+    all_tokens, parents, depths = list(tree.token_list), list(tree.parents), list(tree.depths)
+    for token in tokens:
+        # new nodes have no children yet
+        child = kids[node].get(token) if node < len(kids) else None
+        if child is None:                                              # leave the tree: a new node
+            child = len(parents)
+            all_tokens.append(token)
+            parents.append(node)
+            depths.append(depths[node] + 1)
+        node = child
+    return DraftTree(torch.tensor(all_tokens, dtype=tree.tokens.dtype, device=tree.tokens.device),
+                     parents, depths, list(tree.chain), all_tokens)
+
+
+def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
+    """One target forward over the whole tree, written at the cache's write position (the root's
+    slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
+    and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
+    verified = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
+    return verified.logits[0], verified.features
+
+
+def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
+                sampling: SamplingParams = SamplingParams(),
+                processors=None, generator=None,
+                positions: torch.Tensor | None = None) -> tuple[list[int], int]:
+    """The longest root-to-node path whose every draft is the target's choice at its parent: the
+    argmax when greedy, else one sample per node from the target's processed distribution (only
+    the samples on the walk matter, each drawn given its node's path; seeded, each node's sample
+    is keyed by the position of the token it chooses, ``positions`` (N+1,), so siblings share
+    their noise). Returns the path's node indices (root first) and the target's token after it."""
+    # (N+1,): after each node
+    choice = choose_tokens(target_logits, sampling, processors, generator, positions).tolist()
+    kids, path = tree.children(), [0]
+    while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
+        path.append(child)
+    return path, choice[path[-1]]
+
+
+def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
+               tree_size: int) -> DraftTree:
+    """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
+    ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache) for one request."""
+    return draft_trees(proposer, last_token.reshape(1), [depth], tree_size)[0]
+
+
+def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
+                tree_size: int) -> list[DraftTree]:
+    """:func:`draft_tree` of every row of a batch (``last`` (R,)) from one drafter forward: a
+    tree per row, of its own ``depths[r]``."""
+    _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return [build_tree(last[r], logprobs[r, :d], tree_size) for r, d in enumerate(depths)]
+
+
+class DFlashTreeProposer(DFlashProposer):
+    """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
+    block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
+
+    def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None,
+                 shapes: Shapes = EAGER):
+        super().__init__(drafter, target, block_size, shapes=shapes)
+        if tree_size < 1:
+            raise ValueError(f"tree_size must be >= 1, got {tree_size}")
+        self.tree_size = tree_size
+
+    def propose(self, last: torch.Tensor, depths: list[int]) -> list[DraftTree]:
+        return draft_trees(self, last, depths, self.tree_size)
+
+
+class HybridTreeProposer(DFlashTreeProposer):
+    """The DFlash tree with prompt lookup's draft added as one more branch (:func:`add_branch`), so
+    both are verified in the same target forward. The branch holds up to ``ngram_drafts`` tokens
+    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts.
+    Both drafts are deterministic, so the tree's rule stays lossless at every temperature."""
+
+    def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
+                 ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
+        super().__init__(drafter, target, tree_size, block_size, shapes)
+        self.ngram = PerRow(NgramProposer(ngram_drafts, max_ngram))
+
+    def start(self, ids, features, lengths=None) -> None:
+        super().start(ids, features, lengths)
+        self.ngram.start(ids, None, self.new_context_lengths)
+
+    def propose(self, last: torch.Tensor, depths: list[int]) -> list[DraftTree]:
+        branches = self.ngram.propose(last, depths)
+        return [add_branch(tree, branch.tokens.tolist())
+                for tree, branch in zip(super().propose(last, depths), branches)]
+
+    def accepted(self, blocks, positions, features) -> None:
+        super().accepted(blocks, positions, features)
+        self.ngram.accepted(blocks, positions, features)
+
+    def keep(self, rows: list[int]) -> None:
+        super().keep(rows)
+        self.ngram.keep(rows)

@@ -1,0 +1,205 @@
+"""Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
+
+At each batch size b, every method decodes the same prompts in batches of b (the prompt list
+cycled to fill a batch larger than it), in one interleaved timer after a warm-up; every row's
+output is checked against its prompt decoded alone. A row of the report: total new tokens per
+second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
+per row), the accepted tokens the naive rollback gave back, and the cost model's prediction at
+batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N:
+``t(b, N+1)``), from the forwards measured at that batch size
+(:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``); the default's, from the forecast
+of each step it took, which counts the host work its steps measured (``StepCosts.correction``).
+
+Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
+tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
+step costs measured at each b) and the naive rollback (DFlash at the largest block size, every
+row rolled back to the batch's shortest accepted path).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from ..decoding.acceptance import SamplingParams
+from ..decoding.baselines import NoDraftProposer
+from ..decoding.costs import StepCosts, measure_costs, predicted_speedup, step_costs
+from ..decoding.decode import DFlashProposer, PerRow, generate
+from ..decoding.ngram import NgramProposer
+from ..decoding.policy import DEFAULT_OPTIONS, PolicySession
+from ..decoding.shapes import EAGER, Shapes
+from ..decoding.timing import interleaved
+from ..decoding.tree import DFlashTreeProposer
+from .report import Kind
+
+# the batch after which drafting counts as no longer paying (the issue's 1.2x line)
+PAYS = 1.2
+
+
+@dataclass
+class BatchMethod:
+    """One row of the sweep: ``make(prompts)`` builds a fresh proposer for a batch, and
+    ``finish(proposer)``, when given, keeps what it learned for the next batch; ``rollback`` as
+    :func:`dflash_lite.decoding.decode.steps` takes it."""
+    name: str
+    kind: Kind
+    make: Callable
+    block_size: int | None = None
+    tree_size: int | None = None
+    rollback: str = "row"
+    default: bool = False
+    finish: Callable | None = None
+
+
+def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
+                  shapes: Shapes = EAGER, size: int = 1,
+                  costs: StepCosts | None = None) -> list[BatchMethod]:
+    """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
+    is the one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (for more than
+    one row on ``costs``, measured at this batch size), each batch handing what it learned to the
+    next."""
+    rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
+                        lambda ids: NoDraftProposer(shapes), 1),
+            BatchMethod("prompt lookup k=10", Kind.NGRAM,
+                        lambda ids: PerRow(NgramProposer(10, shapes=shapes)))]
+    if drafter is None:
+        return rows
+    for b in block_sizes:
+        rows.append(BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda ids, b=b: DFlashProposer(
+            drafter, target, b, shapes=shapes), b))
+    if tree_size:
+        rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
+                                lambda ids: DFlashTreeProposer(drafter, target, tree_size,
+                                                               shapes=shapes), tree_size=tree_size))
+    # one policy at every batch size; a batch's costs are measured before the timed runs
+    session = PolicySession(drafter, target, DEFAULT_OPTIONS,
+                            batch_costs={size: costs} if size > 1 and costs else {})
+    rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
+                            lambda ids: session.proposer(ids[0], shapes, rows=len(ids)),
+                            default=True, finish=session.finished))
+    largest = max(block_sizes)
+    rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
+                            lambda ids: DFlashProposer(drafter, target, largest, shapes=shapes),
+                            largest, rollback="shortest"))
+    return rows
+
+
+def batches_of(prompts: list, size: int) -> list[list]:
+    """``prompts`` in batches of ``size``, cycled to fill the last one (so every batch size
+    decodes every prompt, and a batch larger than the list repeats it)."""
+    rows = -(-len(prompts) // size) * size
+    cycled = [prompts[i % len(prompts)] for i in range(rows)]
+    return [cycled[i: i + size] for i in range(0, rows, size)]
+
+
+def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, block_sizes=(16,),
+          tree_size: int | None = 16, sampling=None, stops=(), repeats: int = 3,
+          cost_repeats: int = 5, device: str = "cpu", shapes: Shapes = EAGER,
+          progress=print) -> dict:
+    """Every method at every batch size (the module's docstring): ``{"rows": [...], "costs":
+    {b: measured forwards}}``, one row per (batch size, method), each with its ``batch_size``."""
+    sampling = sampling or SamplingParams()
+    alone = [generate(target, NoDraftProposer(), p, max_new_tokens, sampling, stops).tokens
+             for p in prompts]                   # every prompt decoded alone: the reference
+    rows, costs = [], {}
+    for size in batch_sizes:
+        groups = batches_of(list(range(len(prompts))), size)
+        policy_costs = None if drafter is None or size == 1 else step_costs(
+            target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
+            repeats=3, rows=size)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
+                                policy_costs)
+        made: dict[str, list] = {m.name: [] for m in methods}
+
+        def run(m: BatchMethod):
+            results, proposers = [], []
+            for group in groups:
+                batch = [prompts[i] for i in group]
+                proposers.append(m.make(batch))
+                results += generate(target, proposers[-1], batch, max_new_tokens, sampling,
+                                    stops, rollback=m.rollback)
+                if m.finish is not None:
+                    m.finish(proposers[-1])
+            made[m.name] = proposers
+            return results
+        timed = interleaved({m.name: (lambda m=m: run(m)) for m in methods}, repeats, 1, device)
+        measured = None if drafter is None else measure_costs(
+            target, drafter, prompts[0], block_sizes, cost_repeats,
+            (tree_size,) if tree_size else (), rows=size)
+        costs[size] = measured
+        plain = None
+        for m in methods:
+            calls = timed[m.name]
+            results = calls[-1][1]
+            seconds = statistics.median(t for t, _ in calls)
+            tokens = sum(len(r.tokens) for r in results)
+            lengths = [n for r in results for n in r.acceptance_lengths]
+            order = [i for group in groups for i in group]
+            row = {"batch_size": size, "name": m.name, "kind": m.kind.value,
+                   "block_size": m.block_size, "tree_size": m.tree_size, "rollback": m.rollback,
+                   "default": m.default, "tokens_per_s": tokens / seconds,
+                   "tokens_per_s_spread": [tokens / t for t, _ in calls],
+                   "tau": sum(lengths) / len(lengths) if lengths else None,
+                   "discarded_tokens": sum(r.discarded for r in results), "error": None,
+                   "identical_to_target": all(r.tokens == alone[i]
+                                              for r, i in zip(results, order))
+                   if sampling.greedy or sampling.seed is not None else None}
+            if m.kind is Kind.AUTOREGRESSIVE:
+                plain = row
+            row["predicted_speedup"] = _predicted(row, measured)
+            if m.kind is Kind.DFLASH_POLICY:
+                row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
+                forecast = [f for p in made[m.name] for f in p.forecast]
+                row["predicted_speedup"] = (sum(a for a, _ in forecast)
+                                            / sum(b for _, b in forecast))
+            rows.append(row)
+        for row in rows[-len(methods):]:
+            row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
+        if progress is not None:
+            progress(f"batch {size}: " + ", ".join(f"{r['name']} {r['speedup']:.2f}x"
+                                                   for r in rows[-len(methods):]))
+    return {"rows": rows, "costs": {str(b): c for b, c in costs.items()}}
+
+
+def _predicted(row: dict, measured: dict | None) -> float | None:
+    """The cost model at the row's batch size (its own tau): a chain at a fixed block size, or the
+    tree of N nodes (a verify of N+1, drafted at the drafter's block size). The default's is the
+    sum of its own steps' forecasts (:class:`~dflash_lite.decoding.policy.CostAwareProposer`)."""
+    if measured is None or row["tau"] is None:
+        return None
+    t, d = measured["t_target"], measured["t_draft"]
+    width, b = ((row["tree_size"] + 1, measured["tree_block_size"]) if row["tree_size"]
+                else (row["block_size"], row["block_size"]))
+    if b is None or width == 1:
+        return None if b is None else 1.0
+    if str(width) not in t or str(b) not in d:
+        return None
+    return predicted_speedup(row["tau"], t["1"], t[str(width)], d[str(b)])
+
+
+def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
+    """The smallest batch size at which the best speculative row's ``key`` (the measured speedup,
+    or ``predicted_speedup``) falls below ``line``; None if it never does."""
+    sizes = sorted({r["batch_size"] for r in rows})
+    for size in sizes:
+        best = max((r[key] for r in rows if r["batch_size"] == size and r[key] is not None
+                    and r["kind"] != Kind.AUTOREGRESSIVE.value and r["rollback"] == "row"),
+                   default=None)
+        if best is not None and best < line:
+            return size
+    return None
+
+
+def format_batch_table(rows: list[dict]) -> str:
+    """The sweep as text: per batch size and method, tokens/s, speedup, tau, identity, what the
+    naive rollback threw away and the cost model's prediction."""
+    lines = [f"{'batch':>5}  {'method':<26}{'tok/s':>9}{'speedup':>9}{'tau':>7}"
+             f"{'predicted':>11}{'thrown':>8}  identical"]
+    for r in rows:
+        tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
+        predicted = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
+        lines.append(f"{r['batch_size']:>5}  {r['name']:<26}{r['tokens_per_s']:>9.1f}"
+                     f"{r['speedup']:>8.2f}x{tau:>7}{predicted:>11}{r['discarded_tokens']:>8}"
+                     f"  {r['identical_to_target']}")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark`): every method on every prompt,
+after a warm-up, interleaved (each repeat visits the methods in a rotated order), the outputs
+checked against the target's own; :func:`run_benchmark` summarises it as a report
+(:func:`dflash_lite.measuring.report.summarise`).
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+
+from ..decoding.timing import interleaved
+from .report import TRANSFORMERS_KINDS, Kind, Method, summarise
+
+
+@dataclass
+class MethodStats:
+    method: Method
+    times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
+    # per repeat: new tokens over all prompts
+    tokens: list[int] = field(default_factory=list)
+    acceptance_lengths: list[int] = field(default_factory=list)
+    # per repeat: seconds per phase over all prompts
+    phase_runs: list[dict] = field(default_factory=list)
+    # per repeat: verification steps over all prompts
+    step_runs: list[int] = field(default_factory=list)
+    identical: bool | None = None
+    error: str | None = None
+
+
+def environment(device: str) -> dict:
+    env = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+           "threads": torch.get_num_threads(), "python": platform.python_version(),
+           "machine": platform.machine(), "processor": platform.processor()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
+            repeats: int = 3, reference: dict | None = None, device: str = "cpu",
+            greedy: bool = True, seeded: bool = False) -> dict[str, MethodStats]:
+    """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
+
+    ``reference`` maps prompt index -> the target's greedy tokens (by default the outputs of the
+    autoregressive row, else of ``model.generate``) for the identity check. Sampled and
+    ``seeded`` (``SamplingParams.seed``): the rows of this project's loop are checked against the
+    autoregressive row's seeded sample, transformers' rows not at all; unseeded: none is.
+    """
+    stats = {m.name: MethodStats(m) for m in methods}
+    outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
+    # warm-up, and the outputs to check
+    for m in methods:
+        for i, ids in enumerate(prompts):
+            try:
+                outputs[m.name][i] = m.run(ids, max_new_tokens)[0]
+            except Exception as e:
+                # a failing method is reported, not dropped
+                stats[m.name].error = (f"{type(e).__name__}: "
+                                       f"{str(e).splitlines()[0] if str(e) else ''}")
+                break
+    if reference is None:
+        base = next((m.name for kind in (Kind.AUTOREGRESSIVE, Kind.HF_GENERATE) for m in methods
+                     if m.kind is kind and stats[m.name].error is None), None)
+        reference = outputs[base] if base else {}
+    live = [m for m in methods if stats[m.name].error is None]
+    # per repeat: seconds, tokens
+    totals = {m.name: [[0.0, 0] for _ in range(repeats)] for m in live}
+    phases = {m.name: [{} for _ in range(repeats)] for m in live}
+    steps = {m.name: [0] * repeats for m in live}
+    # each prompt: the methods interleaved, ``repeats`` rounds
+    for ids in prompts:
+        calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live},
+                            repeats, 0, device)
+        for name, rounds in calls.items():
+            for repeat, (seconds, (tokens, result)) in enumerate(rounds):
+                totals[name][repeat][0] += seconds
+                totals[name][repeat][1] += len(tokens)
+                if result is not None:
+                    if repeat == 0:
+                        stats[name].acceptance_lengths += result.acceptance_lengths
+                    steps[name][repeat] += len(result.acceptance_lengths)
+                    for phase, t in result.phase_times.items():
+                        phases[name][repeat][phase] = phases[name][repeat].get(phase, 0.0) + t
+    for name in totals:
+        stats[name].times = [t for t, _ in totals[name]]
+        stats[name].tokens = [n for _, n in totals[name]]
+        stats[name].phase_runs, stats[name].step_runs = phases[name], steps[name]
+    for m in live:      # sampled: transformers' rows draw from their own stream, ours are seeded
+        if reference and (greedy or seeded and m.kind not in TRANSFORMERS_KINDS):
+            stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
+    return stats
+
+
+def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
+                  repeats: int = 3, reference: dict | None = None, device: str = "cpu",
+                  greedy: bool = True, seeded: bool = False) -> dict:
+    """:func:`measure` a list of methods and :func:`summarise` it: the report without a cost
+    model."""
+    stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy, seeded)
+    return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)

@@ -1,0 +1,168 @@
+"""The benchmark's methods (:mod:`dflash_lite.measuring.benchmark`): what each row runs. Baselines,
+the peers (a small draft model, prompt lookup, the EAGLE-style drafter, transformers' assisted
+paths) and our DFlash rows (the policies, fixed block sizes, the adaptive rule, draft trees and
+hybrid trees), each a :class:`~dflash_lite.measuring.report.Method` whose run is the one decode loop
+with a fresh proposer (or a policy session's), or transformers' ``generate``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..decoding.acceptance import SamplingParams
+from ..decoding.baselines import (
+    AdaptiveDFlashProposer,
+    DraftModelProposer,
+    EagleProposer,
+    NoDraftProposer,
+    hf_generate,
+)
+from ..decoding.checkpoints import to_transformers
+from ..decoding.decode import DFlashProposer, PerRow, generate
+from ..decoding.ngram import NgramProposer
+from ..decoding.policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
+from ..decoding.shapes import EAGER, FixedShapes, Shapes
+from ..decoding.target import stop_token_ids
+from ..decoding.tree import DFlashTreeProposer, HybridTreeProposer
+from .report import Kind, Method
+
+
+@dataclass
+class Rows:
+    """Which rows :func:`standard_methods` builds, and how every run samples. ``prompt_lookup``:
+    drafts per step of the prompt-lookup rows, ``adaptive``: the adaptive rule's sizes (None: no
+    such rows); ``draft_block_size``: the small draft model's; ``policy``: the cost-aware rows."""
+    block_sizes: tuple[int, ...] = (16,)
+    tree_sizes: tuple[int, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    hf_dflash: bool = True
+    draft_block_size: int = 5
+    prompt_lookup: int | None = 10
+    adaptive: tuple[int, ...] | None = None
+    policy: bool = True
+
+
+def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
+                     rows: Rows | None = None, **options) -> list[Method]:
+    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding
+    with a small draft model, here and in transformers; prompt lookup, there and in our loop; the
+    EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
+    the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
+    the same trees with prompt lookup's branch, and transformers' DFlash path with the same
+    weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
+    r = rows or Rows(**options)
+    sampling, block_sizes, prompt_lookup, draft_block_size = (r.sampling, r.block_sizes,
+                                                              r.prompt_lookup, r.draft_block_size)
+    stops = stop_token_ids(target, tokenizer)
+
+    # transformers' generate, with or without a helper
+    def hf(**kwargs):
+        return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
+
+    methods = [
+        Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
+               Kind.AUTOREGRESSIVE, block_size=1),
+        Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1),
+    ]
+    if draft_model is not None:
+        methods.append(Method(f"draft model (ours) k={draft_block_size - 1}", _spec_run(
+            target, lambda: PerRow(DraftModelProposer(draft_model, target, draft_block_size)),
+            sampling, stops), Kind.DRAFT_MODEL, block_size=draft_block_size))
+        methods.append(Method("draft model (transformers)", hf(assistant_model=draft_model),
+                              Kind.HF_DRAFT_MODEL))
+    if prompt_lookup:
+        methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
+                              hf(prompt_lookup_num_tokens=prompt_lookup), Kind.PROMPT_LOOKUP))
+        methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}", _spec_run(
+            target, lambda: PerRow(NgramProposer(prompt_lookup)), sampling, stops), Kind.NGRAM))
+    if eagle is not None:
+        methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}", _spec_run(
+            target, lambda: PerRow(EagleProposer(eagle, target)), sampling, stops), Kind.EAGLE,
+            block_size=eagle.config.block_size))
+    if drafter is not None:
+        methods += _dflash_methods(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
+                                (sampling, stops))
+        if r.hf_dflash:
+            converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(
+                target.device)
+            methods.append(Method(f"DFlash (transformers) B={drafter.config.block_size}",
+                                  hf(assistant_model=converted, speculation_type="dflash"),
+                                  Kind.HF_DFLASH, block_size=drafter.config.block_size))
+    return methods
+
+
+def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop,
+                 shapes: Shapes = EAGER) -> list[Method]:
+    """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
+    fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
+    tokens) of every run; ``shapes``: what every proposer runs on
+    (:mod:`dflash_lite.decoding.shapes`)."""
+    sampling, stops = loop
+    rows = []
+    policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
+                ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False))
+    for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
+        session = PolicySession(drafter, target, options, recalibrate=False)
+        rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes),
+                           Kind.DFLASH_POLICY, default=default and not shapes.fixed,
+                           session=session))
+    for b in block_sizes:
+        rows.append(Method(f"DFlash (ours) B={b}", _spec_run(target, lambda b=b: DFlashProposer(
+            drafter, target, b, shapes=shapes), sampling, stops), Kind.DFLASH, block_size=b))
+    if adaptive:
+        sizes = "/".join(map(str, sorted(adaptive)))
+        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}", _spec_run(
+            target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive), sampling, stops),
+            Kind.DFLASH_ADAPTIVE))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(
+            drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_TREE, tree_size=n))
+    for n in tree_sizes:
+        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(
+            target, lambda n=n: HybridTreeProposer(drafter, target, n, shapes=shapes), sampling,
+            stops), Kind.DFLASH_HYBRID, tree_size=n))
+    return rows
+
+
+def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
+                     sampling: SamplingParams, stops) -> list[Method]:
+    """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
+    lookup and, with a drafter, the default policy, each fixed block size, the draft trees and
+    the hybrid trees, all on one :class:`~dflash_lite.decoding.shapes.FixedShapes` of ``length``
+    tokens with compiled forwards (CUDA graphs on CUDA), recorded in the untimed warm-up. Each row
+    is marked ``compiled`` and named so."""
+    buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
+    shapes = FixedShapes(length, compile=True, buckets=buckets)
+    rows = [Method("autoregressive (ours)",
+                   _spec_run(target, lambda: NoDraftProposer(shapes), sampling, stops),
+                   Kind.AUTOREGRESSIVE, block_size=1),
+            Method("prompt lookup (ours) k=10",
+                   _spec_run(target, lambda: PerRow(NgramProposer(10, shapes=shapes)), sampling,
+                             stops), Kind.NGRAM)]
+    if drafter is not None:
+        rows += _dflash_methods(target, drafter, block_sizes, tree_sizes, None, True,
+                             (sampling, stops), shapes)
+    how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
+    for row in rows:
+        row.name, row.compiled = f"{row.name} ({how})", True
+    return rows
+
+
+def _spec_run(target, make_proposer, sampling, stops):
+    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive
+    baseline)."""
+    def run(ids, n):
+        result = generate(target, make_proposer(), ids, n, sampling, stops)
+        return result.tokens, result
+    return run
+
+
+def _policy_run(target, session: PolicySession, sampling, stops, shapes: Shapes = EAGER):
+    """A policy row's run, as one user's session: the step costs measured at its first run (at the
+    first prompt, in the untimed warm-up) and the acceptance estimates each run leaves, both kept
+    in ``session`` for the next run, as an ``Engine`` keeps them."""
+    def run(ids, n):
+        proposer = session.proposer(ids, shapes)
+        result = generate(target, proposer, ids, n, sampling, stops)
+        session.finished(proposer)
+        return result.tokens, result
+    return run

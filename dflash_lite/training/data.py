@@ -1,0 +1,244 @@
+"""Training data for a drafter (paper section 4.2; docs/method.md#training): the target's own
+answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so an
+interrupted run never leaves a file that looks complete), and batches of blocks at random anchors
+(:func:`make_batch`): a block is ``[token at anchor, MASK x (B-1)]``, its labels the next B-1 real
+tokens, and the block attention mask lets it see the target features strictly before its anchor
+and itself, never another block.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from tqdm import tqdm
+
+from ..decoding.target import stop_token_ids
+from ..files import atomic_write_text
+
+IGNORE = -100                        # the label of a position that predicts nothing
+
+
+# ----------------------------------------------------------------------------- regenerated data
+@dataclass
+class RegeneratedData:
+    sequences: list[list[int]]       # prompt + the target's response
+    prompt_lengths: list[int]
+
+    def __len__(self):
+        return len(self.sequences)
+
+
+@torch.inference_mode()
+def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16,
+               cache_dir: str | Path | None = None) -> RegeneratedData:
+    """The target's own greedy answers to ``prompts``, cached under ``cache_dir``."""
+
+    key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
+                                     sum(float(p.float().sum()) for p in target.parameters())])
+                         .encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"regenerated-{key}.json" if cache_dir else None
+    if path is not None and path.is_file():
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("complete") and raw.get("key") == key:
+                return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
+            raise ValueError("incomplete")
+        except (ValueError, AttributeError, KeyError):
+            # truncated, edited, or not ours: rebuilt
+            print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
+    stops = stop_token_ids(target, tokenizer)
+    pad = tokenizer.pad_token_id
+    partial = path.with_name(path.name.replace(".json", ".partial.json")) if path else None
+    sequences, prompt_lengths = _partial(partial, key)
+    done_at_start, started, said = len(sequences), time.time(), time.time()
+    for start in tqdm(range(len(sequences), len(prompts), batch_size), desc="regenerate",
+                      mininterval=5, disable=None):
+        if partial is not None and start > done_at_start and time.time() - said > 60:
+            atomic_write_text(partial, json.dumps({"key": key, "sequences": sequences,
+                                                   "prompt_lengths": prompt_lengths}))
+            rate = (start - done_at_start) / (time.time() - started)
+            print(f"[regenerate] {start}/{len(prompts)} prompts, {rate * 60:.0f} a minute, "
+                  f"ETA {(len(prompts) - start) / rate / 60:.1f} min", flush=True)
+            said = time.time()
+        batch = [tokenizer(p, add_special_tokens=False).input_ids
+                 for p in prompts[start:start + batch_size]]
+        width = max(map(len, batch))
+        # left pad
+        ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)
+        mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch],
+                            device=target.device)
+        out = target.generate(ids, attention_mask=mask, do_sample=False,
+                              max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
+        for b, row in zip(batch, out[:, width:].tolist()):
+            response = []
+            for t in row:
+                response.append(t)
+                if t in stops:
+                    break
+            sequences.append(b + response)
+            prompt_lengths.append(len(b))
+    data = RegeneratedData(sequences, prompt_lengths)
+    if path is not None:                             # only a finished file ever has the final name
+        atomic_write_text(path, json.dumps({"key": key, "complete": True, "sequences": sequences,
+                                            "prompt_lengths": prompt_lengths}))
+        if partial is not None and partial.is_file():
+            partial.unlink()
+    return data
+
+
+def _partial(path: Path | None, key: str) -> tuple[list[list[int]], list[int]]:
+    """The answers an interrupted regeneration of the same prompts and target had written (its
+    ``.partial.json``, kept every minute), or none."""
+    if path is None or not path.is_file():
+        return [], []
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if raw.get("key") == key and len(raw["sequences"]) == len(raw["prompt_lengths"]):
+            print(f"[regenerate] resuming after {len(raw['sequences'])} prompts", flush=True)
+            return list(raw["sequences"]), list(raw["prompt_lengths"])
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    return [], []
+
+
+# ----------------------------------------------------------------------------- 2. blocks
+def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator: torch.Generator,
+                   block_size: int | None = None) -> torch.Tensor:
+    """Anchor positions in the response: ``prompt_length <= a <= length - 2`` (at least one label).
+    Sampled without replacement; fewer when the response is short. Sorted, (A,).
+
+    With ``block_size`` the anchors may only sit on fixed block boundaries,
+    ``prompt_length + k * block_size`` (the ablation in notebook 05); DFlash samples them anywhere.
+    """
+    low, high = prompt_length, length - 2
+    if high < low:
+        return torch.empty(0, dtype=torch.long)
+    choices = torch.arange(low, high + 1, block_size or 1)
+    pick = torch.randperm(len(choices), generator=generator)[:num_anchors]
+    return choices[pick].sort().values
+
+
+def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size: int,
+                         causal: bool = False) -> torch.Tensor:
+    """Boolean (A*B, T + A*B): block j's queries see context positions < anchors[j] and block j.
+
+    True means "may attend". Context position t is visible iff t < anchor (strictly before: the
+    features at the anchor and after already know the labels). Blocks never see each other.
+    Inside a block attention is bidirectional, or causal for the autoregressive baseline.
+    """
+    num_blocks = anchors.shape[0]
+    query_block = torch.arange(num_blocks * block_size) // block_size                     # (A*B,)
+    # (A*B, T)
+    context = torch.arange(context_length)[None, :] < anchors[query_block][:, None]
+    key_block = torch.arange(num_blocks * block_size) // block_size
+    # (A*B, A*B)
+    own_block = query_block[:, None] == key_block[None, :]
+    if causal:
+        index = torch.arange(num_blocks * block_size)
+        own_block &= index[None, :] <= index[:, None]
+    return torch.cat([context, own_block], dim=1)
+
+
+@dataclass
+class Batch:
+    # (N, A*B) anchor token then MASKs per block (real tokens when causal)
+    block_ids: torch.Tensor
+    labels: torch.Tensor             # (N, A*B) the token each position predicts, IGNORE elsewhere
+    block_positions: torch.Tensor    # (N, A*B) absolute positions
+    sequence_ids: torch.Tensor       # (N, T) the full sequences, for the target's features
+    attn_mask: torch.Tensor          # (N, 1, A*B, T + A*B)
+    rows: list[int] | None = None    # which sequences of the data, when known (a feature cache)
+
+
+def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size: int,
+               num_anchors: int, tokenizer, generator: torch.Generator, causal: bool = False,
+               fixed_anchors: bool = False) -> Batch | None:
+    """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
+    no labels).
+    ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
+
+    Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
+    (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.
+    """
+    mask_token_id, pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
+    n, width = len(sequences), max(map(len, sequences))
+    q = num_anchors * block_size
+    block_ids = torch.full((n, q), mask_token_id)
+    labels = torch.full((n, q), IGNORE)
+    positions = torch.zeros((n, q), dtype=torch.long)
+    seq_ids = torch.full((n, width), pad_token_id)
+    mask = torch.zeros((n, 1, q, width + q), dtype=torch.bool)
+    any_anchor = False
+    for i, (seq, plen) in enumerate(zip(sequences, prompt_lengths)):
+        seq_t = torch.tensor(seq)
+        seq_ids[i, : len(seq)] = seq_t
+        anchors = sample_anchors(plen, len(seq), num_anchors, generator,
+                                 block_size if fixed_anchors else None)
+        a = len(anchors)
+        if a == 0:
+            continue
+        any_anchor = True
+        offsets = torch.arange(block_size)
+        pos = anchors[:, None] + offsets[None, :]                                       # (a, B)
+        inside = pos < len(seq)
+        if causal:
+            ids = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)],
+                              torch.tensor(mask_token_id))
+            nxt = pos + 1
+            lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)],
+                              torch.tensor(IGNORE))
+        else:
+            ids = torch.full((a, block_size), mask_token_id)
+            ids[:, 0] = seq_t[anchors]
+            lab = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
+            # the anchor is given
+            lab[:, 0] = IGNORE
+        block_ids[i, : a * block_size] = ids.flatten()
+        labels[i, : a * block_size] = lab.flatten()
+        positions[i, : a * block_size] = pos.flatten()
+        # (a*B, width + a*B)
+        m = block_attention_mask(anchors, width, block_size, causal)
+        mask[i, 0, : a * block_size, :width] = m[:, :width]
+        mask[i, 0, : a * block_size, width: width + a * block_size] = m[:, width:]
+        # unused query rows attend to themselves only, so softmax never sees an empty row
+        for r in range(a * block_size, q):
+            mask[i, 0, r, width + r] = True
+    if not any_anchor:
+        return None
+    return Batch(block_ids, labels, positions, seq_ids, mask)
+
+
+def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int,
+                  tokenizer, generator: torch.Generator, causal: bool = False,
+                  fixed_anchors: bool = False) -> Iterator[Batch]:
+    """One pass over the data in a random order, with freshly sampled anchors."""
+    order = torch.randperm(len(data), generator=generator).tolist()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = make_batch([data.sequences[i] for i in idx], [data.prompt_lengths[i] for i in idx],
+                           block_size, num_anchors, tokenizer, generator, causal, fixed_anchors)
+        if batch is not None:
+            batch.rows = idx
+            yield batch
+
+
+def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int,
+               generator: torch.Generator):
+    """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are
+    context only)."""
+    order = torch.randperm(len(data), generator=generator).tolist()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(data.sequences[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad_token_id)
+        labels = torch.full((len(idx), width), IGNORE)
+        for row, i in enumerate(idx):
+            seq, plen = data.sequences[i], data.prompt_lengths[i]
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, plen: len(seq)] = torch.tensor(seq[plen:])      # predict the response only
+        yield ids, labels

@@ -1,0 +1,351 @@
+"""The one training loop: drafters (paper section 4.2; docs/method.md#training) and the shipped
+target.
+
+:class:`Trainer` knows nothing about drafters or language models: it takes a model, a factory of
+batch iterators and ``loss_fn(model, batch) -> (loss, metrics)``, and runs AdamW with the one
+learning-rate schedule :func:`cosine_lr` (linear warm-up, then cosine decay to a floor), gradient
+clipping, optional autocast, callbacks, a time budget, checkpoints and resume, and Ctrl-C handling.
+:class:`TrainConfig`'s defaults are the drafter recipe; :mod:`dflash_lite.zoo` sets the target's.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from .. import outputs
+from ..files import atomic_path
+
+
+@dataclass
+class TrainConfig:
+    """AdamW and its schedule. The defaults are the drafter recipe (docs/method.md#training): 4%
+    warm-up, cosine to zero, no weight decay, gradient norm clipped at 1. The shipped target
+    (:func:`dflash_lite.zoo.train_target`) uses 200 warm-up steps, a floor of 10% of the peak,
+    betas (0.9, 0.95), weight decay on matrices only, and bf16 autocast."""
+    steps: int = 1000
+    lr: float = 6e-4
+    # warm-up as a share of training (of the time budget, if any)
+    warmup_fraction: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    log_every: int = 10
+    checkpoint_every: int = 0            # 0: only at the end
+    seed: int = 0
+    # stop (with the schedule finished) after this much training time
+    time_budget_s: float | None = None
+    # warm-up as a number of steps; replaces warmup_fraction when set
+    warmup_steps: int | None = None
+    min_lr_ratio: float = 0.0            # the cosine ends at min_lr_ratio * lr
+    betas: tuple[float, float] = (0.9, 0.999)
+    # weight decay on parameters with ndim >= 2 only (not norms, biases)
+    decay_matrices_only: bool = False
+    # loss_fn runs under autocast in this dtype (fp32 master weights)
+    autocast_dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+
+
+def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
+    """Linear warm-up to ``config.lr``, then cosine decay to ``config.min_lr_ratio * config.lr``.
+
+    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one; it is never
+    taken behind ``(step + 1) / steps``. The warm-up is given one of two ways:
+
+    * ``warmup_fraction`` (drafters): the first share of progress ramps up, and the cosine runs
+      over the rest of progress;
+    * ``warmup_steps`` (the shipped target), which replaces it: the first steps ramp up, counted in
+      steps also under a time budget, and the cosine is laid over the whole of progress, since at
+      what progress those steps end is not known before a time-budgeted run; the warm-up steps
+      replace its start."""
+    progress = max(progress, (step + 1) / config.steps)
+    if config.warmup_steps is not None:
+        if step < config.warmup_steps:
+            return config.lr * (step + 1) / config.warmup_steps
+        rest = progress
+    elif progress < config.warmup_fraction:
+        return config.lr * progress / config.warmup_fraction
+    else:
+        rest = (progress - config.warmup_fraction) / (1 - config.warmup_fraction)
+    floor = config.min_lr_ratio
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, rest))))
+
+
+CHECKPOINT = "trainer_state.safetensors"   # tensors; everything else as JSON in its header metadata
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict, dict]:
+    """(metadata, tensors) of a trainer checkpoint. Only safetensors and JSON are read, so a
+    checkpoint can hold data but never code; a damaged file is one ValueError line."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads(f.metadata()["trainer"])
+        return meta, load_file(str(path))
+    except Exception as e:                          # safetensors and json raise their own types
+        raise ValueError(f"{path}: not a readable trainer checkpoint ({type(e).__name__}); "
+                         f"start again with --overwrite") from None
+
+
+def check_checkpoint_meta(meta: dict, tensors: dict, path: str | Path, steps: int) -> None:
+    """The JSON part of a checkpoint has the types :meth:`Trainer.resume` reads, and its step lies
+    within this run's schedule of ``steps``; one ValueError line otherwise."""
+    expected = {"step": int, "history": list, "run_config": dict, "param_groups": list,
+                "optimizer_scalars": dict}
+    for key, kind in expected.items():
+        value = meta.get(key) if isinstance(meta, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{path}: damaged trainer checkpoint "
+                             f"({key!r} should be a {kind.__name__}, "
+                             f"got {json.dumps(value)[:40]}); start again with --overwrite")
+    if not all(isinstance(g, dict) for g in meta["param_groups"]) or "rng.torch" not in tensors:
+        raise ValueError(f"{path}: damaged trainer checkpoint (param_groups or rng state); start "
+                         "again with --overwrite")
+    if not 0 <= meta["step"] <= steps:
+        raise ValueError(f"{path}: the checkpoint is at step {meta['step']}, "
+                         f"outside this run's schedule of {steps} steps; "
+                         f"resume with --steps >= {meta['step']}, or start again with --overwrite")
+
+
+def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
+    """Refuse, in one line naming the first difference, to resume a run with other settings."""
+    wanted = json.loads(json.dumps(wanted))         # compare as stored: tuples are lists in JSON
+    for key in sorted(set(saved) | set(wanted)):
+        if saved.get(key) != wanted.get(key):
+            raise ValueError(f"{where} holds a run with {key}={saved.get(key)!r}, but this run has "
+                             f"{key}={wanted.get(key)!r}; resume with the same settings, "
+                             f"or start again with --overwrite")
+
+
+@dataclass
+class Trainer:
+    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``.
+
+    ``batches`` makes a fresh iterator: a finite one is one epoch (a new one is made when it ends),
+    an infinite one (random windows) simply never ends. ``metrics`` may hold anything; the
+    progress bar shows ``loss`` and the first of ``accuracy_per_position`` when they are there.
+
+    With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
+    (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
+    Ctrl-C finishes the current step, saves, and raises :class:`TrainingInterrupted`.
+    """
+    model: torch.nn.Module
+    loss_fn: Callable
+    batches: Callable[[], Iterator]
+    config: TrainConfig
+    # on_batch_end(trainer, step, metrics)
+    callbacks: list[Callable] = field(default_factory=list)
+    checkpoint_dir: Path | None = None
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    run_config: dict = field(default_factory=dict)               # what a resume must match
+
+    def __post_init__(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.config.decay_matrices_only:
+            groups = [{"params": [p for p in params if p.ndim >= 2],
+                       "weight_decay": self.config.weight_decay},
+                      {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+            params = [g for g in groups if g["params"]]
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, betas=self.config.betas,
+                                           weight_decay=self.config.weight_decay)
+        if self.checkpoint_dir is not None and (Path(self.checkpoint_dir) / CHECKPOINT).is_file():
+            self.resume()
+
+    def run(self):
+        from tqdm import tqdm
+
+        interrupted = []
+        # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {s: signal.getsignal(s) for s in stops}
+        previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
+
+        # finish the step, then save; a second signal stops at once
+        def on_interrupt(signum, frame):
+            interrupted.append(signum)
+            for s in stops:
+                signal.signal(s, previous[s])
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread:
+            for s in stops:
+                signal.signal(s, on_interrupt)
+        try:
+            self._loop(tqdm, interrupted)
+        finally:
+            if main_thread:
+                for s in stops:
+                    signal.signal(s, previous[s])
+        if self.checkpoint_dir and self.step > 0:
+            self.save()
+        if interrupted:
+            saved = bool(self.checkpoint_dir and self.step > 0)
+            said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
+                    if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
+            raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
+        return self.history
+
+    def _autocast(self):
+        """Autocast in ``config.autocast_dtype`` on the model's device, or nothing."""
+        dtype = self.config.autocast_dtype
+        if dtype is None or dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(next(self.model.parameters()).device.type, dtype=dtype)
+
+    def _loop(self, tqdm, interrupted: list):
+        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
+                   disable=None)
+        start = time.time()
+        data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
+        while self.step < self.config.steps and not interrupted:
+            # progress on steps, or on wall time when there is a budget (whichever is further)
+            progress = self.step / self.config.steps
+            if self.config.time_budget_s:
+                progress = max(progress, (time.time() - start) / self.config.time_budget_s)
+                if progress >= 1.0:
+                    break
+            try:
+                batch = next(data)
+            except StopIteration:                              # a new epoch: anchors are resampled
+                if fresh:
+                    raise ValueError("the training data gives no batch (no response is long enough "
+                                     "for a block); regenerate with more prompts or "
+                                     "--max-new-tokens") from None
+                data, fresh = self.batches(), True
+                continue
+            fresh = False
+            for group in self.optimizer.param_groups:
+                group["lr"] = cosine_lr(progress, self.step, self.config)
+            with self._autocast():
+                loss, metrics = self.loss_fn(self.model, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                                        self.config.grad_clip))
+            self.optimizer.step()
+            self.step += 1
+            metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"],
+                           elapsed_s=time.time() - start)
+            if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
+                    self.config.time_budget_s
+                    and metrics["elapsed_s"] >= self.config.time_budget_s):
+                self.history.append(metrics)
+                bar.set_postfix(postfix(metrics))
+            for callback in self.callbacks:
+                callback(self, self.step, metrics)
+            bar.update(1)
+            if self.checkpoint_dir and self.config.checkpoint_every \
+                    and self.step % self.config.checkpoint_every == 0:
+                self.save()
+        bar.close()
+
+    def save(self):
+        """One safetensors file, written atomically: ``model.*``, ``optimizer.<param>.<key>`` and
+        ``rng.torch`` tensors; step, history, run config and the optimizer's other state as JSON."""
+        tensors = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        optimizer = self.optimizer.state_dict()
+        scalars = {}
+        for index, values in optimizer["state"].items():
+            for key, value in values.items():
+                if torch.is_tensor(value):
+                    tensors[f"optimizer.{index}.{key}"] = value
+                else:
+                    scalars.setdefault(str(index), {})[key] = value
+        tensors["rng.torch"] = torch.get_rng_state()
+        meta = {"step": self.step, "history": self.history, "run_config": self.run_config,
+                "param_groups": optimizer["param_groups"], "optimizer_scalars": scalars}
+        with atomic_path(Path(self.checkpoint_dir) / CHECKPOINT) as tmp:
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
+                      str(tmp),
+                      metadata={"trainer": json.dumps(meta)})
+
+    def resume(self):
+        path = Path(self.checkpoint_dir) / CHECKPOINT
+        meta, tensors = read_checkpoint(path)
+        check_checkpoint_meta(meta, tensors, path, self.config.steps)
+        check_same_run(meta.get("run_config", {}), self.run_config, path.parent)
+        model = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+        try:
+            self.model.load_state_dict(model)
+        except RuntimeError:
+            raise ValueError(f"{path}: its weights do not fit this model; start again with "
+                             "--overwrite") from None
+        state = {}
+        for name, value in tensors.items():
+            if name.startswith("optimizer."):
+                _, index, key = name.split(".", 2)
+                state.setdefault(int(index), {})[key] = value
+        for index, values in meta["optimizer_scalars"].items():
+            state.setdefault(int(index), {}).update(values)
+        groups = [{**g,
+                   "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
+        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+        self.step, self.history = meta["step"], meta["history"]
+        torch.set_rng_state(tensors["rng.torch"])
+
+
+def postfix(metrics: dict) -> dict[str, str]:
+    """The progress bar's summary of one step: the loss and the first position's accuracy, of
+    those the metrics hold (a language model's loss has no per-position accuracy)."""
+    shown = {}
+    if isinstance(metrics.get("loss"), (int, float)):
+        shown["loss"] = f"{metrics['loss']:.3f}"
+    accuracy = metrics.get("accuracy_per_position")
+    if accuracy:
+        shown["acc1"] = f"{accuracy[0]:.2f}"
+    return shown
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during :meth:`Trainer.run`: the message says at which step and whether a
+    checkpoint was saved (``saved``), so the CLI can say how to resume."""
+
+    def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.saved = saved
+        self.signum = signum                      # SIGINT or SIGTERM: the CLI exits 130 or 143
+
+
+def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
+    """What ``out`` may be used for, decided before any work, and nothing in it touched: a new or
+    empty directory; a resumable run (``checkpoint/``) with the same ``run_config``; a directory
+    this project wrote, with ``overwrite``, which the finished run replaces as a whole
+    (:mod:`dflash_lite.outputs`: the marker, refused places, the lock, replacing last)."""
+    out = outputs.check_out(out, overwrite)
+    outputs.lock(out)                                # a second run into the same out is refused
+    if outputs.holds_nothing(out) or overwrite:
+        return out
+    checkpoint = out / "checkpoint" / CHECKPOINT
+    if run_config is not None and checkpoint.is_file():
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, out)
+        return out
+    old = (" (its checkpoint/trainer.pt is an old-format checkpoint, which is never loaded)"
+           if (out / "checkpoint" / "trainer.pt").exists() else "")
+    raise ValueError(f"out {str(out)!r} is not empty and not a resumable run of this config{old}; "
+                     f"pass --overwrite to replace it as a whole, or choose another directory")
+
+
+def same_run(checkpoint: Path, run_config: dict) -> bool:
+    """``checkpoint`` is a readable trainer checkpoint of a run with ``run_config``."""
+    try:
+        check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, checkpoint)
+    except ValueError:
+        return False
+    return True
