@@ -162,11 +162,9 @@ class CostAwareProposer(DFlashTreeProposer):
     def accepted(self, blocks, positions, features) -> None:
         c, e, o = self.choice, self.estimate, self.options
         context = sum(self.context) // len(self.context)
-        forecast = step_seconds(c, self.costs, context)      # host work included, as measured
-        predicted = forecast / self.costs.correction(c.kind)  # the forwards alone
-        committed, live = sum(b.shape[1] for b in blocks), sum(b.shape[1] > 0 for b in blocks)
-        plain = committed / max(live, 1) * step_seconds(Choice(1), self.costs, context)
-        self.forecast.append((plain, forecast))     # plain decoding's seconds for these tokens
+        predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
+        self.forecast.append(predicted)             # the step's forwards, as the model says
+        committed = sum(b.shape[1] for b in blocks)
         # the step against the model, timed whole (the loop's host work around the forwards
         # too) when the next one starts, if the batch is whole: the costs are the whole batch's,
         # and a step after rows left would make its kind (prompt lookup, late) look cheap

@@ -4,11 +4,13 @@ At each batch size b, every method decodes the same prompts in batches of b (the
 cycled to fill a batch larger than it), in one interleaved timer after a warm-up; every row's
 output is checked against its prompt decoded alone. A row of the report: total new tokens per
 second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
-per row), the accepted tokens the naive rollback gave back, and the cost model's prediction at
-batch b, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N:
-``t(b, N+1)``), from the forwards measured at that batch size
-(:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``); the default's, from the forecast
-of each step it took, which counts the host work its steps measured (``StepCosts.correction``).
+per row), the accepted tokens the naive rollback gave back, and two predictions at batch b.
+``predicted_speedup`` is the paper's cost model from the forwards alone,
+``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``),
+measured at that batch size (:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``);
+``predicted_with_host`` adds what every step also costs, the prefill and the loop's own work per
+step, both measured in the same sweep (:func:`_with_host`); the default's forwards are the
+forecast of each step it took.
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
@@ -25,9 +27,11 @@ from typing import Callable
 from ..decoding.acceptance import SamplingParams
 from ..decoding.baselines import NoDraftProposer
 from ..decoding.costs import StepCosts, measure_costs, predicted_speedup, step_costs
-from ..decoding.decode import DFlashProposer, PerRow, generate
+from ..decoding.cache import SlotCache
+from ..decoding.decode import DFlashProposer, PerRow, generate, prefill
 from ..decoding.ngram import NgramProposer
 from ..decoding.policy import DEFAULT_OPTIONS, PolicySession
+from ..decoding.proposers import stack_padded
 from ..decoding.shapes import EAGER, Shapes
 from ..decoding.timing import interleaved
 from ..decoding.tree import DFlashTreeProposer
@@ -127,6 +131,9 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
         measured = None if drafter is None else measure_costs(
             target, drafter, prompts[0], block_sizes, cost_repeats,
             (tree_size,) if tree_size else (), rows=size)
+        if measured is not None:       # what every method pays alike: the prompts through
+            measured["prefill_s"] = prefill_seconds(target, [[prompts[i] for i in g]
+                                                             for g in groups], cost_repeats, device)
         costs[size] = measured
         plain = None
         for m in methods:
@@ -148,14 +155,17 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             if m.kind is Kind.AUTOREGRESSIVE:
                 plain = row
             row["predicted_speedup"] = _predicted(row, measured)
+            # steps per batch: its longest row's, summed over the batches
+            row["steps"] = sum(max(len(r.acceptance_lengths) for r in results[i: i + len(g)])
+                               for i, g in zip(range(0, len(results), size), groups))
+            row["seconds"] = seconds
             if m.kind is Kind.DFLASH_POLICY:
                 row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
-                forecast = [f for p in made[m.name] for f in p.forecast]
-                row["predicted_speedup"] = (sum(a for a, _ in forecast)
-                                            / sum(b for _, b in forecast))
+                row["forecast_s"] = sum(f for p in made[m.name] for f in p.forecast)
             rows.append(row)
         for row in rows[-len(methods):]:
             row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
+            row["predicted_with_host"] = _with_host(row, plain, measured)
         if progress is not None:
             progress(f"batch {size}: " + ", ".join(f"{r['name']} {r['speedup']:.2f}x"
                                                    for r in rows[-len(methods):]))
@@ -164,8 +174,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
 
 def _predicted(row: dict, measured: dict | None) -> float | None:
     """The cost model at the row's batch size (its own tau): a chain at a fixed block size, or the
-    tree of N nodes (a verify of N+1, drafted at the drafter's block size). The default's is the
-    sum of its own steps' forecasts (:class:`~dflash_lite.decoding.policy.CostAwareProposer`)."""
+    tree of N nodes (a verify of N+1, drafted at the drafter's block size): the forwards alone.
+    """
     if measured is None or row["tau"] is None:
         return None
     t, d = measured["t_target"], measured["t_draft"]
@@ -176,6 +186,38 @@ def _predicted(row: dict, measured: dict | None) -> float | None:
     if str(width) not in t or str(b) not in d:
         return None
     return predicted_speedup(row["tau"], t["1"], t[str(width)], d[str(b)])
+
+
+def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> float:
+    """Median seconds of the prefill of every batch (each padded as the loop pads it)."""
+    def run():
+        for batch in batches:
+            cache = SlotCache.for_target(target, rows=len(batch))
+            prefill(target, stack_padded([p[..., None] for p in batch])[..., 0], cache, None,
+                    [p.shape[1] for p in batch])
+    return statistics.median(t for t, _ in interleaved({"prefill": run}, repeats, 1,
+                                                        device)["prefill"])
+
+
+def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
+    """The cost model with what the forwards leave out, both measured in the same sweep: the
+    prefill P, and the loop's own work per step h, read off batched plain decoding (its seconds
+    T = P + S (t(b, 1) + h) over its S steps). A row of S' steps of one verify and one drafter
+    forward each is then predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)); the default,
+    at T / (P + its forecast forwards + S' h)."""
+    if measured is None or row["tau"] is None:
+        return None
+    t, d, prefill_s = measured["t_target"], measured["t_draft"], measured["prefill_s"]
+    host = (plain["seconds"] - prefill_s) / plain["steps"] - t["1"]
+    if row["kind"] == Kind.DFLASH_POLICY.value:
+        forwards = row["forecast_s"]
+    else:
+        width, b = ((row["tree_size"] + 1, measured["tree_block_size"]) if row["tree_size"]
+                    else (row["block_size"], row["block_size"]))
+        if b is None or str(width) not in t or (width > 1 and str(b) not in d):
+            return None
+        forwards = row["steps"] * (t[str(width)] + (d[str(b)] if width > 1 else 0.0))
+    return plain["seconds"] / (prefill_s + forwards + row["steps"] * host)
 
 
 def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
@@ -195,11 +237,12 @@ def format_batch_table(rows: list[dict]) -> str:
     """The sweep as text: per batch size and method, tokens/s, speedup, tau, identity, what the
     naive rollback threw away and the cost model's prediction."""
     lines = [f"{'batch':>5}  {'method':<26}{'tok/s':>9}{'speedup':>9}{'tau':>7}"
-             f"{'predicted':>11}{'thrown':>8}  identical"]
+             f"{'predicted':>11}{'w/ host':>9}{'thrown':>8}  identical"]
     for r in rows:
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
-        predicted = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
+        predicted, host = (f"{r[k]:.2f}x" if r.get(k) else "-"
+                           for k in ("predicted_speedup", "predicted_with_host"))
         lines.append(f"{r['batch_size']:>5}  {r['name']:<26}{r['tokens_per_s']:>9.1f}"
-                     f"{r['speedup']:>8.2f}x{tau:>7}{predicted:>11}{r['discarded_tokens']:>8}"
-                     f"  {r['identical_to_target']}")
+                     f"{r['speedup']:>8.2f}x{tau:>7}{predicted:>11}{host:>9}"
+                     f"{r['discarded_tokens']:>8}  {r['identical_to_target']}")
     return "\n".join(lines)
