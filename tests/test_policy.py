@@ -5,6 +5,7 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.ngram import NgramProposer
 from dflash_lite.decoding.costs import DRIFT_MARGIN, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
@@ -224,6 +225,29 @@ def test_plain_steps_teach_prompt_lookup_through_the_targets_next_token(tiny, ra
     lookup = proposer.estimate.ngram
     assert lookup.judged_at[0] > 0 and lookup.judged_at[1] == 0          # first drafts judged, and nothing deeper
     assert lookup.judged == pytest.approx(lookup.judged_at[0])
+
+
+def test_a_batch_matches_prompt_lookup_only_where_it_can_win(tiny, random_drafter, monkeypatch):
+    """At batch > 1 a match per row per step is host work: a policy whose lookup estimate loses
+    even with every row's longest continuation never matches; one whose estimate can win does.
+    Both keep every row's own greedy output."""
+    target, tokenizer = tiny
+    texts = ["def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):", "def add(a, b):"]
+    ids = [tokenizer(t, return_tensors="pt").input_ids for t in texts]
+    alone = [generate(target, CostAwareProposer(random_drafter, target, PolicyOptions(
+        max_block_size=16, ngram_drafts=10), MEASURED_SHAPE), x, 16).tokens for x in ids]
+    matched = []
+    original = NgramProposer.continuation
+    monkeypatch.setattr(NgramProposer, "continuation",
+                        lambda self, *a: matched.append(1) or original(self, *a))
+    for prior, matches in ((0.01, False), (0.99, True)):
+        matched.clear()
+        options = PolicyOptions(max_block_size=16, ngram_drafts=10, prior=prior,
+                                prior_weight=1000.0)
+        proposer = CostAwareProposer(random_drafter, target, options, MEASURED_SHAPE)
+        results = generate(target, proposer, ids, 16)
+        assert [r.tokens for r in results] == alone
+        assert bool(matched) == matches, (prior, len(matched))
 
 
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):

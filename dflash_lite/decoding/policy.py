@@ -40,7 +40,9 @@ context length.
 counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
 draft is tried again after a number of steps that grows with how clearly drafting lost. Prompt
 lookup needs no such retry: its continuation is known every step, and the target's own next token
-judges it even when the step ran something else (:func:`chain_accepted`).
+judges it even when the step ran something else (:func:`chain_accepted`). In a batch, where a match
+per row per step costs more, lookup is matched only on steps where it can win, and its estimate
+comes back as the drafter's does.
 """
 from __future__ import annotations
 
@@ -133,15 +135,23 @@ class CostAwareProposer(DFlashTreeProposer):
             self.drifted |= self.costs.drift.observe(self.started - started, predicted)
         lasts = last.tolist()
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
-        if self.lookup is not None:
+        context = sum(self.context) // len(self.context)
+        c, self.expected = choose(self.estimate, self.costs, self.options,
+                                  [min(d, self.options.ngram_drafts) for d in depths], context,
+                                  max(depths))
+        # for a batch, prompt lookup is matched only where it can win: if it loses with every
+        # row's longest continuation, it loses with any, and the choice stands as made. One row
+        # matches every step (cheap there): the target's next token then judges its draft
+        if self.lookup is not None and (c.ngram or self.rows == 1):
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
-        c, self.expected = choose(self.estimate, self.costs, self.options,
-                                  [len(x) for x in self.continuations],
-                                  sum(self.context) // len(self.context), max(depths))
+            c, self.expected = choose(self.estimate, self.costs, self.options,
+                                      [len(x) for x in self.continuations], context, max(depths))
         self.choice = c
         self.chosen.append(c)
-        if not c.uses_drafter:                     # plain (empty drafts) or prompt lookup's
+        if c.kind == "plain":                      # one empty draft serves every row
+            return [ChainDraft(last[:0])] * len(lasts)
+        if not c.uses_drafter:                     # prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
                     for x in self.continuations]
         # the drafter takes in every row's features since its last forward
@@ -179,7 +189,8 @@ class CostAwareProposer(DFlashTreeProposer):
             n = block.shape[1] - 1
             if n < 0:                               # a finished row kept as padding
                 continue
-            self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
+            if c.kind != "plain" or self.continuations[r]:     # else nothing to observe
+                self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
                 self.waiting[r], self.waiting_start[r] = [hidden], position
             else:                                   # no drafter forward: the features wait
