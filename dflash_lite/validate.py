@@ -210,11 +210,6 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
     return lines()
 
 
-def text_file_lines(value, name: str = "file") -> list[str]:
-    """All the lines of a UTF-8 text file, checked as :func:`text_file_stream` checks them."""
-    return [line for _, line in text_file_stream(value, name)]
-
-
 # ----------------------------------------------------------------------------- model shapes
 # twice the largest target the paper drafts for (8B); far past a laptop's
 MAX_PARAMETERS = 16_000_000_000

@@ -477,6 +477,19 @@ for r in chains:
 # batch, pads every row's draft to the widest and gathers the rows' paths. That per-step work is
 # done once per row on the host, so it grows with b while the forwards share their cost.
 #
+# The sweep also measures what the forwards leave out: the prompts' prefill P (the same for every
+# method), and the loop's own work per step h, read off batched plain decoding (its time is
+# P + S (t(b, 1) + h) over its S steps). With both, a row of S' steps is predicted at
+# T / (P + S' (t(b, w) + t_draft(b, B) + h)), `predicted_with_host`; for the default policy, its
+# forwards are the forecast of each step it took:
+
+# %%
+for r in rows:
+    if r["predicted_with_host"] and r["kind"] != "autoregressive":
+        print(f"{r['name']:<24} batch {r['batch_size']:>2}: with host work predicted "
+              f"{r['predicted_with_host']:.2f}x, measured {r['speedup']:.2f}x "
+              f"({r['speedup'] / r['predicted_with_host']:.0%} of it)")
+#
 # ## 6. What the policy picks at each batch size, and why smaller blocks win at higher concurrency
 #
 # The default policy (`dflash_lite.decoding.policy.CostAwareProposer`, the same class that serves one

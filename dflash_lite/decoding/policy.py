@@ -316,9 +316,3 @@ def default_policy(drafter, target, costs: StepCosts | None = None,
     greedy or sampled (every rule is lossless, :mod:`dflash_lite.decoding.tree`).
     :data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (``bench``'s "cost-aware, no n-gram" row)."""
     return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)
-
-
-def default_costs(drafter, target, prompt_ids: torch.Tensor) -> StepCosts:
-    """The step costs :func:`default_policy` needs, measured at ``prompt_ids``' context length and
-    a longer one."""
-    return step_costs(target, drafter, prompt_ids, drafter.config.block_size, DEFAULT_TREE_SIZES)
