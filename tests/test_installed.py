@@ -91,6 +91,6 @@ def test_course_commands_say_in_one_line_that_they_need_a_checkout(installed, ar
 
 @pytest.mark.slow
 def test_the_hidden_checks_are_never_silently_empty(installed):
-    done = run(installed, "from dflash_lite import grader\ntry:\n    grader.load_hidden()\n"
+    done = run(installed, "from dflash_lite.course import grader\ntry:\n    grader.load_hidden()\n"
                "except FileNotFoundError as e:\n    print('refused:', e)", module=False)
     assert done.stdout.startswith("refused:") and "instructor" in done.stdout, done.stdout + done.stderr
