@@ -155,6 +155,23 @@ def test_the_batch_policy_decodes_plainly_where_no_draft_pays(tiny, drafter, pro
         assert (kinds == {"plain"}) != drafts, kinds
 
 
+def test_the_drafters_catch_up_is_not_timed_as_a_step(tiny, drafter, prompts):
+    """The drafter's first forward takes in the whole prompt: timing it as a chain or tree step
+    would price every later one at the prompt's cost. With costs where drafting pays, every step
+    drafts, and every step but the first (and the last, which no step follows) is timed."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    costs = _costs(False)
+    costs.measured = True
+    policy = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs)
+    timed = []
+    costs.observe = lambda kind, seconds, predicted, decay=0.95: timed.append(kind)
+    result = generate(target, policy, ids[0], MAX_NEW, stop_token_ids=stops)   # one row: whole
+    assert result.tokens == alone[0]
+    drafting = [c for c in policy.chosen if c.uses_drafter]
+    assert len(drafting) == len(policy.chosen) > 2 and len(timed) == len(drafting) - 2
+
+
 def test_as_batch_refuses_what_it_cannot_serve():
     with pytest.raises(ValueError, match="the batch is empty"):
         as_batch([], 4)

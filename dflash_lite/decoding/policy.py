@@ -115,6 +115,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context = [0] * rows, list(lengths)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
+        self.fed = False                           # whether the drafter has run this request
         # the batch it started with (rows leave; these stay)
         self.rows, self.prompt_lengths = rows, list(lengths)
         # per row: (estimate, path, chain, held) that the row's next token judges further
@@ -158,7 +159,10 @@ class CostAwareProposer(DFlashTreeProposer):
         self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
         self.new_context_start = list(self.waiting_start)
         self.new_context_lengths = [sum(x.shape[1] for x in w) for w in self.waiting]
-        self.drafted = True
+        # a forward that catches the drafter up (the prompt, or steps that ran no drafter) is not
+        # what a step of its kind costs: it is not timed
+        self.catching_up = not self.fed or any(len(w) > 1 for w in self.waiting)
+        self.drafted = self.fed = True
         depths = [min(d, c.block_size - 1) for d in depths]
         if c.tree_size:
             self.trees = draft_trees(self, last, depths, c.tree_size)
@@ -178,7 +182,8 @@ class CostAwareProposer(DFlashTreeProposer):
         # the step against the model, timed whole (the loop's host work around the forwards
         # too) when the next one starts, if the batch is whole: the costs are the whole batch's,
         # and a step after rows left would make its kind (prompt lookup, late) look cheap
-        whole = self.started is not None and self.costs.measured and len(blocks) == self.rows
+        whole = self.started is not None and self.costs.measured and len(blocks) == self.rows \
+            and not (c.uses_drafter and self.catching_up)
         self.timed = (c.kind, self.started, predicted) if whole else None
         if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
             # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
