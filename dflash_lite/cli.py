@@ -160,7 +160,7 @@ class Options:
 
 
 # argparse types from the one validation layer (dflash_lite.validate), shared with the Python API
-POS = validate.arg_type(validate.check_int)                       # an integer >= 1
+POS = validate.POS                                                # an integer >= 1
 REPEATS = validate.arg_type(validate.check_int, high=validate.MAX_REPEATS)
 COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
 ANY_INT = validate.arg_type(validate.check_int, low=None)

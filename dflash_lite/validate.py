@@ -373,6 +373,9 @@ def arg_type(check, convert=int, **limits):
     return parse
 
 
+POS = arg_type(check_int)           # an integer >= 1: the argparse type every command uses
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``"4,8,16"`` -> (4, 8, 16)."""
     try:

@@ -30,12 +30,10 @@ from pathlib import Path
 from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from ..files import atomic_write_text
 from ..outputs import guard_output_file, refusal
-from ..validate import Parser, arg_type, check_int, check_output_dir
+from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
 from . import site as course_site
 from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
-
-POS = arg_type(check_int)          # an integer >= 1, as the other commands take it
 
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
 

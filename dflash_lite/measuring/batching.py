@@ -172,20 +172,23 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     return {"rows": rows, "costs": {str(b): c for b, c in costs.items()}}
 
 
-def _predicted(row: dict, measured: dict | None) -> float | None:
-    """The cost model at the row's batch size (its own tau): a chain at a fixed block size, or the
-    tree of N nodes (a verify of N+1, drafted at the drafter's block size): the forwards alone.
-    """
-    if measured is None or row["tau"] is None:
-        return None
+def _step_forwards(row: dict, measured: dict) -> tuple[float, float] | None:
+    """The measured seconds of a fixed row's step: its verify (a chain of b, or a tree of N: N+1)
+    and its drafter forward (the block, or the drafter's own block for a tree; 0 for plain
+    decoding). None for a row the forwards were not measured for (prompt lookup, the default)."""
     t, d = measured["t_target"], measured["t_draft"]
     width, b = ((row["tree_size"] + 1, measured["tree_block_size"]) if row["tree_size"]
                 else (row["block_size"], row["block_size"]))
-    if b is None or width == 1:
-        return None if b is None else 1.0
-    if str(width) not in t or str(b) not in d:
+    if b is None or str(width) not in t or (width > 1 and str(b) not in d):
         return None
-    return predicted_speedup(row["tau"], t["1"], t[str(width)], d[str(b)])
+    return t[str(width)], d[str(b)] if width > 1 else 0.0
+
+
+def _predicted(row: dict, measured: dict | None) -> float | None:
+    """The cost model at the row's batch size (its own tau), from the forwards alone."""
+    step = None if measured is None or row["tau"] is None else _step_forwards(row, measured)
+    return None if step is None else predicted_speedup(row["tau"], measured["t_target"]["1"],
+                                                       *step)
 
 
 def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> float:
@@ -207,16 +210,15 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
     at T / (P + its forecast forwards + S' h)."""
     if measured is None or row["tau"] is None:
         return None
-    t, d, prefill_s = measured["t_target"], measured["t_draft"], measured["prefill_s"]
-    host = (plain["seconds"] - prefill_s) / plain["steps"] - t["1"]
+    prefill_s = measured["prefill_s"]
+    host = (plain["seconds"] - prefill_s) / plain["steps"] - measured["t_target"]["1"]
     if row["kind"] == Kind.DFLASH_POLICY.value:
         forwards = row["forecast_s"]
     else:
-        width, b = ((row["tree_size"] + 1, measured["tree_block_size"]) if row["tree_size"]
-                    else (row["block_size"], row["block_size"]))
-        if b is None or str(width) not in t or (width > 1 and str(b) not in d):
+        step = _step_forwards(row, measured)
+        if step is None:
             return None
-        forwards = row["steps"] * (t[str(width)] + (d[str(b)] if width > 1 else 0.0))
+        forwards = row["steps"] * sum(step)
     return plain["seconds"] / (prefill_s + forwards + row["steps"] * host)
 
 
