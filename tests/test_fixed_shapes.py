@@ -18,6 +18,7 @@ from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.decoding.checkpoints import load_drafter
 from dflash_lite.decoding.costs import StepCosts
 from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
+from dflash_lite.decoding.drafts import ChainDraft, chain_layouts
 from dflash_lite.decoding.engine import FIXED_MIN_LENGTH, Engine
 from dflash_lite.decoding.ngram import NgramProposer
 from dflash_lite.decoding.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
@@ -145,6 +146,22 @@ def test_padding_rows_see_only_the_context_and_themselves():
     assert mask.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]]
     with pytest.raises(ValueError, match="does not fit a verify of width 2"):
         pad(ids, None, None, 2)
+
+
+def test_a_batch_of_chains_is_laid_out_in_tensors_as_padding_each_row_would():
+    """chain_layouts, the loop's layout of a batch of chains, against pad row by row."""
+    last = torch.tensor([5, 6, 7])
+    drafts = [ChainDraft(torch.tensor([1, 2])), ChainDraft(torch.tensor([3])),
+              ChainDraft(torch.tensor([], dtype=torch.long))]
+    ids, depths, mask, widths = chain_layouts(last, drafts)
+    rows = [pad(i[None], d, a, 3) for i, d, a in (x.layout(last[r: r + 1])
+                                                  for r, x in enumerate(drafts))]
+    assert widths == [3, 2, 1] and ids.tolist() == [[5, 1, 2], [6, 3, 6], [7, 7, 7]]
+    assert torch.equal(ids, torch.cat([r[0] for r in rows]))
+    assert torch.equal(depths, torch.stack([r[1] for r in rows]))
+    assert torch.equal(mask, torch.stack([r[2] for r in rows]))
+    same = chain_layouts(last, [ChainDraft(torch.tensor([1, 2]))] * 3)      # one width: a chain
+    assert same[0].tolist() == [[5, 1, 2], [6, 1, 2], [7, 1, 2]] and same[1:3] == (None, None)
 
 
 def test_fixed_shapes_refuse_what_they_cannot_serve(tiny, quick_cases, random_llama):

@@ -22,7 +22,7 @@ import torch
 from ..validate import check_int
 from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain's rule, public)
+from .drafts import ChainDraft, Draft, accept, chain_layouts  # noqa: F401  (accept: the chain's rule, public)
 from .proposers import DFlashProposer, PerRow, Proposer, stack_padded  # noqa: F401  (public)
 from .shapes import EAGER, Shapes, pad
 from .target import context_features
@@ -228,11 +228,14 @@ def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tenso
     """ONE target forward over every row's draft (each :meth:`ChainDraft.layout` after
     ``last[r]``), padded to the widest (:func:`dflash_lite.decoding.shapes.pad`) and run as
     ``shapes`` run it (eager, or padded to a bucket and compiled)."""
-    layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
-    widths = [len(ids) for ids, _, _ in layouts]
-    if len(layouts) == 1:
-        ids, depths, ancestors = layouts[0][0][None], *layouts[0][1:]
+    if all(isinstance(d, ChainDraft) for d in drafts):      # chains: tensors, not rows
+        ids, depths, ancestors, widths = chain_layouts(last, drafts)
+    elif len(drafts) == 1:
+        ids, depths, ancestors = drafts[0].layout(last)
+        ids, widths = ids[None], [len(ids)]
     else:
+        layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
+        widths = [len(ids) for ids, _, _ in layouts]
         padded = [pad(i[None], d, a, max(widths)) for i, d, a in layouts]
         ids, depths, ancestors = (torch.cat(part) if n == 0 else torch.stack(part)
                                   for n, part in enumerate(zip(*padded)))

@@ -71,6 +71,25 @@ class ChainDraft(NamedTuple):
         return list(range(read[0] + 1)), read[1: read[0] + 2]
 
 
+def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
+    """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
+    lays them out on the widest (no per-row work): ids (R, W) and widths. Chains of one width need
+    no depths or mask (None, None: a chain); else a row's padding repeats its ``last`` at depth 0
+    and sees only itself."""
+    tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
+    widths = [len(d.tokens) + 1 for d in drafts]
+    ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)
+    if min(widths) == max(widths):
+        return ids, None, None, widths
+    width, device = ids.shape[1], ids.device
+    at = torch.arange(width, device=device)
+    inside = at < torch.tensor(widths, device=device)[:, None]                      # (R, W)
+    ids = torch.where(inside, ids, last[:, None])
+    mask = torch.eye(width, dtype=torch.bool, device=device) \
+        | (torch.ones(width, width, dtype=torch.bool, device=device).tril() & inside[:, :, None])
+    return ids, at * inside, mask, widths
+
+
 class Draft(Protocol):
     """What :func:`dflash_lite.decoding.decode.steps` asks of a draft: :class:`ChainDraft` or
     :class:`dflash_lite.decoding.tree.DraftTree`. The loop keeps the accepted path in the target's
