@@ -163,7 +163,6 @@ class Options:
 POS = validate.POS                                                # an integer >= 1
 REPEATS = validate.arg_type(validate.check_int, high=validate.MAX_REPEATS)
 COUNT = validate.arg_type(validate.check_int, low=0)              # an integer >= 0
-ANY_INT = validate.arg_type(validate.check_int, low=None)
 SEED = validate.arg_type(validate.check_seed)
 POS_FLOAT = validate.arg_type(validate.check_float, float, low_open=True)
 TEMP = validate.arg_type(validate.check_float, float)

@@ -179,7 +179,7 @@ def _preprocessor_base():
 class InsertCollectors(_preprocessor_base()):
     """An nbconvert preprocessor for stock ``nbgrader autograde``: put it in
     ``Autograde.sanitize_preprocessors`` after ``OverwriteCells`` (course/nbgrader_config.py), so
-    the autograded notebooks carry the values :func:`score_notebook` scores."""
+    the autograded notebooks carry the values :func:`~dflash_lite.course.grader.main` scores."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -10,7 +10,7 @@ are computed here, in a fresh process:
    the values the test cell uses as data (numbers, strings, lists, tensors, the package's
    dataclasses, drafters as safetensors) and, for the functions and classes the notebook defines,
    only their names.
-2. **Score.** :func:`score_notebook` reads the executed copy, rebuilds those values (from plain
+2. **Score.** :func:`main` reads the executed copy, rebuilds those values (from plain
    data only), re-creates the notebook's functions and classes from the submitted notebook's source
    (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the
    *instructor's* notebook has it, and counts its points itself: the points of a ``score(check,
@@ -261,20 +261,6 @@ def score_answers(
             passed, message = False, f"the submission changed {tampered[0]}"
         report[grade_id] = [points if passed else 0.0, points, message]
     return report
-
-
-def score_notebook(
-    source_path: str | Path, executed_path: str | Path, hidden_path: str | Path | None = HIDDEN
-) -> dict[str, list]:
-    """Points of an executed, instrumented submission against its source notebook."""
-    import nbformat
-
-    source = nbformat.read(source_path, as_version=4)
-    executed = nbformat.read(executed_path, as_version=4)
-    hidden = load_hidden(Path(hidden_path) if hidden_path else None)
-    return score_answers(
-        source, collected(executed), definitions(executed), hidden, solution_sources(executed)
-    )
 
 
 def _read_notebooks(paths) -> list:
