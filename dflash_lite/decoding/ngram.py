@@ -67,13 +67,20 @@ class NgramProposer:
         self.block_size, self.max_ngram = max_drafts + 1, max_ngram
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
-        # (T,): committed tokens before `last`
-        self.history = prompt_ids[0].cpu().numpy()
+        # committed tokens before `last`, and the blocks committed since (position, tokens) that
+        # the next match reads in (a step that matches nothing reads nothing)
+        self.history, self.blocks = prompt_ids[0].tolist(), []
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``, as token ids on the host
         (:func:`ngram_continuation`)."""
-        return ngram_continuation(np.append(self.history, last_token), self.max_ngram, k)
+        if self.blocks:                 # every block since the last match, in one host read
+            tokens = torch.cat([b for _, b in self.blocks]).tolist()
+            for position, block in self.blocks:
+                self.history[position:] = tokens[: len(block)]
+                tokens = tokens[len(block):]
+            self.blocks = []
+        return ngram_continuation(self.history + [last_token], self.max_ngram, k)
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
         drafts = self.continuation(int(last_token), k)
@@ -82,4 +89,4 @@ class NgramProposer:
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
         # `last` sat at `position`; it and the n accepted drafts are committed now
-        self.history = np.concatenate([self.history[:position], block[0, : n + 1].cpu().numpy()])
+        self.blocks.append((position, block[0, : n + 1]))
