@@ -40,7 +40,8 @@ context length.
 counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
 draft is tried again after a number of steps that grows with how clearly drafting lost. Plain
 choices in a row hold for longer and longer (the k-th for the next min(k - 1, :data:`MAX_HOLD`)
-steps, with no choice made), so a batch that decodes plainly pays for few choices. Prompt
+steps, with no choice made), so a batch that decodes plainly pays for few choices; one row with
+prompt lookup chooses every step, since its match every step is what finds a repeat. Prompt
 lookup needs no such retry: its continuation is known every step, and the target's own next token
 judges it even when the step ran something else (:func:`chain_accepted`). In a batch, where a match
 per row per step costs more, lookup is matched only on steps where it can win, and its estimate
@@ -163,9 +164,11 @@ class CostAwareProposer(DFlashTreeProposer):
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
             # the k-th plain choice in a row holds for the next min(k - 1, MAX_HOLD) steps: the
-            # estimates and costs behind it move slowly, and choosing costs host time each step
+            # estimates and costs behind it move slowly, and choosing costs host time each step.
+            # Not for one row with prompt lookup: its match, every step, is what finds a repeat
             self.plain += 1
-            self.hold = min(self.plain - 1, MAX_HOLD)
+            self.hold = 0 if self.rows == 1 and self.lookup is not None \
+                else min(self.plain - 1, MAX_HOLD)
             return [ChainDraft(last[:0])] * len(lasts)
         self.plain = 0
         if not c.uses_drafter:                     # prompt lookup's
