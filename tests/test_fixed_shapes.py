@@ -89,7 +89,6 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
         return c, 1.0
 
     monkeypatch.setattr(policy, "choose", scripted)
-    monkeypatch.setattr(policy, "MAX_HOLD", 0)          # every step asks the script
     target, tokenizer = tiny
     costs = StepCosts({1: 1.0, 16: 1.4}, {16: 0.5})
     stops = stop_token_ids(target, tokenizer)

@@ -38,10 +38,7 @@ context length.
 
 **Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
 counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
-draft is tried again after a number of steps that grows with how clearly drafting lost. Plain
-choices in a row hold for longer and longer (the k-th for the next min(k - 1, :data:`MAX_HOLD`)
-steps, with no choice made), so a batch that decodes plainly pays for few choices; one row with
-prompt lookup chooses every step, since its match every step is what finds a repeat. Prompt
+draft is tried again after a number of steps that grows with how clearly drafting lost. Prompt
 lookup needs no such retry: its continuation is known every step, and the target's own next token
 judges it even when the step ran something else (:func:`chain_accepted`). In a batch, where a match
 per row per step costs more, lookup is matched only on steps where it can win, and its estimate
@@ -62,10 +59,6 @@ from .ngram import NgramProposer
 from .proposers import DFlashProposer, PerRow, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
-
-
-# the most steps a plain choice holds without choosing again (see ``propose``)
-MAX_HOLD = 8
 
 
 def _judge(pending: list[tuple], token: int | None) -> None:
@@ -123,7 +116,6 @@ class CostAwareProposer(DFlashTreeProposer):
         self.waiting_start, self.context = [0] * rows, list(lengths)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
-        self.plain = self.hold = 0                 # plain choices in a row; steps they still hold
         # the batch it started with (rows leave; these stay)
         self.rows, self.prompt_lengths = rows, list(lengths)
         # per row: (estimate, path, chain, held) that the row's next token judges further
@@ -144,10 +136,6 @@ class CostAwareProposer(DFlashTreeProposer):
             self.drifted |= self.costs.drift.observe(self.started - started, predicted)
         lasts = last.tolist()
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
-        if self.hold:                              # a plain streak: the choice stands a while
-            self.hold -= 1
-            self.chosen.append(self.choice)
-            return [ChainDraft(last[:0])] * len(lasts)
         context = sum(self.context) // len(self.context)
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
@@ -163,14 +151,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
-            # the k-th plain choice in a row holds for the next min(k - 1, MAX_HOLD) steps: the
-            # estimates and costs behind it move slowly, and choosing costs host time each step.
-            # Not for one row with prompt lookup: its match, every step, is what finds a repeat
-            self.plain += 1
-            self.hold = 0 if self.rows == 1 and self.lookup is not None \
-                else min(self.plain - 1, MAX_HOLD)
             return [ChainDraft(last[:0])] * len(lasts)
-        self.plain = 0
         if not c.uses_drafter:                     # prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
                     for x in self.continuations]
