@@ -75,10 +75,10 @@ class NgramProposer:
         """Up to ``k`` drafts after ``last_token``, as token ids on the host
         (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
-            tokens = torch.cat([b for _, b in self.blocks]).tolist()
+            tokens, at = torch.cat([b for _, b in self.blocks]).tolist(), 0
             for position, block in self.blocks:
-                self.history[position:] = tokens[: len(block)]
-                tokens = tokens[len(block):]
+                self.history[position:] = tokens[at: at + len(block)]
+                at += len(block)
             self.blocks = []
         return ngram_continuation(self.history + [last_token], self.max_ngram, k)
 
