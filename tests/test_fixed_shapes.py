@@ -19,6 +19,7 @@ from dflash_lite.decoding.checkpoints import load_drafter
 from dflash_lite.decoding.costs import StepCosts
 from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
 from dflash_lite.decoding.drafts import ChainDraft, chain_layouts
+from dflash_lite.decoding.tree import DraftTree, build_tree
 from dflash_lite.decoding.engine import FIXED_MIN_LENGTH, Engine
 from dflash_lite.decoding.ngram import NgramProposer
 from dflash_lite.decoding.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
@@ -162,6 +163,24 @@ def test_a_batch_of_chains_is_laid_out_in_tensors_as_padding_each_row_would():
     assert torch.equal(mask, torch.stack([r[2] for r in rows]))
     same = chain_layouts(last, [ChainDraft(torch.tensor([1, 2]))] * 3)      # one width: a chain
     assert same[0].tolist() == [[5, 1, 2], [6, 1, 2], [7, 1, 2]] and same[1:3] == (None, None)
+
+
+def test_a_batch_of_trees_is_laid_out_in_tensors_as_padding_each_row_would():
+    """DraftTree.layouts, the loop's layout of a batch of trees, against pad row by row, on
+    trees of several shapes (a chain, a bushy one, the root alone)."""
+    g = torch.Generator().manual_seed(3)
+    last = torch.tensor([5, 6, 7, 8])
+    trees = [build_tree(last[r], torch.log_softmax(3 * torch.randn(d, 30, generator=g), -1), n)
+             for r, (d, n) in enumerate([(4, 9), (1, 1), (3, 6), (0, 4)])]
+    ids, depths, mask, widths = DraftTree.layouts(last, trees)
+    width = max(widths)
+    rows = [pad(i[None], d, a, width) for i, d, a in (t.layout(last[r: r + 1])
+                                                      for r, t in enumerate(trees))]
+    assert widths == [10, 2, 7, 1] and ids[:, 0].tolist() == last.tolist()
+    assert torch.equal(ids, torch.cat([r[0] for r in rows]))
+    assert torch.equal(depths, torch.stack([r[1] for r in rows]))
+    assert torch.equal(mask, torch.stack([r[2] for r in rows]))
+    assert any(d > 1 for d in trees[0].depths) and len(set(trees[0].depths)) < len(trees[0])
 
 
 def test_fixed_shapes_refuse_what_they_cannot_serve(tiny, quick_cases, random_llama):

@@ -22,8 +22,7 @@ import torch
 from ..validate import check_int
 from .acceptance import PositionNoise, SamplingParams, choose_tokens
 from .cache import SlotCache
-from .drafts import (ChainDraft, Draft, accept,  # noqa: F401  (accept: the chain's rule, public)
-                     chain_layouts)
+from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain's rule, public)
 from .proposers import DFlashProposer, PerRow, Proposer, stack_padded  # noqa: F401  (public)
 from .shapes import EAGER, Shapes, pad
 from .target import context_features
@@ -226,15 +225,13 @@ class Verified(NamedTuple):
 
 def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
                   cache: SlotCache, layer_ids) -> Verified:
-    """ONE target forward over every row's draft (each :meth:`ChainDraft.layout` after
-    ``last[r]``), padded to the widest (:func:`dflash_lite.decoding.shapes.pad`; a batch of chains
-    at once, :func:`~dflash_lite.decoding.drafts.chain_layouts`) and run as ``shapes`` run it
-    (eager, or padded to a bucket and compiled)."""
-    if all(isinstance(d, ChainDraft) for d in drafts):      # chains: tensors, not rows
-        ids, depths, ancestors, widths = chain_layouts(last, drafts)
-    elif len(drafts) == 1:
-        ids, depths, ancestors = drafts[0].layout(last)
-        ids, widths = ids[None], [len(ids)]
+    """ONE target forward over every row's draft (its layout after ``last[r]``), padded to the
+    widest (:func:`dflash_lite.decoding.shapes.pad`) and run as ``shapes`` run it (eager, or padded
+    to a bucket and compiled). Drafts of one kind with ``layouts`` (chains, trees) are laid out all
+    at once; any other batch row by row."""
+    kind = type(drafts[0])
+    if hasattr(kind, "layouts") and all(type(d) is kind for d in drafts):
+        ids, depths, ancestors, widths = kind.layouts(last, drafts)
     else:
         layouts = [d.layout(last[r: r + 1]) for r, d in enumerate(drafts)]
         widths = [len(ids) for ids, _, _ in layouts]

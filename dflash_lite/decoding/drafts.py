@@ -64,6 +64,11 @@ class ChainDraft(NamedTuple):
                         positions)
         return list(range(len(tokens))), tokens
 
+    @staticmethod
+    def layouts(last: torch.Tensor, drafts: list[ChainDraft]):
+        """Every row's :meth:`layout` at once (:func:`chain_layouts`)."""
+        return chain_layouts(last, drafts)
+
     def accept_read(self, read: list[int]):
         """:meth:`accept` of a point-mass chain at temperature 0, from the batch's one host read
         (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed, and
@@ -99,6 +104,9 @@ class Draft(Protocol):
 
     def layout(self, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
                                                   torch.Tensor | None]: ...
+
+    # optional: every row's layout at once, (ids, depths, ancestors, widths), as ``pad`` would
+    # give each row's ``layout``; a batch of drafts without it is laid out row by row
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
                position: int) -> tuple[list[int], list[int]]: ...

@@ -72,6 +72,14 @@ class DraftTree:
             mask[i] |= mask[self.parents[i]]
         return mask
 
+    def paths(self) -> list[list[int]]:
+        """Per node: its path from the root, the node included (the True columns of its row of
+        :meth:`ancestor_mask`)."""
+        paths: list[list[int]] = []
+        for i, parent in enumerate(self.parents):   # parents come first
+            paths.append((paths[parent] if parent >= 0 else []) + [i])
+        return paths
+
     def path_length(self, tokens: list[int]) -> int:
         """How many of ``tokens``, read as a path from the root, the tree holds."""
         kids, node, held = self.children(), 0, 0
@@ -121,17 +129,41 @@ class DraftTree:
             self._host = self.tokens.tolist()
         return self._host
 
+    @staticmethod
+    def layouts(last: torch.Tensor, trees: list[DraftTree]):
+        """Every row's :meth:`layout` at once, as :func:`~dflash_lite.decoding.shapes.pad` lays
+        them out on the widest: ids (R, W), depths (R, W), mask (R, W, W), each row's width. Built
+        from the trees' host lists with one copy to the device each; a row's padding repeats its
+        root at depth 0 and sees only itself."""
+        widths = [len(t) for t in trees]
+        width, device = max(widths), last.device
+        ids = [t.token_list + t.token_list[:1] * (width - len(t)) for t in trees]
+        depths = [t.depths + [0] * (width - len(t)) for t in trees]
+        seen = [(r, i, j) for r, t in enumerate(trees) for i, path in enumerate(t.paths())
+                for j in path]
+        mask = torch.eye(width, dtype=torch.bool).repeat(len(trees), 1, 1)
+        mask[tuple(torch.tensor(seen).T)] = True
+        return (torch.tensor(ids, dtype=last.dtype, device=device),
+                torch.tensor(depths, device=device), mask.to(device), widths)
+
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
     """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D,
     V),
     best-first by their sum (the log of the product of probabilities)."""
-    depth_limit, vocab = draft_logprobs.shape
-    width = min(budget, vocab)
+    width = min(budget, draft_logprobs.shape[1])
     # (D, width), sorted per row
     top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)
-    top_logp, top_ids = top_logp.tolist(), top_ids.tolist()
-    tokens, parents, depths = [int(root_token)], [-1], [0]
+    return _best_first(int(root_token), top_logp.tolist(), top_ids.tolist(), budget,
+                       draft_logprobs.device)
+
+
+def _best_first(root: int, top_logp: list[list[float]], top_ids: list[list[int]], budget: int,
+                device) -> DraftTree:
+    """:func:`build_tree` from each position's top log-probabilities and their tokens, sorted
+    (host lists, D x width)."""
+    depth_limit, width = len(top_logp), len(top_logp[0]) if top_logp else 0
+    tokens, parents, depths = [root], [-1], [0]
     # a candidate: (-score, depth (0-based position), rank at that position, parent node)
     heap = [(-top_logp[0][0], 0, 0, 0)] if depth_limit > 0 and budget > 0 else []
     while heap and len(tokens) <= budget:
@@ -144,7 +176,7 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
             heapq.heappush(heap, (neg + top_logp[d][r] - top_logp[d][r + 1], d, r + 1, parent))
         if d + 1 < depth_limit:                       # first child: the top token one position on
             heapq.heappush(heap, (neg - top_logp[d + 1][0], d + 1, 0, node))
-    return DraftTree(torch.tensor(tokens, device=draft_logprobs.device), parents, depths,
+    return DraftTree(torch.tensor(tokens, device=device), parents, depths,
                      [row[0] for row in top_ids] if width else [], tokens)
 
 
@@ -204,8 +236,12 @@ def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
     """:func:`draft_tree` of every row of a batch (``last`` (R,)) from one drafter forward: a
     tree per row, of its own ``depths[r]``."""
     _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    return [build_tree(last[r], logprobs[r, :d], tree_size) for r, d in enumerate(depths)]
+    # every row's top tokens in one host read; the rows' trees are built from those
+    top_logp, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(
+        min(tree_size, logits.shape[-1]), dim=-1)
+    top_logp, top_ids, roots = top_logp.tolist(), top_ids.tolist(), last.tolist()
+    return [_best_first(roots[r], top_logp[r][:d], top_ids[r][:d], tree_size, last.device)
+            for r, d in enumerate(depths)]
 
 
 class DFlashTreeProposer(DFlashProposer):
