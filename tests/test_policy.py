@@ -17,6 +17,7 @@ from dflash_lite.decoding.policy import (
     chain_accepted,
     choose,
     default_policy,
+    step_seconds,
 )
 
 MAX_NEW = 16
@@ -335,6 +336,27 @@ def test_the_cost_model_follows_the_context_length():
     assert costs.draft(16, 200) == pytest.approx(0.75) and costs.draft(1, 200) == 0.0
     shrinking = StepCosts.by_context({100: ({1: 1.0, 16: 2.0}, {16: 0.5}), 300: ({1: 0.9, 16: 1.5}, {16: 0.4})})
     assert shrinking.target(16, 1000) >= shrinking.target(16, 100) and shrinking.target(1, 1000) >= 0.95
+
+
+def test_a_drafter_step_is_priced_with_the_context_it_takes_in_but_not_with_a_whole_catch_up():
+    """Each new context position past the first adds ``per_position`` to a drafter forward. A
+    choice prices the positions a run of its steps would take in (at most the tokens a row is
+    expected to commit): a wide catch-up after plain steps is not charged to the one step."""
+    costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4}, {2: 0.2, 16: 0.3}, per_position=0.1)
+    assert costs.draft(16, new=5) == pytest.approx(costs.draft(16) + 0.4) and costs.draft(1, new=9) == 0
+    assert step_seconds(Choice(16), costs, None, 3) == pytest.approx(1.4 + 0.3 + 0.2)
+    assert step_seconds(Choice(4, None, 3), costs, None, 9) == step_seconds(Choice(4, None, 3), costs)
+    options = PolicyOptions(max_block_size=16)
+    estimate = AcceptanceEstimate(depth=15)
+    _learned(estimate, 2, 3)
+    choice, expected = choose(estimate, costs, options)
+    assert choice.uses_drafter and expected < 4
+    # charged in full, 63 positions would cost 6.3 s and plain decoding would win
+    caught_up = choose(estimate, costs, options, new_context=64)
+    assert caught_up[0].uses_drafter and caught_up == choose(estimate, costs, options, new_context=10**6)
+    dear = StepCosts({1: 1.0, 2: 1.2, 16: 1.4}, {2: 0.2, 16: 0.3}, per_position=9.0)
+    assert choose(estimate, dear, options, new_context=1)[0] == choice
+    assert choose(estimate, dear, options, new_context=64)[0] == Choice(1)
 
 
 def test_drift_is_flagged_only_when_the_median_ratio_leaves_the_margin():

@@ -78,27 +78,32 @@ class Choice:
                     self.kind, str(self.block_size))
 
 
-def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None) -> float:
+def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None,
+                 new_context: int = 1) -> float:
     """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
-    full block if the drafter runs."""
-    drafting = costs.draft(choice.block_size, context_length) if choice.uses_drafter else 0.0
+    full block, taking in ``new_context`` positions, if the drafter runs."""
+    drafting = costs.draft(choice.block_size, context_length, new_context) \
+        if choice.uses_drafter else 0.0
     return ((costs.target(choice.verify_width, context_length) + drafting)
             * costs.correction(choice.kind))
 
 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
            continuations: Sequence[int] = (0,), context_length: int | None = None,
-           depth: int | None = None) -> tuple[Choice, float]:
+           depth: int | None = None, new_context: int = 1) -> tuple[Choice, float]:
     """ONE option for every row of a batch (one request is one row; SmartSpec's goodput rule,
     arXiv 2406.14066): the most expected committed tokens over all rows per second of the step
     (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
     tokens the estimates expect of it. The options: a chain of b in 1..B, a tree, and where prompt
     lookup found drafts (``continuations``: how many, per row) its chain of m, or for one row the
     hybrid tree; a row without a continuation commits a single token on a lookup step. ``depth``:
-    the most drafts this step may hold (None: the chain's depth). Each kind's expectation is
-    scaled by what its steps have committed against it so far (``costs.yield_ratio``). Plain
-    decoding is always a candidate, so a batch where no draft pays decodes plainly. Ties go to the
-    cheaper kind."""
+    the most drafts this step may hold (None: the chain's depth). ``new_context``: the context
+    positions the drafter would take in (the widest row's), priced as a run of such steps would
+    take them in, at most the tokens a row is expected to commit; a catch-up after plain steps
+    is not this step's cost alone (charged in full, it would keep the batch plain for good). Each
+    kind's expectation is scaled by what its steps have committed against it so far
+    (``costs.yield_ratio``). Plain decoding is always a candidate, so a batch where no draft pays
+    decodes plainly. Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     candidates = [(rows * e, Choice(b))
@@ -115,7 +120,8 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
             m = min(most, estimate.ngram.depth)
             candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
                                Choice(depth + 1, n, m)))
-    rates = [e * costs.yield_ratio(c.kind) / step_seconds(c, costs, context_length)
+    rates = [e * costs.yield_ratio(c.kind)
+             / step_seconds(c, costs, context_length, min(new_context, max(1, round(e / rows))))
              for e, c in candidates]
     expected, choice = candidates[rates.index(max(rates))]
     return choice, expected

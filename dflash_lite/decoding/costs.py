@@ -48,6 +48,8 @@ class StepCosts:
     lines in the context length (attention reads every cached position, so a longer context costs
     more per forward, and more per token of a wide verify). One target token (b = 1) is its own
     point at each length: a single-token forward takes a lighter path (no causal mask).
+    ``per_position``: what each new context position past the first adds to a drafter forward
+    (a step's drafter takes in the n + 1 positions the last step committed, a catch-up more).
     ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
     steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
     Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
@@ -56,18 +58,19 @@ class StepCosts:
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
-                 measured: bool = False):
+                 measured: bool = False, per_position: float = 0.0):
         self.tables = {context_length: (dict(sorted(t_target.items())),
                                         dict(sorted(t_draft.items())))}
         self.calibration_seconds, self.measured = calibration_seconds, measured
+        self.per_position = per_position
         self._model()
 
     @classmethod
     def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
-                   measured: bool = False) -> StepCosts:
+                   measured: bool = False, per_position: float = 0.0) -> StepCosts:
         """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
         first, *_ = sorted(tables)
-        costs = cls(*tables[first], first, calibration_seconds, measured)
+        costs = cls(*tables[first], first, calibration_seconds, measured, per_position)
         costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
                         for n, (t, d) in sorted(tables.items())}
         costs._model()
@@ -153,13 +156,14 @@ class StepCosts:
             self._ratios[kind] = measured / predicted if predicted > 0 else 1.0
         return self._ratios[kind]
 
-    def draft(self, b: int, context: int | None = None) -> float:
-        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft)."""
+    def draft(self, b: int, context: int | None = None, new: int = 1) -> float:
+        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft) that takes in
+        ``new`` context positions."""
         if b <= 1:
             return 0.0
         n = self._at(context)
         (a0, a1), (s0, s1) = self._draft
-        return (a0 + a1 * n) + (s0 + s1 * n) * b
+        return (a0 + a1 * n) + (s0 + s1 * n) * b + self.per_position * (new - 1)
 
 
 class DriftMonitor:
@@ -190,11 +194,13 @@ class DriftMonitor:
 
 @torch.inference_mode()
 def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, draft_sizes,
-                       repeats: int = 5, rows: int = 1) -> dict:
+                       repeats: int = 5, rows: int = 1, new_context: int = 1) -> dict:
     """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
-    blocks of b (``draft_sizes``) at the prompt's context length, for a batch of ``rows`` requests
-    (t(rows, b)), interleaved so that load drift hits all sizes alike. Returns
-    ``{"t_target": {b: s}, "t_draft": {b: s}}``."""
+    blocks of b (``draft_sizes``) taking in one new context position, at the prompt's context
+    length, for a batch of ``rows`` requests (t(rows, b)), interleaved so that load drift hits all
+    sizes alike; with ``new_context`` > 1, also the largest block taking in that many positions.
+    Returns ``{"t_target": {b: s}, "t_draft": {b: s}, "per_position": s}``, the last what each
+    new context position past the first added (0 unless measured; never below 0)."""
     device = target.device
     ids = prompt_ids.to(device).expand(rows, -1)
     length = ids.shape[1]
@@ -210,17 +216,25 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
         cache.rewind(length)
         verify(target, ids[:, -1:].expand(rows, b), cache, layer_ids)
 
-    def draft_step(b):              # one new context position, written at the same slot each time
+    def draft_step(b, new=1):       # the last ``new`` context positions, written at their slots
         drafter.draft_logits(target, torch.full((rows, b), mask_id, device=device),
-                             features[:, -1:], length - 1, dcache)
+                             features[:, -new:], length - new, dcache)
 
     fns = {("target", b): (lambda b=b: target_step(b)) for b in sorted(set(target_sizes))}
     fns.update({("draft", b): (lambda b=b: draft_step(b)) for b in sorted(set(draft_sizes))})
+    new_context = min(new_context, length - 1)
+    if new_context > 1 and draft_sizes:
+        block = max(draft_sizes)
+        fns["wide", new_context] = lambda: draft_step(block, new_context)
     # the one interleaved timer
     timed = interleaved(fns, repeats, warmup=1, device=device)
     medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
+    wide = medians.get(("wide", new_context))
+    per_position = 0.0 if wide is None else \
+        max(0.0, (wide - medians["draft", block]) / (new_context - 1))
     return {"t_target": {b: t for (kind, b), t in medians.items() if kind == "target"},
-            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"}}
+            "t_draft": {b: t for (kind, b), t in medians.items() if kind == "draft"},
+            "per_position": per_position}
 
 
 def longer_context(target, ids: torch.Tensor, extra: int = EXTRA_CONTEXT) -> torch.Tensor:
@@ -239,18 +253,22 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
     prompt's and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
     (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
     once and passes the result to every policy it builds. ``rows``: the batch size the costs are
-    for (every row the same prompt)."""
+    for (every row the same prompt). What a new context position adds to a drafter forward is
+    measured at the prompt, the largest block taking in a block's worth."""
     started = time.perf_counter()
     grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size}
                   | {max_block_size})
     wide = {n + 1 for n in tree_sizes} | {n + max_block_size for n in tree_sizes}
     longer = longer_context(target, prompt_ids) if longer_ids is None else longer_ids
-    tables = {}
+    tables, per_position = {}, None
     for ids in (prompt_ids, longer):
         measured = measure_step_costs(target, drafter, ids, set(grid) | wide,
-                                      [b for b in grid if b > 1], repeats, rows)
+                                      [b for b in grid if b > 1], repeats, rows,
+                                      max_block_size if per_position is None else 1)
         tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
-    return StepCosts.by_context(tables, time.perf_counter() - started, measured=True)
+        per_position = measured["per_position"] if per_position is None else per_position
+    return StepCosts.by_context(tables, time.perf_counter() - started, measured=True,
+                                per_position=per_position)
 
 
 @torch.inference_mode()
@@ -259,15 +277,17 @@ def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), 
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
     length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
     N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
-    context position, as in a step; a tree is drafted with the drafter's own block size)."""
+    context position, as in a step; a tree is drafted with the drafter's own block size), and
+    ``per_position``, what each new context position past the first adds to the largest block's
+    drafter forward (a step's drafter takes in the tau positions the last step committed)."""
     tree_block = drafter.config.block_size
+    drafts = {*block_sizes, *((tree_block,) if tree_sizes else ())}
     measured = measure_step_costs(target, drafter, prompt_ids,
-                                  {1, *block_sizes, *(n + 1 for n in tree_sizes)},
-                                  {*block_sizes, *((tree_block,) if tree_sizes else ())}, repeats,
-                                  rows)
+                                  {1, *block_sizes, *(n + 1 for n in tree_sizes)}, drafts,
+                                  repeats, rows, max(drafts, default=1))
     # keys are strings, as they will be in the JSON
     return {"context_length": prompt_ids.shape[1], "repeats": repeats, "batch_size": rows,
-            "tree_block_size": tree_block,
+            "tree_block_size": tree_block, "per_position": measured["per_position"],
             "t_target": {str(b): t for b, t in measured["t_target"].items()},
             "t_draft": {str(b): t for b, t in measured["t_draft"].items()}}
 

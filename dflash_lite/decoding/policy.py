@@ -137,9 +137,11 @@ class CostAwareProposer(DFlashTreeProposer):
         lasts = last.tolist()
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
         context = sum(self.context) // len(self.context)
+        # what a drafter forward would take in now: the widest row's waiting features
+        waiting = max(sum(x.shape[1] for x in w) for w in self.waiting)
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
-                                  max(depths))
+                                  max(depths), waiting)
         # for a batch, prompt lookup is matched only where it can win: if it loses with every
         # row's longest continuation, it loses with any, and the choice stands as made. One row
         # matches every step (cheap there): the target's next token then judges its draft
@@ -147,7 +149,8 @@ class CostAwareProposer(DFlashTreeProposer):
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
             c, self.expected = choose(self.estimate, self.costs, self.options,
-                                      [len(x) for x in self.continuations], context, max(depths))
+                                      [len(x) for x in self.continuations], context, max(depths),
+                                      waiting)
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
@@ -176,8 +179,10 @@ class CostAwareProposer(DFlashTreeProposer):
     def accepted(self, blocks, positions, features) -> None:
         c, e, o = self.choice, self.estimate, self.options
         context = sum(self.context) // len(self.context)
-        predicted = step_seconds(c, self.costs, context) / self.costs.correction(c.kind)
-        self.forecast.append(predicted)             # the step's forwards, as the model says
+        # the step's forwards, as the model says, with the context its drafter took in
+        taken = max(self.new_context_lengths) if self.drafted else 1
+        predicted = step_seconds(c, self.costs, context, taken) / self.costs.correction(c.kind)
+        self.forecast.append(predicted)
         committed = sum(b.shape[1] for b in blocks)
         # the step against the model, timed whole (the loop's host work around the forwards
         # too) when the next one starts, if the batch is whole: the costs are the whole batch's,

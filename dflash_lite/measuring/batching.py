@@ -206,8 +206,9 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
     """The cost model with what the forwards leave out, both measured in the same sweep: the
     prefill P, and the loop's own work per step h, read off batched plain decoding (its seconds
     T = P + S (t(b, 1) + h) over its S steps). A row of S' steps of one verify and one drafter
-    forward each is then predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)); the default,
-    at T / (P + its forecast forwards + S' h)."""
+    forward each is then predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)), its drafter
+    taking in the tau positions a step commits (``per_position`` for each past the first); the
+    default, at T / (P + its forecast forwards + S' h)."""
     if measured is None or row["tau"] is None:
         return None
     prefill_s = measured["prefill_s"]
@@ -218,7 +219,8 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
         step = _step_forwards(row, measured)
         if step is None:
             return None
-        forwards = row["steps"] * sum(step)
+        taken = measured.get("per_position", 0.0) * (row["tau"] - 1) if step[1] else 0.0
+        forwards = row["steps"] * (sum(step) + taken)
     return plain["seconds"] / (prefill_s + forwards + row["steps"] * host)
 
 
