@@ -35,34 +35,21 @@ def free_names(source: str) -> list[str]:
     if tree is None:
         return []
     bound = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(tree):        # a comprehension's target is a Name in Store context too
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             bound.add(node.name)
-            bound |= (
-                {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-                if not isinstance(node, ast.ClassDef)
-                else set()
-            )
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
-        elif isinstance(node, (ast.Lambda,)):
-            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-        elif isinstance(node, ast.comprehension):
-            bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     seen = []
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Name)
-            and isinstance(node.ctx, ast.Load)
-            and node.id not in bound
-            and not hasattr(builtins, node.id)
-            and node.id not in seen
-        ):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound \
+                and not hasattr(builtins, node.id) and node.id not in seen:
             seen.append(node.id)
     return seen
-
 
 
 COLLECTOR = r'''
@@ -146,11 +133,9 @@ def collector_cell(grade_id: str, names: list[str], store: str = ".grader") -> d
     ``names``."""
     import nbformat
 
-    source = (
+    cell = nbformat.v4.new_code_cell(
         COLLECTOR + f"\nprint({MARK!r} + __dflash_collect({grade_id!r}, {names!r}, {store!r}))"
-        "\ndel __dflash_collect"
-    )
-    cell = nbformat.v4.new_code_cell(source)
+        "\ndel __dflash_collect")
     cell.metadata[COLLECTOR_KEY] = grade_id
     return cell
 
@@ -198,13 +183,12 @@ def collected(executed) -> dict[str, dict]:
         grade_id = cell.get("metadata", {}).get(COLLECTOR_KEY)
         if not grade_id:
             continue
-        text = "".join(
-            o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"
-        )
+        text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                       if o.get("name") == "stdout")
         for line in text.splitlines():
             if line.startswith(MARK):
                 try:
-                    data = json.loads(line[len(MARK) :])
+                    data = json.loads(line[len(MARK):])
                 except ValueError:
                     continue
                 if data.get("grade_id") == grade_id:

@@ -32,6 +32,7 @@ from ..files import atomic_write_text
 from ..outputs import guard_output_file, refusal
 from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
+from .grading import _inside
 from . import site as course_site
 from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
 
@@ -206,11 +207,6 @@ answer and shows the points. A blank fails only its own cell and its check: a de
 builds on something you have not written yet uses the package's version and says so. The points that
 count are computed by your teacher's grader, from your answers, not from what your notebook prints.
 """
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    path, folder = path.resolve(), folder.resolve()
-    return path == folder or folder in path.parents
 
 
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
