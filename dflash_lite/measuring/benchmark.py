@@ -40,15 +40,8 @@ from ..decoding.checkpoints import check_pair, load_drafter, load_pair
 from ..decoding.costs import measure_costs
 from ..decoding.drafter import DFlashDrafter, DrafterConfig
 from ..decoding.shapes import EAGER, FixedShapes
-from ..decoding.target import (
-    SHIPPED_BASELINES,
-    default_drafter_path,
-    load_pretrained,
-    mask_token_id,
-    parse_dtype,
-    stop_token_ids,
-    target_context,
-)
+from ..decoding.target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained,
+                               mask_token_id, parse_dtype, stop_token_ids, target_context)
 from ..files import atomic_write_text
 from ..prompts import builtin_prompts, dataset_prompts, encode_all, load_prompts
 from . import batching

@@ -291,7 +291,6 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
 
 
 def render_drafter_card(card: dict) -> str:
-
     tr = card["training"]
     lines = [
         "# dflash-lite `tiny` DFlash drafter",
