@@ -206,9 +206,8 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
     d.add("--device", type=validate.device_arg)
     d.add("--drafter", help="drafter directory or hub id, public DFlash layout "
                             "(default: the shipped one, if any)")
-    d.add("--block-size", type=POS,
-          help="fix DFlash's block size "
-               "(default: chosen each step from measured costs and acceptance)")
+    d.add("--block-size", type=POS, help="fix DFlash's block size (default: chosen each step "
+                                         "from measured costs and acceptance)")
     d.add("--repeats", type=REPEATS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     d.add("--compile", action="store_true",

@@ -394,9 +394,8 @@ def prompts(split: str, domain: str, n: int | None = None, seed: int = 0) -> lis
     sees the same prompts."""
     _check_split(split)
     if domain == "mixed":
-        if n is None:
-            return prompts(split, "math", None, seed) + prompts(split, "code", None, seed)
-        return prompts(split, "math", (n + 1) // 2, seed) + prompts(split, "code", n // 2, seed)
+        math_n, code_n = (None, None) if n is None else ((n + 1) // 2, n // 2)
+        return prompts(split, "math", math_n, seed) + prompts(split, "code", code_n, seed)
     if domain == "math":
         return [p.prompt for p in split_math_problems(split, n)]
     if domain == "code":

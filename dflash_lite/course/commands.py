@@ -10,10 +10,7 @@ The README's "Teaching with it" section walks through release, collection and gr
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
 
-The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``) renders the executed
-notebooks, ``docs/method.md`` and ``docs/glossary.md`` offline, without running anything:
-
-    python -m dflash_lite.course site OUT_DIR
+The course site is :mod:`dflash_lite.course.site` (``python -m dflash_lite.course site OUT_DIR``).
 """
 from __future__ import annotations
 

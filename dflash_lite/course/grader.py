@@ -5,11 +5,9 @@ prints, or any number a check returns in that kernel, the student can forge (one
 ``dflash_lite.exercises.score = lambda r, p: float(p)``, used to give full marks). So the points
 are computed here, in a fresh process:
 
-1. **Collect** (:mod:`dflash_lite.course.collect`). Before each graded test cell of the (throwaway)
-   copy that is executed, the grader inserts a collector cell (:func:`collector_cell`). It writes
-   the values the test cell uses as data (numbers, strings, lists, tensors, the package's
-   dataclasses, drafters as safetensors) and, for the functions and classes the notebook defines,
-   only their names.
+1. **Collect** (:mod:`dflash_lite.course.collect`): the values the test cell uses as data
+   (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and, for
+   the functions and classes the notebook defines, only their names.
 2. **Score.** :func:`main` reads the executed copy, rebuilds those values (from plain
    data only), re-creates the notebook's functions and classes from the submitted notebook's source
    (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the

@@ -37,8 +37,7 @@ from ..decoding.timing import interleaved
 from ..decoding.tree import DFlashTreeProposer
 from .report import Kind
 
-# the batch after which drafting counts as no longer paying (the 1.2x line)
-PAYS = 1.2
+PAYS = 1.2  # the batch after which drafting counts as no longer paying (the 1.2x line)
 
 
 @dataclass

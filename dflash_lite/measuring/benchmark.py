@@ -136,8 +136,7 @@ class Setup:
     methods: list[Method]
     prompts: list[torch.Tensor]                   # token ids (1, T) on the device
     target: Any = None                            # the loaded target model
-    # the DFlash drafter (None: no DFlash rows, no cost model)
-    drafter: Any = None
+    drafter: Any = None  # the DFlash drafter (None: no DFlash rows, no cost model)
     settings: dict = field(default_factory=dict)
     tokenizer: Any = None
 
@@ -183,11 +182,9 @@ def _check_context(model, ids: list[torch.Tensor], max_new_tokens: int) -> None:
 
 def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str | None]:
     """The EAGLE-style drafter and the small draft model (given, else the target's shipped ones)."""
-    shipped = SHIPPED_BASELINES.get(config.target, {})
-    eagle = config.eagle or (str(shipped["eagle"]) if "eagle" in shipped
-                             and shipped["eagle"].is_dir() else None)
-    small = config.draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
-                                   and shipped["draft_model"].is_dir() else None)
+    shipped = {k: str(p) for k, p in SHIPPED_BASELINES.get(config.target, {}).items() if p.is_dir()}
+    eagle = config.eagle or shipped.get("eagle")
+    small = config.draft_model or shipped.get("draft_model")
     eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(config.device) if eagle else None
     small_lm = load_pretrained(small, device=config.device, dtype=torch_dtype)[0] if small else None
     return eagle_drafter, small_lm, eagle, small
@@ -217,8 +214,7 @@ def resolve(config: BenchConfig) -> Setup:
     torch_dtype = parse_dtype(c.dtype)
     texts, prompts_source = _prompt_texts(c)
     texts = [c.prompt_template.replace("{prompt}", t) for t in texts]
-    # from config.json: no size may outgrow the context
-    context = target_context(c.target)
+    context = target_context(c.target)  # from config.json: no size may outgrow the context
     validate.check_block_sizes(c.block_sizes, high=context)
     if c.tree_sizes:
         validate.check_block_sizes(c.tree_sizes, "tree_sizes", high=context)
@@ -353,8 +349,7 @@ def report(setup: Setup, measured: Measured) -> dict:
             print("\ncost model (t: median seconds of one forward at the first prompt's context):")
             print(format_cost_model(summary["cost_model"]["rows"]))
     if c.json_out:
-        # never a half-written report
-        atomic_write_text(c.json_out, json.dumps(summary, indent=1))
+        atomic_write_text(c.json_out, json.dumps(summary, indent=1))  # never a half-written report
     return summary
 
 

@@ -198,9 +198,7 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         # unused query rows attend to themselves only, so softmax never sees an empty row
         for r in range(a * block_size, q):
             mask[i, 0, r, width + r] = True
-    if not any_anchor:
-        return None
-    return Batch(block_ids, labels, positions, seq_ids, mask)
+    return Batch(block_ids, labels, positions, seq_ids, mask) if any_anchor else None
 
 
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int,

@@ -370,8 +370,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)
     atomic_write_text(work / "training_curve.json",
                       json.dumps({**meta, "curve": history, "tau_curve": taus.points}, indent=1))
-    # with --overwrite: the old run is deleted only now
-    return outputs.commit(work, out)
+    return outputs.commit(work, out)  # with --overwrite: the old run is deleted only now
 
 
 # ----------------------------------------------------------------------------- classic draft model
@@ -428,8 +427,7 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
             "time_budget_s": c.time_budget_s}
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
                          "draft model training run")
-    # loaded back in fp32, exactly
-    small.eval().to(torch.bfloat16).save_pretrained(work)
+    small.eval().to(torch.bfloat16).save_pretrained(work)  # loaded back in fp32, exactly
     tokenizer.save_pretrained(work)
     atomic_write_text(work / "training_curve.json",
                       json.dumps({"training": meta, "curve": history}, indent=1))
