@@ -101,10 +101,9 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
             raise ValueError(f"out {str(out)!r} is a symbolic link; --overwrite replaces only a "
                              "real directory")
         if not is_marked(out):
-            raise ValueError(f"out {str(out)!r} was not written by dflash-lite "
-                             f"(it has no {MARKER} file); "
-                             "--overwrite replaces only a run's own directory: remove it yourself "
-                             "or choose another")
+            raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} "
+                             "file); --overwrite replaces only a run's own directory: remove it "
+                             "yourself or choose another")
     for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
         if os.path.lexists(beside) and not _own_dir(beside):
             raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "

@@ -294,10 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad or getattr(args, "notebooks", None) == []:
         parser.error(f"--notebooks takes chapter numbers such as 02 03, got {bad or 'none'}")
     if not in_checkout():
-        parser.error("the course commands need a checkout of the repository (its notebooks/, "
-                     "docs/ and instructor/ folders); this installed copy "
-                     f"({ROOT / 'dflash_lite'}) holds the package only: git clone the project "
-                     "and run them there")
+        parser.error("the course commands need a checkout of the repository (its notebooks/, docs/ "
+                     f"and instructor/ folders); this installed copy ({ROOT / 'dflash_lite'}) "
+                     "holds the package only: git clone the project and run them there")
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)
