@@ -328,9 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def expected_errors(run) -> int:
     """The one place that turns an expected failure into one line on stderr and an exit code: bad
-    input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not
-    be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its
-    traceback."""
+    input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not be
+    written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
     try:
         return run()
     except (LoadError, ValueError) as e:

@@ -244,8 +244,7 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is
     kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where
     freeing the large logits tensor every step returns pages to the kernel. The model is written
-    beside
-    ``out`` and renamed into place whole."""
+    beside ``out`` and renamed into place whole."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
     out = prepare_target_out(c)

@@ -1,16 +1,15 @@
 """Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
 
-At each batch size b, every method decodes the same prompts in batches of b (the prompt list
-cycled to fill a batch larger than it), in one interleaved timer after a warm-up; every row's
-output is checked against its prompt decoded alone. A row of the report: total new tokens per
-second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
-per row), the accepted tokens the naive rollback gave back, and two predictions at batch b.
-``predicted_speedup`` is the paper's cost model from the forwards alone,
-``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``),
-measured at that batch size (:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``);
-``predicted_with_host`` adds what every step also costs, the prefill and the loop's own work per
-step, both measured in the same sweep (:func:`_with_host`); the default's forwards are the
-forecast of each step it took.
+At each batch size b, every method decodes the same prompts in batches of b (the prompt list cycled
+to fill a batch larger than it), in one interleaved timer after a warm-up; every row's output is
+checked against its prompt decoded alone. A row of the report: total new tokens per second, the
+speedup over batched plain decoding at the same b, tau (tokens per target forward, per row), the
+accepted tokens the naive rollback gave back, and two predictions at batch b. ``predicted_speedup``
+is the paper's cost model from the forwards alone, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))``
+(MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``), measured at that batch size
+(:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``); ``predicted_with_host`` adds what
+every step also costs, the prefill and the loop's own work per step, both measured in the same sweep
+(:func:`_with_host`); the default's forwards are the forecast of each step it took.
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on

@@ -1,12 +1,11 @@
 """Benchmarks that a reviewer can trust (docs/method.md#measuring, #the-cost-model).
 
 Every method runs on the same prompts, with the same ``max_new_tokens``, after a warm-up, in
-interleaved order (each repeat visits the methods in a rotated order, so drift in machine load
-hits all of them alike). Speed is reported as tokens/s (median over repeats of total tokens /
-total time) and as ratios measured in the same run: ``speedup`` against the project's
-autoregressive loop (the decode loop at block size 1), ``speedup_vs_hf_generate`` against
-transformers' ``model.generate``. Every greedy method's tokens are checked against the target's
-greedy output in the run itself.
+interleaved order (each repeat visits the methods in a rotated order, so drift in machine load hits
+all of them alike). Speed is reported as tokens/s (median over repeats of total tokens / total time)
+and as ratios measured in the same run: ``speedup`` against the project's autoregressive loop (the
+decode loop at block size 1), ``speedup_vs_hf_generate`` against transformers' ``model.generate``.
+Every greedy method's tokens are checked against the target's greedy output in the run itself.
 
 :func:`bench` (``python -m dflash_lite bench``) is three steps a notebook can also take one by
 one: :func:`resolve` (load the target, the drafters and the prompts; build the :class:`Method`

@@ -37,9 +37,8 @@ def _arrow(ax, start, end, color="0.3"):
 
 def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)) -> plt.Figure:
     """Top: plain decoding, one target forward per token. Bottom: speculative decoding, where each
-    step is one drafter forward (a block of ``block_size - 1`` guesses) and one target forward
-    that verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next
-    token."""
+    step is one drafter forward (a block of ``block_size - 1`` guesses) and one target forward that
+    verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next token."""
     target_time, draft_time, verify_extra = 1.0, 0.3, 0.15  # illustrative units, not measurements
     committed = sum(a + 1 for a in accepted)
     fig, ax = plt.subplots(figsize=(7, 4.4))

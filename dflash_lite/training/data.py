@@ -151,8 +151,7 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
                num_anchors: int, tokenizer, generator: torch.Generator, causal: bool = False,
                fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
-    no labels).
-    ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
+    no labels). ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
 
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
     (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.

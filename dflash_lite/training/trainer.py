@@ -30,9 +30,8 @@ from ..files import atomic_path
 @dataclass
 class TrainConfig:
     """AdamW and its schedule. The defaults are the drafter recipe (docs/method.md#training): 4%
-    warm-up, cosine to zero, no weight decay, gradient norm clipped at 1. The shipped target
-    (:func:`dflash_lite.zoo.train_target`) uses 200 warm-up steps, a floor of 10% of the peak,
-    betas (0.9, 0.95), weight decay on matrices only, and bf16 autocast."""
+    warm-up, cosine to zero, no weight decay, gradient norm clipped at 1; the shipped target's is
+    :func:`dflash_lite.zoo.train_config`."""
     steps: int = 1000
     lr: float = 6e-4
     warmup_fraction: float = 0.04        # warm-up as a share of training (of the time budget)
