@@ -143,7 +143,7 @@ class Trainer:
     loss_fn: Callable
     batches: Callable[[], Iterator]
     config: TrainConfig
-    callbacks: list[Callable] = field(default_factory=list)     # each (trainer, step, metrics)
+    callbacks: list[Callable] = field(default_factory=list)  # on_batch_end(trainer, step, metrics)
     checkpoint_dir: Path | None = None
     step: int = 0
     history: list[dict] = field(default_factory=list)
