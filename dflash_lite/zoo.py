@@ -312,10 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--overwrite", action="store_true", help="convert it again")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
-    dc = Options(sub.add_parser("drafter-card",
-                                help="benchmark a drafter against its target and write its "
-                                     "MODEL_CARD.md"),
-                 DrafterCardConfig)
+    dc = Options(sub.add_parser("drafter-card", help="benchmark a drafter against its target and "
+                                                     "write its MODEL_CARD.md"), DrafterCardConfig)
     dc.parser.add_argument("path")
     dc.add("--target")
     dc.add("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")

@@ -54,7 +54,7 @@ def free_names(source: str) -> list[str]:
 
 COLLECTOR = r'''
 def __dflash_collect(grade_id, names, store):
-    import dataclasses, inspect, json, os, types
+    import dataclasses, json, os, types
     from pathlib import PurePath
     g = globals()
     store = os.path.abspath(store)
@@ -63,9 +63,7 @@ def __dflash_collect(grade_id, names, store):
     def enc(v, depth=0):
         if depth > 12:
             raise ValueError("too deep")
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
+        if v is None or isinstance(v, (bool, int, str)):
             return v
         if isinstance(v, float):
             return v if v == v and abs(v) != float("inf") else {"__float__": repr(v)}

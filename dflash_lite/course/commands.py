@@ -255,8 +255,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                 "max_score": sum(c[1] for c in cells.values()),
                 "cells": {g: c[:2] for g, c in cells.items()},
                 "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                "stopped": run["stopped"],
-                "kernel_score": run["kernel_score"]}
+                "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
     return report
 
 

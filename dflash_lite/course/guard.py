@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 from pathlib import Path
 
 SUBMITTED = "<submission>"          # the file name the submission's code is compiled under
@@ -106,8 +107,6 @@ def guard(protected: list[str]) -> None:
 
 def _student_made(cls) -> bool:
     """A class the submission wrote (a method of its own anywhere in the class's MRO)."""
-    import types
-
     for klass in cls.__mro__:
         for value in vars(klass).values():
             for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
@@ -148,8 +147,6 @@ class Plain:
 
 
 def _is_submitted_function(value) -> bool:
-    import types
-
     return isinstance(value, types.FunctionType) and _student_code(value.__code__)
 
 

@@ -110,8 +110,7 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
         policy_costs = None if drafter is None or size == 1 else step_costs(
             target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
             repeats=3, rows=size)
-        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
-                                policy_costs)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size, policy_costs)
         made: dict[str, list] = {m.name: [] for m in methods}
 
         def run(m: BatchMethod):
@@ -185,8 +184,7 @@ def _step_forwards(row: dict, measured: dict) -> tuple[float, float] | None:
 def _predicted(row: dict, measured: dict | None) -> float | None:
     """The cost model at the row's batch size (its own tau), from the forwards alone."""
     step = None if measured is None or row["tau"] is None else _step_forwards(row, measured)
-    return None if step is None else predicted_speedup(row["tau"], measured["t_target"]["1"],
-                                                       *step)
+    return None if step is None else predicted_speedup(row["tau"], measured["t_target"]["1"], *step)
 
 
 def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> float:
