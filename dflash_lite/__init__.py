@@ -97,5 +97,4 @@ from .decoding.target import LoadError, load_pretrained, stop_token_ids
 
 __version__ = "0.1.0"
 __all__ = ["GenerationResult", "LoadError", "SamplingParams", "generate_autoregressive",
-           "load_pretrained",
-           "stop_token_ids", "__version__"]
+           "load_pretrained", "stop_token_ids", "__version__"]

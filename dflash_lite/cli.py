@@ -206,9 +206,8 @@ def demo_options(d: Options) -> argparse.ArgumentParser:
     d.add("--device", type=validate.device_arg)
     d.add("--drafter", help="drafter directory or hub id, public DFlash layout "
                             "(default: the shipped one, if any)")
-    d.add("--block-size", type=POS,
-          help="fix DFlash's block size "
-               "(default: chosen each step from measured costs and acceptance)")
+    d.add("--block-size", type=POS, help="fix DFlash's block size (default: chosen each step "
+                                         "from measured costs and acceptance)")
     d.add("--repeats", type=REPEATS)
     d.add("--dtype", choices=list(DTYPES), help="weights and activations (fp32 on CPU)")
     d.add("--compile", action="store_true",
@@ -329,9 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def expected_errors(run) -> int:
     """The one place that turns an expected failure into one line on stderr and an exit code: bad
-    input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not
-    be written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its
-    traceback."""
+    input (``ValueError`` from the validation layer, :class:`LoadError`) 2, a file that could not be
+    written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
     try:
         return run()
     except (LoadError, ValueError) as e:

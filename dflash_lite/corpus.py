@@ -104,9 +104,8 @@ def _price(r: random.Random) -> MathProblem:
     n, price, paid_extra = r.randint(2, 15), r.randint(1, 12), r.randint(1, 30)
     cost = n * price
     paid = cost + paid_extra
-    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. "
-         f"{name} buys {n} {item} and pays with ${paid}. "
-         f"How much change does {name} get?")
+    q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with "
+         f"${paid}. How much change does {name} get?")
     s = (f"The {item} cost {n} * {price} = ${cost}.\n"
          f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.\n"
          f"The answer is {paid_extra}.")
@@ -190,9 +189,8 @@ def _rate_time(r: random.Random) -> MathProblem:
     speed, hours, extra = r.randint(3, 60), r.randint(2, 8), r.randint(1, 50)
     dist = speed * hours
     total = dist + extra
-    q = (f"{name} drives at {speed} miles per hour for {hours} hours, "
-         f"then walks {extra} more miles. "
-         f"How many miles does {name} travel in all?")
+    q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more "
+         f"miles. How many miles does {name} travel in all?")
     s = (f"Driving, {name} covers {speed} * {hours} = {dist} miles.\n"
          f"With the walk, the total is {dist} + {extra} = {total} miles.\n"
          f"The answer is {total}.")
@@ -394,9 +392,8 @@ def prompts(split: str, domain: str, n: int | None = None, seed: int = 0) -> lis
     sees the same prompts."""
     _check_split(split)
     if domain == "mixed":
-        if n is None:
-            return prompts(split, "math", None, seed) + prompts(split, "code", None, seed)
-        return prompts(split, "math", (n + 1) // 2, seed) + prompts(split, "code", n // 2, seed)
+        math_n, code_n = (None, None) if n is None else ((n + 1) // 2, n // 2)
+        return prompts(split, "math", math_n, seed) + prompts(split, "code", code_n, seed)
     if domain == "math":
         return [p.prompt for p in split_math_problems(split, n)]
     if domain == "code":

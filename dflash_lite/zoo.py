@@ -68,9 +68,9 @@ class TargetPreset:
 TARGET_PRESETS = {
     "tiny": TargetPreset(),
     "smoke": TargetPreset(vocab_size=512, hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=8,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, seq_len=64,
-                          batch_size=4, warmup_steps=2, num_math_problems=500),
+                          num_hidden_layers=8, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=32, seq_len=64, batch_size=4, warmup_steps=2,
+                          num_math_problems=500),
 }
 
 
@@ -95,16 +95,18 @@ def train_tokenizer(vocab_size: int, num_math: int):
 
 
 # ----------------------------------------------------------------------------- data
+def flat_tokens(tokenizer, docs: list[str], dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """``docs`` tokenized into one flat stream, each followed by EOS."""
+    eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
+    ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
+    return torch.tensor([t for doc in ids for t in (*doc, eos)], dtype=dtype)
+
+
 def token_streams(tokenizer, num_math: int) -> dict[str, torch.Tensor]:
     """Two flat int32 streams (code and math), documents separated by EOS."""
-    eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
-    streams = {}
-    for name, docs in (("code", list(corpus.code_documents("train"))),
-                       ("math", [p.text for p in corpus.math_problems(num_math)])):
-        ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
-        flat = [t for doc in ids for t in (*doc, eos)]
-        streams[name] = torch.tensor(flat, dtype=torch.int32)
-    return streams
+    return {name: flat_tokens(tokenizer, docs, torch.int32)
+            for name, docs in (("code", list(corpus.code_documents("train"))),
+                               ("math", [p.text for p in corpus.math_problems(num_math)]))}
 
 
 def sample_batch(streams, preset: TargetPreset, gen: torch.Generator) -> torch.Tensor:
@@ -121,12 +123,11 @@ def build_model(preset: TargetPreset, tokenizer):
     eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=preset.hidden_size,
-                         intermediate_size=preset.intermediate_size,
-        num_hidden_layers=preset.num_hidden_layers, num_attention_heads=preset.num_attention_heads,
+        intermediate_size=preset.intermediate_size, num_hidden_layers=preset.num_hidden_layers,
+        num_attention_heads=preset.num_attention_heads,
         num_key_value_heads=preset.num_key_value_heads, head_dim=preset.head_dim,
         max_position_embeddings=preset.max_position_embeddings, rope_theta=preset.rope_theta,
-        tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
-    )
+        tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
     return Qwen3ForCausalLM(config)
 
 
@@ -139,10 +140,9 @@ def train_config(preset: TargetPreset, steps: int, seed: int = 0,
     (:func:`~dflash_lite.training.trainer.cosine_lr`), gradient norm clipped at 1, and bf16 autocast
     with fp32 master weights unless ``bf16`` is off."""
     return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps,
-                       min_lr_ratio=0.1,
-                       betas=(0.9, 0.95), weight_decay=preset.weight_decay,
-                       decay_matrices_only=True,
-                       grad_clip=1.0, log_every=log_every, seed=seed, time_budget_s=time_budget_s,
+                       min_lr_ratio=0.1, betas=(0.9, 0.95), weight_decay=preset.weight_decay,
+                       decay_matrices_only=True, grad_clip=1.0, log_every=log_every, seed=seed,
+                       time_budget_s=time_budget_s,
                        autocast_dtype=torch.bfloat16 if bf16 else None)
 
 
@@ -163,20 +163,16 @@ def windows(streams, preset: TargetPreset, gen: torch.Generator) -> Iterator[tor
 @torch.no_grad()
 def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -> dict[str, float]:
     """Mean next-token cross-entropy on held-out code files and held-out math problems."""
-    eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
     texts = {"code": list(corpus.code_documents("held_out")),
              "math": [p.text for p in corpus.math_problems(2000, split="held_out")]}
     out = {}
     model.eval()
     for name, docs in texts.items():
-        ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
-        flat = torch.tensor([t for doc in ids for t in (*doc, eos)])
+        flat = flat_tokens(tokenizer, docs)
         windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(
             -1, preset.seq_len + 1)
         windows = windows[torch.linspace(0, len(windows) - 1, min(n_windows, len(windows))).long()]
-        logits = model(windows[:, :-1]).logits
-        out[name] = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
-                                                      windows[:, 1:].flatten()).item()
+        out[name] = next_token_loss(model, windows)[0].item()
     model.train()
     return out
 
@@ -219,8 +215,7 @@ def prepare_target_out(c: TargetTrainConfig) -> Path:
     outputs.lock(out)
     if not c.overwrite and not outputs.holds_nothing(out):
         raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target "
-                         "this project "
-                         f"wrote, or choose another directory")
+                         "this project wrote, or choose another directory")
     return out
 
 
@@ -249,8 +244,7 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is
     kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where
     freeing the large logits tensor every step returns pages to the kernel. The model is written
-    beside
-    ``out`` and renamed into place whole."""
+    beside ``out`` and renamed into place whole."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
     out = prepare_target_out(c)
@@ -318,10 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--overwrite", action="store_true", help="convert it again")
     c = sub.add_parser("card", help="measure a target and write its MODEL_CARD.md")
     c.add_argument("path")
-    dc = Options(sub.add_parser("drafter-card",
-                                help="benchmark a drafter against its target and write its "
-                                     "MODEL_CARD.md"),
-                 DrafterCardConfig)
+    dc = Options(sub.add_parser("drafter-card", help="benchmark a drafter against its target and "
+                                                     "write its MODEL_CARD.md"), DrafterCardConfig)
     dc.parser.add_argument("path")
     dc.add("--target")
     dc.add("--judges", help="folder with gsm8k_test.jsonl and humaneval.jsonl (evaluation only)")

@@ -5,14 +5,15 @@ the pointers to the worked solutions (:func:`student_markdown`). Used by the stu
 """
 from __future__ import annotations
 
+import ast
+import re
+
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
 def _is_stub(region: str) -> bool:
     """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines
     (the exercises' regions; their worked answers are kept apart, as instructor material)."""
-    import ast
-
     try:
         tree = ast.parse("\n".join(line.strip() for line in region.splitlines()))
     except SyntaxError:
@@ -32,9 +33,6 @@ def stub(region: str, in_function: bool = False) -> str:
     hints), then, inside a function, ``raise NotImplementedError()``; at the top level, each
     name the region assigns set to None, with a shape comment kept, so the rest of the cell
     (and the demonstrations after it) still run, and only the check of this region fails."""
-    import ast
-    import re
-
     if _is_stub(region):
         return region
     lines = region.splitlines()
@@ -66,8 +64,6 @@ def stub(region: str, in_function: bool = False) -> str:
 
 def blank(source: str) -> str:
     """A solution cell's source with every region replaced by its :func:`stub`."""
-    import re
-
     def enclosed_by_def(start: int) -> bool:
         """Whether the region at ``start`` is in a function body: the nearest line above it that
         is less indented opens a def."""
@@ -85,6 +81,4 @@ def blank(source: str) -> str:
 
 def student_markdown(source: str) -> str:
     """Markdown for students: the pointers to the worked solutions taken out."""
-    import re
-
     return re.sub(r"\s*[Ww]orked solutions:\s*`notebooks/" r"solutions/[^`]*`\.?", "", source)

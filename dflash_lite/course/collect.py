@@ -35,39 +35,26 @@ def free_names(source: str) -> list[str]:
     if tree is None:
         return []
     bound = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(tree):        # a comprehension's target is a Name in Store context too
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             bound.add(node.name)
-            bound |= (
-                {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-                if not isinstance(node, ast.ClassDef)
-                else set()
-            )
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
-        elif isinstance(node, (ast.Lambda,)):
-            bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-        elif isinstance(node, ast.comprehension):
-            bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
     seen = []
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Name)
-            and isinstance(node.ctx, ast.Load)
-            and node.id not in bound
-            and not hasattr(builtins, node.id)
-            and node.id not in seen
-        ):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound \
+                and not hasattr(builtins, node.id) and node.id not in seen:
             seen.append(node.id)
     return seen
 
 
-
 COLLECTOR = r'''
 def __dflash_collect(grade_id, names, store):
-    import dataclasses, inspect, json, os, types
+    import dataclasses, json, os, types
     from pathlib import PurePath
     g = globals()
     store = os.path.abspath(store)
@@ -76,9 +63,7 @@ def __dflash_collect(grade_id, names, store):
     def enc(v, depth=0):
         if depth > 12:
             raise ValueError("too deep")
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
+        if v is None or isinstance(v, (bool, int, str)):
             return v
         if isinstance(v, float):
             return v if v == v and abs(v) != float("inf") else {"__float__": repr(v)}
@@ -146,11 +131,9 @@ def collector_cell(grade_id: str, names: list[str], store: str = ".grader") -> d
     ``names``."""
     import nbformat
 
-    source = (
+    cell = nbformat.v4.new_code_cell(
         COLLECTOR + f"\nprint({MARK!r} + __dflash_collect({grade_id!r}, {names!r}, {store!r}))"
-        "\ndel __dflash_collect"
-    )
-    cell = nbformat.v4.new_code_cell(source)
+        "\ndel __dflash_collect")
     cell.metadata[COLLECTOR_KEY] = grade_id
     return cell
 
@@ -198,13 +181,12 @@ def collected(executed) -> dict[str, dict]:
         grade_id = cell.get("metadata", {}).get(COLLECTOR_KEY)
         if not grade_id:
             continue
-        text = "".join(
-            o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stdout"
-        )
+        text = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                       if o.get("name") == "stdout")
         for line in text.splitlines():
             if line.startswith(MARK):
                 try:
-                    data = json.loads(line[len(MARK) :])
+                    data = json.loads(line[len(MARK):])
                 except ValueError:
                     continue
                 if data.get("grade_id") == grade_id:

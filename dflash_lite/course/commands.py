@@ -10,10 +10,7 @@ The README's "Teaching with it" section walks through release, collection and gr
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
 
-The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``) renders the executed
-notebooks, ``docs/method.md`` and ``docs/glossary.md`` offline, without running anything:
-
-    python -m dflash_lite.course site OUT_DIR
+The course site is :mod:`dflash_lite.course.site` (``python -m dflash_lite.course site OUT_DIR``).
 """
 from __future__ import annotations
 
@@ -32,6 +29,7 @@ from ..files import atomic_write_text
 from ..outputs import guard_output_file, refusal
 from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
+from .grading import _inside
 from . import site as course_site
 from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
 
@@ -208,11 +206,6 @@ count are computed by your teacher's grader, from your answers, not from what yo
 """
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    path, folder = path.resolve(), folder.resolve()
-    return path == folder or folder in path.parents
-
-
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
               hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
@@ -262,8 +255,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                 "max_score": sum(c[1] for c in cells.values()),
                 "cells": {g: c[:2] for g, c in cells.items()},
                 "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                "stopped": run["stopped"],
-                "kernel_score": run["kernel_score"]}
+                "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
     return report
 
 
@@ -301,10 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad or getattr(args, "notebooks", None) == []:
         parser.error(f"--notebooks takes chapter numbers such as 02 03, got {bad or 'none'}")
     if not in_checkout():
-        parser.error("the course commands need a checkout of the repository (its notebooks/, "
-                     "docs/ and instructor/ folders); this installed copy "
-                     f"({ROOT / 'dflash_lite'}) holds the package only: git clone the project "
-                     "and run them there")
+        parser.error("the course commands need a checkout of the repository (its notebooks/, docs/ "
+                     f"and instructor/ folders); this installed copy ({ROOT / 'dflash_lite'}) "
+                     "holds the package only: git clone the project and run them there")
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)

@@ -5,11 +5,9 @@ prints, or any number a check returns in that kernel, the student can forge (one
 ``dflash_lite.exercises.score = lambda r, p: float(p)``, used to give full marks). So the points
 are computed here, in a fresh process:
 
-1. **Collect** (:mod:`dflash_lite.course.collect`). Before each graded test cell of the (throwaway)
-   copy that is executed, the grader inserts a collector cell (:func:`collector_cell`). It writes
-   the values the test cell uses as data (numbers, strings, lists, tensors, the package's
-   dataclasses, drafters as safetensors) and, for the functions and classes the notebook defines,
-   only their names.
+1. **Collect** (:mod:`dflash_lite.course.collect`): the values the test cell uses as data
+   (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and, for
+   the functions and classes the notebook defines, only their names.
 2. **Score.** :func:`main` reads the executed copy, rebuilds those values (from plain
    data only), re-creates the notebook's functions and classes from the submitted notebook's source
    (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the
@@ -88,10 +86,7 @@ class Rebuilt:
             module, qualname = v["__ref__"]
             if module.split(".")[0] not in ("dflash_lite", "torch", "numpy", "math", "statistics"):
                 raise LookupError(f"{module}.{qualname} is not something the grader imports")
-            obj = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-            return obj
+            return _attribute(module, qualname)
         if "__hf__" in v or "__tokenizer__" in v:
             name = v.get("__hf__") or v.get("__tokenizer__")
             if name not in self.models:
@@ -103,9 +98,7 @@ class Rebuilt:
             module, qualname = v["__obj__"]
             if module.split(".")[0] != "dflash_lite":
                 raise LookupError(f"{module}.{qualname} is not a class of this package")
-            cls = importlib.import_module(module)
-            for part in qualname.split("."):
-                cls = getattr(cls, part)
+            cls = _attribute(module, qualname)
             obj = cls.__new__(cls)
             obj.__dict__.update(self(v["state"], code))
             return obj
@@ -116,6 +109,14 @@ class Rebuilt:
     def _key(self, k, code):
         k = self(k, code)
         return tuple(k) if isinstance(k, list) else k
+
+
+def _attribute(module: str, qualname: str):
+    """``module.qualname``, imported."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def definitions(notebook, solutions: bool = True) -> str:
@@ -134,8 +135,6 @@ def definitions(notebook, solutions: bool = True) -> str:
         if tree is not None:
             parts += [ast.unparse(node) for node in tree.body if isinstance(node, kinds)]
     return "\n\n".join(parts)
-
-
 
 
 def _exec_each(source: str, namespace: dict) -> None:
@@ -173,16 +172,11 @@ def _test_program(source: str):
     ``__dflash_result__ = check``; returns (code, True if it was a score cell)."""
     tree = _tree(source)
     last = tree.body[-1] if tree and tree.body else None
-    scored = (
-        isinstance(last, ast.Expr)
-        and isinstance(last.value, ast.Call)
-        and getattr(last.value.func, "id", None) == "score"
-        and last.value.args
-    )
+    scored = (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+              and getattr(last.value.func, "id", None) == "score" and last.value.args)
     if scored:
-        tree.body[-1] = ast.Assign(
-            targets=[ast.Name("__dflash_result__", ast.Store())], value=last.value.args[0]
-        )
+        tree.body[-1] = ast.Assign(targets=[ast.Name("__dflash_result__", ast.Store())],
+                                   value=last.value.args[0])
         ast.fix_missing_locations(tree)
     return compile(tree, "<test cell>", "exec"), bool(scored)
 
@@ -192,20 +186,13 @@ SOLUTION_KEY = "__dflash_solution__"
 
 def solution_sources(notebook) -> dict[str, str]:
     """``{grade_id: source}`` of a notebook's solution cells (the student's code as submitted)."""
-    return {
-        _nbgrader(c)["grade_id"]: c.source
-        for c in notebook.cells
-        if c.cell_type == "code" and _nbgrader(c).get("solution") and _nbgrader(c).get("grade_id")
-    }
+    return {_nbgrader(c)["grade_id"]: c.source for c in notebook.cells if c.cell_type == "code"
+            and _nbgrader(c).get("solution") and _nbgrader(c).get("grade_id")}
 
 
-def score_answers(
-    source,
-    answers: dict[str, dict],
-    submission_defs: str,
-    hidden: dict | None = None,
-    solutions: dict[str, str] | None = None,
-) -> dict[str, list]:
+def score_answers(source, answers: dict[str, dict], submission_defs: str,
+                  hidden: dict | None = None, solutions: dict[str, str] | None = None
+                  ) -> dict[str, list]:
     """Points of every graded cell of the ``source`` notebook, from collected ``answers``
     (``{grade_id: {name: encoded value}}``) and the submission's definitions (source text).
     ``solutions``: the submission's solution cells (:func:`solution_sources`); a hidden check

@@ -36,6 +36,7 @@ import nbformat
 
 from ..checkout import ROOT
 from . import grader
+from .collect import _nbgrader
 
 SANDBOX = Path(__file__).resolve().with_name("sandbox.py")
 KERNEL = "dflash-sandbox"
@@ -50,10 +51,6 @@ class Limits:
     output_kb: int = 256
     memory_mb: int = 8192
     grader_timeout_s: int = 1200
-
-
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
 
 
 def restore_locked(submitted, source):
@@ -104,11 +101,11 @@ def _protected() -> tuple[list[str], list[str]]:
 
 def sandboxed(command: list[str], hide: list[str], writable: list[str],
               limits: Limits) -> list[str]:
-    """``command`` wrapped by :mod:`dflash_lite.course.sandbox` (run as a file, ``python -I``)."""
-    read_only, hidden = _protected()
+    """``command`` wrapped by :mod:`dflash_lite.course.sandbox` (run as a file, ``python -I``),
+    with the read-only folders of :func:`_protected` and the ``hide`` folders hidden."""
     args = [sys.executable, "-I", str(SANDBOX), f"--memory-mb={limits.memory_mb}"]
-    args += [f"--read-only={p}" for p in read_only]
-    args += [f"--hide={p}" for p in hidden + hide]
+    args += [f"--read-only={p}" for p in _protected()[0]]
+    args += [f"--hide={p}" for p in hide]
     args += [f"--writable={p}" for p in writable]
     return args + ["--", *command]
 
@@ -120,7 +117,7 @@ def kernel_spec(into: Path, hide: list[str], writable: list[str], env: dict,
     folder = into / "kernels" / KERNEL
     folder.mkdir(parents=True, exist_ok=True)
     argv = sandboxed([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                     hide, writable, limits)
+                     _protected()[1] + hide, writable, limits)
     (folder / "kernel.json").write_text(json.dumps(
         {"argv": argv, "display_name": "dflash-lite (sandboxed)", "language": "python",
          "env": env, "interrupt_mode": "signal"}))
@@ -211,9 +208,7 @@ def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
            "DFLASH_LITE_FIGURES": str(scratch / "figures"),
            "DFLASH_LITE_RESULTS": str(scratch / "results")}
     # the grader reads the instructor's folder: only the kernel's view hides it
-    read_only, _ = _protected()
-    args = [sys.executable, "-I", str(SANDBOX), f"--memory-mb={limits.memory_mb}",
-            *[f"--read-only={p}" for p in read_only], f"--writable={scratch}", "--", *command]
+    args = sandboxed(command, [], [str(scratch)], limits)
     try:
         run = subprocess.run(args, capture_output=True, text=True, cwd=scratch, env=env,
                              timeout=limits.grader_timeout_s)
@@ -226,7 +221,14 @@ def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
 
 
 def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
     return path == folder or folder in path.parents
+
+
+def _zero(source, why: str) -> dict[str, list]:
+    """Every graded cell of ``source`` at 0 points, for ``why``."""
+    return {_nbgrader(c)["grade_id"]: [0.0, float(_nbgrader(c).get("points", 0)), why]
+            for c in source.cells if _nbgrader(c).get("grade")}
 
 
 def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: Path,
@@ -240,9 +242,7 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
     try:
         submitted = nbformat.read(submitted_path, as_version=4)
     except Exception as e:  # noqa: BLE001  (nbformat raises several kinds for a non-notebook)
-        cells = {_nbgrader(c)["grade_id"]: [0.0, float(_nbgrader(c).get("points", 0)),
-                                             f"not a notebook ({type(e).__name__})"]
-                 for c in source.cells if _nbgrader(c).get("grade")}
+        cells = _zero(source, f"not a notebook ({type(e).__name__})")
         return {"cells": cells, "stopped": "not a notebook", "kernel_score": 0.0}
     nb = restore_locked(submitted, source)
     grader.instrument(nb, source)
@@ -257,9 +257,7 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
     nbformat.write(executed, path)
     cells = score(source_path, path, hidden, scratch, limits)
     if "error" in cells:
-        why = cells["error"]
-        cells = {_nbgrader(c)["grade_id"]: [0.0, float(_nbgrader(c).get("points", 0)), why]
-                 for c in source.cells if _nbgrader(c).get("grade")}
+        cells = _zero(source, cells["error"])
     elif stopped:
         cells = {g: c if c[0] or "not reached" not in c[2]
                  else [0.0, c[1], f"not reached: {stopped}"] for g, c in cells.items()}

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 from pathlib import Path
 
 SUBMITTED = "<submission>"          # the file name the submission's code is compiled under
 STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})   # and a solution cell re-run by a check
-
 
 
 class Refused(RuntimeError):
@@ -47,12 +47,9 @@ def _student_code(code) -> bool:
 
 
 def _guard(protected: list[str]):
-    """An audit hook (:pep:`578`) that refuses, while submitted code is on the stack, whatever
-    reaches the grader's frames or objects (frames, garbage-collector lists, tracing, ctypes),
-    starts a process or a thread, builds code objects, or opens the instructor's files;
-    ``exec``/``compile`` are refused only when the submission calls them itself. Python is not a
-    sandbox: this closes the ways in that the listed events cover, and the process around it
-    (:mod:`dflash_lite.course.sandbox`) closes the files."""
+    """The audit hook :func:`guard` installs (the module's docstring says what it refuses): the
+    reached objects are frames, garbage-collector lists, tracing and ctypes, and
+    ``exec``/``compile`` are refused only when the submission calls them itself."""
     getframe, busy = sys._getframe, [False]
 
     def caller_and_student():
@@ -110,8 +107,6 @@ def guard(protected: list[str]) -> None:
 
 def _student_made(cls) -> bool:
     """A class the submission wrote (a method of its own anywhere in the class's MRO)."""
-    import types
-
     for klass in cls.__mro__:
         for value in vars(klass).values():
             for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
@@ -152,8 +147,6 @@ class Plain:
 
 
 def _is_submitted_function(value) -> bool:
-    import types
-
     return isinstance(value, types.FunctionType) and _student_code(value.__code__)
 
 
@@ -170,21 +163,8 @@ def cell_namespace(base: dict, namespace: dict) -> dict:
     return ns
 
 
-WATCHED = (
-    "builtins",
-    "math",
-    "statistics",
-    "json",
-    "json.encoder",
-    "os",
-    "pathlib",
-    "ast",
-    "torch",
-    "torch.testing",
-    "torch.nn.functional",
-    "numpy",
-    "numpy.testing",
-)
+WATCHED = ("builtins", "math", "statistics", "json", "json.encoder", "os", "pathlib", "ast",
+           "torch", "torch.testing", "torch.nn.functional", "numpy", "numpy.testing")
 
 
 def _watched():

@@ -172,12 +172,10 @@ def _lead_group(child: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sandbox.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--hide", action="append", default=[])
-    parser.add_argument("--read-only", action="append", default=[])
-    parser.add_argument("--writable", action="append", default=[])
-    parser.add_argument("--cpu-s", type=int)
-    parser.add_argument("--memory-mb", type=int)
-    parser.add_argument("--max-file-mb", type=int)
+    for flag in ("--hide", "--read-only", "--writable"):
+        parser.add_argument(flag, action="append", default=[])
+    for flag in ("--cpu-s", "--memory-mb", "--max-file-mb"):
+        parser.add_argument(flag, type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

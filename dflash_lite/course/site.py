@@ -42,10 +42,9 @@ def student_notebook(path: Path):
 
 
 def stage_site(stage: Path, instructor: bool = False) -> Path:
-    """Lay the site's sources out in ``stage`` as the repository has them (``index.md``,
-    ``docs/``, ``notebooks/``), so the notebooks' relative links resolve; return ``stage``. The
-    student site (the default) shows the chapters without their solutions; ``instructor`` keeps
-    them."""
+    """Lay the site's sources out in ``stage`` as the repository has them (``index.md``, ``docs/``,
+    ``notebooks/``), so the notebooks' relative links resolve; return ``stage``. The student site
+    (the default) shows the chapters without their solutions; ``instructor`` keeps them."""
     import nbformat
 
     for name in ("conf.py", "index.md"):

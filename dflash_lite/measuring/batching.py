@@ -1,16 +1,15 @@
 """Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
 
-At each batch size b, every method decodes the same prompts in batches of b (the prompt list
-cycled to fill a batch larger than it), in one interleaved timer after a warm-up; every row's
-output is checked against its prompt decoded alone. A row of the report: total new tokens per
-second, the speedup over batched plain decoding at the same b, tau (tokens per target forward,
-per row), the accepted tokens the naive rollback gave back, and two predictions at batch b.
-``predicted_speedup`` is the paper's cost model from the forwards alone,
-``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``),
-measured at that batch size (:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``);
-``predicted_with_host`` adds what every step also costs, the prefill and the loop's own work per
-step, both measured in the same sweep (:func:`_with_host`); the default's forwards are the
-forecast of each step it took.
+At each batch size b, every method decodes the same prompts in batches of b (the prompt list cycled
+to fill a batch larger than it), in one interleaved timer after a warm-up; every row's output is
+checked against its prompt decoded alone. A row of the report: total new tokens per second, the
+speedup over batched plain decoding at the same b, tau (tokens per target forward, per row), the
+accepted tokens the naive rollback gave back, and two predictions at batch b. ``predicted_speedup``
+is the paper's cost model from the forwards alone, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))``
+(MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``), measured at that batch size
+(:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``); ``predicted_with_host`` adds what
+every step also costs, the prefill and the loop's own work per step, both measured in the same sweep
+(:func:`_with_host`); the default's forwards are the forecast of each step it took.
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
@@ -37,8 +36,7 @@ from ..decoding.timing import interleaved
 from ..decoding.tree import DFlashTreeProposer
 from .report import Kind
 
-# the batch after which drafting counts as no longer paying (the issue's 1.2x line)
-PAYS = 1.2
+PAYS = 1.2  # the batch after which drafting counts as no longer paying (the issue's 1.2x line)
 
 
 @dataclass
@@ -112,8 +110,7 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
         policy_costs = None if drafter is None or size == 1 else step_costs(
             target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
             repeats=3, rows=size)
-        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
-                                policy_costs)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size, policy_costs)
         made: dict[str, list] = {m.name: [] for m in methods}
 
         def run(m: BatchMethod):
@@ -187,8 +184,7 @@ def _step_forwards(row: dict, measured: dict) -> tuple[float, float] | None:
 def _predicted(row: dict, measured: dict | None) -> float | None:
     """The cost model at the row's batch size (its own tau), from the forwards alone."""
     step = None if measured is None or row["tau"] is None else _step_forwards(row, measured)
-    return None if step is None else predicted_speedup(row["tau"], measured["t_target"]["1"],
-                                                       *step)
+    return None if step is None else predicted_speedup(row["tau"], measured["t_target"]["1"], *step)
 
 
 def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> float:

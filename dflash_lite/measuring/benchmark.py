@@ -1,12 +1,11 @@
 """Benchmarks that a reviewer can trust (docs/method.md#measuring, #the-cost-model).
 
 Every method runs on the same prompts, with the same ``max_new_tokens``, after a warm-up, in
-interleaved order (each repeat visits the methods in a rotated order, so drift in machine load
-hits all of them alike). Speed is reported as tokens/s (median over repeats of total tokens /
-total time) and as ratios measured in the same run: ``speedup`` against the project's
-autoregressive loop (the decode loop at block size 1), ``speedup_vs_hf_generate`` against
-transformers' ``model.generate``. Every greedy method's tokens are checked against the target's
-greedy output in the run itself.
+interleaved order (each repeat visits the methods in a rotated order, so drift in machine load hits
+all of them alike). Speed is reported as tokens/s (median over repeats of total tokens / total time)
+and as ratios measured in the same run: ``speedup`` against the project's autoregressive loop (the
+decode loop at block size 1), ``speedup_vs_hf_generate`` against transformers' ``model.generate``.
+Every greedy method's tokens are checked against the target's greedy output in the run itself.
 
 :func:`bench` (``python -m dflash_lite bench``) is three steps a notebook can also take one by
 one: :func:`resolve` (load the target, the drafters and the prompts; build the :class:`Method`
@@ -40,15 +39,8 @@ from ..decoding.checkpoints import check_pair, load_drafter, load_pair
 from ..decoding.costs import measure_costs
 from ..decoding.drafter import DFlashDrafter, DrafterConfig
 from ..decoding.shapes import EAGER, FixedShapes
-from ..decoding.target import (
-    SHIPPED_BASELINES,
-    default_drafter_path,
-    load_pretrained,
-    mask_token_id,
-    parse_dtype,
-    stop_token_ids,
-    target_context,
-)
+from ..decoding.target import (SHIPPED_BASELINES, default_drafter_path, load_pretrained,
+                               mask_token_id, parse_dtype, stop_token_ids, target_context)
 from ..files import atomic_write_text
 from ..prompts import builtin_prompts, dataset_prompts, encode_all, load_prompts
 from . import batching
@@ -143,8 +135,7 @@ class Setup:
     methods: list[Method]
     prompts: list[torch.Tensor]                   # token ids (1, T) on the device
     target: Any = None                            # the loaded target model
-    # the DFlash drafter (None: no DFlash rows, no cost model)
-    drafter: Any = None
+    drafter: Any = None  # the DFlash drafter (None: no DFlash rows, no cost model)
     settings: dict = field(default_factory=dict)
     tokenizer: Any = None
 
@@ -190,11 +181,9 @@ def _check_context(model, ids: list[torch.Tensor], max_new_tokens: int) -> None:
 
 def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str | None]:
     """The EAGLE-style drafter and the small draft model (given, else the target's shipped ones)."""
-    shipped = SHIPPED_BASELINES.get(config.target, {})
-    eagle = config.eagle or (str(shipped["eagle"]) if "eagle" in shipped
-                             and shipped["eagle"].is_dir() else None)
-    small = config.draft_model or (str(shipped["draft_model"]) if "draft_model" in shipped
-                                   and shipped["draft_model"].is_dir() else None)
+    shipped = {k: str(p) for k, p in SHIPPED_BASELINES.get(config.target, {}).items() if p.is_dir()}
+    eagle = config.eagle or shipped.get("eagle")
+    small = config.draft_model or shipped.get("draft_model")
     eagle_drafter = load_drafter(eagle, dtype=torch_dtype).to(config.device) if eagle else None
     small_lm = load_pretrained(small, device=config.device, dtype=torch_dtype)[0] if small else None
     return eagle_drafter, small_lm, eagle, small
@@ -224,8 +213,7 @@ def resolve(config: BenchConfig) -> Setup:
     torch_dtype = parse_dtype(c.dtype)
     texts, prompts_source = _prompt_texts(c)
     texts = [c.prompt_template.replace("{prompt}", t) for t in texts]
-    # from config.json: no size may outgrow the context
-    context = target_context(c.target)
+    context = target_context(c.target)  # from config.json: no size may outgrow the context
     validate.check_block_sizes(c.block_sizes, high=context)
     if c.tree_sizes:
         validate.check_block_sizes(c.tree_sizes, "tree_sizes", high=context)
@@ -360,8 +348,7 @@ def report(setup: Setup, measured: Measured) -> dict:
             print("\ncost model (t: median seconds of one forward at the first prompt's context):")
             print(format_cost_model(summary["cost_model"]["rows"]))
     if c.json_out:
-        # never a half-written report
-        atomic_write_text(c.json_out, json.dumps(summary, indent=1))
+        atomic_write_text(c.json_out, json.dumps(summary, indent=1))  # never a half-written report
     return summary
 
 

@@ -23,8 +23,7 @@ TARGET, DRAFT, ACCEPT, REJECT, BONUS = "#0173B2", "#DE8F05", "#029E73", "#D55E00
 
 
 def _box(ax, rect, text, color, fontsize=8, text_color="white"):
-    # lower-left corner, width, height
-    x, y, w, h = rect
+    x, y, w, h = rect  # lower-left corner, width, height
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
                                 fc=color, ec="0.25", lw=0.8))
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize,
@@ -38,11 +37,9 @@ def _arrow(ax, start, end, color="0.3"):
 
 def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)) -> plt.Figure:
     """Top: plain decoding, one target forward per token. Bottom: speculative decoding, where each
-    step is one drafter forward (a block of ``block_size - 1`` guesses) and one target forward
-    that verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next
-    token."""
-    # illustrative units, not measurements
-    target_time, draft_time, verify_extra = 1.0, 0.3, 0.15
+    step is one drafter forward (a block of ``block_size - 1`` guesses) and one target forward that
+    verifies them and commits the ``accepted[i]`` tokens it agrees with plus its own next token."""
+    target_time, draft_time, verify_extra = 1.0, 0.3, 0.15  # illustrative units, not measurements
     committed = sum(a + 1 for a in accepted)
     fig, ax = plt.subplots(figsize=(7, 4.4))
     # plain decoding: one forward, one token

@@ -18,13 +18,11 @@ from .report import TRANSFORMERS_KINDS, Kind, Method, summarise
 @dataclass
 class MethodStats:
     method: Method
-    times: list[float] = field(default_factory=list)         # per repeat: seconds over all prompts
-    # per repeat: new tokens over all prompts
+    # per repeat, over all prompts: seconds, new tokens, seconds per phase, verification steps
+    times: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     acceptance_lengths: list[int] = field(default_factory=list)
-    # per repeat: seconds per phase over all prompts
     phase_runs: list[dict] = field(default_factory=list)
-    # per repeat: verification steps over all prompts
     step_runs: list[int] = field(default_factory=list)
     identical: bool | None = None
     error: str | None = None
@@ -56,10 +54,8 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
         for i, ids in enumerate(prompts):
             try:
                 outputs[m.name][i] = m.run(ids, max_new_tokens)[0]
-            except Exception as e:
-                # a failing method is reported, not dropped
-                stats[m.name].error = (f"{type(e).__name__}: "
-                                       f"{str(e).splitlines()[0] if str(e) else ''}")
+            except Exception as e:                  # a failing method is reported, not dropped
+                stats[m.name].error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                 break
     if reference is None:
         base = next((m.name for kind in (Kind.AUTOREGRESSIVE, Kind.HF_GENERATE) for m in methods

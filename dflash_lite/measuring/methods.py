@@ -9,13 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..decoding.acceptance import SamplingParams
-from ..decoding.baselines import (
-    AdaptiveDFlashProposer,
-    DraftModelProposer,
-    EagleProposer,
-    NoDraftProposer,
-    hf_generate,
-)
+from ..decoding.baselines import (AdaptiveDFlashProposer, DraftModelProposer, EagleProposer,
+                                  NoDraftProposer, hf_generate)
 from ..decoding.checkpoints import to_transformers
 from ..decoding.decode import DFlashProposer, PerRow, generate
 from ..decoding.ngram import NgramProposer

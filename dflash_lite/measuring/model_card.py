@@ -148,9 +148,8 @@ def card_shape_and_corpus(card: dict) -> list[str]:
         "in `Question: ... / Answer: ...` format ending with `The answer is N.`; "
         f"held-out problems use generator seeds >= {man['held_out_seed']}.",
         f"- Tokens: {man.get('tokens')}; corpus manifest sha256 `{man['sha256']}`.",
-        "- Tokenizer: byte-level BPE trained with `tokenizers` on the same text; "
-        "reserves `<|endoftext|>` (EOS and padding) and `<|mask|>` "
-        "(the DFlash drafter's mask token).",
+        "- Tokenizer: byte-level BPE trained with `tokenizers` on the same text; reserves "
+        "`<|endoftext|>` (EOS and padding) and `<|mask|>` (the DFlash drafter's mask token).",
         "- Never trained on any benchmark set (GSM8K, HumanEval): those are held-out judges.",
         "",
     ]
@@ -188,9 +187,8 @@ def card_training_and_measured(card: dict) -> list[str]:
         f"(n={card['code_ast_parse_rate']['n']}) "
         "| greedy completion of held-out function headers, cut at the function's end |",
         f"| ... and adds a body | {card['code_ast_parse_rate']['rate_with_body']:.1%} "
-        f"(n={card['code_ast_parse_rate']['n']}) "
-        "| the same, counting only completions with at least one line "
-        "of body after the prompt (a docstring-only function parses trivially) |",
+        f"(n={card['code_ast_parse_rate']['n']}) | the same, counting only completions with at "
+        "least one line of body after the prompt (a docstring-only function parses trivially) |",
         "",
         "Measured with `python -m dflash_lite.zoo card dflash_lite/models/tiny` "
         f"on {card['measured_on']} ({card['evaluation_seconds']:.0f} s).",
@@ -244,9 +242,8 @@ class DrafterCardConfig:
         self.path = Path(self.path)
         # read at the end: checked before any work
         if not (self.path / "training_curve.json").is_file():
-            raise ValueError(f"{self.path}: no training_curve.json "
-                             "(a drafter card is written for a run of "
-                             f"`python -m dflash_lite train`)")
+            raise ValueError(f"{self.path}: no training_curve.json (a drafter card is written for "
+                             "a run of `python -m dflash_lite train`)")
         outputs.guard_output_dir(self.path, "drafter-card", writes=CARD_FILES)   # before any bench
         if self.judges is not None and not all((Path(self.judges) / f).is_file()
                                                for f in ("gsm8k_test.jsonl", "humaneval.jsonl")):
@@ -291,16 +288,14 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
 
 
 def render_drafter_card(card: dict) -> str:
-
     tr = card["training"]
     lines = [
         "# dflash-lite `tiny` DFlash drafter",
         "",
-        "A DFlash block-diffusion drafter for the shipped `tiny` target: "
-        f"{tr.get('layers', '?')} Qwen3 layers with KV injection, "
-        f"block size {tr.get('block_size', '?')}, "
-        f"conditioned on target layers {tr.get('target_layer_ids', '?')}; "
-        "it shares the target's frozen embedding and LM head (not stored here).",
+        f"A DFlash block-diffusion drafter for the shipped `tiny` target: {tr.get('layers', '?')} "
+        f"Qwen3 layers with KV injection, block size {tr.get('block_size', '?')}, conditioned on "
+        f"target layers {tr.get('target_layer_ids', '?')}; it shares the target's frozen embedding "
+        "and LM head (not stored here).",
         "",
         "## Training",
         "",
@@ -308,29 +303,25 @@ def render_drafter_card(card: dict) -> str:
         f"- {tr['steps']} steps, batch {tr['batch_size']} sequences x {tr['num_anchors']} anchors, "
         f"lr {tr['lr']}, gamma {tr['gamma']}; "
         f"{tr['sequences']} target-regenerated sequences (train-split prompts only).",
-        f"- Time: regeneration {tr['regenerate_seconds'] / 60:.1f} min, "
-        f"training {tr['train_seconds'] / 60:.1f} min, "
-        f"on {tr['device']} with {tr['threads']} threads.",
+        f"- Time: regeneration {tr['regenerate_seconds'] / 60:.1f} min, training "
+        f"{tr['train_seconds'] / 60:.1f} min, on {tr['device']} with {tr['threads']} threads.",
     ]
     probe = tr.get("final_tau_probe")
     if isinstance(probe, dict):
         minutes = tr.get("minutes_to_tau_5") or {}
         lines.append(f"- tau probed during training on held-out prompts (B={tr.get('block_size')}, "
-                     "probe time not counted): "
-                     f"final math {probe['math']:.2f}, code {probe['code']:.2f}; "
-                     "minutes of training to "
-                     f"tau >= 5: math {minutes.get('math')}, code {minutes.get('code')} "
-                     "(None: not reached).")
+                     f"probe time not counted): final math {probe['math']:.2f}, code "
+                     f"{probe['code']:.2f}; minutes of training to tau >= 5: math "
+                     f"{minutes.get('math')}, code {minutes.get('code')} (None: not reached).")
     if card.get("final_metrics"):
         acc = card["final_metrics"]["accuracy_per_position"]
         lines.append("- Final training accuracy per block position: "
                      + ", ".join(f"{a:.2f}" for a in acc[:8]) + (" ..." if len(acc) > 8 else ""))
     lines += ["", "## Measured (greedy, CPU; ratios measured in one run per prompt set)", "",
-              f"Produced by `{card['command_card']}`. "
-              "Speedup is against the project's autoregressive loop "
-              "(the decode loop at block size 1), `vs generate` against `model.generate`; "
-              "every DFlash output "
-              "was checked token for token against the target's greedy output in the same run.", ""]
+              f"Produced by `{card['command_card']}`. Speedup is against the project's "
+              "autoregressive loop (the decode loop at block size 1), `vs generate` against "
+              "`model.generate`; every DFlash output was checked token for token against the "
+              "target's greedy output in the same run.", ""]
     for name, report in card["benchmarks"].items():
         lines += [f"### {name}", "", "```text", format_table(report), "```", ""]
         if report.get("cost_model"):

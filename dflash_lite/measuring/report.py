@@ -17,20 +17,15 @@ from ..decoding.costs import predicted_speedup
 # ----------------------------------------------------------------------------- what a row is
 class Kind(str, enum.Enum):
     """What a method (and its report row) is; consumers select rows by kind, never by name."""
-    # the decode loop at block size 1: what ``speedup`` divides by
-    AUTOREGRESSIVE = "autoregressive"
-    # transformers' ``model.generate``: ``speedup_vs_hf_generate``
-    HF_GENERATE = "hf_generate"
-    # classic speculative decoding with a small causal LM, our loop
-    DRAFT_MODEL = "draft_model"
+    AUTOREGRESSIVE = "autoregressive"    # the decode loop at block size 1: what speedup divides by
+    HF_GENERATE = "hf_generate"          # transformers' ``model.generate``: speedup_vs_hf_generate
+    DRAFT_MODEL = "draft_model"          # classic speculative decoding, a small causal LM, our loop
     HF_DRAFT_MODEL = "hf_draft_model"      # the same small LM as transformers' ``assistant_model``
     PROMPT_LOOKUP = "prompt_lookup"        # transformers' prompt lookup decoding
     NGRAM = "ngram"                        # prompt lookup in our loop (decoding.ngram)
-    # the EAGLE-style drafter (the paper's DFlash-AR, section 5)
-    EAGLE = "eagle"
+    EAGLE = "eagle"                        # the EAGLE-style drafter (the paper's DFlash-AR, sec. 5)
     DFLASH = "dflash"                      # DFlash at the fixed ``block_size`` (paper section 3)
-    # DFlash, block size chosen per step from costs: the default
-    DFLASH_POLICY = "dflash_policy"
+    DFLASH_POLICY = "dflash_policy"        # DFlash, block size chosen per step from costs: default
     DFLASH_ADAPTIVE = "dflash_adaptive"    # DFlash, block size from recent acceptance
     DFLASH_TREE = "dflash_tree"            # DFlash drafting a tree of ``tree_size`` nodes
     DFLASH_HYBRID = "dflash_hybrid"        # that tree plus prompt lookup's continuation as a branch
@@ -58,8 +53,7 @@ class Method:
     tree_size: int | None = None     # draft nodes per step, for a draft-tree row
     default: bool = False            # the headline DFlash row: what Engine.generate runs by default
     session: object | None = None    # a policy row's PolicySession, carried from prompt to prompt
-    # the loop on fixed shapes with compiled forwards (bench --compile)
-    compiled: bool = False
+    compiled: bool = False           # the loop on fixed shapes, compiled forwards (bench --compile)
 
     def __post_init__(self):
         self.kind = Kind(self.kind)
@@ -100,7 +94,7 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             hist[a - 1] += 1
         rows.append({
             "name": m.name, "kind": m.kind.value, "block_size": m.block_size,
-                     "tree_size": m.tree_size,
+            "tree_size": m.tree_size,
             "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS, "default": m.default,
             "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
@@ -114,8 +108,8 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             "steps_per_run": statistics.median(s.step_runs) if s.step_runs else None,
             "identical_to_target": s.identical, "error": s.error,
         })
-    columns = [("speedup", Kind.AUTOREGRESSIVE, False), ("speedup_vs_hf_generate", Kind.HF_GENERATE,
-                                                         False)]
+    columns = [("speedup", Kind.AUTOREGRESSIVE, False),
+               ("speedup_vs_hf_generate", Kind.HF_GENERATE, False)]
     if any(r["compiled"] for r in rows):
         columns.append(("speedup_vs_compiled", Kind.AUTOREGRESSIVE, True))
         for r in rows:
@@ -137,12 +131,10 @@ def _ratio(x: float | None, width: int) -> str:
 
 
 def format_table(report: dict) -> str:
-    # a report with compiled rows
-    compiled = any("speedup_vs_compiled" in r for r in report["methods"])
-    header = (f"{'method':<36} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} "
-              f"{'vs generate':>11} "
-              f"{'tau':>6} {'identical':>9}" + (f" {'vs compiled':>11}" if compiled else ""))
-    lines = [header]
+    compiled = any("speedup_vs_compiled" in r for r in report["methods"])   # it has compiled rows
+    lines = [f"{'method':<36} {'B':>3} {'tokens/s':>9} {'spread':>15} {'speedup':>8} "
+             f"{'vs generate':>11} {'tau':>6} {'identical':>9}"
+             + (f" {'vs compiled':>11}" if compiled else "")]
     for r in report["methods"]:
         if r["error"]:
             lines.append(f"{r['name']:<36} {'':>3} failed: {r['error']}")
@@ -151,16 +143,14 @@ def format_table(report: dict) -> str:
         tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
         name = r["name"] + (" *" if r.get("default") else "")
         lines.append(f"{name:<36} {r['block_size'] or '':>3} {r['tokens_per_s']:>9.1f} "
-                     f"{spread:>15} "
-                     f"{_ratio(r['speedup'], 8)} {_ratio(r.get('speedup_vs_hf_generate'), 11)} "
-                     f"{tau:>6} "
-                     f"{str(r['identical_to_target']):>9}"
+                     f"{spread:>15} {_ratio(r['speedup'], 8)} "
+                     f"{_ratio(r.get('speedup_vs_hf_generate'), 11)} "
+                     f"{tau:>6} {str(r['identical_to_target']):>9}"
                      + (f" {_ratio(r.get('speedup_vs_compiled'), 11)}" if compiled else ""))
     env = report["env"]
     lines.append(f"({env['prompts']} prompts x {env['max_new_tokens']} new tokens, "
                  f"median of {env['repeats']} interleaved repeats; "
-                 "speedup: against the autoregressive loop, vs generate: against "
-                 f"model.generate"
+                 "speedup: against the autoregressive loop, vs generate: against model.generate"
                  + ("; vs compiled: against compiled plain decoding" if compiled else "")
                  + f"; {env['device']}, {env['threads']} threads, torch {env['torch']}, "
                  f"transformers {env['transformers']})"
@@ -206,7 +196,7 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
         step_s = sum(phases.values())
         rows.append({
             "name": r["name"], "kind": kind.value, "block_size": b, "tree_size": r.get("tree_size"),
-                     "tau": r["tau"],
+            "tau": r["tau"],
             "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
             "predicted_speedup": predicted_speedup(r["tau"], t1, tb, td),
             "measured_speedup": r["speedup"],
@@ -219,15 +209,11 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
 
 def format_cost_model(rows: list[dict]) -> str:
     lines = [f"{'method':<20} {'tau':>5} {'t_tgt(1)':>9} {'t_tgt(B)':>9} {'t_draft':>8} "
-             f"{'predicted':>9} "
-             f"{'measured':>8} {'step':>8} {'overhead':>9}"]
+             f"{'predicted':>9} {'measured':>8} {'step':>8} {'overhead':>9}"]
     for r in rows:
         ms = lambda x: f"{1000 * x:.2f}ms"
         lines.append(f"{r['name']:<20} {r['tau']:>5.2f} {ms(r['t_target_1']):>9} "
-                     f"{ms(r['t_target_b']):>9} "
-                     f"{ms(r['t_draft_b']):>8} {r['predicted_speedup']:>8.2f}x "
-                     f"{_ratio(r['measured_speedup'], 8)} "
+                     f"{ms(r['t_target_b']):>9} {ms(r['t_draft_b']):>8} "
+                     f"{r['predicted_speedup']:>8.2f}x {_ratio(r['measured_speedup'], 8)} "
                      f"{ms(r['step_s']):>8} {ms(r['overhead_per_step_s'] or 0):>9}")
     return "\n".join(lines)
-
-

@@ -37,7 +37,6 @@ class RegeneratedData:
 def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16,
                cache_dir: str | Path | None = None) -> RegeneratedData:
     """The target's own greedy answers to ``prompts``, cached under ``cache_dir``."""
-
     key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
                                      sum(float(p.float().sum()) for p in target.parameters())])
                          .encode()).hexdigest()[:16]
@@ -48,8 +47,7 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             if raw.get("complete") and raw.get("key") == key:
                 return RegeneratedData(raw["sequences"], raw["prompt_lengths"])
             raise ValueError("incomplete")
-        except (ValueError, AttributeError, KeyError):
-            # truncated, edited, or not ours: rebuilt
+        except (ValueError, AttributeError, KeyError):     # truncated, edited, or not ours
             print(f"[regenerate] {path}: corrupt cache file, rebuilding it", flush=True)
     stops = stop_token_ids(target, tokenizer)
     pad = tokenizer.pad_token_id
@@ -67,8 +65,7 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             said = time.time()
         batch = [tokenizer(p, add_special_tokens=False).input_ids
                  for p in prompts[start:start + batch_size]]
-        width = max(map(len, batch))
-        # left pad
+        width = max(map(len, batch))                                        # left padded
         ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=target.device)
         mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch],
                             device=target.device)
@@ -131,23 +128,18 @@ def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size:
     features at the anchor and after already know the labels). Blocks never see each other.
     Inside a block attention is bidirectional, or causal for the autoregressive baseline.
     """
-    num_blocks = anchors.shape[0]
-    query_block = torch.arange(num_blocks * block_size) // block_size                     # (A*B,)
-    # (A*B, T)
-    context = torch.arange(context_length)[None, :] < anchors[query_block][:, None]
-    key_block = torch.arange(num_blocks * block_size) // block_size
-    # (A*B, A*B)
-    own_block = query_block[:, None] == key_block[None, :]
+    index = torch.arange(anchors.shape[0] * block_size)
+    block = index // block_size                           # (A*B,): a query's block, or a key's
+    context = torch.arange(context_length)[None, :] < anchors[block][:, None]          # (A*B, T)
+    own_block = block[:, None] == block[None, :]                                       # (A*B, A*B)
     if causal:
-        index = torch.arange(num_blocks * block_size)
         own_block &= index[None, :] <= index[:, None]
     return torch.cat([context, own_block], dim=1)
 
 
 @dataclass
 class Batch:
-    # (N, A*B) anchor token then MASKs per block (real tokens when causal)
-    block_ids: torch.Tensor
+    block_ids: torch.Tensor          # (N, A*B) anchor token then MASKs per block (real when causal)
     labels: torch.Tensor             # (N, A*B) the token each position predicts, IGNORE elsewhere
     block_positions: torch.Tensor    # (N, A*B) absolute positions
     sequence_ids: torch.Tensor       # (N, T) the full sequences, for the target's features
@@ -159,8 +151,7 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
                num_anchors: int, tokenizer, generator: torch.Generator, causal: bool = False,
                fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
-    no labels).
-    ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
+    no labels). ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
 
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
     (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.
@@ -196,21 +187,17 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
             ids = torch.full((a, block_size), mask_token_id)
             ids[:, 0] = seq_t[anchors]
             lab = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
-            # the anchor is given
-            lab[:, 0] = IGNORE
+            lab[:, 0] = IGNORE                                              # the anchor is given
         block_ids[i, : a * block_size] = ids.flatten()
         labels[i, : a * block_size] = lab.flatten()
         positions[i, : a * block_size] = pos.flatten()
-        # (a*B, width + a*B)
-        m = block_attention_mask(anchors, width, block_size, causal)
+        m = block_attention_mask(anchors, width, block_size, causal)      # (a*B, width + a*B)
         mask[i, 0, : a * block_size, :width] = m[:, :width]
         mask[i, 0, : a * block_size, width: width + a * block_size] = m[:, width:]
         # unused query rows attend to themselves only, so softmax never sees an empty row
         for r in range(a * block_size, q):
             mask[i, 0, r, width + r] = True
-    if not any_anchor:
-        return None
-    return Batch(block_ids, labels, positions, seq_ids, mask)
+    return Batch(block_ids, labels, positions, seq_ids, mask) if any_anchor else None
 
 
 def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_anchors: int,

@@ -69,26 +69,22 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int,
     of the M labelled positions. The target is frozen; the LM head runs only where there is a
     label (anchors, padding blocks and positions past a response's end would cost a
     rows x vocabulary product for nothing)."""
+    # the drafter's device and dtype; the target may run in another dtype (bf16 on a GPU)
     device, dtype = next(drafter.parameters()).device, next(drafter.parameters()).dtype
-    # the target may run in another dtype (bf16 on a GPU)
     with torch.no_grad():
         seq = batch.sequence_ids.to(device)
         if features is not None and batch.rows is not None:
             features = features(batch, dtype).to(device)
         else:
             out = target.model(seq, output_hidden_states=True)
-            # (N, T, K*H)
-            features = context_features(out.hidden_states,
+            features = context_features(out.hidden_states,                      # (N, T, K*H)
                                         drafter.config.target_layer_ids).to(dtype)
-        # (N, A*B, H)
         embeds = target.get_input_embeddings()(batch.block_ids.to(device)).to(dtype)
     context_positions = torch.arange(seq.shape[1], device=device)[None].expand(seq.shape[0], -1)
     hidden = drafter(embeds, features, batch.block_positions.to(device), context_positions, None,
-                     # (N, A*B, H)
-                     batch.attn_mask.to(device))
+                     batch.attn_mask.to(device))                                 # (N, A*B, H)
     labels = batch.labels.to(device)
-    # position in block
-    k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)
+    k = (torch.arange(labels.shape[1], device=device) % block_size).expand_as(labels)   # in block
     valid = labels != IGNORE
     head = target.get_output_embeddings()
     return head(hidden[valid].to(head.weight.dtype)), labels[valid], k[valid]
@@ -104,9 +100,8 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
     device = logits.device
     causal = drafter.autoregressive
     zero = torch.zeros(1, device=device)
-    # the j-th prediction of a block (j = 1..B-1) gets weight w_j: at block position j for block
-    # drafting, at position j-1 for autoregressive drafting (each token predicts the next)
-    # (B,)
+    # the j-th prediction of a block (j = 1..B-1) gets weight w_j (B,): at block position j for
+    # block drafting, at position j-1 for autoregressive drafting (each token predicts the next)
     w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])
     first = 0 if causal else 1
     ce = F.cross_entropy(logits.float(), label, reduction="none")

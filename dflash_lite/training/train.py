@@ -5,9 +5,8 @@
    tokenizer's chat template when it has one) are answered by the target itself with batched
    greedy generation, cached on disk.
 2. **Blocks at random anchors** (:func:`dflash_lite.training.data.make_batch`). Each step samples
-anchor
-   positions inside each response. A block is ``[token at anchor, MASK x (B-1)]`` and its labels
-   are the next B-1 real tokens.
+   anchor positions inside each response. A block is ``[token at anchor, MASK x (B-1)]`` and its
+   labels are the next B-1 real tokens.
 3. **One forward per batch** with the block attention mask: a block sees the target features of
    positions strictly before its anchor and itself (bidirectionally), never another block.
 4. **Loss**: cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``, normalised by the
@@ -35,13 +34,8 @@ from ..decoding.checkpoints import save_drafter
 from ..decoding.decode import DFlashProposer, generate
 from ..decoding.drafter import Conditioning, DrafterConfig, Drafting
 from ..decoding.target import _resolve as resolve_target
-from ..decoding.target import (
-    load_pretrained,
-    mask_token_id,
-    parse_dtype,
-    read_config,
-    stop_token_ids,
-)
+from ..decoding.target import (load_pretrained, mask_token_id, parse_dtype, read_config,
+                               stop_token_ids)
 from ..decoding.variants import make_drafter
 from ..files import atomic_write_text
 from ..prompts import apply_chat_template, encode_all, training_prompts, user_prompts
@@ -166,8 +160,8 @@ class DrafterTrainConfig:
         for name in ("steps", "batch_size", "max_new_tokens", "layers", "num_anchors", "num_taps",
                      "probe_prompts", "regenerate_batch_size"):
             validate.check_int(name, getattr(self, name))
-        validate.check_int("num_math", self.num_math, 0)
-        validate.check_int("num_code", self.num_code, 0)
+        for name in ("num_math", "num_code"):
+            validate.check_int(name, getattr(self, name), 0)
         if self.num_math + self.num_code == 0:
             raise ValueError("num_math and num_code are both 0: there is nothing to train on")
         validate.check_seed(self.seed)
@@ -193,8 +187,8 @@ class DrafterTrainConfig:
     def run_config(self) -> dict:
         """The settings a resumed run must share with the checkpoint it resumes."""
         return dict(target=str(self.target), drafting=self.drafting.value,
-                    conditioning=self.conditioning.value,
-                    layers=self.layers, block_size=self.block_size, num_taps=self.num_taps,
+                    conditioning=self.conditioning.value, layers=self.layers,
+                    block_size=self.block_size, num_taps=self.num_taps,
                     fixed_anchors=self.fixed_anchors, batch_size=self.batch_size,
                     num_anchors=self.num_anchors, lr=self.lr, seed=self.seed,
                     num_math=self.num_math, num_code=self.num_code,
@@ -283,14 +277,12 @@ def training_texts(c: DrafterTrainConfig, tokenizer,
 
 
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
-                    work: Path,
-                    callbacks: list[Callable]) -> Trainer:
+                    work: Path, callbacks: list[Callable]) -> Trainer:
     """The one :class:`~dflash_lite.training.trainer.Trainer`, on fresh anchors each epoch,
     checkpointing into ``work``."""
     weights = position_weights(c.block_size)
     generator = torch.Generator().manual_seed(c.seed)
     causal = c.drafting is Drafting.AUTOREGRESSIVE
-
     features = (FeatureCache(model, drafter.config.target_layer_ids, data)
                 if c.cache_features else None)
 
@@ -351,8 +343,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     regen_s = time.time() - t0
     config = DrafterConfig.from_target(model.config, mask_token_id(tokenizer), num_layers=c.layers,
                                        block_size=c.block_size, num_taps=c.num_taps,
-                                       drafting=c.drafting,
-                                       conditioning=c.conditioning)
+                                       drafting=c.drafting, conditioning=c.conditioning)
     drafter = make_drafter(config).to(c.device).train()
     templated = c.chat_template and bool(getattr(tokenizer, "chat_template", None))
     taus = TauCurve(tau_probe(model, tokenizer, prompts=probe, chat_template=templated), drafter,
@@ -379,8 +370,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     save_drafter(drafter.eval(), work, dtype=torch.bfloat16, extra=meta)
     atomic_write_text(work / "training_curve.json",
                       json.dumps({**meta, "curve": history, "tau_curve": taus.points}, indent=1))
-    # with --overwrite: the old run is deleted only now
-    return outputs.commit(work, out)
+    return outputs.commit(work, out)  # with --overwrite: the old run is deleted only now
 
 
 # ----------------------------------------------------------------------------- classic draft model
@@ -417,8 +407,7 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     model, tokenizer = load_pretrained(c.target, device=c.device, dtype=c.dtype)
     t0 = time.time()
     data = regenerate(model, tokenizer, training_prompts(c.num_math, c.num_code, c.seed),
-                      c.max_new_tokens,
-                      cache_dir=c.cache_dir)
+                      c.max_new_tokens, cache_dir=c.cache_dir)
     regen_s = time.time() - t0
     small = Qwen3ForCausalLM(draft_model_config(model.config, c.layers)).to(c.device).train()
     # start from the target's embedding
@@ -438,8 +427,7 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
             "time_budget_s": c.time_budget_s}
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
                          "draft model training run")
-    # loaded back in fp32, exactly
-    small.eval().to(torch.bfloat16).save_pretrained(work)
+    small.eval().to(torch.bfloat16).save_pretrained(work)  # loaded back in fp32, exactly
     tokenizer.save_pretrained(work)
     atomic_write_text(work / "training_curve.json",
                       json.dumps({"training": meta, "curve": history}, indent=1))

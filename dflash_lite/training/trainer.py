@@ -30,28 +30,22 @@ from ..files import atomic_path
 @dataclass
 class TrainConfig:
     """AdamW and its schedule. The defaults are the drafter recipe (docs/method.md#training): 4%
-    warm-up, cosine to zero, no weight decay, gradient norm clipped at 1. The shipped target
-    (:func:`dflash_lite.zoo.train_target`) uses 200 warm-up steps, a floor of 10% of the peak,
-    betas (0.9, 0.95), weight decay on matrices only, and bf16 autocast."""
+    warm-up, cosine to zero, no weight decay, gradient norm clipped at 1; the shipped target's is
+    :func:`dflash_lite.zoo.train_config`."""
     steps: int = 1000
     lr: float = 6e-4
-    # warm-up as a share of training (of the time budget, if any)
-    warmup_fraction: float = 0.04
+    warmup_fraction: float = 0.04        # warm-up as a share of training (of the time budget)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     log_every: int = 10
     checkpoint_every: int = 0            # 0: only at the end
     seed: int = 0
-    # stop (with the schedule finished) after this much training time
-    time_budget_s: float | None = None
-    # warm-up as a number of steps; replaces warmup_fraction when set
-    warmup_steps: int | None = None
+    time_budget_s: float | None = None   # stop (with the schedule finished) after this much time
+    warmup_steps: int | None = None      # warm-up in steps; replaces warmup_fraction when set
     min_lr_ratio: float = 0.0            # the cosine ends at min_lr_ratio * lr
     betas: tuple[float, float] = (0.9, 0.999)
-    # weight decay on parameters with ndim >= 2 only (not norms, biases)
-    decay_matrices_only: bool = False
-    # loss_fn runs under autocast in this dtype (fp32 master weights)
-    autocast_dtype: torch.dtype | None = None
+    decay_matrices_only: bool = False    # weight decay on ndim >= 2 only (not norms, biases)
+    autocast_dtype: torch.dtype | None = None   # loss_fn under autocast in it (fp32 master weights)
 
     def __post_init__(self):
         if not 0.0 <= self.warmup_fraction < 1.0:
@@ -149,8 +143,7 @@ class Trainer:
     loss_fn: Callable
     batches: Callable[[], Iterator]
     config: TrainConfig
-    # on_batch_end(trainer, step, metrics)
-    callbacks: list[Callable] = field(default_factory=list)
+    callbacks: list[Callable] = field(default_factory=list)  # on_batch_end(trainer, step, metrics)
     checkpoint_dir: Path | None = None
     step: int = 0
     history: list[dict] = field(default_factory=list)
@@ -172,8 +165,7 @@ class Trainer:
         from tqdm import tqdm
 
         interrupted = []
-        # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C too
-        stops = (signal.SIGINT, signal.SIGTERM)
+        stops = (signal.SIGINT, signal.SIGTERM)     # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C
         previous = {s: signal.getsignal(s) for s in stops}
         previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
 
@@ -273,8 +265,7 @@ class Trainer:
                 "param_groups": optimizer["param_groups"], "optimizer_scalars": scalars}
         with atomic_path(Path(self.checkpoint_dir) / CHECKPOINT) as tmp:
             save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
-                      str(tmp),
-                      metadata={"trainer": json.dumps(meta)})
+                      str(tmp), metadata={"trainer": json.dumps(meta)})
 
     def resume(self):
         path = Path(self.checkpoint_dir) / CHECKPOINT
@@ -294,8 +285,8 @@ class Trainer:
                 state.setdefault(int(index), {})[key] = value
         for index, values in meta["optimizer_scalars"].items():
             state.setdefault(int(index), {}).update(values)
-        groups = [{**g,
-                   "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
+        groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g
+                  for g in meta["param_groups"]]
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
         self.step, self.history = meta["step"], meta["history"]
         torch.set_rng_state(tensors["rng.torch"])
