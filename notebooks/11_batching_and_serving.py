@@ -480,8 +480,10 @@ for r in chains:
 # The sweep also measures what the forwards leave out: the prompts' prefill P (the same for every
 # method), and the loop's own work per step h, read off batched plain decoding (its time is
 # P + S (t(b, 1) + h) over its S steps). With both, a row of S' steps is predicted at
-# T / (P + S' (t(b, w) + t_draft(b, B) + h)), `predicted_with_host`; for the default policy, its
-# forwards are the forecast of each step it took:
+# T / (P + S' (t(b, w) + t_draft(b, B) + h)), `predicted_with_host`, where the drafter also takes
+# in the tau context positions each step commits (what each position past the first adds is
+# measured too); for the default policy, its forwards are the forecast of each step it took, with
+# the positions its drafter took in:
 
 # %%
 for r in rows:

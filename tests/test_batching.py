@@ -172,6 +172,26 @@ def test_the_drafters_catch_up_is_not_timed_as_a_step(tiny, drafter, prompts):
     assert len(drafting) == len(policy.chosen) > 2 and len(timed) == len(drafting) - 2
 
 
+def test_a_batch_times_plain_decoding_once_before_trusting_a_borrowed_ratio(tiny, drafter, prompts):
+    """A kind never timed borrows the other kinds' measured / predicted ratio; where a draft's host
+    work per step is larger, that rates plain decoding too dear to be tried. So once a step of
+    another kind has been timed, a whole batch takes one plain step, and from then on plain
+    decoding is rated at its own ratio."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    costs = _costs(False)                             # flat: drafting pays
+    costs.measured = True
+    policy = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs)
+    results = generate(target, policy, ids[:4], MAX_NEW, stop_token_ids=stops)
+    assert [r.tokens for r in results] == alone[:4]
+    kinds = [c.kind for c in policy.chosen]
+    assert "plain" in costs.timed and "plain" not in kinds[:1] and kinds.index("plain") <= 2, kinds
+    one = CostAwareProposer(drafter, target, DEFAULT_OPTIONS, _costs(False))
+    one.costs.measured = True
+    assert generate(target, one, ids[0], MAX_NEW, stop_token_ids=stops).tokens == alone[0]
+    assert "plain" not in {c.kind for c in one.chosen}          # one row: the rule alone
+
+
 def test_as_batch_refuses_what_it_cannot_serve():
     with pytest.raises(ValueError, match="the batch is empty"):
         as_batch([], 4)

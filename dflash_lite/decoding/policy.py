@@ -151,6 +151,11 @@ class CostAwareProposer(DFlashTreeProposer):
             c, self.expected = choose(self.estimate, self.costs, self.options,
                                       [len(x) for x in self.continuations], context, max(depths),
                                       waiting)
+        # plain decoding, the line every draft must beat, is timed once in a batch's session: a
+        # kind never timed borrows the others' measured / predicted ratio, and a batch whose host
+        # work per step grows with its drafts would then rate plain decoding too dear to try
+        if 1 < len(lasts) == self.rows and "plain" not in self.costs.timed and self.costs.timed:
+            c, self.expected = Choice(1), float(len(lasts))
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
