@@ -348,12 +348,13 @@ report = sweep(target, drafter, prompt_ids, max_new_tokens, batch_sizes, block_s
 rows = report["rows"]
 print(format_batch_table(rows))
 results = results_dir() / f"11_batch_sweep_{device}.json"
+heat_map = {str(b): {k: {str(w): s for w, s in c[k].items()} for k in ("t_target", "t_draft")}
+            for b, c in heat.items()}
 results.write_text(json.dumps({"parameters": {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
                                               "batch_sizes": batch_sizes, "block_sizes": block_sizes,
                                               "tree_size": tree_size, "repeats": repeats},
                                "hardware": clock.device, "sweep": report,
-                               "heat_map": {str(b): {k: {str(w): s for w, s in v.items()} for k, v in c.items()}
-                                            for b, c in heat.items()}}, indent=1))
+                               "heat_map": heat_map}, indent=1))
 print(f"written to results/{results.name}")
 
 
