@@ -64,17 +64,15 @@ class DraftTree:
         return len(self.parents)
 
     def ancestor_mask(self) -> torch.Tensor:
-        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i."""
+        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i (its :meth:`paths`)."""
         n = len(self.parents)
-        mask = torch.eye(n, dtype=torch.bool)
-        # parents come first, so their rows are complete
-        for i in range(1, n):
-            mask[i] |= mask[self.parents[i]]
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i, path in enumerate(self.paths()):
+            mask[i, path] = True
         return mask
 
     def paths(self) -> list[list[int]]:
-        """Per node: its path from the root, the node included (the True columns of its row of
-        :meth:`ancestor_mask`)."""
+        """Per node: its path from the root, the node included."""
         paths: list[list[int]] = []
         for i, parent in enumerate(self.parents):   # parents come first
             paths.append((paths[parent] if parent >= 0 else []) + [i])
