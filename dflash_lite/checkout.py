@@ -1,7 +1,6 @@
-"""Where the repository's checkout is, for the parts that read it (the course commands, the
-grader, the figures): :data:`ROOT`, the folder above this package, and :func:`in_checkout`, whether
-it holds the notebooks and docs (an installed wheel has the package only, and the course commands
-refuse in one line there). The one place the package looks outside itself.
+"""Where the repository's checkout is (:data:`ROOT`, the folder above this package), for the parts
+that read it: the course commands (which refuse in one line outside a checkout), the grader, the
+figures. The one place the package looks outside itself.
 """
 from __future__ import annotations
 
@@ -20,7 +19,5 @@ def in_checkout() -> bool:
 
 def chapters(selection: list[str] | None = None) -> list[Path]:
     """The chapter notebooks, all or those whose names start with one of ``selection`` ("02")."""
-    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    if selection:
-        found = [nb for nb in found if any(nb.name.startswith(s) for s in selection)]
-    return found
+    return [nb for nb in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+            if not selection or nb.name.startswith(tuple(selection))]

