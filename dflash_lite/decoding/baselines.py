@@ -50,8 +50,7 @@ class NoDraftProposer:
 def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
                             sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
                             generator: torch.Generator | None = None) -> GenerationResult:
-    """The baseline: the decode loop at block size 1 (prefill, then one target forward per
-    token)."""
+    """The baseline: the decode loop at block size 1 (prefill, then a target forward per token)."""
     return generate(model, NoDraftProposer(), input_ids, max_new_tokens, sampling, stop_token_ids,
                     generator)
 
@@ -84,10 +83,8 @@ class EagleProposer:
                                                     position + i, self.cache)
             token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
             drafts.append(token[0])
-            # the context is cached now
-            context, context_start = context[:, :0], position
-        # keep the accepted context 0..position-1, not the drafts
-        self.cache.rewind(position)
+            context, context_start = context[:, :0], position              # cached now
+        self.cache.rewind(position)           # keep the accepted context 0..position-1, no drafts
         return ChainDraft(torch.cat(drafts))
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
@@ -123,9 +120,7 @@ class DraftModelProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = SlotCache.for_target(self.model)
-        self.prompt_length = prompt_ids.shape[1]
-        # tokens not yet in the draft cache
-        self.unseen = prompt_ids
+        self.unseen = prompt_ids                    # tokens not yet in the draft cache
 
     def propose(self, last_token: torch.Tensor, k: int):
         ids = torch.cat([self.unseen, last_token.view(1, 1)], dim=1)
@@ -149,10 +144,8 @@ class DraftModelProposer:
         return ChainDraft(torch.cat(tokens), torch.stack(probs) if probs else None)
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
-        # the last draft was never fed
-        have = min(self.cache.position, position + n + 1)
-        # rejected drafts are overwritten
-        self.cache.rewind(have)
+        have = min(self.cache.position, position + n + 1)      # the last draft was never fed
+        self.cache.rewind(have)                                 # rejected drafts are overwritten
         self.unseen = block[:, have - position: n + 1]
 
 

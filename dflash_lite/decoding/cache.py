@@ -19,18 +19,14 @@ call :meth:`SlotCache.append`, the same write.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 MIN_SLOTS = 256     # an eager cache that has to grow doubles from here
 
 
-def _per_row(value, rows: int) -> list[int]:
-    return [int(value)] * rows if isinstance(value, int) else [int(v) for v in value]
-
-
 class SlotLayer(CacheLayerMixin):
-    """One layer's buffers and write position; allocated at the first write (dtype, heads,
-    device)."""
+    """One layer's buffers and write position; made at its first write (heads, dtype, device)."""
     is_sliding = False
 
     @property
@@ -62,13 +58,9 @@ class SlotLayer(CacheLayerMixin):
                              f"a forward needs {needed}")
         c.length = max(2 * c.length, 1 << (needed - 1).bit_length())
         for layer in c.layers:
-            if layer.is_initialized:
-                pad = layer.keys.shape[2]
-                grown = c.length - pad
-                layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(
-                    *layer.keys.shape[:2], grown, layer.keys.shape[-1])], dim=2)
-                layer.values = torch.cat([layer.values, layer.values.new_zeros(
-                    *layer.values.shape[:2], grown, layer.values.shape[-1])], dim=2)
+            if layer.is_initialized:                            # zeros after the filled slots
+                grown = (0, 0, 0, c.length - layer.keys.shape[2])
+                layer.keys, layer.values = F.pad(layer.keys, grown), F.pad(layer.values, grown)
 
     def update(self, key_states, value_states, *args, **kwargs):
         """Write (rows, kv, W, D) at the write position, move it on by W; return what a forward
@@ -171,7 +163,8 @@ class SlotCache(Cache):
             if end is not None:
                 self.ends.copy_(end)
             return
-        starts = _per_row(to.tolist() if isinstance(to, torch.Tensor) else to, self.rows)
+        to = to.tolist() if isinstance(to, torch.Tensor) else to
+        starts = [int(to)] * self.rows if isinstance(to, int) else [int(v) for v in to]
         for layer in self.layers:
             layer.starts = list(starts)
         if self.fixed or (self.rows > 1 and end is not None):
@@ -278,10 +271,9 @@ class SlotCache(Cache):
         row r's block is its first ``block_lengths[r]`` positions (a shorter block, exactly)."""
         if block_lengths is None and not self.fixed and self.rows == 1:
             return None
-        slots = torch.arange(self.length if self.fixed else max(self.layers[0].starts) + new,
-                             device=self.device)
-        context = slots[None] < self.ends[:, None] if self.fixed or self.rows > 1 \
-            else torch.ones(1, len(slots), dtype=torch.bool, device=self.device)      # (R, L)
+        slots = self.key_positions(new)                                                  # (R, L)
+        context = slots < self.ends[:, None] if self.fixed or self.rows > 1 \
+            else torch.ones_like(slots, dtype=torch.bool)
         block = torch.arange(block_width, device=self.device)[None]
         block = block >= 0 if block_lengths is None else block < block_lengths.view(-1, 1)
         return torch.cat([context, block.expand(self.rows, -1)], dim=1)[:, None, None]

@@ -63,8 +63,7 @@ def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str
 
 
 def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDrafter:
-    try:
-        # sizes and parameter count, before anything is allocated
+    try:                         # sizes and parameter count, before anything is allocated
         parameters = check_model_shape(config.to_dict(), embeddings=0)
     except ValueError as e:
         raise LoadError(f"{source}: bad drafter config ({e})") from None
@@ -93,10 +92,9 @@ def _read(directory: Path, weights_name: str, config_name: str) -> tuple[dict, d
     directory = Path(directory)
     if not directory.is_dir():
         raise LoadError(f"{directory}: no such drafter directory")
-    if not (directory / config_name).is_file():
-        raise LoadError(f"{directory}: missing {config_name}")
-    if not (directory / weights_name).is_file():
-        raise LoadError(f"{directory}: missing {weights_name}")
+    for name in (config_name, weights_name):
+        if not (directory / name).is_file():
+            raise LoadError(f"{directory}: missing {name}")
     _check_safetensors(directory)
     try:
         config = json.loads((directory / config_name).read_text())
@@ -166,9 +164,8 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
     if raw.get("format") != FORMAT:
         raise LoadError(f"{directory / OWN_CONFIG}: not a {FORMAT} config")
     if not isinstance(raw.get("config"), dict):
-        got = type(raw.get("config")).__name__
         raise LoadError(f"{directory / OWN_CONFIG}: its 'config' must be a JSON object of the "
-                        f"drafter's shape, got {got}")
+                        f"drafter's shape, got {type(raw.get('config')).__name__}")
     try:
         config = DrafterConfig(**raw["config"])
     except (TypeError, ValueError) as e:
@@ -224,8 +221,7 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         config["rope_parameters"] = c.rope_parameters
         if "rope_theta" in carried:
             config["rope_theta"] = c.rope_theta
-    else:
-        # rope_theta + rope_scaling (what vLLM/SGLang read)
+    else:                                     # rope_theta + rope_scaling (what vLLM/SGLang read)
         config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
     dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
     config[dtype_key] = str(dtype).removeprefix("torch.")
@@ -238,9 +234,8 @@ def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
     ``rope_scaling`` (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling``
     wins, as in transformers."""
     parameters = dict(raw.get("rope_parameters") or {})
-    # Qwen3Config's default
-    theta = raw.get("rope_theta") or parameters.pop("rope_theta", None) or 10000.0
-    parameters.pop("rope_theta", None)
+    inner = parameters.pop("rope_theta", None)
+    theta = raw.get("rope_theta") or inner or 10000.0                    # Qwen3Config's default
     scaling = raw.get("rope_scaling") or parameters or None
     if scaling is not None and set(scaling) <= {"rope_type", "type"} and \
             scaling.get("rope_type", scaling.get("type")) in ("default", None):
@@ -339,18 +334,16 @@ def from_transformers(model, target_config) -> DFlashDrafter:
     c = model.config
     rope_theta, rope_scaling = _rope_from_config({"rope_parameters": c.rope_parameters})
     layer_types = list(c.layer_types or ["full_attention"] * c.num_hidden_layers)
-    config = DrafterConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                           num_attention_heads=c.num_attention_heads,
-                           num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
-                           vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
-                           num_target_layers=target_config.num_hidden_layers,
-                           target_layer_ids=list(c.target_layer_ids),
-                           num_layers=c.num_hidden_layers, block_size=c.block_size,
-                           rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta,
-                           rope_scaling=rope_scaling,
-                           max_position_embeddings=c.max_position_embeddings,
-                           layer_types=layer_types, sliding_window=(
-                               c.sliding_window if "sliding_attention" in layer_types else None))
+    config = DrafterConfig(
+        hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim, vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
+        num_target_layers=target_config.num_hidden_layers,
+        target_layer_ids=list(c.target_layer_ids), num_layers=c.num_hidden_layers,
+        block_size=c.block_size, rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta,
+        rope_scaling=rope_scaling, max_position_embeddings=c.max_position_embeddings,
+        layer_types=layer_types,
+        sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}
     return _load_strict(config, state, Path("<transformers model>"))

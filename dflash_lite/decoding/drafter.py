@@ -16,8 +16,7 @@ B-1 masked positions give the draft. Context K/V are kept in the loop's one cach
 K/V are never stored.
 
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
-``layers.N.self_attn.{q,k,v,o}_proj``, ...), so :mod:`dflash_lite.decoding.checkpoints` maps them
-1:1.
+``layers.N.self_attn.{q,k,v,o}_proj``, ...): :mod:`dflash_lite.decoding.checkpoints` maps them 1:1.
 
 Two options of that layout change the attention itself, and both are honoured here:
 
@@ -90,7 +89,6 @@ class KVInjectionAttention(nn.Module):
         """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
         all keys, [cached context ; new context ; block]; None: every block position sees every
         key (bidirectional inside the block)."""
-        # (N, kv, C+B, D)
         k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)
         return self.attend(block, block_rope, k, v, attn_mask)
 
@@ -108,14 +106,12 @@ class KVInjectionAttention(nn.Module):
         """KV injection: keys and values of [context ; block], projected in one go; the new context
         joins the cache for good."""
         c = context.shape[1]
-        # (N, kv, C+B, D)
-        k, v = self._kv(torch.cat([context, block], dim=1),
+        k, v = self._kv(torch.cat([context, block], dim=1),                     # (N, kv, C+B, D)
                         torch.cat([context_rope[0], block_rope[0]], dim=1),
                         torch.cat([context_rope[1], block_rope[1]], dim=1))
         if cache is None:
             return k, v
-        # all context so far
-        k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])
+        k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])      # all context so far
         return torch.cat([k_ctx, k[:, :, c:]], dim=2), torch.cat([v_ctx, v[:, :, c:]], dim=2)
 
 
@@ -144,11 +140,9 @@ class DFlashDrafter(nn.Module):
     fusion, no target features, autoregressive drafting) are subclasses in
     :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
 
-    # (config.drafting, config.conditioning) this class runs
-    variants = {("block", "kv_injection")}
+    variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) it runs
     autoregressive = False                      # True: drafts one token per forward (variants only)
-    # its forward runs on a fixed-shape cache (the paper's only)
-    fixed_shapes = True
+    fixed_shapes = True                         # runs on a fixed-shape cache (the paper's only)
     layer = DrafterLayer
 
     def __init__(self, config: DrafterConfig):
@@ -233,16 +227,14 @@ class DFlashDrafter(nn.Module):
         """Sliding-window layers: block position q may see key position k iff |q - k| <=
         sliding_window. ``key_positions`` (N, K): every key's position, context then block.
         Returns a boolean (N, 1, B, K) mask, True where attention is allowed."""
-        # (N, B, K)
-        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()
+        distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()     # (N, B, K)
         return (distance <= self.config.sliding_window)[:, None]
 
     @torch.inference_mode()
     def draft_logits(self, target, block_ids: torch.Tensor, target_hidden: torch.Tensor, start,
                      cache: SlotCache | None = None, block_start=None,
                      block_lengths=None) -> torch.Tensor:
-        """:meth:`draft_forward` without autograd (what every caller outside a compiled region
-        wants)."""
+        """:meth:`draft_forward` without autograd (for every caller outside a compiled region)."""
         return self.draft_forward(target, block_ids, target_hidden, start, cache, block_start,
                                   block_lengths)
 
@@ -260,24 +252,19 @@ class DFlashDrafter(nn.Module):
         """
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
-        # (N, C)
-        context_positions = _offsets(start, c, block_ids.device, n)
-        # (N, B)
-        block_positions = _offsets(block_start, b, block_ids.device, n)
+        context_positions = _offsets(start, c, block_ids.device, n)                    # (N, C)
+        block_positions = _offsets(block_start, b, block_ids.device, n)                # (N, B)
         mask = None
         if cache is not None:
             cache.rewind(start, block_start)
             mask = cache.context_mask(b, c, block_lengths)
-        # the drafter's; the target's may differ
-        dtype = self.fc.weight.dtype
-        # (N, B, H)
-        embeds = target.get_input_embeddings()(block_ids).to(dtype)
+        dtype = self.fc.weight.dtype                    # the drafter's; the target's may differ
+        embeds = target.get_input_embeddings()(block_ids).to(dtype)                    # (N, B, H)
         hidden = self(embeds, target_hidden.to(dtype), block_positions, context_positions,
                       cache, mask)
         head = target.get_output_embeddings()
         # a row count of a multiple of 4 runs the head's product faster on CPU
         first = 0 if b % 4 == 0 else 1
-        # (N, B-1, V)
         return head(hidden[:, first:].to(head.weight.dtype))[:, 1 - first:]
 
 

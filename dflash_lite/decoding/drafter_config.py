@@ -16,25 +16,19 @@ from .target import tapped_layer_ids
 
 class Drafting(str, enum.Enum):
     """How a drafter proposes a block (paper sections 3 and 5). The paper's is ``BLOCK``."""
-    BLOCK = "block"                        # DFlash: one forward drafts the whole block
-    # the EAGLE-style baseline (DFlash-AR): one token per forward
-    AUTOREGRESSIVE = "autoregressive"
-    # a small independent causal LM; trained, never a DrafterConfig
-    DRAFT_MODEL = "draft-model"
+    BLOCK = "block"                     # DFlash: one forward drafts the whole block
+    AUTOREGRESSIVE = "autoregressive"   # the EAGLE-style baseline (DFlash-AR): a token per forward
+    DRAFT_MODEL = "draft-model"         # a small causal LM; trained, never a DrafterConfig
 
-    # "block", as the command line and the JSON files write it
-    def __str__(self) -> str:
+    def __str__(self) -> str:           # "block", as the command line and the JSON files write it
         return self.value
 
 
 class Conditioning(str, enum.Enum):
     """How the target's features reach the drafter (paper section 3; notebook 04)."""
-    # the paper's: projected features are keys and values of every layer
-    KV_INJECTION = "kv_injection"
-    # the projected features enter once, as the context's input
-    INPUT_FUSION = "input_fusion"
-    # no target features; the context is the target's token embeddings
-    NONE = "none"
+    KV_INJECTION = "kv_injection"       # the paper's: the projected features are every layer's K/V
+    INPUT_FUSION = "input_fusion"       # the projected features enter once, as the context's input
+    NONE = "none"                       # no target features; the context is the token embeddings
 
     def __str__(self) -> str:
         return self.value
@@ -60,9 +54,8 @@ class DrafterConfig:
     max_block_size: int = 64          # largest block the drafter may be asked for at inference
     hidden_act: str = "silu"
     attention_bias: bool = False
-    # which drafter this config describes (dflash_lite.decoding.variants.make_drafter builds it);
-    # the paper's is (BLOCK, KV_INJECTION), the rest are ablations; strings ("block", ...) are
-    # accepted too
+    # which drafter this is (variants.make_drafter builds it): the paper's is (BLOCK,
+    # KV_INJECTION), the rest are ablations; strings ("block", ...) are accepted too
     drafting: Drafting = Drafting.BLOCK
     conditioning: Conditioning = Conditioning.KV_INJECTION
     # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
@@ -70,8 +63,7 @@ class DrafterConfig:
     rope_scaling: dict | None = None
     # per layer "full_attention" or "sliding_attention" (None: all full, the paper's drafter)
     layer_types: list[str] | None = None
-    # keys farther than this from a query are not seen (sliding layers)
-    sliding_window: int | None = None
+    sliding_window: int | None = None         # sliding layers see no key farther than this
     # keys of a public DFlash config.json that this code does not use, carried so that an
     # import -> export round trip writes them back unchanged (auto_map, initializer_range, ...)
     public_config: dict = field(default_factory=dict)
@@ -135,7 +127,7 @@ class DrafterConfig:
         rope = dict(getattr(target_config, "rope_parameters", None) or {})
         theta = rope.pop("rope_theta", 10000.0)
         scaling = rope if rope.get("rope_type", rope.get("type", "default")) != "default" else None
-        fields = dict(
+        return cls(**dict(
             hidden_size=target_config.hidden_size,
             intermediate_size=target_config.intermediate_size,
             num_attention_heads=target_config.num_attention_heads,
@@ -148,9 +140,7 @@ class DrafterConfig:
             block_size=block_size,
             rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=target_config.max_position_embeddings,
-        )
-        fields.update(overrides)
-        return cls(**fields)
+        ) | overrides)
 
     def to_dict(self) -> dict:
         d = asdict(self)

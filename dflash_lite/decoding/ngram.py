@@ -40,17 +40,14 @@ def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     longest = ends
     for n in range(2, max_ngram + 1):
         ends = ends[ends >= n - 1]
-        # the n-th last token matches too
-        ends = ends[h[ends - (n - 1)] == h[-n]]
+        ends = ends[h[ends - (n - 1)] == h[-n]]                       # the n-th last matches too
         if ends.size == 0:
             break
         longest = ends
     if longest.size == 0:
         return []
-    # the most recent match's continuation
-    start = int(longest[-1]) + 1
-    # cut at k, or repeated to k by its period
-    return np.resize(h[start:], k).tolist()
+    start = int(longest[-1]) + 1                       # the most recent match's continuation
+    return np.resize(h[start:], k).tolist()            # cut at k, or repeated to k by its period
 
 
 class NgramProposer:
@@ -83,8 +80,7 @@ class NgramProposer:
         return ngram_continuation(self.history + [last_token], self.max_ngram, k)
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
-        drafts = self.continuation(int(last_token), k)
-        # (<= k,), a point mass
+        drafts = self.continuation(int(last_token), k)                  # (<= k,), a point mass
         return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:

@@ -69,14 +69,12 @@ class Shapes:
         (R, C, K*H) at ``start`` (an int, or per row); ``lengths``: per row, how much of its
         context is real (None: all C); ``block_lengths``: per row, how much of the block it
         drafts with (None: all B). The logits of the block's masked slots (R, B-1, V)."""
-        device = block.device
+        device, end = block.device, None                # None: the block follows all C
         blocks = None if block_lengths is None else torch.tensor(block_lengths, device=device)
-        if lengths is None:
-            return drafter.draft_logits(target, block, features, start, cache,
-                                        block_lengths=blocks)
-        start = torch.tensor(start, device=device)
-        return drafter.draft_logits(target, block, features, start, cache,
-                                    start + torch.tensor(lengths, device=device), blocks)
+        if lengths is not None:
+            start = torch.tensor(start, device=device)
+            end = start + torch.tensor(lengths, device=device)
+        return drafter.draft_logits(target, block, features, start, cache, end, blocks)
 
 
 EAGER = Shapes()
@@ -114,19 +112,17 @@ class FixedShapes(Shapes):
                                                                   fixed=True), rows)
 
     @property
-    def slots(self) -> int:
-        # room for a padded last draft
+    def slots(self) -> int:             # room for a padded last draft
         return self.length + max(self.buckets[-1], self.context_width)
 
     def drafter_cache(self, drafter, device, rows: int = 1) -> SlotCache:
         if not drafter.fixed_shapes:
             raise ValueError(f"{type(drafter).__name__} has no fixed-shape forward; run it eager")
-        # what a compiled forward reads
-        drafter.rope_table(self.slots + self.context_width, device)
+        drafter.rope_table(self.slots + self.context_width, device)   # a compiled forward reads it
+
         def make():
-            cache = SlotCache(drafter.config.num_layers, self.slots, rows, fixed=True,
-                              device=device)
             config = drafter.config
+            cache = SlotCache(config.num_layers, self.slots, rows, fixed=True, device=device)
             cache.allocate(config.num_key_value_heads, config.head_dim, drafter.fc.weight.dtype)
             return cache
         return self._cache("drafter", make, rows)
@@ -140,9 +136,8 @@ class FixedShapes(Shapes):
         if key not in self.forwards:
             # one graph per bucket width, per set of taps and per batch size: more than dynamo's 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-            device = args[0].device.type
             # CUDA graphs exist on CUDA only
-            mode = "reduce-overhead" if device == "cuda" else None
+            mode = "reduce-overhead" if args[0].device.type == "cuda" else None
             self.forwards[key] = torch.compile(forward, mode=mode, dynamic=False)
         out = self.forwards[key](*args)
         return tuple(None if t is None else t.clone() for t in out) if isinstance(out, tuple) \
@@ -170,8 +165,7 @@ class FixedShapes(Shapes):
         offset = 0
         while True:
             chunk = features[:, offset: offset + width]
-            chunk = torch.cat([chunk, chunk.new_zeros(rows, width - chunk.shape[1],
-                                                      chunk.shape[-1])], dim=1)
+            chunk = torch.nn.functional.pad(chunk, (0, 0, 0, width - chunk.shape[1]))
             begin = starts + lengths.clamp(max=offset)
             end = starts + lengths.clamp(max=offset + width)
             logits = self._run("draft", forward, block, chunk, begin, end, blocks)

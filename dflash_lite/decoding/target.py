@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,7 @@ SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash",
                     "smollm2-135m": MODELS_DIR / "smollm2-135m-dflash"}   # its target is fetched
 SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle",
                               "draft_model": MODELS_DIR / "tiny-draft-model"}}
-
-
+SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ FETCHABLE = {"smollm2-135m": Fetchable(
 def fetched_dir(name: str) -> Path:
     """Where a fetched target lives: ``$DFLASH_LITE_HOME/models/NAME``, by default under
     ``~/.cache/dflash-lite``; never inside the package."""
-    home = os.environ.get("DFLASH_LITE_HOME") or Path("~/.cache/dflash-lite").expanduser()
+    home = os.environ.get("DFLASH_LITE_HOME") or "~/.cache/dflash-lite"
     return Path(home).expanduser() / "models" / name
 
 
@@ -61,7 +60,6 @@ def default_drafter_path(target_name: str):
     """The shipped drafter directory for a shipped target, or None when there is none."""
     path = SHIPPED_DRAFTERS.get(str(target_name))
     return path if path is not None and (path / "drafter_config.json").is_file() else None
-SUPPORTED_MODEL_TYPES = ("qwen3", "llama")
 
 
 class LoadError(RuntimeError):
@@ -74,23 +72,14 @@ OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".jo
                  ".npy")
 
 
-def _other_weights(directory: Path) -> list[str]:
-    """Names in ``directory`` of weights in other formats than safetensors (and their indexes)."""
-    found = []
-    for file in directory.iterdir():
-        name = file.name.lower().removesuffix(".index.json")
-        if any(name.endswith(ext) for ext in OTHER_WEIGHTS):
-            found.append(file.name)
-    return sorted(found)
-
-
 def _check_safetensors(directory: Path) -> dict[str, list[int]]:
     """Refuse a directory holding weights in any other format (a torch file beside the safetensors
     is how code gets run), then open every safetensors file's header, so corrupt or truncated files
     fail here, clearly. Returns every tensor's shape, by name."""
     from safetensors import safe_open
 
-    other = _other_weights(directory)
+    other = sorted(file.name for file in directory.iterdir()       # and their indexes
+                   if file.name.lower().removesuffix(".index.json").endswith(OTHER_WEIGHTS))
     if other:
         more = " ..." if len(other) > 3 else ""
         raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format "
@@ -111,12 +100,12 @@ def _check_safetensors(directory: Path) -> dict[str, list[int]]:
         with open(file, "rb") as fh:
             header_len = int.from_bytes(fh.read(8), "little")
             header = json.loads(fh.read(header_len))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-                  default=0)
+        header.pop("__metadata__", None)
+        end = max((v["data_offsets"][1] for v in header.values()), default=0)
         if 8 + header_len + end != size:
             raise LoadError(f"{file}: truncated safetensors file ({size} bytes, header says "
                             f"{8 + header_len + end})")
-        shapes.update({k: v.get("shape", []) for k, v in header.items() if k != "__metadata__"})
+        shapes.update({k: v.get("shape", []) for k, v in header.items()})
     return shapes
 
 
@@ -171,10 +160,8 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
         raise LoadError(f"{name}: no such {what} directory, and not a hub id (owner/name)")
     from huggingface_hub import snapshot_download
 
-    try:  # a copy in the local Hugging Face cache needs no network
+    with suppress(Exception):  # a copy in the local Hugging Face cache needs no network
         return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=True))
-    except Exception:
-        pass
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         raise LoadError(f"{name}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
                         f"download it where there is network, or pass a local directory")
@@ -288,8 +275,7 @@ def _check_tokenizer(model, tokenizer, directory: Path) -> None:
     """Every id the tokenizer can produce (its vocabulary, added and special tokens) has a row in
     the model's embedding, so no prompt can index past it."""
     rows = model.get_input_embeddings().num_embeddings
-    ids = [len(tokenizer) - 1, *(i for i in tokenizer.all_special_ids if i is not None)]
-    largest = max(ids)
+    largest = max([len(tokenizer) - 1, *(i for i in tokenizer.all_special_ids if i is not None)])
     if largest >= rows:
         raise LoadError(f"{directory}: the tokenizer has token id {largest}, beyond the model's "
                         f"embedding of {rows} rows (vocab_size); it does not belong to these "

@@ -1,10 +1,9 @@
 """Draft trees: many continuations from one drafter forward, verified in one target forward.
 
-DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads
-more out of it. The drafter gives a distribution over the vocabulary at each of the block's
-masked positions; instead of the chain of argmaxes, we build the **tree of the N most likely
-continuations**, scoring a path by the product of its tokens' per-position probabilities, and
-verify all of them at once:
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it.
+The drafter gives a distribution over the vocabulary at each of the block's masked positions;
+instead of the chain of argmaxes, we build the **tree of the N most likely continuations**, scoring
+a path by the product of its tokens' per-position probabilities, and verify all of them at once:
 
 * **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
   is the top token of the next position; its next sibling is the next-ranked token at its own
@@ -12,8 +11,7 @@ verify all of them at once:
   under prefixes (a path's parent scores at least as well as the path).
 * **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes go
   through the target in one forward, with a 4D attention mask in which every node sees the
-  context and its own ancestors only, and position ids = context length + depth. transformers
-  passes a 4D mask to SDPA as it is.
+  context and its own ancestors only, and position ids = context length + depth.
 * **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
   choice at the node (its argmax, or at temperature > 0 a sample from its processed
   distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
@@ -22,17 +20,15 @@ verify all of them at once:
   features go to the drafter's context.
 * **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
   paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the drafter's
-  tree as one more branch, sharing the nodes the tree already holds, and both are checked in the one
-  forward.
+  tree as one more branch, sharing the nodes the tree already holds, checked in the same forward.
 
 **Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
 distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
-(``acceptance.accept_point_mass``)
-with several candidates: at each node on the walk the target's token is a fresh sample from its
-own distribution given that node's path, and the walk moves on only when a child holds that very
-token. Every committed token is therefore a sample of the target given the tokens before it,
-whichever children the tree holds; the tree only decides how many of them one forward commits
-(``tests/test_sampling_lossless.py`` checks it with a chi-square test).
+(``acceptance.accept_point_mass``) with several candidates: at each node on the walk the target's
+token is a fresh sample from its own distribution given that node's path, and the walk moves on
+only when a child holds that very token. Every committed token is therefore a sample of the target
+given the tokens before it, whichever children the tree holds; the tree only decides how many of
+them one forward commits (``tests/test_sampling_lossless.py`` checks it with a chi-square test).
 """
 from __future__ import annotations
 
@@ -146,12 +142,10 @@ class DraftTree:
 
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
-    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs`` (D,
-    V),
-    best-first by their sum (the log of the product of probabilities)."""
+    """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs``
+    (D, V), best-first by their sum (the log of the product of probabilities)."""
     width = min(budget, draft_logprobs.shape[1])
-    # (D, width), sorted per row
-    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)
+    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)          # (D, width), sorted
     return _best_first(int(root_token), top_logp.tolist(), top_ids.tolist(), budget,
                        draft_logprobs.device)
 
@@ -185,8 +179,7 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
     kids, node = tree.children(), 0
     all_tokens, parents, depths = list(tree.token_list), list(tree.parents), list(tree.depths)
     for token in tokens:
-        # new nodes have no children yet
-        child = kids[node].get(token) if node < len(kids) else None
+        child = kids[node].get(token) if node < len(kids) else None      # new nodes have no kids
         if child is None:                                              # leave the tree: a new node
             child = len(parents)
             all_tokens.append(token)
@@ -214,7 +207,6 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
     the samples on the walk matter, each drawn given its node's path; seeded, each node's sample
     is keyed by the position of the token it chooses, ``positions`` (N+1,), so siblings share
     their noise). Returns the path's node indices (root first) and the target's token after it."""
-    # (N+1,): after each node
     choice = choose_tokens(target_logits, sampling, processors, generator, positions).tolist()
     kids, path = tree.children(), [0]
     while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
@@ -222,17 +214,11 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
     return path, choice[path[-1]]
 
 
-def draft_tree(proposer: DFlashProposer, last_token: torch.Tensor, depth: int,
-               tree_size: int) -> DraftTree:
-    """The ``tree_size`` most likely paths of depth up to ``depth`` from one drafter forward over
-    ``[last, MASK x depth]`` of a DFlash ``proposer`` (its context and cache) for one request."""
-    return draft_trees(proposer, last_token.reshape(1), [depth], tree_size)[0]
-
-
 def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
                 tree_size: int) -> list[DraftTree]:
-    """:func:`draft_tree` of every row of a batch (``last`` (R,)) from one drafter forward: a
-    tree per row, of its own ``depths[r]``."""
+    """Per row of a batch (``last`` (R,)), the ``tree_size`` most likely paths of depth up to
+    ``depths[r]``, all from one forward of the DFlash ``proposer`` (its context and cache) over
+    ``[last, MASK x depth]``."""
     _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
     # every row's top tokens in one host read; the rows' trees are built from those
     top_logp, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(

@@ -28,8 +28,7 @@ class InputFusionAttention(KVInjectionAttention):
                 context_queries=False):
         """The block's output, and the context's own (causal over the context, never the block)
         when ``context_queries``: the context is a residual stream updated layer by layer."""
-        # [all context ; block]
-        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)
+        k, v = self.keys_values(block, context, block_rope, context_rope, cache, layer)  # [C ; B]
         out = self.attend(block, block_rope, k, v, attn_mask)
         if not context_queries:
             return out, None
@@ -87,8 +86,7 @@ class AutoregressiveAttention(KVInjectionAttention):
         """As KV injection, but the drafted token's K/V join the cache too: the next draft attends
         to it."""
         k, v = super().keys_values(block, context, block_rope, context_rope, cache, layer)
-        # cache = [context ; drafts so far]: add this token
-        if cache is not None:
+        if cache is not None:                   # cache = [context ; drafts so far]: add this token
             b = block.shape[1]
             k, v = cache.append(layer, k[:, :, -b:], v[:, :, -b:])
         return k, v
@@ -108,23 +106,17 @@ class AutoregressiveDrafter(DFlashDrafter):
 
     @torch.inference_mode()
     def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor,
-                          context_start: int,
-                          position: int, cache) -> torch.Tensor:
+                          context_start: int, position: int, cache) -> torch.Tensor:
         """One drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V).
         ``target_hidden``: features of the new context positions from ``context_start`` (may be
         empty)."""
-        device = token.device
-        c = target_hidden.shape[1]
-        # (1, C)
+        device, c, dtype = token.device, target_hidden.shape[1], self.fc.weight.dtype
         context_positions = torch.arange(context_start, context_start + c, device=device)[None]
-        dtype = self.fc.weight.dtype
-        # (1, 1, H)
-        embeds = target.get_input_embeddings()(token).to(dtype)
+        embeds = target.get_input_embeddings()(token).to(dtype)                        # (1, 1, H)
         hidden = self(embeds, target_hidden.to(dtype), torch.tensor([[position]], device=device),
                       context_positions, cache)
         head = target.get_output_embeddings()
-        # (1, V)
-        return head(hidden[:, -1].to(head.weight.dtype))
+        return head(hidden[:, -1].to(head.weight.dtype))                               # (1, V)
 
 
 VARIANTS = (DFlashDrafter, InputFusionDrafter, NoFeatureDrafter, AutoregressiveDrafter)
