@@ -1,5 +1,3 @@
-import sys
-
 from .commands import main
 
-sys.exit(main())
+raise SystemExit(main())

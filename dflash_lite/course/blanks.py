@@ -53,12 +53,10 @@ def stub(region: str, in_function: bool = False) -> str:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for target in targets:
-            for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
-                line = lines[node.lineno - 1]
-                shape = re.search(r"#\s*(\([^)]*\))\s*$", line)
-                kept = f" {shape.group(1)}" if shape else ""
-                out.append(f"{indent}{name} = None  # YOUR CODE HERE{kept}")
+        shape = re.search(r"#\s*(\([^)]*\))\s*$", lines[node.lineno - 1])
+        kept = f" {shape.group(1)}" if shape else ""
+        out += [f"{indent}{n.id} = None  # YOUR CODE HERE{kept}"
+                for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
     return "\n".join(out or [f"{indent}pass  # YOUR CODE HERE"])
 
 

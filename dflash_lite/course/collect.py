@@ -44,12 +44,8 @@ def free_names(source: str) -> list[str]:
             bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
-    seen = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound \
-                and not hasattr(builtins, node.id) and node.id not in seen:
-            seen.append(node.id)
-    return seen
+    read = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [n for n in dict.fromkeys(read) if n not in bound and not hasattr(builtins, n)]
 
 
 COLLECTOR = r'''
@@ -127,8 +123,7 @@ def __dflash_collect(grade_id, names, store):
 
 
 def collector_cell(grade_id: str, names: list[str], store: str = ".grader") -> dict:
-    """The code cell inserted before the test cell ``grade_id``: it prints the values of
-    ``names``."""
+    """The code cell put before the test cell ``grade_id``: it prints the values of ``names``."""
     import nbformat
 
     cell = nbformat.v4.new_code_cell(
@@ -151,15 +146,13 @@ def instrument(submitted, source) -> None:
     submitted.cells = cells
 
 
-def _preprocessor_base():
-    try:
-        from nbconvert.preprocessors import Preprocessor
-    except ImportError:  # nbgrader (and so nbconvert) not installed
-        return object
-    return Preprocessor
+try:
+    from nbconvert.preprocessors import Preprocessor
+except ImportError:  # nbgrader (and so nbconvert) not installed
+    Preprocessor = object
 
 
-class InsertCollectors(_preprocessor_base()):
+class InsertCollectors(Preprocessor):
     """An nbconvert preprocessor for stock ``nbgrader autograde``: put it in
     ``Autograde.sanitize_preprocessors`` after ``OverwriteCells`` (course/nbgrader_config.py), so
     the autograded notebooks carry the values :func:`~dflash_lite.course.grader.main` scores."""

@@ -29,7 +29,6 @@ from ..files import atomic_write_text
 from ..outputs import guard_output_file, refusal
 from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
-from .grading import _inside
 from . import site as course_site
 from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
 
@@ -46,14 +45,12 @@ def hardware() -> str:
 
     if torch.cuda.is_available():
         return f"GPU {torch.cuda.get_device_name(0)}"
-    model = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 platform.processor() or platform.machine())
     return f"CPU {model}, {torch.get_num_threads()} threads"
 
 
@@ -65,8 +62,7 @@ class ChapterClock:
     device: str = field(default_factory=hardware)
 
     def report(self) -> str:
-        seconds = time.perf_counter() - self.started
-        minutes, rest = divmod(round(seconds), 60)
+        minutes, rest = divmod(round(time.perf_counter() - self.started), 60)
         text = f"this chapter ran in {minutes} min {rest:02d} s on {self.device}"
         print(text)
         return text
@@ -82,7 +78,7 @@ def chapter_clock() -> ChapterClock:
 # ---------------------------------------------------------------------------------------------
 # Student editions and autograding (nbgrader)
 
-def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
+def nbgrader_api(course_root: Path):
     """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
     ``autograded/`` and a SQLite gradebook inside ``course_root``)."""
     from nbgrader.apps import NbGraderAPI
@@ -95,15 +91,9 @@ def nbgrader_api(course_root: Path, cell_timeout: int = 1800):
     config = Config()
     config.CourseDirectory.root = str(course_root)
     config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"
-    config.Execute.timeout = cell_timeout
+    config.Execute.timeout = 1800
     config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     return NbGraderAPI(CourseDirectory(config=config), config=config)
-
-
-def _checked(result: dict, what: str) -> None:
-    if not result.get("success"):
-        raise RuntimeError(f"nbgrader {what} failed:\n{result.get('log', '')}\n"
-                           f"{result.get('error', '')}")
 
 
 def prepare_course(course_root: Path, notebooks: list[Path]):
@@ -114,21 +104,24 @@ def prepare_course(course_root: Path, notebooks: list[Path]):
     for nb in notebooks:
         shutil.copy(nb, source / nb.name)
     api = nbgrader_api(course_root)
-    _checked(api.generate_assignment(ASSIGNMENT), "generate_assignment")
+    result = api.generate_assignment(ASSIGNMENT)
+    if not result.get("success"):
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.get('log', '')}\n"
+                           f"{result.get('error', '')}")
     return api
 
 
 EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
 
 
-def _check_edition_dir(out: Path, names: list[str]) -> None:
+def _check_edition_dir(out: Path) -> None:
     """Refuse a folder that holds anything student-edition did not write there: source notebooks,
     a student's work, a foreign file of the same name."""
     check_output_dir(out, "the student edition's folder")
     why = refusal(out)
     if why:
         raise ValueError(f"{out} {why}; choose a folder of its own")
-    if _inside(out, ROOT):
+    if grading._inside(out, ROOT):
         raise ValueError(f"{out} is inside the repository: write the student edition outside it")
     if not out.exists() or not any(out.iterdir()):
         return
@@ -157,7 +150,7 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
 
     out = Path(out_dir).resolve()
     notebooks = chapters(selection)
-    _check_edition_dir(out, [nb.name for nb in notebooks])
+    _check_edition_dir(out)
     with tempfile.TemporaryDirectory() as tmp:
         prepare_course(Path(tmp), notebooks)
         out.mkdir(parents=True, exist_ok=True)
@@ -172,11 +165,10 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
                     cell.source = blank(original.source)
                 elif cell.cell_type == "markdown":
                     cell.source = student_markdown(cell.source)
-            path = out / nb.name
             ours.add(nb.name)
             mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
-            nbformat.write(released, path)
-            written.append(path)
+            nbformat.write(released, out / nb.name)
+            written.append(out / nb.name)
         for name in BUNDLE:
             target = out / name
             if target.is_dir():
@@ -209,19 +201,14 @@ count are computed by your teacher's grader, from your answers, not from what yo
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
               hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``).
-
-    Each runs top to bottom in a sandboxed kernel, with the test cells restored from the source,
-    under ``limits`` (:mod:`dflash_lite.course.grading`); then the points are computed in a fresh
-    process (:mod:`dflash_lite.course.grader`) from the values the notebook's answers had, never
-    from what the student's kernel printed. One notebook that dies, loops or floods its output
-    scores 0 where it did not get to, and the others are graded as usual. Returns ``{notebook:
-    {"score", "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it
-    scored 0}, "stopped": why the run stopped early or "", "kernel_score": what the kernel's own
-    outputs claimed, for comparison}}``; ``course_root`` keeps the working files (else a temporary
-    folder, removed)."""
+    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``),
+    each run in a sandboxed kernel under ``limits`` and scored in a fresh process, one at a time
+    (:mod:`dflash_lite.course.grading`). Returns ``{notebook: {"score", "max_score", "cells":
+    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "stopped": why the
+    run stopped early or "", "kernel_score": what the kernel's own outputs claimed, for
+    comparison}}``; ``course_root`` keeps the working files (else a temporary folder, removed)."""
     submitted = Path(submitted_dir)
-    if _inside(submitted, ROOT):
+    if grading._inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
                          "outside it (their code runs while grading)")
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not allow_root:
@@ -258,8 +245,6 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                 "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
     return report
 
-
-# ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m dflash_lite.course", description=__doc__.split("\n\n")[0])
@@ -299,11 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "site":
         try:
             import myst_nb  # noqa: F401  (checked before any work)
+            course_site.check_site_dir(Path(args.out_dir).resolve())
         except ImportError:
             parser.error("the site needs the docs dependencies: "
                          "pip install -r docs/requirements.txt")
-        try:
-            course_site.check_site_dir(Path(args.out_dir).resolve())
         except ValueError as e:
             parser.error(str(e))
         print(course_site.build_site(args.out_dir, instructor=args.instructor))

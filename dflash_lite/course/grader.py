@@ -29,6 +29,7 @@ import ast
 import importlib.util
 import sys
 import traceback
+from functools import reduce
 from pathlib import Path
 
 from ..checkout import ROOT
@@ -42,10 +43,6 @@ from .guard import SUBMITTED, _changed, _fingerprint, _is_submitted_function, ce
 HIDDEN = ROOT / "instructor" / "hidden_checks.py"
 # no submitted code opens these (:func:`dflash_lite.course.guard.guard`)
 INSTRUCTOR = [str(HIDDEN.parent), str(ROOT / "notebooks")]
-
-
-# ---------------------------------------------------------------------------------------------
-# 2. Score (a fresh process)
 
 
 class Rebuilt:
@@ -113,10 +110,7 @@ class Rebuilt:
 
 def _attribute(module: str, qualname: str):
     """``module.qualname``, imported."""
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return reduce(getattr, qualname.split("."), importlib.import_module(module))
 
 
 def definitions(notebook, solutions: bool = True) -> str:
@@ -140,8 +134,7 @@ def definitions(notebook, solutions: bool = True) -> str:
 def _exec_each(source: str, namespace: dict) -> None:
     """Run each top-level statement of ``source`` on its own: one that fails (a stub that raises
     at definition time, an import that is missing) leaves the others defined."""
-    tree = ast.parse(source) if source else ast.Module(body=[], type_ignores=[])
-    for node in tree.body:
+    for node in ast.parse(source).body:
         try:
             exec(compile(ast.Module(body=[node], type_ignores=[]), SUBMITTED, "exec"), namespace)
         except Exception:
@@ -206,7 +199,7 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
     changed, fingerprint = _changed, _fingerprint        # bound before any submitted code runs
     base: dict = {"__name__": "__grader__"}
     _exec_each(definitions(source, solutions=False), base)  # the instructor's imports, helpers
-    for name, value in list(base.items()):               # given helpers are the instructor's code
+    for value in list(base.values()):                    # given helpers are the instructor's code
         if _is_submitted_function(value):
             value.__code__ = value.__code__.replace(co_filename="<instructor>")
     guard(INSTRUCTOR)
@@ -242,7 +235,7 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
                 ns[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
                 hidden[grade_id](ns)
         except Exception as e:  # noqa: BLE001 (any failure is 0 points)
-            passed, message = False, (f"{type(e).__name__}: {e}".splitlines() or [""])[0][:300]
+            passed, message = False, f"{type(e).__name__}: {e}".splitlines()[0][:300]
         tampered = changed(before)
         if tampered:
             passed, message = False, f"the submission changed {tampered[0]}"

@@ -23,6 +23,7 @@ to compare with the grader's.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -91,33 +92,26 @@ def kernel_score(executed) -> float:
     return total
 
 
-def _protected() -> tuple[list[str], list[str]]:
-    """(read-only, hidden) folders for a sandboxed process: the repository, Python and the home
-    folder read-only; the instructor's folder and the source notebooks hidden."""
-    read_only = {str(ROOT), sys.prefix, sys.base_prefix, os.path.expanduser("~")}
-    hidden = [str(ROOT / "instructor"), str(ROOT / "notebooks")]
-    return sorted(read_only), hidden
-
-
 def sandboxed(command: list[str], hide: list[str], writable: list[str],
               limits: Limits) -> list[str]:
-    """``command`` wrapped by :mod:`dflash_lite.course.sandbox` (run as a file, ``python -I``),
-    with the read-only folders of :func:`_protected` and the ``hide`` folders hidden."""
+    """``command`` wrapped by :mod:`dflash_lite.course.sandbox` (run as a file, ``python -I``):
+    the repository, Python and the home folder read-only, the ``hide`` folders hidden."""
+    read_only = sorted({str(ROOT), sys.prefix, sys.base_prefix, os.path.expanduser("~")})
     args = [sys.executable, "-I", str(SANDBOX), f"--memory-mb={limits.memory_mb}"]
-    args += [f"--read-only={p}" for p in _protected()[0]]
-    args += [f"--hide={p}" for p in hide]
-    args += [f"--writable={p}" for p in writable]
+    for flag, folders in (("--read-only", read_only), ("--hide", hide), ("--writable", writable)):
+        args += [f"{flag}={p}" for p in folders]
     return args + ["--", *command]
 
 
 def kernel_spec(into: Path, hide: list[str], writable: list[str], env: dict,
                 limits: Limits) -> Path:
     """A Jupyter kernel spec (folder ``into/kernels/dflash-sandbox``) whose kernel is this
-    Python's ipykernel inside the sandbox."""
+    Python's ipykernel inside the sandbox, the instructor's folder and the source notebooks
+    hidden too."""
     folder = into / "kernels" / KERNEL
     folder.mkdir(parents=True, exist_ok=True)
     argv = sandboxed([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                     _protected()[1] + hide, writable, limits)
+                     grader.INSTRUCTOR + hide, writable, limits)
     (folder / "kernel.json").write_text(json.dumps(
         {"argv": argv, "display_name": "dflash-lite (sandboxed)", "language": "python",
          "env": env, "interrupt_mode": "signal"}))
@@ -186,11 +180,9 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
     except Exception as e:  # noqa: BLE001  (any other failure stops this notebook only)
         stopped = f"the run stopped: {type(e).__name__}: {e}".splitlines()[0][:200]
     finally:
-        try:
+        with contextlib.suppress(Exception):      # already gone
             if run_sync(km.is_alive)():
                 run_sync(km.shutdown_kernel)(now=True)
-        except Exception:  # noqa: BLE001  (already gone)
-            pass
     return nb, stopped
 
 

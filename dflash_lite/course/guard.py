@@ -3,11 +3,8 @@
 * :func:`guard`: an audit hook (:pep:`578`) that refuses, while submitted code is on the stack,
   whatever reaches the grader's frames or objects, starts a process or a thread, builds code
   objects, or opens the instructor's files.
-* :func:`plain` and :class:`Plain`: a submitted function as a check calls it, its results plain
-  data (no instance of a class the submission wrote).
-* :func:`cell_namespace`: the namespace a test cell runs in, the instructor's names first.
-* :func:`_fingerprint` and :func:`_changed`: the namespaces a submission could patch to change a
-  check, and which of them it did.
+* :class:`Plain` and :func:`cell_namespace`: what a check sees of the submission (plain results,
+  the instructor's names first); :func:`_fingerprint` and :func:`_changed`: what it patched.
 
 Python is not a sandbox: this closes the ways in that the listed events cover, and the process
 around the grader (:mod:`dflash_lite.course.sandbox`) closes the files.
@@ -53,14 +50,10 @@ def _guard(protected: list[str]):
     getframe, busy = sys._getframe, [False]
 
     def caller_and_student():
-        frame = getframe(2)                     # the hook's caller's caller: who raised the event
-        first, student = frame, False
-        while frame is not None:
-            if _student_code(frame.f_code):
-                student = True
-                break
+        first = frame = getframe(2)             # the hook's caller's caller: who raised the event
+        while frame is not None and not _student_code(frame.f_code):
             frame = frame.f_back
-        return first, student
+        return first, frame is not None
 
     def hook(event, args):
         if busy[0]:
@@ -188,10 +181,6 @@ def _fingerprint() -> dict:
 def _changed(before: dict) -> list[str]:
     """The watched namespaces whose attributes changed since ``before`` (new ones are allowed:
     lazy imports add them)."""
-    now = dict(_watched())
-    changed = []
-    for name, marks in before.items():
-        space = vars(now[name]) if name in now else {}
-        if any(k not in space or id(space[k]) != v for k, v in marks.items()):
-            changed.append(name)
-    return changed
+    now = {name: vars(space) for name, space in _watched()}
+    return [name for name, marks in before.items() if any(
+        k not in now.get(name, {}) or id(now[name][k]) != v for k, v in marks.items())]

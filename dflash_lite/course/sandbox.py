@@ -23,6 +23,7 @@ file, before the package could have been touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import resource
@@ -105,10 +106,8 @@ def _limit(cpu_s: int | None, memory_mb: int | None, max_file_mb: int | None) ->
 def _wait_forwarding(child: int) -> int:
     """Wait for ``child``, passing on the signals a kernel manager sends; its exit code."""
     def forward(signum, frame):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child, signum)     # the child leads a process group: it and what it started
-        except ProcessLookupError:
-            pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, forward)
     while True:
@@ -123,14 +122,11 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
         writable: list[str] = (), cpu_s: int | None = None, memory_mb: int | None = None,
         max_file_mb: int | None = None) -> int:
     """Run ``command`` sandboxed (see the module's docstring) and return its exit code."""
-    libc = _libc()
-    try:
+    libc, isolated = _libc(), True
+    with contextlib.suppress(OSError):
         os.setsid()                          # a session of its own, where it is not one already
-    except OSError:
-        pass
     try:
         _enter_namespaces(libc)
-        isolated = True
     except OSError as e:
         print(f"sandbox: no namespaces ({e.strerror}); the command runs with limits only",
               file=sys.stderr, flush=True)
@@ -143,7 +139,7 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
             os.setpgid(0, 0)
             if isolated:
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                _set_up_mounts(libc, list(hide), list(read_only), list(writable))
+                _set_up_mounts(libc, hide, read_only, writable)
             _limit(cpu_s, memory_mb, max_file_mb)
             if isolated:       # process 1 ignores signals it has no handler for: the command
                 grandchild = os.fork()                  # runs as process 2
@@ -164,10 +160,8 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
 def _lead_group(child: int) -> None:
     """Make ``child`` lead its process group from the parent's side too, so that no signal
     forwarded right after the fork misses it (the child may have done it already, or exec'd)."""
-    try:
+    with contextlib.suppress(OSError):
         os.setpgid(child, child)
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
