@@ -186,15 +186,12 @@ class DrafterTrainConfig:
 
     def run_config(self) -> dict:
         """The settings a resumed run must share with the checkpoint it resumes."""
-        return dict(target=str(self.target), drafting=self.drafting.value,
-                    conditioning=self.conditioning.value, layers=self.layers,
-                    block_size=self.block_size, num_taps=self.num_taps,
-                    fixed_anchors=self.fixed_anchors, batch_size=self.batch_size,
-                    num_anchors=self.num_anchors, lr=self.lr, seed=self.seed,
-                    num_math=self.num_math, num_code=self.num_code,
-                    max_new_tokens=self.max_new_tokens,
-                    prompts=str(self.prompts) if self.prompts else None,
-                    dataset=self.dataset, chat_template=self.chat_template)
+        keys = ("target", "drafting", "conditioning", "layers", "block_size", "num_taps",
+                "fixed_anchors", "batch_size", "num_anchors", "lr", "seed", "num_math", "num_code",
+                "max_new_tokens", "prompts", "dataset", "chat_template")
+        return {**{k: getattr(self, k) for k in keys}, "target": str(self.target),
+                "drafting": self.drafting.value, "conditioning": self.conditioning.value,
+                "prompts": str(self.prompts) if self.prompts else None}
 
 
 class TauCurve:
@@ -266,14 +263,13 @@ def training_texts(c: DrafterTrainConfig, tokenizer,
     the last ``probe_prompts`` held out, else the built-in train split; through the chat template
     with ``c.chat_template`` (the probe's prompts are rendered by the probe itself)."""
     if own is None:
-        texts = training_prompts(c.num_math, c.num_code, c.seed)
-        return (apply_chat_template(tokenizer, texts) if c.chat_template else texts), None
-    if len(own) <= c.probe_prompts:
+        texts, probe = training_prompts(c.num_math, c.num_code, c.seed), None
+    elif len(own) <= c.probe_prompts:
         raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for "
                          "the tau probe")
-    train = own[:-c.probe_prompts]
-    return ((apply_chat_template(tokenizer, train) if c.chat_template else train),
-            {"held_out": own[-c.probe_prompts:]})
+    else:
+        texts, probe = own[:-c.probe_prompts], {"held_out": own[-c.probe_prompts:]}
+    return (apply_chat_template(tokenizer, texts) if c.chat_template else texts), probe
 
 
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
@@ -354,8 +350,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
                                                           c.run_config()))
     progress = Progress(c.steps, max(1, min(50, c.steps // 20)))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
-                              [progress, taus, *callbacks] if c.eval_every != 0
-                              else [progress, *callbacks])
+                              [progress, *([taus] if c.eval_every != 0 else []), *callbacks])
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - taus.seconds

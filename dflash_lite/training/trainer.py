@@ -166,8 +166,7 @@ class Trainer:
 
         interrupted = []
         stops = (signal.SIGINT, signal.SIGTERM)     # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C
-        previous = {s: signal.getsignal(s) for s in stops}
-        previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
+        previous = {s: signal.getsignal(s) or signal.SIG_DFL for s in stops}
 
         # finish the step, then save; a second signal stops at once
         def on_interrupt(signum, frame):
@@ -185,10 +184,10 @@ class Trainer:
             if main_thread:
                 for s in stops:
                     signal.signal(s, previous[s])
-        if self.checkpoint_dir and self.step > 0:
+        saved = bool(self.checkpoint_dir and self.step > 0)
+        if saved:
             self.save()
         if interrupted:
-            saved = bool(self.checkpoint_dir and self.step > 0)
             said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
                     if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
             raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
