@@ -249,14 +249,6 @@ class Progress:
               f"{rate * 60:.1f} steps a minute, ETA {left / 60:.1f} min", flush=True)
 
 
-def frozen_target(c: DrafterTrainConfig):
-    """The target and its tokenizer, with no parameter that trains."""
-    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model, tokenizer
-
-
 def training_texts(c: DrafterTrainConfig, tokenizer,
                    own: list[str] | None) -> tuple[list[str], dict | None]:
     """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own,
@@ -331,7 +323,8 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None
     out = prepare_out(c.out, c.overwrite, c.run_config())
     torch.manual_seed(c.seed)
-    model, tokenizer = frozen_target(c)
+    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
+    model.requires_grad_(False)                                              # the target is frozen
     texts, probe = training_texts(c, tokenizer, own)
     t0 = time.time()
     data = regenerate(model, tokenizer, texts, c.max_new_tokens, c.regenerate_batch_size,

@@ -193,18 +193,14 @@ class Trainer:
             raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
         return self.history
 
-    def _autocast(self):
-        """Autocast in ``config.autocast_dtype`` on the model's device, or nothing."""
-        dtype = self.config.autocast_dtype
-        if dtype is None or dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(next(self.model.parameters()).device.type, dtype=dtype)
-
     def _loop(self, tqdm, interrupted: list):
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
                    disable=None)
         start = time.time()
         data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
+        dtype = self.config.autocast_dtype
+        autocast = (contextlib.nullcontext() if dtype in (None, torch.float32)
+                    else torch.autocast(next(self.model.parameters()).device.type, dtype=dtype))
         while self.step < self.config.steps and not interrupted:
             # progress on steps, or on wall time when there is a budget (whichever is further)
             progress = self.step / self.config.steps
@@ -224,7 +220,7 @@ class Trainer:
             fresh = False
             for group in self.optimizer.param_groups:
                 group["lr"] = cosine_lr(progress, self.step, self.config)
-            with self._autocast():
+            with autocast:
                 loss, metrics = self.loss_fn(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
