@@ -19,10 +19,9 @@ list), :func:`run` (time them, interleaved, and the cost model's forwards) and :
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
-``"name"``: select them with :func:`rows_of` and :func:`row_of`. ``"default": true`` marks the
-headline DFlash row: the cost-aware block size that ``Engine.generate`` runs by default
-(:mod:`dflash_lite.decoding.policy`). Fixed block sizes and draft trees
-(:mod:`dflash_lite.decoding.tree`) have rows of their own.
+``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row:
+the cost-aware block size that ``Engine.generate`` runs by default
+(:mod:`dflash_lite.decoding.policy`).
 """
 from __future__ import annotations
 
@@ -274,10 +273,8 @@ def run(setup: Setup) -> Measured:
     if sessions:
         env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds
                                                             for s in sessions)}
-    costs = None
-    if setup.drafter is not None:
-        costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
-                              c.cost_repeats, c.tree_sizes)
+    costs = (measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
+                           c.cost_repeats, c.tree_sizes) if setup.drafter is not None else None)
     return Measured(stats, env, costs)
 
 

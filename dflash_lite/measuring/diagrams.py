@@ -1,13 +1,9 @@
 """Diagrams that explain the method, drawn in code (the notebooks' other figures measure it).
 
-* :func:`decoding_timeline`: plain decoding against a speculative step, forward by forward
-  (paper section 2, the draft-then-verify loop);
-* :func:`kv_injection`: the target's tapped features projected once and injected as keys and
-  values into every drafter layer, with the block as the only queries (paper section 3);
-* :func:`attention_masks`: the causal mask, the training block mask and a draft tree's mask side
-  by side (paper section 3.2; docs/method.md);
-* :func:`tree_verification`: one target forward over a draft tree, the path it accepts and the
-  bonus token (notebook 09).
+* :func:`decoding_timeline`: the draft-then-verify loop (paper section 2);
+* :func:`kv_injection`: the target's features injected into every drafter layer (section 3);
+* :func:`attention_masks`: causal, training block and draft tree masks (section 3.2);
+* :func:`tree_verification`: one target forward over a draft tree (notebook 09).
 
 Each function returns a matplotlib figure; the notebooks show and save it with
 ``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed.

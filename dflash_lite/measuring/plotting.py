@@ -1,9 +1,6 @@
 """Where figures and results go, the course's figure style, and the figures of a benchmark report
-(the JSON of :func:`dflash_lite.measuring.benchmark.bench`).
-
-:func:`plot_benchmark` writes four figures into :func:`figures_dir`, one function each: speedup by
-method, the acceptance-length histograms (one panel per method), speedup and tau against block
-size, and the cost-model decomposition. Every figure is titled with the hardware it was measured on.
+(the JSON of :func:`dflash_lite.measuring.benchmark.bench`): :func:`plot_benchmark`, each figure
+titled with the hardware it was measured on.
 """
 from __future__ import annotations
 
@@ -201,10 +198,9 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
     if not drafting:
         return None
     longest = max(len(r["tau_histogram"]) for r in drafting)
-    shares = np.zeros((len(drafting), longest))
-    for i, r in enumerate(drafting):
-        hist = r["tau_histogram"]
-        shares[i, : len(hist)] = np.asarray(hist, dtype=float) / sum(hist)
+    shares = np.array([r["tau_histogram"] + [0] * (longest - len(r["tau_histogram"]))
+                       for r in drafting], dtype=float)
+    shares /= shares.sum(axis=1, keepdims=True)
     fig, ax = subplots(height=0.3 * len(drafting) + 1.6)
     image = ax.imshow(shares, aspect="auto", cmap="viridis", vmin=0, vmax=1,
                       extent=(0.5, longest + 0.5, len(drafting) - 0.5, -0.5))

@@ -176,11 +176,9 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
     rows = []
     for r in [r for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE) if not r.get("compiled")]:
-        kind = kind_of(r)
-        if kind is Kind.DFLASH_TREE:               # a tree: verify N+1 tokens, draft one full block
-            b, draft_b = r["tree_size"] + 1, costs.get("tree_block_size")
-        else:
-            b = draft_b = r["block_size"]
+        kind = kind_of(r)                        # a tree: verify N+1 tokens, draft one full block
+        b, draft_b = ((r["tree_size"] + 1, costs.get("tree_block_size")) if kind is Kind.DFLASH_TREE
+                      else (r["block_size"], r["block_size"]))
         if r["tau"] is None or str(draft_b) not in costs["t_draft"] \
                 or str(b) not in costs["t_target"]:
             continue

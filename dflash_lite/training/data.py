@@ -1,9 +1,7 @@
-"""Training data for a drafter (paper section 4.2; docs/method.md#training): the target's own
-answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so an
-interrupted run never leaves a file that looks complete), and batches of blocks at random anchors
-(:func:`make_batch`): a block is ``[token at anchor, MASK x (B-1)]``, its labels the next B-1 real
-tokens, and the block attention mask lets it see the target features strictly before its anchor
-and itself, never another block.
+"""Training data for a drafter (steps 1 and 2 of :mod:`dflash_lite.training.train`): the target's
+own answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so
+an interrupted run never leaves a file that looks complete), and batches of blocks at random
+anchors (:func:`make_batch`) under the block attention mask (:func:`block_attention_mask`).
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The drafter's training loss (paper section 4.2; docs/method.md#training): one forward of every
-block at its random anchor, cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``
-(:func:`position_weights`), normalised by the weight sum; and the teacher-forced accuracy of each
-position (:func:`position_accuracy`). The frozen target's features come from a
-:class:`FeatureCache`, computed once per training sequence.
+"""The drafter's training loss (steps 3 and 4 of :mod:`dflash_lite.training.train`; weights
+:func:`position_weights`), the teacher-forced accuracy of each position
+(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The one training loop: drafters (paper section 4.2; docs/method.md#training) and the shipped
-target.
-
-:class:`Trainer` knows nothing about drafters or language models: it takes a model, a factory of
-batch iterators and ``loss_fn(model, batch) -> (loss, metrics)``, and runs AdamW with the one
-learning-rate schedule :func:`cosine_lr` (linear warm-up, then cosine decay to a floor), gradient
-clipping, optional autocast, callbacks, a time budget, checkpoints and resume, and Ctrl-C handling.
-:class:`TrainConfig`'s defaults are the drafter recipe; :mod:`dflash_lite.zoo` sets the target's.
-"""
+"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the
+shipped target: :class:`Trainer` knows nothing about either. It runs AdamW with the one
+learning-rate schedule :func:`cosine_lr`, gradient clipping, optional autocast, callbacks, a time
+budget, checkpoints and resume, and Ctrl-C handling."""
 from __future__ import annotations
 
 import contextlib
@@ -129,11 +124,10 @@ def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
 
 @dataclass
 class Trainer:
-    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``.
-
-    ``batches`` makes a fresh iterator: a finite one is one epoch (a new one is made when it ends),
-    an infinite one (random windows) simply never ends. ``metrics`` may hold anything; the
-    progress bar shows ``loss`` and the first of ``accuracy_per_position`` when they are there.
+    """``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``, which makes a fresh
+    iterator: a finite one is one epoch (a new one is made when it ends), an infinite one (random
+    windows) simply never ends. ``metrics`` may hold anything; the progress bar shows ``loss`` and
+    the first of ``accuracy_per_position`` when they are there.
 
     With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
     (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
