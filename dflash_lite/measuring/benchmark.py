@@ -284,7 +284,6 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     c = setup.config
     stops = stop_token_ids(setup.target, setup.tokenizer)
     tree = c.tree_sizes[0] if c.tree_sizes else None
-    progress = None if c.quiet else print
     shapes = [EAGER]
     if c.compile:
         length = max(x.shape[1] for x in setup.prompts) + c.max_new_tokens
@@ -294,7 +293,7 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     for s in shapes:
         result = batching.sweep(setup.target, setup.drafter, setup.prompts, c.max_new_tokens,
                                 c.batch_sizes, c.block_sizes, tree, sampling, stops, c.repeats,
-                                c.cost_repeats, c.device, s, progress)
+                                c.cost_repeats, c.device, s, None if c.quiet else print)
         for row in result["rows"]:
             row["compiled"] = s.compiled
             if s.compiled:

@@ -292,17 +292,15 @@ def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_do
     """What ``training_curve.json`` and the drafter's config record of the run."""
     return {"command": c.command, "target": c.target, "drafting": c.drafting.value,
             "layers": c.layers, "conditioning": c.conditioning.value,
-            "anchors": "fixed" if c.fixed_anchors else "random",
-            "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
-            "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
-            "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts,
-            "dataset": c.dataset,
+            "anchors": "fixed" if c.fixed_anchors else "random", "block_size": c.block_size,
+            "target_layer_ids": config.target_layer_ids, "max_new_tokens": c.max_new_tokens,
+            "num_math": c.num_math, "num_code": c.num_code, "steps": steps_done,
+            "steps_planned": c.steps, "prompts": c.prompts, "dataset": c.dataset,
             "chat_template": c.chat_template and bool(getattr(tokenizer, "chat_template", None)),
             "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."),
-            "time_budget_s": c.time_budget_s,
-            "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds,
-            "seed": c.seed, "device": c.device, "threads": torch.get_num_threads(),
-            "gamma": loss_gamma(c.block_size)}
+            "time_budget_s": c.time_budget_s, "batch_size": c.batch_size,
+            "num_anchors": c.num_anchors, "lr": c.lr, **seconds, "seed": c.seed, "device": c.device,
+            "threads": torch.get_num_threads(), "gamma": loss_gamma(c.block_size)}
 
 
 def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (),
@@ -347,8 +345,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     history = trainer.run()
     train_s = time.time() - t1 - taus.seconds
     seconds = {"sequences": len(data), "regenerate_seconds": round(regen_s, 1),
-               "train_seconds": round(train_s, 1),
-               "tau_probe_seconds": round(taus.seconds, 1)}
+               "train_seconds": round(train_s, 1), "tau_probe_seconds": round(taus.seconds, 1)}
     meta = {"training": run_record(c, config, tokenizer, trainer.step, seconds)}
     final = taus.final(trainer.step, train_s)
     meta["training"].update(final_tau_probe=final,
@@ -408,10 +405,9 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     history = trainer.run()
     meta = {"command": c.command, "target": c.target, "layers": c.layers, "steps": trainer.step,
             "steps_planned": c.steps, "batch_size": c.batch_size, "lr": c.lr,
-            "sequences": len(data),
-            "regenerate_seconds": round(regen_s, 1), "train_seconds": round(time.time() - t1, 1),
-            "device": c.device, "threads": torch.get_num_threads(),
-            "time_budget_s": c.time_budget_s}
+            "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
+            "train_seconds": round(time.time() - t1, 1), "device": c.device,
+            "threads": torch.get_num_threads(), "time_budget_s": c.time_budget_s}
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
                          "draft model training run")
     small.eval().to(torch.bfloat16).save_pretrained(work)  # loaded back in fp32, exactly
