@@ -183,7 +183,7 @@ def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
     ax.set_xlabel("speedup over the autoregressive loop (same run)")
     ax.set_title(f"Speedup by method ({_where(report)})")
     ax.set_xlim(0, max(r["speedup"] for r in rows) * 1.45)
-    return save_figure(fig, f"{prefix}_speedup_by_method", out_dir)
+    return save_figure(fig, f"{prefix}_speedup_by_method", out_dir=out_dir)
 
 
 def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
@@ -212,7 +212,7 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
     ax.set_xlabel("tokens committed per step\n(white tick: tau, the mean)")
     fig.colorbar(image, ax=ax, label="fraction of the method's steps", fraction=0.05)
     ax.set_title(f"Acceptance length\n({_where(report)})")
-    return save_figure(fig, f"{prefix}_tau_histogram", out_dir)
+    return save_figure(fig, f"{prefix}_tau_histogram", out_dir=out_dir)
 
 
 def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
@@ -237,7 +237,7 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
     ax.legend(handles=[speedup_line, tau_line], loc="upper center", bbox_to_anchor=(0.5, -0.2),
               ncol=2, frameon=False)
     ax.set_title(f"DFlash: speedup and tau by block size\n({hardware_label(report['env'])})")
-    return save_figure(fig, f"{prefix}_speedup_vs_block_size", out_dir)
+    return save_figure(fig, f"{prefix}_speedup_vs_block_size", out_dir=out_dir)
 
 
 def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
@@ -287,7 +287,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
     bx.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     bx.set_title("Speedup: tau * t(1) / (t(B) + t_draft(B)) against measured")
     fig.suptitle(f"Cost model ({_where(report)})")
-    return save_figure(fig, f"{prefix}_cost_model", out_dir)
+    return save_figure(fig, f"{prefix}_cost_model", out_dir=out_dir)
 
 
 if "matplotlib" in sys.modules:          # a notebook that imported matplotlib first gets the style
