@@ -19,10 +19,9 @@ list), :func:`run` (time them, interleaved, and the cost model's forwards) and :
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
-``"name"``: select them with :func:`rows_of` and :func:`row_of`. ``"default": true`` marks the
-headline DFlash row: the cost-aware block size that ``Engine.generate`` runs by default
-(:mod:`dflash_lite.decoding.policy`). Fixed block sizes and draft trees
-(:mod:`dflash_lite.decoding.tree`) have rows of their own.
+``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row:
+the cost-aware block size that ``Engine.generate`` runs by default
+(:mod:`dflash_lite.decoding.policy`).
 """
 from __future__ import annotations
 
@@ -274,10 +273,8 @@ def run(setup: Setup) -> Measured:
     if sessions:
         env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds
                                                             for s in sessions)}
-    costs = None
-    if setup.drafter is not None:
-        costs = measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
-                              c.cost_repeats, c.tree_sizes)
+    costs = (measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
+                           c.cost_repeats, c.tree_sizes) if setup.drafter is not None else None)
     return Measured(stats, env, costs)
 
 
@@ -287,7 +284,6 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     c = setup.config
     stops = stop_token_ids(setup.target, setup.tokenizer)
     tree = c.tree_sizes[0] if c.tree_sizes else None
-    progress = None if c.quiet else print
     shapes = [EAGER]
     if c.compile:
         length = max(x.shape[1] for x in setup.prompts) + c.max_new_tokens
@@ -297,7 +293,7 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     for s in shapes:
         result = batching.sweep(setup.target, setup.drafter, setup.prompts, c.max_new_tokens,
                                 c.batch_sizes, c.block_sizes, tree, sampling, stops, c.repeats,
-                                c.cost_repeats, c.device, s, progress)
+                                c.cost_repeats, c.device, s, None if c.quiet else print)
         for row in result["rows"]:
             row["compiled"] = s.compiled
             if s.compiled:

@@ -1,13 +1,9 @@
 """Diagrams that explain the method, drawn in code (the notebooks' other figures measure it).
 
-* :func:`decoding_timeline`: plain decoding against a speculative step, forward by forward
-  (paper section 2, the draft-then-verify loop);
-* :func:`kv_injection`: the target's tapped features projected once and injected as keys and
-  values into every drafter layer, with the block as the only queries (paper section 3);
-* :func:`attention_masks`: the causal mask, the training block mask and a draft tree's mask side
-  by side (paper section 3.2; docs/method.md);
-* :func:`tree_verification`: one target forward over a draft tree, the path it accepts and the
-  bonus token (notebook 09).
+* :func:`decoding_timeline`: the draft-then-verify loop (paper section 2);
+* :func:`kv_injection`: the target's features injected into every drafter layer (section 3);
+* :func:`attention_masks`: causal, training block and draft tree masks (section 3.2);
+* :func:`tree_verification`: one target forward over a draft tree (notebook 09).
 
 Each function returns a matplotlib figure; the notebooks show and save it with
 ``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed.
@@ -126,24 +122,6 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
     return fig
 
 
-def causal_mask(n: int) -> np.ndarray:
-    """(n, n) bool: query i may attend to keys 0..i."""
-    return np.tril(np.ones((n, n), dtype=bool))
-
-
-def block_mask(anchors: list[int], context: int, block_size: int) -> np.ndarray:
-    """(A*B, context + A*B) bool: block j sees the context strictly before its anchor and its own
-    block in both directions (the training mask; ``dflash_lite/training/train.py`` builds the
-    same)."""
-    a = len(anchors)
-    mask = np.zeros((a * block_size, context + a * block_size), dtype=bool)
-    for j, anchor in enumerate(anchors):
-        rows = slice(j * block_size, (j + 1) * block_size)
-        mask[rows, :anchor] = True
-        mask[rows, context + j * block_size: context + (j + 1) * block_size] = True
-    return mask
-
-
 def tree_mask(parents: list[int]) -> np.ndarray:
     """(N, N) bool: node i sees itself and its ancestors (``parents[0]`` is the root's, ignored)."""
     mask = np.eye(len(parents), dtype=bool)
@@ -157,14 +135,18 @@ EXAMPLE_PARENTS = [-1, 0, 0, 1, 1, 2, 3, 6]            # a root, two children, .
 
 def attention_masks() -> plt.Figure:
     """Causal mask (the target), block mask (the drafter in training) and tree mask (the target
-    verifying a draft tree), black = may attend."""
+    verifying a draft tree), black = may attend; the block mask is the one training uses."""
+    import torch
+
+    from ..training.data import block_attention_mask
+
     fig = plt.figure(figsize=(7, 7.2))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.1])
     axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, :]), fig.add_subplot(grid[0, 1])]
     panels = [
-        (causal_mask(8), "Causal (target decoding)\nquery i sees keys 0..i", "key position",
-         "query position"),
-        (block_mask([3, 6, 9], 12, 4),
+        (np.tril(np.ones((8, 8), dtype=bool)), "Causal (target decoding)\nquery i sees keys 0..i",
+         "key position", "query position"),
+        (block_attention_mask(torch.tensor([3, 6, 9]), 12, 4).numpy(),
          "Block mask (drafter training)\nblock j: context before its anchor + its own block",
          "keys: context 0-11 | 3 blocks x 4", "queries: 3 blocks x 4"),
         (tree_mask(EXAMPLE_PARENTS),

@@ -62,28 +62,26 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
                      if m.kind is kind and stats[m.name].error is None), None)
         reference = outputs[base] if base else {}
     live = [m for m in methods if stats[m.name].error is None]
-    # per repeat: seconds, tokens
-    totals = {m.name: [[0.0, 0] for _ in range(repeats)] for m in live}
-    phases = {m.name: [{} for _ in range(repeats)] for m in live}
-    steps = {m.name: [0] * repeats for m in live}
+    for m in live:
+        s = stats[m.name]
+        s.times, s.tokens, s.step_runs = [0.0] * repeats, [0] * repeats, [0] * repeats
+        s.phase_runs = [{} for _ in range(repeats)]
     # each prompt: the methods interleaved, ``repeats`` rounds
     for ids in prompts:
         calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live},
                             repeats, 0, device)
         for name, rounds in calls.items():
+            s = stats[name]
             for repeat, (seconds, (tokens, result)) in enumerate(rounds):
-                totals[name][repeat][0] += seconds
-                totals[name][repeat][1] += len(tokens)
+                s.times[repeat] += seconds
+                s.tokens[repeat] += len(tokens)
                 if result is not None:
                     if repeat == 0:
-                        stats[name].acceptance_lengths += result.acceptance_lengths
-                    steps[name][repeat] += len(result.acceptance_lengths)
+                        s.acceptance_lengths += result.acceptance_lengths
+                    s.step_runs[repeat] += len(result.acceptance_lengths)
+                    phases = s.phase_runs[repeat]
                     for phase, t in result.phase_times.items():
-                        phases[name][repeat][phase] = phases[name][repeat].get(phase, 0.0) + t
-    for name in totals:
-        stats[name].times = [t for t, _ in totals[name]]
-        stats[name].tokens = [n for _, n in totals[name]]
-        stats[name].phase_runs, stats[name].step_runs = phases[name], steps[name]
+                        phases[phase] = phases.get(phase, 0.0) + t
     for m in live:      # sampled: transformers' rows draw from their own stream, ours are seeded
         if reference and (greedy or seeded and m.kind not in TRANSFORMERS_KINDS):
             stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)

@@ -1,8 +1,6 @@
-"""The benchmark's methods (:mod:`dflash_lite.measuring.benchmark`): what each row runs. Baselines,
-the peers (a small draft model, prompt lookup, the EAGLE-style drafter, transformers' assisted
-paths) and our DFlash rows (the policies, fixed block sizes, the adaptive rule, draft trees and
-hybrid trees), each a :class:`~dflash_lite.measuring.report.Method` whose run is the one decode loop
-with a fresh proposer (or a policy session's), or transformers' ``generate``.
+"""The benchmark's methods (:mod:`dflash_lite.measuring.benchmark`): what each row runs
+(:func:`standard_methods`), each a :class:`~dflash_lite.measuring.report.Method` whose run is the
+one decode loop with a fresh proposer (or a policy session's), or transformers' ``generate``.
 """
 from __future__ import annotations
 

@@ -113,17 +113,8 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
 def render_card(card: dict) -> str:
     """The target's MODEL_CARD.md: what it is, its corpus, its training, what was measured,
     samples, limits."""
-    lines = card_shape_and_corpus(card) + card_training_and_measured(card)
-    for domain in ("math", "code"):
-        for row in card["samples"][domain]:
-            lines += ["```text", row["prompt"] + row["completion"], "```", ""]
-    return "\n".join(lines + TARGET_LIMITATIONS) + "\n"
-
-
-def card_shape_and_corpus(card: dict) -> list[str]:
-    cfg = card["config"]
-    man = card["corpus_manifest"]
-    return [
+    cfg, man, tr = card["config"], card["corpus_manifest"], card["training"]
+    lines = [
         "# dflash-lite `tiny` target",
         "",
         f"A `{card['architecture']}` ({card['parameters'] / 1e6:.2f}M parameters, "
@@ -152,12 +143,6 @@ def card_shape_and_corpus(card: dict) -> list[str]:
         "`<|endoftext|>` (EOS and padding) and `<|mask|>` (the DFlash drafter's mask token).",
         "- Never trained on any benchmark set (GSM8K, HumanEval): those are held-out judges.",
         "",
-    ]
-
-
-def card_training_and_measured(card: dict) -> list[str]:
-    tr = card["training"]
-    return [
         "## Training",
         "",
         f"- Seed {tr['seed']}, {tr['steps_done']} steps, "
@@ -196,6 +181,10 @@ def card_training_and_measured(card: dict) -> list[str]:
         "## Sample greedy completions (held out)",
         "",
     ]
+    for domain in ("math", "code"):
+        for row in card["samples"][domain]:
+            lines += ["```text", row["prompt"] + row["completion"], "```", ""]
+    return "\n".join(lines + TARGET_LIMITATIONS) + "\n"
 
 
 TARGET_LIMITATIONS = [

@@ -1,9 +1,6 @@
 """Where figures and results go, the course's figure style, and the figures of a benchmark report
-(the JSON of :func:`dflash_lite.measuring.benchmark.bench`).
-
-:func:`plot_benchmark` writes four figures into :func:`figures_dir`, one function each: speedup by
-method, the acceptance-length histograms (one panel per method), speedup and tau against block
-size, and the cost-model decomposition. Every figure is titled with the hardware it was measured on.
+(the JSON of :func:`dflash_lite.measuring.benchmark.bench`): :func:`plot_benchmark`, each figure
+titled with the hardware it was measured on.
 """
 from __future__ import annotations
 
@@ -164,10 +161,6 @@ def _where(report: dict) -> str:
     return f"{hardware_label(env)}; {prompts} prompts x {tokens} tokens"
 
 
-def _save(fig, out_dir: str | Path | None, prefix: str, name: str) -> Path:
-    return save_figure(fig, f"{prefix}_{name}", out_dir=out_dir)
-
-
 DFLASH_BLUE, OTHER_GREY, TAU_ORANGE = COLORBLIND[0], COLORBLIND[7], COLORBLIND[1]
 # the cost model's phases: one colour per phase, the model's bars solid, the measured ones hatched
 PHASE_COLORS = {"verify": COLORBLIND[0], "draft": COLORBLIND[1], "accept": COLORBLIND[2]}
@@ -190,7 +183,7 @@ def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
     ax.set_xlabel("speedup over the autoregressive loop (same run)")
     ax.set_title(f"Speedup by method ({_where(report)})")
     ax.set_xlim(0, max(r["speedup"] for r in rows) * 1.45)
-    return _save(fig, out_dir, prefix, "speedup_by_method")
+    return save_figure(fig, f"{prefix}_speedup_by_method", out_dir=out_dir)
 
 
 def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
@@ -205,10 +198,9 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
     if not drafting:
         return None
     longest = max(len(r["tau_histogram"]) for r in drafting)
-    shares = np.zeros((len(drafting), longest))
-    for i, r in enumerate(drafting):
-        hist = r["tau_histogram"]
-        shares[i, : len(hist)] = np.asarray(hist, dtype=float) / sum(hist)
+    shares = np.array([r["tau_histogram"] + [0] * (longest - len(r["tau_histogram"]))
+                       for r in drafting], dtype=float)
+    shares /= shares.sum(axis=1, keepdims=True)
     fig, ax = subplots(height=0.3 * len(drafting) + 1.6)
     image = ax.imshow(shares, aspect="auto", cmap="viridis", vmin=0, vmax=1,
                       extent=(0.5, longest + 0.5, len(drafting) - 0.5, -0.5))
@@ -220,7 +212,7 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
     ax.set_xlabel("tokens committed per step\n(white tick: tau, the mean)")
     fig.colorbar(image, ax=ax, label="fraction of the method's steps", fraction=0.05)
     ax.set_title(f"Acceptance length\n({_where(report)})")
-    return _save(fig, out_dir, prefix, "tau_histogram")
+    return save_figure(fig, f"{prefix}_tau_histogram", out_dir=out_dir)
 
 
 def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
@@ -245,7 +237,7 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
     ax.legend(handles=[speedup_line, tau_line], loc="upper center", bbox_to_anchor=(0.5, -0.2),
               ncol=2, frameon=False)
     ax.set_title(f"DFlash: speedup and tau by block size\n({hardware_label(report['env'])})")
-    return _save(fig, out_dir, prefix, "speedup_vs_block_size")
+    return save_figure(fig, f"{prefix}_speedup_vs_block_size", out_dir=out_dir)
 
 
 def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
@@ -253,6 +245,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
     """``{prefix}_cost_model.png``: per step, the model's two forwards (solid) next to the
     measured phases (hatched), one colour per phase (top), and the predicted speedup next to the
     measured one (bottom); legends beside the axes, off the bars."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     cost = (report.get("cost_model") or {}).get("rows") or []
@@ -265,16 +258,15 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
     ms = lambda v: 1000 * v                                               # noqa: E731
     model = {"verify": [ms(r["t_target_b"]) for r in cost],
              "draft": [ms(r["t_draft_b"]) for r in cost]}
-    bottom = [0.0] * len(cost)
-    for phase, vals in model.items():
-        ax.bar([i - 0.2 for i in x], vals, 0.4, bottom=bottom, color=PHASE_COLORS[phase])
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    bottom = [0.0] * len(cost)
-    for phase, color in PHASE_COLORS.items():
-        vals = [ms(r["measured_per_step_s"].get(phase, 0.0)) for r in cost]
-        ax.bar([i + 0.2 for i in x], vals, 0.4, bottom=bottom, color=color, hatch="//",
-               edgecolor="white")
-        bottom = [b + v for b, v in zip(bottom, vals)]
+    measured = {phase: [ms(r["measured_per_step_s"].get(phase, 0.0)) for r in cost]
+                for phase in PHASE_COLORS}
+    for offset, bars, style in ((-0.2, model, {}),
+                                (0.2, measured, {"hatch": "//", "edgecolor": "white"})):
+        bottom = [0.0] * len(cost)
+        for phase, vals in bars.items():
+            ax.bar([i + offset for i in x], vals, 0.4, bottom=bottom, color=PHASE_COLORS[phase],
+                   **style)
+            bottom = [b + v for b, v in zip(bottom, vals)]
     ax.axhline(ms(cost[0]["t_target_1"]), color="black", lw=1, ls=":")
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("ms per step")
@@ -283,7 +275,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
                Patch(color=PHASE_COLORS["accept"], label="accept (measured only)"),
                Patch(facecolor="0.5", label="left bar: the model"),
                Patch(facecolor="0.5", hatch="//", edgecolor="white", label="right bar: measured"),
-               plt_line("black", ":", "t_target(1)")]
+               Line2D([0], [0], color="black", ls=":", label="t_target(1)")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title("One step: the model (left bar) against the measured phases (right bar)")
     bx.bar([i - 0.2 for i in x], [r["predicted_speedup"] for r in cost], 0.4, label="predicted",
@@ -295,14 +287,8 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
     bx.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     bx.set_title("Speedup: tau * t(1) / (t(B) + t_draft(B)) against measured")
     fig.suptitle(f"Cost model ({_where(report)})")
-    return _save(fig, out_dir, prefix, "cost_model")
+    return save_figure(fig, f"{prefix}_cost_model", out_dir=out_dir)
 
-
-def plt_line(color: str, style: str, label: str):
-    """A legend entry for a line."""
-    from matplotlib.lines import Line2D
-
-    return Line2D([0], [0], color=color, ls=style, label=label)
 
 if "matplotlib" in sys.modules:          # a notebook that imported matplotlib first gets the style
     use_figure_style()

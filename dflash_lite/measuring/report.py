@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -89,9 +90,8 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
     for s in stats.values():
         m = s.method
         tps = [n / t for n, t in zip(s.tokens, s.times) if t > 0]
-        hist = [0] * (max(s.acceptance_lengths) if s.acceptance_lengths else 0)
-        for a in s.acceptance_lengths:
-            hist[a - 1] += 1
+        counts = Counter(s.acceptance_lengths)
+        hist = [counts[a] for a in range(1, max(counts, default=0) + 1)]
         rows.append({
             "name": m.name, "kind": m.kind.value, "block_size": m.block_size,
             "tree_size": m.tree_size,
@@ -99,8 +99,7 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
             "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None, "speedup_vs_hf_generate": None,
-            "tau": ((sum(s.acceptance_lengths) / len(s.acceptance_lengths))
-                    if s.acceptance_lengths else None),
+            "tau": statistics.fmean(s.acceptance_lengths) if s.acceptance_lengths else None,
             "tau_histogram": hist,
             # seconds per phase over all prompts: the median over repeats (one run's worth)
             "phase_times": {k: round(statistics.median(run.get(k, 0.0) for run in s.phase_runs), 5)
@@ -112,15 +111,12 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
                ("speedup_vs_hf_generate", Kind.HF_GENERATE, False)]
     if any(r["compiled"] for r in rows):
         columns.append(("speedup_vs_compiled", Kind.AUTOREGRESSIVE, True))
-        for r in rows:
-            r["speedup_vs_compiled"] = None
     for column, kind, compiled in columns:
         base = next((r["tokens_per_s"] for r in rows
                      if r["kind"] == kind and r["compiled"] == compiled and r["tokens_per_s"]),
                     None)
         for r in rows:
-            if base and r["tokens_per_s"]:
-                r[column] = r["tokens_per_s"] / base
+            r[column] = r["tokens_per_s"] / base if base and r["tokens_per_s"] else None
     return {"env": {**env, "max_new_tokens": max_new_tokens, "prompts": num_prompts,
                     "repeats": repeats},
             "methods": rows}
@@ -180,11 +176,9 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
     rows = []
     for r in [r for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE) if not r.get("compiled")]:
-        kind = kind_of(r)
-        if kind is Kind.DFLASH_TREE:               # a tree: verify N+1 tokens, draft one full block
-            b, draft_b = r["tree_size"] + 1, costs.get("tree_block_size")
-        else:
-            b = draft_b = r["block_size"]
+        kind = kind_of(r)                        # a tree: verify N+1 tokens, draft one full block
+        b, draft_b = ((r["tree_size"] + 1, costs.get("tree_block_size")) if kind is Kind.DFLASH_TREE
+                      else (r["block_size"], r["block_size"]))
         if r["tau"] is None or str(draft_b) not in costs["t_draft"] \
                 or str(b) not in costs["t_target"]:
             continue

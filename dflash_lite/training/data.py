@@ -1,9 +1,7 @@
-"""Training data for a drafter (paper section 4.2; docs/method.md#training): the target's own
-answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so an
-interrupted run never leaves a file that looks complete), and batches of blocks at random anchors
-(:func:`make_batch`): a block is ``[token at anchor, MASK x (B-1)]``, its labels the next B-1 real
-tokens, and the block attention mask lets it see the target features strictly before its anchor
-and itself, never another block.
+"""Training data for a drafter (steps 1 and 2 of :mod:`dflash_lite.training.train`): the target's
+own answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so
+an interrupted run never leaves a file that looks complete), and batches of blocks at random
+anchors (:func:`make_batch`) under the block attention mask (:func:`block_attention_mask`).
 """
 from __future__ import annotations
 
@@ -72,12 +70,8 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
         out = target.generate(ids, attention_mask=mask, do_sample=False,
                               max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad)
         for b, row in zip(batch, out[:, width:].tolist()):
-            response = []
-            for t in row:
-                response.append(t)
-                if t in stops:
-                    break
-            sequences.append(b + response)
+            end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))  # stop included
+            sequences.append(b + row[:end])
             prompt_lengths.append(len(b))
     data = RegeneratedData(sequences, prompt_lengths)
     if path is not None:                             # only a finished file ever has the final name
@@ -191,12 +185,11 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         block_ids[i, : a * block_size] = ids.flatten()
         labels[i, : a * block_size] = lab.flatten()
         positions[i, : a * block_size] = pos.flatten()
-        m = block_attention_mask(anchors, width, block_size, causal)      # (a*B, width + a*B)
-        mask[i, 0, : a * block_size, :width] = m[:, :width]
-        mask[i, 0, : a * block_size, width: width + a * block_size] = m[:, width:]
+        mask[i, 0, : a * block_size, : width + a * block_size] = block_attention_mask(
+            anchors, width, block_size, causal)
         # unused query rows attend to themselves only, so softmax never sees an empty row
-        for r in range(a * block_size, q):
-            mask[i, 0, r, width + r] = True
+        unused = torch.arange(a * block_size, q)
+        mask[i, 0, unused, width + unused] = True
     return Batch(block_ids, labels, positions, seq_ids, mask) if any_anchor else None
 
 

@@ -1,8 +1,6 @@
-"""The drafter's training loss (paper section 4.2; docs/method.md#training): one forward of every
-block at its random anchor, cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``
-(:func:`position_weights`), normalised by the weight sum; and the teacher-forced accuracy of each
-position (:func:`position_accuracy`). The frozen target's features come from a
-:class:`FeatureCache`, computed once per training sequence.
+"""The drafter's training loss (steps 3 and 4 of :mod:`dflash_lite.training.train`; weights
+:func:`position_weights`), the teacher-forced accuracy of each position
+(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features.
 """
 from __future__ import annotations
 
@@ -97,12 +95,10 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
     block_size = weights.shape[0] + 1
     # (M, V), (M,), (M,)
     logits, label, position = labelled_logits(drafter, target, batch, block_size, features)
-    device = logits.device
     causal = drafter.autoregressive
-    zero = torch.zeros(1, device=device)
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j (B,): at block position j for
     # block drafting, at position j-1 for autoregressive drafting (each token predicts the next)
-    w = torch.cat([weights.to(device), zero]) if causal else torch.cat([zero, weights.to(device)])
+    w = F.pad(weights.to(logits.device), (0, 1) if causal else (1, 0))
     first = 0 if causal else 1
     ce = F.cross_entropy(logits.float(), label, reduction="none")
     loss = (ce * w[position]).sum() / w[position].sum()

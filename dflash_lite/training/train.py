@@ -12,8 +12,7 @@
 4. **Loss**: cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``, normalised by the
    weight sum. Only the drafter's layers, projection and norms train; the target is frozen.
 
-The loop itself is :class:`dflash_lite.training.trainer.Trainer` (AdamW, warm-up + cosine, gradient
-clipping, callbacks, checkpoints, resume), the one the shipped target is pre-trained with too.
+The loop is :class:`~dflash_lite.training.trainer.Trainer`, which pre-trains the shipped target too.
 """
 from __future__ import annotations
 
@@ -186,15 +185,12 @@ class DrafterTrainConfig:
 
     def run_config(self) -> dict:
         """The settings a resumed run must share with the checkpoint it resumes."""
-        return dict(target=str(self.target), drafting=self.drafting.value,
-                    conditioning=self.conditioning.value, layers=self.layers,
-                    block_size=self.block_size, num_taps=self.num_taps,
-                    fixed_anchors=self.fixed_anchors, batch_size=self.batch_size,
-                    num_anchors=self.num_anchors, lr=self.lr, seed=self.seed,
-                    num_math=self.num_math, num_code=self.num_code,
-                    max_new_tokens=self.max_new_tokens,
-                    prompts=str(self.prompts) if self.prompts else None,
-                    dataset=self.dataset, chat_template=self.chat_template)
+        keys = ("target", "drafting", "conditioning", "layers", "block_size", "num_taps",
+                "fixed_anchors", "batch_size", "num_anchors", "lr", "seed", "num_math", "num_code",
+                "max_new_tokens", "prompts", "dataset", "chat_template")
+        return {**{k: getattr(self, k) for k in keys}, "target": str(self.target),
+                "drafting": self.drafting.value, "conditioning": self.conditioning.value,
+                "prompts": str(self.prompts) if self.prompts else None}
 
 
 class TauCurve:
@@ -252,28 +248,19 @@ class Progress:
               f"{rate * 60:.1f} steps a minute, ETA {left / 60:.1f} min", flush=True)
 
 
-def frozen_target(c: DrafterTrainConfig):
-    """The target and its tokenizer, with no parameter that trains."""
-    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model, tokenizer
-
-
 def training_texts(c: DrafterTrainConfig, tokenizer,
                    own: list[str] | None) -> tuple[list[str], dict | None]:
     """The prompts to regenerate, and the probe's (None: the corpus's ``probe`` split): your own,
     the last ``probe_prompts`` held out, else the built-in train split; through the chat template
     with ``c.chat_template`` (the probe's prompts are rendered by the probe itself)."""
     if own is None:
-        texts = training_prompts(c.num_math, c.num_code, c.seed)
-        return (apply_chat_template(tokenizer, texts) if c.chat_template else texts), None
-    if len(own) <= c.probe_prompts:
+        texts, probe = training_prompts(c.num_math, c.num_code, c.seed), None
+    elif len(own) <= c.probe_prompts:
         raise ValueError(f"{len(own)} prompts: need more than the {c.probe_prompts} held out for "
                          "the tau probe")
-    train = own[:-c.probe_prompts]
-    return ((apply_chat_template(tokenizer, train) if c.chat_template else train),
-            {"held_out": own[-c.probe_prompts:]})
+    else:
+        texts, probe = own[:-c.probe_prompts], {"held_out": own[-c.probe_prompts:]}
+    return (apply_chat_template(tokenizer, texts) if c.chat_template else texts), probe
 
 
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
@@ -305,17 +292,15 @@ def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_do
     """What ``training_curve.json`` and the drafter's config record of the run."""
     return {"command": c.command, "target": c.target, "drafting": c.drafting.value,
             "layers": c.layers, "conditioning": c.conditioning.value,
-            "anchors": "fixed" if c.fixed_anchors else "random",
-            "block_size": c.block_size, "target_layer_ids": config.target_layer_ids,
-            "max_new_tokens": c.max_new_tokens, "num_math": c.num_math, "num_code": c.num_code,
-            "steps": steps_done, "steps_planned": c.steps, "prompts": c.prompts,
-            "dataset": c.dataset,
+            "anchors": "fixed" if c.fixed_anchors else "random", "block_size": c.block_size,
+            "target_layer_ids": config.target_layer_ids, "max_new_tokens": c.max_new_tokens,
+            "num_math": c.num_math, "num_code": c.num_code, "steps": steps_done,
+            "steps_planned": c.steps, "prompts": c.prompts, "dataset": c.dataset,
             "chat_template": c.chat_template and bool(getattr(tokenizer, "chat_template", None)),
             "dtype": str(parse_dtype(c.dtype)).removeprefix("torch."),
-            "time_budget_s": c.time_budget_s,
-            "batch_size": c.batch_size, "num_anchors": c.num_anchors, "lr": c.lr, **seconds,
-            "seed": c.seed, "device": c.device, "threads": torch.get_num_threads(),
-            "gamma": loss_gamma(c.block_size)}
+            "time_budget_s": c.time_budget_s, "batch_size": c.batch_size,
+            "num_anchors": c.num_anchors, "lr": c.lr, **seconds, "seed": c.seed, "device": c.device,
+            "threads": torch.get_num_threads(), "gamma": loss_gamma(c.block_size)}
 
 
 def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (),
@@ -335,7 +320,8 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None
     out = prepare_out(c.out, c.overwrite, c.run_config())
     torch.manual_seed(c.seed)
-    model, tokenizer = frozen_target(c)
+    model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
+    model.requires_grad_(False)                                              # the target is frozen
     texts, probe = training_texts(c, tokenizer, own)
     t0 = time.time()
     data = regenerate(model, tokenizer, texts, c.max_new_tokens, c.regenerate_batch_size,
@@ -354,14 +340,12 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
                                                           c.run_config()))
     progress = Progress(c.steps, max(1, min(50, c.steps // 20)))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
-                              [progress, taus, *callbacks] if c.eval_every != 0
-                              else [progress, *callbacks])
+                              [progress, *([taus] if c.eval_every != 0 else []), *callbacks])
     t1 = time.time()
     history = trainer.run()
     train_s = time.time() - t1 - taus.seconds
     seconds = {"sequences": len(data), "regenerate_seconds": round(regen_s, 1),
-               "train_seconds": round(train_s, 1),
-               "tau_probe_seconds": round(taus.seconds, 1)}
+               "train_seconds": round(train_s, 1), "tau_probe_seconds": round(taus.seconds, 1)}
     meta = {"training": run_record(c, config, tokenizer, trainer.step, seconds)}
     final = taus.final(trainer.step, train_s)
     meta["training"].update(final_tau_probe=final,
@@ -421,10 +405,9 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
     history = trainer.run()
     meta = {"command": c.command, "target": c.target, "layers": c.layers, "steps": trainer.step,
             "steps_planned": c.steps, "batch_size": c.batch_size, "lr": c.lr,
-            "sequences": len(data),
-            "regenerate_seconds": round(regen_s, 1), "train_seconds": round(time.time() - t1, 1),
-            "device": c.device, "threads": torch.get_num_threads(),
-            "time_budget_s": c.time_budget_s}
+            "sequences": len(data), "regenerate_seconds": round(regen_s, 1),
+            "train_seconds": round(time.time() - t1, 1), "device": c.device,
+            "threads": torch.get_num_threads(), "time_budget_s": c.time_budget_s}
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
                          "draft model training run")
     small.eval().to(torch.bfloat16).save_pretrained(work)  # loaded back in fp32, exactly

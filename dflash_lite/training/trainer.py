@@ -1,12 +1,7 @@
-"""The one training loop: drafters (paper section 4.2; docs/method.md#training) and the shipped
-target.
-
-:class:`Trainer` knows nothing about drafters or language models: it takes a model, a factory of
-batch iterators and ``loss_fn(model, batch) -> (loss, metrics)``, and runs AdamW with the one
-learning-rate schedule :func:`cosine_lr` (linear warm-up, then cosine decay to a floor), gradient
-clipping, optional autocast, callbacks, a time budget, checkpoints and resume, and Ctrl-C handling.
-:class:`TrainConfig`'s defaults are the drafter recipe; :mod:`dflash_lite.zoo` sets the target's.
-"""
+"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the
+shipped target: :class:`Trainer` knows nothing about either. It runs AdamW with the one
+learning-rate schedule :func:`cosine_lr`, gradient clipping, optional autocast, callbacks, a time
+budget, checkpoints and resume, and Ctrl-C handling."""
 from __future__ import annotations
 
 import contextlib
@@ -129,11 +124,10 @@ def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
 
 @dataclass
 class Trainer:
-    """A minimal trainer: ``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``.
-
-    ``batches`` makes a fresh iterator: a finite one is one epoch (a new one is made when it ends),
-    an infinite one (random windows) simply never ends. ``metrics`` may hold anything; the
-    progress bar shows ``loss`` and the first of ``accuracy_per_position`` when they are there.
+    """``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``, which makes a fresh
+    iterator: a finite one is one epoch (a new one is made when it ends), an infinite one (random
+    windows) simply never ends. ``metrics`` may hold anything; the progress bar shows ``loss`` and
+    the first of ``accuracy_per_position`` when they are there.
 
     With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
     (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
@@ -166,8 +160,7 @@ class Trainer:
 
         interrupted = []
         stops = (signal.SIGINT, signal.SIGTERM)     # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C
-        previous = {s: signal.getsignal(s) for s in stops}
-        previous = {s: h if h is not None else signal.SIG_DFL for s, h in previous.items()}
+        previous = {s: signal.getsignal(s) or signal.SIG_DFL for s in stops}
 
         # finish the step, then save; a second signal stops at once
         def on_interrupt(signum, frame):
@@ -185,27 +178,23 @@ class Trainer:
             if main_thread:
                 for s in stops:
                     signal.signal(s, previous[s])
-        if self.checkpoint_dir and self.step > 0:
+        saved = bool(self.checkpoint_dir and self.step > 0)
+        if saved:
             self.save()
         if interrupted:
-            saved = bool(self.checkpoint_dir and self.step > 0)
             said = (f"checkpoint saved in {self.checkpoint_dir}" if saved else "nothing saved yet"
                     if self.checkpoint_dir else "this run keeps no checkpoint, nothing saved")
             raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
         return self.history
-
-    def _autocast(self):
-        """Autocast in ``config.autocast_dtype`` on the model's device, or nothing."""
-        dtype = self.config.autocast_dtype
-        if dtype is None or dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(next(self.model.parameters()).device.type, dtype=dtype)
 
     def _loop(self, tqdm, interrupted: list):
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
                    disable=None)
         start = time.time()
         data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
+        dtype = self.config.autocast_dtype
+        autocast = (contextlib.nullcontext() if dtype in (None, torch.float32)
+                    else torch.autocast(next(self.model.parameters()).device.type, dtype=dtype))
         while self.step < self.config.steps and not interrupted:
             # progress on steps, or on wall time when there is a budget (whichever is further)
             progress = self.step / self.config.steps
@@ -225,7 +214,7 @@ class Trainer:
             fresh = False
             for group in self.optimizer.param_groups:
                 group["lr"] = cosine_lr(progress, self.step, self.config)
-            with self._autocast():
+            with autocast:
                 loss, metrics = self.loss_fn(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
