@@ -269,6 +269,23 @@ def test_only_a_whole_batch_times_the_cost_model(tiny, drafter, prompts):
     assert 0 < len(timed) < len(policy.chosen) <= len(policy.forecast)
 
 
+def test_the_defaults_forecast_is_put_on_the_forwards_the_sweep_measured():
+    """The default's prediction rests on the same measured forwards as every fixed row's: its
+    forecast, made on the policy's own calibration, is scaled by what the sweep measured of the
+    same forwards over what that calibration says of them."""
+    from dflash_lite.measuring.batching import _model_scale, _with_host
+    measured = {"context_length": 10, "t_target": {"1": 2.0, "17": 4.0}, "t_draft": {"16": 2.0},
+                "prefill_s": 1.0}
+    low = StepCosts({1: 1.0, 2: 1.5, 17: 2.0}, {2: 1.0, 16: 1.0})      # half of what was measured
+    assert _model_scale(low, measured) == pytest.approx(2.0)
+    assert _model_scale(None, measured) == 1.0 and _model_scale(low, None) == 1.0
+    plain = {"seconds": 21.0, "steps": 10}               # h = (21 - 1) / 10 - 2 = 0 per step
+    default = {"kind": "dflash_policy", "tau": 4.0, "steps": 2, "forecast_s": 6.0}
+    assert _with_host(default, plain, measured) == pytest.approx(21.0 / 7.0)
+    default["model_scale"] = _model_scale(low, measured)
+    assert _with_host(default, plain, measured) == pytest.approx(21.0 / 13.0)
+
+
 def test_crossover_is_the_first_batch_below_the_line():
     rows = [{"batch_size": b, "kind": "dflash", "rollback": "row", "speedup": s}
             for b, s in ((1, 2.0), (2, 1.5), (4, 1.1), (8, 0.9))]

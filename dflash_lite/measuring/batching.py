@@ -159,6 +159,7 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             if m.kind is Kind.DFLASH_POLICY:
                 row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
                 row["forecast_s"] = sum(f for p in made[m.name] for f in p.forecast)
+                row["model_scale"] = _model_scale(made[m.name][0].costs, measured)
             rows.append(row)
         for row in rows[-len(methods):]:
             row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
@@ -204,13 +205,14 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
     T = P + S (t(b, 1) + h) over its S steps). A row of S' steps of one verify and one drafter
     forward each is then predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)), its drafter
     taking in the tau positions a step commits (``per_position`` for each past the first); the
-    default, at T / (P + its forecast forwards + S' h)."""
+    default, at T / (P + its forecast forwards + S' h), the forecast put on the sweep's measured
+    forwards (:func:`_model_scale`)."""
     if measured is None or row["tau"] is None:
         return None
     prefill_s = measured["prefill_s"]
     host = (plain["seconds"] - prefill_s) / plain["steps"] - measured["t_target"]["1"]
     if row["kind"] == Kind.DFLASH_POLICY.value:
-        forwards = row["forecast_s"]
+        forwards = row["forecast_s"] * row.get("model_scale", 1.0)
     else:
         step = _step_forwards(row, measured)
         if step is None:
@@ -218,6 +220,18 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
         taken = measured.get("per_position", 0.0) * (row["tau"] - 1) if step[1] else 0.0
         forwards = row["steps"] * (sum(step) + taken)
     return plain["seconds"] / (prefill_s + forwards + row["steps"] * host)
+
+
+def _model_scale(costs, measured: dict | None) -> float:
+    """The sweep's measured forwards over what the policy's cost model (``costs``, measured once
+    before its first step) says the same forwards cost at the same context length: a single
+    calibration on this CPU can sit 10-20% off a later one, and the default's prediction should
+    rest on the forwards every fixed row's rests on."""
+    if measured is None or costs is None:
+        return 1.0
+    n, t, d = measured["context_length"], measured["t_target"], measured["t_draft"]
+    model = sum(costs.target(int(b), n) for b in t) + sum(costs.draft(int(b), n) for b in d)
+    return (sum(t.values()) + sum(d.values())) / model if model > 0 else 1.0
 
 
 def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
