@@ -484,7 +484,9 @@ for r in chains:
 # T / (P + S' (t(b, w) + t_draft(b, B) + h)), `predicted_with_host`, where the drafter also takes
 # in the tau context positions each step commits (what each position past the first adds is
 # measured too); for the default policy, its forwards are the forecast of each step it took, with
-# the positions its drafter took in:
+# the positions its drafter took in, put on the forwards the sweep measured (its own calibration,
+# measured before its first step, scaled by the sweep's measurement of the same forwards over what
+# that calibration says of them):
 
 # %%
 for r in rows:
