@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from ..training.data import block_attention_mask
 
 # seaborn's colour-blind-safe "colorblind" palette (dflash_lite/measuring/plotting.py, COLORBLIND)
 TARGET, DRAFT, ACCEPT, REJECT, BONUS = "#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC"
@@ -136,10 +139,6 @@ EXAMPLE_PARENTS = [-1, 0, 0, 1, 1, 2, 3, 6]            # a root, two children, .
 def attention_masks() -> plt.Figure:
     """Causal mask (the target), block mask (the drafter in training) and tree mask (the target
     verifying a draft tree), black = may attend; the block mask is the one training uses."""
-    import torch
-
-    from ..training.data import block_attention_mask
-
     fig = plt.figure(figsize=(7, 7.2))
     grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.1])
     axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, :]), fig.add_subplot(grid[0, 1])]
