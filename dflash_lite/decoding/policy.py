@@ -110,10 +110,10 @@ class CostAwareProposer(DFlashTreeProposer):
             if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(ids, None, lengths)
-        # per row: the features no drafter forward has seen yet, where they start, and where the
-        # row's last token sits
+        # per row: the features no drafter forward has seen yet, where they start, where the row's
+        # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
-        self.waiting_start, self.context = [0] * rows, list(lengths)
+        self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
         # the batch it started with (rows leave; these stay)
@@ -138,7 +138,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
         context = sum(self.context) // len(self.context)
         # what a drafter forward would take in now: the widest row's waiting features
-        waiting = max(sum(x.shape[1] for x in w) for w in self.waiting)
+        waiting = max(self.waited)
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
                                   max(depths), waiting)
@@ -166,7 +166,7 @@ class CostAwareProposer(DFlashTreeProposer):
         # the drafter takes in every row's features since its last forward
         self.new_context = stack_padded([torch.cat(w, dim=1) for w in self.waiting])
         self.new_context_start = list(self.waiting_start)
-        self.new_context_lengths = [sum(x.shape[1] for x in w) for w in self.waiting]
+        self.new_context_lengths = list(self.waited)
         # a forward that catches the drafter up (the prompt, or steps that ran no drafter) is not
         # what a step of its kind costs: it is not timed
         self.catching_up = not self.fed or any(len(w) > 1 for w in self.waiting)
@@ -207,9 +207,10 @@ class CostAwareProposer(DFlashTreeProposer):
             if c.kind != "plain" or self.continuations[r]:     # else nothing to observe
                 self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
-                self.waiting[r], self.waiting_start[r] = [hidden], position
+                self.waiting[r], self.waiting_start[r], self.waited[r] = [hidden], position, 0
             else:                                   # no drafter forward: the features wait
                 self.waiting[r].append(hidden)
+            self.waited[r] += hidden.shape[1]
             self.context[r] = position + n + 1
         if self.lookup is not None:
             self.lookup.accepted(blocks, positions, features)
@@ -251,7 +252,7 @@ class CostAwareProposer(DFlashTreeProposer):
             if r not in kept:
                 _judge(items, None)
         super().keep(index)
-        for name in ("waiting", "waiting_start", "context", "pending", "continuations"):
+        for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations"):
             setattr(self, name, [getattr(self, name)[i] for i in index])
         if self.lookup is not None:
             self.lookup.keep(index)
