@@ -1,5 +1,4 @@
-"""dflash-lite: DFlash block-diffusion speculative decoding (arXiv 2602.06036), small enough
-for a laptop.
+"""dflash-lite: DFlash block-diffusion speculative decoding (arXiv 2602.06036) on a laptop.
 
 The method as implemented and measured here: docs/method.md. One idea per module, in four layer
 folders that import only downwards: ``decoding`` <- ``training`` <- ``measuring`` <- ``course``,
@@ -17,19 +16,15 @@ list names every module).
 * :mod:`~dflash_lite.decoding.acceptance` the target's sampling distribution, acceptance rules
 * :mod:`~dflash_lite.decoding.shapes`    eager or fixed shapes (buckets, padding, compiled)
 * :mod:`~dflash_lite.decoding.drafts`    what a step drafts: ``ChainDraft``, the ``Draft`` protocol
-* :mod:`~dflash_lite.decoding.proposers` the one proposer interface, on batches; ``PerRow``;
-  ``DFlashProposer``
-* :mod:`~dflash_lite.decoding.decode`    the one decode loop ``steps`` over a ``Batch`` of
-  ``Request`` rows (one request is a batch of one), results
+* :mod:`~dflash_lite.decoding.proposers` the one proposer interface; ``PerRow``; ``DFlashProposer``
+* :mod:`~dflash_lite.decoding.decode`    the one decode loop ``steps`` over a ``Batch`` of requests
 * :mod:`~dflash_lite.decoding.tree`      draft trees verified in one target forward, hybrid trees
 * :mod:`~dflash_lite.decoding.ngram`     prompt lookup: drafts copied from the text so far
-* :mod:`~dflash_lite.decoding.baselines` plain decoding, the EAGLE-style drafter, a draft model,
-  the source article's adaptive block size
+* :mod:`~dflash_lite.decoding.baselines` plain, EAGLE-style, draft model; the adaptive block size
 * :mod:`~dflash_lite.decoding.costs`     what a step costs: measured forwards, ``StepCosts``
 * :mod:`~dflash_lite.decoding.estimate`  what a draft is expected to commit: decayed counts
 * :mod:`~dflash_lite.decoding.choice`    the policy's options, their costs, the rule that chooses
-* :mod:`~dflash_lite.decoding.policy`    the cost-aware proposer (the default), one choice per
-  step for the whole batch; the session that outlives a request
+* :mod:`~dflash_lite.decoding.policy`    the cost-aware proposer (default), one choice per step
 * :mod:`~dflash_lite.decoding.engine`    text in, text out: ``Engine.generate``, streaming, batches
 * :mod:`~dflash_lite.decoding.timing`    the one interleaved timer and the loop's phase timer
 
@@ -53,8 +48,7 @@ list names every module).
 
 ``course``: teaching and grading with the notebooks
 
-* :mod:`~dflash_lite.course.commands`    ``python -m dflash_lite.course``: chapter headers, the
-  student bundle, autograding
+* :mod:`~dflash_lite.course.commands`    ``python -m dflash_lite.course``: headers, bundle, grading
 * :mod:`~dflash_lite.course.blanks`      a chapter as a student sees it: solutions blanked
 * :mod:`~dflash_lite.course.site`        the course site, rendered offline from committed outputs
 * :mod:`~dflash_lite.course.grading`     a class's submissions in sandboxed kernels, under limits
@@ -86,8 +80,7 @@ from .signals import quiet_until_main  # standard library only: imported before 
 if sys.argv[:1] == ["-m"]:
     quiet_until_main()
 
-# transformers imports tqdm.auto, which warns inside Jupyter when ipywidgets is missing. This
-# package draws no widget progress bars (its own bars go to a terminal only): the warning is noise.
+# transformers' tqdm.auto warns in Jupyter without ipywidgets; this package draws no widget bars
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .decoding.acceptance import SamplingParams
