@@ -1,7 +1,5 @@
-"""Where the repository's checkout is (:data:`ROOT`, the folder above this package), for the parts
-that read it: the course commands (which refuse in one line outside a checkout), the grader, the
-figures. The one place the package looks outside itself.
-"""
+"""Where the repository's checkout is (:data:`ROOT`, the folder above this package): the one place
+the package looks outside itself, for the course commands, the grader and the figures."""
 from __future__ import annotations
 
 from pathlib import Path

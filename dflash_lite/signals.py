@@ -1,16 +1,13 @@
 """How the command line stops: Ctrl-C and SIGTERM end a run with one line and a known exit code
-(README, "Safety").
+(README, "Safety"). Only the standard library is used: this module is imported before torch.
 
 * ``timeout``, Docker and Slurm stop a job with SIGTERM. Under :func:`handled` it raises
   :class:`Terminated`, a ``KeyboardInterrupt``, so every place that handles Ctrl-C (the trainer
   saves a checkpoint first) handles it too; the exit code is 143 (128 + 15) instead of 130.
-* ``python -m dflash_lite`` spends seconds importing torch before any of its code runs. While it
-  does, :func:`quiet_until_main` makes Ctrl-C print one line and exit 130 at once, instead of a
-  ``KeyboardInterrupt`` traceback; the command's ``main`` puts the usual handling back.
+* While ``python -m dflash_lite`` spends seconds importing torch, :func:`quiet_until_main` makes
+  Ctrl-C print one line and exit 130 at once, not a traceback; ``main`` puts the handling back.
 * Once a command is stopping, further signals are ignored (:func:`stopping`), so two Ctrl-C in a
   row still give one line and exit 130, never a traceback from inside the first one's handler.
-
-Only the standard library is used: this module is imported before torch.
 """
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ def _raise_terminated(signum, frame):
 
 def exit_code(interrupt: BaseException) -> int:
     """143 when the interrupt came from SIGTERM, else 130."""
-    return SIGTERM_EXIT if getattr(interrupt, "signum",
-                                   signal.SIGINT) == signal.SIGTERM else SIGINT_EXIT
+    return SIGTERM_EXIT if getattr(interrupt, "signum", None) == signal.SIGTERM else SIGINT_EXIT
 
 
 def _quiet_stop(signum, frame):
@@ -48,8 +44,7 @@ def _quiet_stop(signum, frame):
 
 
 def quiet_until_main() -> None:
-    """Until a command's main runs: Ctrl-C (SIGTERM) prints one line and exits 130 (143), with no
-    traceback."""
+    """Until a command's main runs: Ctrl-C (SIGTERM) prints one line and exits 130 (143)."""
     if _main_thread():
         signal.signal(signal.SIGINT, _quiet_stop)
         signal.signal(signal.SIGTERM, _quiet_stop)
