@@ -1,11 +1,9 @@
 """The command line: ``python -m dflash_lite demo``, ``bench`` and ``train``.
 
-Parsing lives only here and under ``__main__``; every command is a typed function that
-notebooks can call directly with its config dataclass (:class:`DemoConfig`,
-:class:`~dflash_lite.measuring.benchmark.BenchConfig`,
-:class:`~dflash_lite.training.train.DrafterTrainConfig`), whose fields are where each default is
-written: no option states one (:class:`Options` takes them from the dataclass and shows them in
-``--help``).
+Parsing lives only here and under ``__main__``; every command is a typed function that notebooks
+can call with its config dataclass, where each default is written (:class:`Options`):
+:class:`DemoConfig`, :class:`~dflash_lite.measuring.benchmark.BenchConfig`,
+:class:`~dflash_lite.training.train.DrafterTrainConfig`.
 """
 from __future__ import annotations
 
@@ -85,7 +83,6 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
     torch_dtype = parse_dtype(c.dtype)
     model, tokenizer, draft = load_pair(c.target, c.drafter, c.device, torch_dtype)
     engines = {"autoregressive": Engine(model, tokenizer, compile=c.compile)}
-    # default: the cost-aware policy picks each step's block size (or a tree)
     if draft is not None:
         engines["DFlash"] = Engine(model, tokenizer, draft, c.block_size, compile=c.compile)
 
@@ -124,10 +121,9 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
 
 
 class Options:
-    """Adds a command's flags to ``parser``, each with the default of the field of the same name of
-    its config dataclass ``config``: the dataclass is the one place a default is written, so the
-    command line and the Python API cannot differ, and ``--help`` shows it. A flag that is not a
-    field, or a switch whose default is what it sets, is an error here."""
+    """Adds a command's flags to ``parser``, each defaulting to the same-named field of the config
+    dataclass ``config`` (so the CLI and the Python API cannot differ; ``--help`` shows it). A flag
+    that is not a field, or a switch whose default is what it sets, is an error here."""
 
     def __init__(self, parser: argparse.ArgumentParser, config: type):
         self.parser, self.config = parser, config
@@ -265,32 +261,27 @@ def train_options(t: Options) -> argparse.ArgumentParser:
     t.add("--num-code", type=COUNT, help="train-split stdlib function headers to regenerate")
     t.add("--prompts", help="your own training prompts: JSONL with a 'prompt' (or 'turns') field "
                             "(replaces the built-in ones)")
-    t.add("--dataset", choices=list(TRAIN_DATASETS),
-          help="train-split prompts fetched with `datasets` "
-               "(needs the network; offline use --prompts)")
+    t.add("--dataset", choices=list(TRAIN_DATASETS), help="train-split prompts fetched with "
+          "`datasets` (needs the network; offline use --prompts)")
     t.add("--num-prompts", type=POS, help="use the first N of --prompts / --dataset")
     t.add("--max-new-tokens", type=POS)
     t.add("--regenerate-batch-size", type=POS, help="prompts the target answers at once")
     t.add("--num-taps", type=POS)
     t.add("--seed", type=SEED)
     t.add("--device", type=validate.device_arg)
-    t.add("--dtype", choices=list(DTYPES),
-          help="the frozen target (regeneration and features); "
-               "the drafter keeps fp32 master weights")
+    t.add("--dtype", choices=list(DTYPES), help="the frozen target (regeneration and features); "
+                                                "the drafter keeps fp32 master weights")
     t.add("--cache-dir", type=OUT_DIR)
     t.add("--time-budget-s", type=POS_FLOAT, help="finish the schedule within this training time")
     t.add("--eval-every", type=COUNT,
           help="measure tau on held-out prompts every N steps (default steps/10; 0: never)")
-    t.add("--drafting", choices=[d.value for d in Drafting],
-          help="block: DFlash; autoregressive: the EAGLE-style baseline with the same "
-               "conditioning; draft-model: a small independent causal LM "
-               "(classic speculative decoding)")
-    t.add("--conditioning", choices=[c.value for c in Conditioning],
-          help="how target features reach the drafter (notebook 04); "
-               "'none' uses token embeddings only")
-    t.add("--fixed-anchors", action="store_true",
-          help="anchors only on block boundaries of the response "
-               "(ablation; DFlash samples them anywhere)")
+    t.add("--drafting", choices=[d.value for d in Drafting], help="block: DFlash; autoregressive: "
+          "the EAGLE-style baseline with the same conditioning; draft-model: a small independent "
+          "causal LM (classic speculative decoding)")
+    t.add("--conditioning", choices=[c.value for c in Conditioning], help="how target features "
+          "reach the drafter (notebook 04); 'none' uses token embeddings only")
+    t.add("--fixed-anchors", action="store_true", help="anchors only on block boundaries of the "
+          "response (ablation; DFlash samples them anywhere)")
     t.add("--no-chat-template", dest="chat_template", action="store_false",
           help="feed the prompts raw (by default they become user turns of the target's chat "
                "template, as bench encodes them)")
@@ -339,7 +330,6 @@ def run_command(command: str, args: dict, command_line: str) -> int:
     if command == "demo":
         demo(DemoConfig(**args))
     elif command == "train":
-        # or the draft model
         print(train_drafter(DrafterTrainConfig(**args, command=command_line)))
     elif command == "bench":
         failed = all_dflash_failed(bench(BenchConfig(**args)))
