@@ -3,13 +3,11 @@ splits that drafters are trained, probed and benchmarked on (docs/method.md#data
 
 Two domains, both of which exist on every machine without a network:
 
-* **code**: the Python source of the interpreter's standard library. Files are split into a
-  train and a held-out part by a hash of their relative path, so the split does not depend on
-  the order the file system lists them in.
-* **math**: a generator of grade-school word problems with step-by-step worked solutions in a
-  fixed ``Question: ... / Answer: ...`` format that always ends with ``The answer is N.``
-  (the kind of text GSM8K is). Seeds below ``HELD_OUT_SEED`` are for training; held-out
-  problems use seeds at or above it, which training never draws.
+* **code**: the Python source of the interpreter's standard library, split into a train and a
+  held-out part by a hash of each file's relative path (not by the order the file system lists).
+* **math**: a generator of grade-school word problems (the kind of text GSM8K is) with worked
+  solutions in a fixed ``Question: ... / Answer: ...`` format that ends ``The answer is N.``.
+  Training draws seeds below ``HELD_OUT_SEED`` only; held-out problems use seeds at or above it.
 
 **Prompt splits** (:func:`prompts`): ``train`` (prompts the target answers to make drafter
 training data), ``held_out`` (benchmarks, the tau floor test) and ``probe`` (tau measured during
@@ -224,8 +222,7 @@ def math_problem(seed: int) -> MathProblem:
 
 
 def math_problems(n: int, split: str = "train", start: int = 0) -> list[MathProblem]:
-    """``n`` problems of ``split`` ('train' or 'held_out'), seeds ``start .. start+n-1`` of that
-    split."""
+    """``n`` problems of ``split`` ('train' or 'held_out'): its seeds ``start .. start+n-1``."""
     base = {"train": 0, "held_out": HELD_OUT_SEED}[split]
     if split == "train" and start + n > HELD_OUT_SEED:
         raise ValueError("train seeds would run into the held-out range")
@@ -277,12 +274,9 @@ def read_source(path: Path) -> str | None:
 
 
 def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[str]:
-    """Prompts made of a top-level or method ``def`` line plus its docstring, from ``paths``:
-    ``n`` of them (all with None) in an order shuffled by ``seed``.
-
-    The prompt ends right after the docstring (or the signature when there is none), so the
-    model's job is to write the body.
-    """
+    """Prompts made of a top-level ``def`` line plus its docstring, from ``paths``: ``n`` of them
+    (all with None) in an order shuffled by ``seed``. A prompt ends right after the docstring (or
+    the signature when there is none), so the model's job is to write the body."""
     candidates = []
     for path in paths:
         text = read_source(path)
@@ -307,8 +301,7 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
 
 
 def truncate_function(prompt: str, completion: str) -> str:
-    """Prompt plus completion, cut where the function ends (the first non-blank line at column
-    0)."""
+    """Prompt plus completion, cut where the function ends: the first non-blank line at column 0."""
     kept = itertools.takewhile(lambda line: not line.strip() or line[0].isspace(),
                                completion.split("\n"))
     return prompt + "\n".join(kept)
@@ -335,13 +328,8 @@ def _math_pool(split: str) -> tuple[MathProblem, ...]:
     taken = {p.prompt for p in _math_pool("train")}
     if split == "probe":
         taken |= {p.prompt for p in _math_pool("held_out")}
-    pool = []
-    for seed in MATH_SEEDS[split]:
-        problem = math_problem(seed)
-        if problem.prompt not in taken:
-            taken.add(problem.prompt)
-            pool.append(problem)
-    return tuple(pool)
+    problems = map(math_problem, MATH_SEEDS[split])
+    return tuple({p.prompt: p for p in problems if p.prompt not in taken}.values())
 
 
 @functools.cache
@@ -384,10 +372,7 @@ def prompts(split: str, domain: str, n: int | None = None, seed: int = 0) -> lis
 
 # ----------------------------------------------------------------------------- mixing
 def code_documents(split: str = "train") -> Iterator[str]:
-    for path in stdlib_files(split):
-        text = read_source(path)
-        if text:
-            yield text
+    yield from filter(None, map(read_source, stdlib_files(split)))
 
 
 def manifest(num_math: int) -> dict:
