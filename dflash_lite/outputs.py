@@ -1,20 +1,17 @@
 """Output directories that are safe to write and to replace: the one place ``train`` and the zoo
-decide where a run may write (README, "Safety").
+decide where a run may write (README, "Safety"). Only the standard library is used here, so that
+the lock can be taken before anything heavy loads.
 
-* **A marker.** Every output directory a run makes holds :data:`MARKER`. ``--overwrite`` replaces
+* **A marker.** Every output directory a run makes holds :data:`MARKER`; ``--overwrite`` replaces
   only a directory that has it, so it can never remove something this project did not write.
-* **Refused places.** The package's own folders, system folders (``/usr``, ``/etc``, ``/opt``, ...),
-  ``~/.cache``, and the home, root or working directory (or any folder holding one of them) are
-  never written as a run's output; the refusal names why.
+* **Refused places** (:func:`refusal`): the package's own folders, system folders (``/usr``,
+  ``/etc``, ``/opt``, ...), ``~/.cache``, and the home, root or working directory (or any folder
+  holding one of them) are never a run's output; the refusal names why.
 * **Replacing last.** With ``--overwrite`` a run writes into a staging directory beside ``--out``
-  (:func:`begin`); only when it has finished is the old directory moved aside, the new one moved
-  in, and the old one deleted (:func:`commit`). A failure before that leaves ``--out`` as it was,
-  and an interrupted run leaves a staging directory that the same command resumes.
-* **A lock.** :func:`lock` takes an exclusive ``flock`` on a file beside ``--out`` for the life of
-  the process, so a second run into the same ``--out`` is refused while the first one runs. The
-  operating system drops the lock when the process ends, however it ends.
-
-Only the standard library is used here, so that the lock can be taken before anything heavy loads.
+  (:func:`begin`), swapped in only when finished (:func:`commit`): a failure before that leaves
+  ``--out`` as it was, and the same command resumes an interrupted run's staging directory.
+* **A lock** (:func:`lock`): an exclusive ``flock`` beside ``--out`` for the life of the process
+  refuses a second run into it while the first runs; the system drops it however the process ends.
 """
 from __future__ import annotations
 
@@ -41,6 +38,9 @@ SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/sys", "/
 # refused as a whole only
 SHARED = ("/opt", "/var", "/srv", "/snap", "/tmp", "/Applications", "/Library")
 _HELD: dict[Path, int] = {}             # lock file -> open descriptor, for this process
+_TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")      # dflash_lite.files.atomic_path's names
+LOCK_TEXT = "dflash-lite lock, pid {pid}\n"
+_OWN_LOCK = re.compile(rb"(dflash-lite lock, pid )?\d*\n?")   # or an older run's bare pid, or empty
 
 
 def _resolved(path: Path) -> Path:
@@ -53,10 +53,9 @@ def refusal(out: str | os.PathLike) -> str | None:
     if path == PACKAGE or PACKAGE in path.parents:
         return "is inside the dflash_lite package, whose files are shipped, not written by runs"
     home = _resolved(Path.home())
-    here = _resolved(Path.cwd())
     named = {"the root directory": Path(path.anchor), "the home directory": home,
-             "the working directory": here,
-             "the dflash_lite package": PACKAGE, "~/.cache": home / ".cache",
+             "the working directory": _resolved(Path.cwd()), "the dflash_lite package": PACKAGE,
+             "~/.cache": home / ".cache",
              **{f"the system folder {s}": Path(s) for s in SYSTEM + SHARED}}
     for name, place in named.items():
         if path == place or path in place.parents:
@@ -79,9 +78,6 @@ def holds_nothing(out: str | os.PathLike) -> bool:
                                    for p in out.rglob("*"))
 
 
-_TEMPORARY = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")      # dflash_lite.files.atomic_path's names
-
-
 def is_temporary(path: Path) -> bool:
     """``path`` is a temporary file that :func:`dflash_lite.files.atomic_path` names, left by a
     killed run (empty or partial, never renamed into place): it does not make a folder non-empty."""
@@ -90,11 +86,9 @@ def is_temporary(path: Path) -> bool:
 
 def check_out(out: str | os.PathLike, overwrite: bool) -> Path:
     """``out`` as a run's output: writable (:func:`dflash_lite.validate.check_output_dir`), not a
-    refused place, and with ``overwrite`` a real directory this project wrote (it has the
-    marker)."""
+    refused place, and with ``overwrite`` a real directory this project wrote (with the marker)."""
     out = check_output_dir(out, "out")
-    why = refusal(out)
-    if why:
+    if why := refusal(out):
         raise ValueError(f"out {str(out)!r} {why}; choose a directory of its own")
     if overwrite and not holds_nothing(out):
         if out.is_symlink():
@@ -124,8 +118,7 @@ def guard_output_file(path: str | os.PathLike, name: str = "output file", overwr
     not a directory, device, FIFO or symbolic link, and, when it exists, this project's own
     output (``own(path)`` is true) unless ``overwrite`` is given. A replaced file keeps its mode."""
     path = check_output_file(path, name)
-    why = refusal(path)
-    if why:
+    if why := refusal(path):
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")
     if os.path.lexists(path):
         if path.is_symlink() and not overwrite:
@@ -146,8 +139,7 @@ def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
     ``own``), every file already in the directory must be ``own`` (or the :data:`MARKER`), unless
     ``overwrite``: a folder of someone else's files is refused whole."""
     directory = check_output_dir(path, name)
-    why = refusal(directory)
-    if why:
+    if why := refusal(directory):
         raise ValueError(f"{name} {str(directory)!r} {why}; choose a directory of its own")
     if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {str(directory)!r} cannot be written: no write permission")
@@ -191,17 +183,12 @@ def lock_path(out: str | os.PathLike) -> Path:
     return _beside(out, "lock")
 
 
-LOCK_TEXT = "dflash-lite lock, pid {pid}\n"
-_OWN_LOCK = re.compile(rb"(dflash-lite lock, pid )?\d*\n?")   # or an older run's bare pid, or empty
-
-
 def lock(out: str | os.PathLike) -> Path:
     """Hold ``out``'s lock until :func:`release` or the end of the process; one line naming the
-    other run when it is held elsewhere. Taking it again in the same process is a no-op.
-
-    The lock file is opened without following a symbolic link (``O_NOFOLLOW``), and one that is
-    not this project's own (a link, a hard link, something else than a regular file, or a file
-    holding anything but a lock's pid) is refused: it is never written, truncated or deleted."""
+    other run when it is held elsewhere. Taking it again in the same process is a no-op. The lock
+    file is opened without following a symbolic link (``O_NOFOLLOW``), and one that is not this
+    project's own (a link, a hard link, not a regular file, or holding anything but a lock's pid)
+    is refused: it is never written, truncated or deleted."""
     path = lock_path(out)
     if path in _HELD or fcntl is None:
         return path
@@ -238,8 +225,7 @@ def lock(out: str | os.PathLike) -> Path:
 
 def release(out: str | os.PathLike) -> None:
     path = lock_path(out)
-    fd = _HELD.pop(path, None)
-    if fd is not None:
+    if (fd := _HELD.pop(path, None)) is not None:
         path.unlink(missing_ok=True)  # while still held, so no other run holds a deleted file
         os.close(fd)
 
