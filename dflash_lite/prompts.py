@@ -17,12 +17,29 @@ import torch
 
 from . import corpus, validate
 
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
+TEMPLATE_SECONDS_PER_PROMPT = 0.05          # and the time a batch of prompts adds, per prompt
+# name -> (hub id, config, split, field): the public sets the DFlash paper reports on
+DATASETS = {
+    "gsm8k": ("openai/gsm8k", "main", "test", "question"),
+    "humaneval": ("openai/openai_humaneval", None, "test", "prompt"),
+    "mbpp": ("google-research-datasets/mbpp", "full", "test", "text"),
+    "math500": ("HuggingFaceH4/MATH-500", None, "test", "problem"),
+    "mt-bench": ("HuggingFaceH4/mt_bench_prompts", None, "train", "prompt"),
+}
+# the same, for prompt sets to train on: train splits only (DATASETS' are never trained on)
+TRAIN_DATASETS = {
+    "gsm8k": ("openai/gsm8k", "main", "train", "question"),
+    "mbpp": ("google-research-datasets/mbpp", "full", "train", "text"),
+    "codealpaca": ("sahil2801/CodeAlpaca-20k", None, "train", "instruction"),
+    "ultrachat": ("HuggingFaceH4/ultrachat_200k", None, "train_sft", "prompt"),
+}
+
 
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
-    answer, thinking off; unchanged without a template. Every render runs under the limits of
-    :func:`check_chat_template`, so a template that is quick on a short prompt and fails, loops,
-    allocates or writes without bound on a long one is one ``ValueError`` line, not a hang."""
+    answer, thinking off; unchanged without a template. Rendered under the limits of
+    :func:`check_chat_template`: a long prompt cannot make it hang (one ``ValueError`` line)."""
     prompts = list(prompts)
     if not getattr(tokenizer, "chat_template", None):
         return prompts
@@ -32,19 +49,13 @@ def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
     return texts
 
 
-TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
-TEMPLATE_SECONDS_PER_PROMPT = 0.05          # and the time a batch of prompts adds, per prompt
-
-
 def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
-    """Render the tokenizer's chat template once (a short user turn), under the limits every
-    render has: in a child process with a time limit (:data:`TEMPLATE_SECONDS`, plus
-    :data:`TEMPLATE_SECONDS_PER_PROMPT` per prompt of a batch), a memory limit
-    (:data:`TEMPLATE_MEMORY` more than the parent's) and an output limit (:data:`TEMPLATE_BYTES`
-    beyond the prompt's own length), so a template that raises, includes a file, loops for
-    minutes or allocates without bound is one ``ValueError`` line at load, not a traceback, a hang
-    or an exhausted machine on the first prompt. Without ``os.fork`` it is rendered here, with
-    only the output limit."""
+    """Render the tokenizer's chat template once (a short user turn) under the limits every render
+    has, so a template that raises, includes a file, loops or allocates without bound is one
+    ``ValueError`` line at load, not a hang on the first prompt: a child process with a time limit
+    (:data:`TEMPLATE_SECONDS`, plus :data:`TEMPLATE_SECONDS_PER_PROMPT` per prompt of a batch), a
+    memory limit (:data:`TEMPLATE_MEMORY` more than the parent's) and an output limit
+    (:data:`TEMPLATE_BYTES` beyond the prompt's length; the only one without ``os.fork``)."""
     if not getattr(tokenizer, "chat_template", None):
         return
     problem = _render_limited(tokenizer, ["Hello"])
@@ -144,9 +155,8 @@ def encode_all(tokenizer, texts: list[str], chat_template: bool = True) -> list[
 def load_prompts(path: str, limit: int | None = None) -> list[str]:
     """Prompts from a JSONL file with a ``prompt`` field, or ``turns`` (the first turn is used): the
     first ``limit`` of them, read as a stream (the rest of the file is never read)."""
-    lines = validate.text_file_stream(path, "prompts file")   # a BOM is accepted; a FIFO is named
     prompts = []
-    for number, line in lines:                                # read only up to the limit-th prompt
+    for number, line in validate.text_file_stream(path, "prompts file"):
         if not line.strip():
             continue
         try:
@@ -179,16 +189,6 @@ def builtin_prompts(domain: str, n: int) -> list[str]:
     return corpus.prompts("held_out", domain, n)
 
 
-# name -> (hub id, config, split, field): the public sets the DFlash paper reports on
-DATASETS = {
-    "gsm8k": ("openai/gsm8k", "main", "test", "question"),
-    "humaneval": ("openai/openai_humaneval", None, "test", "prompt"),
-    "mbpp": ("google-research-datasets/mbpp", "full", "test", "text"),
-    "math500": ("HuggingFaceH4/MATH-500", None, "test", "problem"),
-    "mt-bench": ("HuggingFaceH4/mt_bench_prompts", None, "train", "prompt"),
-}
-
-
 def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[str]:
     """The first ``limit`` prompts of a public benchmark (or of a set in ``table``, same shape as
     ``DATASETS``), fetched with ``datasets`` (needs the network or a warm ``datasets`` cache).
@@ -209,16 +209,6 @@ def dataset_prompts(name: str, limit: int, table: dict | None = None) -> list[st
                          f"(JSONL with a 'prompt' or 'turns' field)") from None
     texts = [r[column][0] if isinstance(r[column], list) else r[column] for r in rows]
     return [t for t in texts if isinstance(t, str) and t]
-
-
-# name -> (hub id, config, split, field): prompt sets to train on, train splits only (the
-# benchmark's sets in DATASETS are test splits, never trained on)
-TRAIN_DATASETS = {
-    "gsm8k": ("openai/gsm8k", "main", "train", "question"),
-    "mbpp": ("google-research-datasets/mbpp", "full", "train", "text"),
-    "codealpaca": ("sahil2801/CodeAlpaca-20k", None, "train", "instruction"),
-    "ultrachat": ("HuggingFaceH4/ultrachat_200k", None, "train_sft", "prompt"),
-}
 
 
 def user_prompts(prompts: str | None = None, dataset: str | None = None,
