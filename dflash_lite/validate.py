@@ -22,6 +22,16 @@ from pathlib import Path
 
 import torch
 
+MAX_BATCH = 64                  # requests in one batch (bench --batch-sizes)
+MAX_REPEATS = 1000              # timed rounds of one measurement: each keeps its results in memory
+SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed accepts
+TEMPERATURE_FLOOR = 1e-3  # below it the logits / T overflow towards inf and the softmax is nan
+MAX_LINE_BYTES = 4 << 20        # a line of a prompts file: far more than any context holds
+MAX_PARAMETERS = 16_000_000_000  # twice the largest target the paper drafts for (8B)
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads",
+              "num_key_value_heads", "vocab_size")
+NAME_MAX, PATH_MAX = 255, 4096  # the usual limits of Linux and macOS file systems
+
 
 def _fail(name: str | None, expected: str, value) -> ValueError:
     return ValueError(f"{_named(name)}must be {expected}, got {value!r}")
@@ -29,10 +39,6 @@ def _fail(name: str | None, expected: str, value) -> ValueError:
 
 def _named(name: str | None) -> str:
     return f"{name} " if name else ""
-
-
-MAX_BATCH = 64            # requests in one batch (bench --batch-sizes)
-MAX_REPEATS = 1000        # timed rounds of one measurement: each keeps its results in memory
 
 
 def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
@@ -60,15 +66,9 @@ def check_float(name: str | None, value, low: float = 0.0, high: float | None = 
     return value
 
 
-SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)   # what torch.manual_seed accepts
-
-
 def check_seed(value, name: str | None = "seed") -> int:
     """An integer torch can seed with."""
     return check_int(name, value, *SEED_RANGE)
-
-
-TEMPERATURE_FLOOR = 1e-3   # below it the logits / T overflow towards inf and the softmax is nan
 
 
 def check_temperature(value, name: str | None = "temperature") -> float:
@@ -98,8 +98,7 @@ def check_block_sizes(value, name: str | None = "block_sizes",
         raise _fail(name, "a non-empty list of integers >= 1 (e.g. 4,8,16)", value)
     for size in sizes:
         check_int(name, size, 1, high)
-    repeated = sorted({s for s in sizes if sizes.count(s) > 1})
-    if repeated:
+    if repeated := sorted({s for s in sizes if sizes.count(s) > 1}):
         raise ValueError(f"{name or 'the sizes'} must be distinct "
                          f"({', '.join(map(str, repeated))} repeated)")
     return sizes
@@ -156,15 +155,11 @@ def check_prompt(value, name: str = "prompt") -> str:
     return value
 
 
-MAX_LINE_BYTES = 4 << 20      # a line of a prompts file: far more than any context holds
-
-
 def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
-    """``(number, line)`` of a UTF-8 text file, read one line at a time (a leading byte-order mark
-    is dropped), so a caller that needs the first N lines never reads the rest of a huge file. One
-    line naming the cause when it is missing, a directory, not a regular file (a FIFO, a device),
-    not UTF-8, or has a line longer than ``max_line`` bytes. The file is checked when this is
-    called; its lines are read as they are iterated."""
+    """``(number, line)`` of a UTF-8 text file (a leading byte-order mark dropped), read as they
+    are iterated, so a caller that needs the first N lines never reads the rest of a huge file.
+    One line naming the cause when it is missing, a directory or not a regular file (a FIFO, a
+    device), at the call, or when a line is not UTF-8 or longer than ``max_line`` bytes."""
     path = Path(value)
     if not path.exists():
         raise ValueError(f"{value}: no such {name}")
@@ -195,12 +190,6 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
 
 
 # ----------------------------------------------------------------------------- model shapes
-# twice the largest target the paper drafts for (8B); far past a laptop's
-MAX_PARAMETERS = 16_000_000_000
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads",
-              "num_key_value_heads", "vocab_size")
-
-
 def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddings: int = 2) -> int:
     """A model config (a target's ``config.json`` or a drafter's) that is safe to build: positive
     integer sizes, ``layer_types`` (when given) with one entry per layer, and an estimated parameter
@@ -211,8 +200,7 @@ def check_model_shape(config: dict, num_layers_key: str = "num_layers", embeddin
     heads, kv_heads = sizes["num_attention_heads"], sizes["num_key_value_heads"]
     head_dim = check_int("head_dim", config.get("head_dim") or sizes["hidden_size"] // heads)
     layers, hidden = sizes[num_layers_key], sizes["hidden_size"]
-    layer_types = config.get("layer_types")
-    if layer_types is not None:
+    if (layer_types := config.get("layer_types")) is not None:
         if not isinstance(layer_types, list) or len(layer_types) != layers:
             got = len(layer_types) if isinstance(layer_types, list) else repr(layer_types)
             raise ValueError("layer_types must list one entry per layer "
@@ -266,9 +254,6 @@ def check_memory(what: str, nbytes: float, device: str | torch.device = "cpu",
 
 
 # ----------------------------------------------------------------------------- output paths
-NAME_MAX, PATH_MAX = 255, 4096      # the usual limits of Linux and macOS file systems
-
-
 def check_path_length(path: Path, name: str | None) -> Path:
     """A path the file system can name: no part longer than :data:`NAME_MAX` bytes and the whole
     under :data:`PATH_MAX`, so a typo is a usage error, not ``OSError: File name too long``."""
@@ -297,8 +282,7 @@ def _check_creatable(path: Path, name: str | None, shown: Path | None = None) ->
 
 
 def check_output_file(value, name: str | None = "output file") -> Path:
-    """A file path that can be written (it is not a directory, and its folder can be made or
-    written)."""
+    """A file path that can be written: not a directory, in a folder that can be made or written."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise _fail(name, "a non-empty file path", value)
     path = check_path_length(Path(value), name)
@@ -348,9 +332,6 @@ def arg_type(check, convert=int, **limits):
     return parse
 
 
-POS = arg_type(check_int)           # an integer >= 1: the argparse type every command uses
-
-
 def int_list(text: str) -> tuple[int, ...]:
     """``"4,8,16"`` -> (4, 8, 16)."""
     try:
@@ -359,5 +340,6 @@ def int_list(text: str) -> tuple[int, ...]:
         return text                       # not integers: check_block_sizes says what is expected
 
 
+POS = arg_type(check_int)           # an integer >= 1: the argparse type every command uses
 block_sizes_arg = arg_type(check_block_sizes, int_list)
 device_arg = arg_type(check_device, str)
