@@ -74,7 +74,6 @@ TARGET_PRESETS = {
 }
 
 
-# ----------------------------------------------------------------------------- tokenizer
 def train_tokenizer(vocab_size: int, num_math: int):
     """A byte-level BPE over train-split code and math, with the EOS and MASK tokens reserved."""
     tok = Tokenizer(models.BPE())
@@ -90,7 +89,6 @@ def train_tokenizer(vocab_size: int, num_math: int):
                                    mask_token=corpus.MASK, model_max_length=1024)
 
 
-# ----------------------------------------------------------------------------- data
 def flat_tokens(tokenizer, docs: list[str], dtype: torch.dtype = torch.long) -> torch.Tensor:
     """``docs`` tokenized into one flat stream, each followed by EOS."""
     eos = tokenizer.convert_tokens_to_ids(corpus.EOS)
@@ -130,16 +128,13 @@ def build_model(preset: TargetPreset, tokenizer):
 def train_config(preset: TargetPreset, steps: int, seed: int = 0,
                  time_budget_s: float | None = None,
                  log_every: int = 50, bf16: bool = True) -> TrainConfig:
-    """The target's recipe for the one :class:`~dflash_lite.training.trainer.Trainer`: AdamW with
-    betas (0.9, 0.95) and weight decay on matrices only, ``preset.warmup_steps`` of linear warm-up,
-    then cosine decay over the whole run to 10% of the peak
-    (:func:`~dflash_lite.training.trainer.cosine_lr`), gradient norm clipped at 1, and bf16 autocast
-    with fp32 master weights unless ``bf16`` is off."""
+    """The target's recipe for the one :class:`~dflash_lite.training.trainer.Trainer` (AdamW):
+    linear warm-up, then cosine decay over the whole run to 10% of the peak
+    (:func:`~dflash_lite.training.trainer.cosine_lr`), and bf16 autocast unless ``bf16`` is off."""
     return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps,
                        min_lr_ratio=0.1, betas=(0.9, 0.95), weight_decay=preset.weight_decay,
                        decay_matrices_only=True, grad_clip=1.0, log_every=log_every, seed=seed,
-                       time_budget_s=time_budget_s,
-                       autocast_dtype=torch.bfloat16 if bf16 else None)
+                       time_budget_s=time_budget_s, autocast_dtype=torch.bfloat16 if bf16 else None)
 
 
 def next_token_loss(model, batch: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -168,7 +163,6 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 @dataclass
 class TargetTrainConfig:
     """Every choice of ``python -m dflash_lite.zoo train-target`` (which builds one from its flags).
-
     ``out``: a new or empty directory, or with ``overwrite`` a directory this project wrote, which
     is replaced only once the new target is complete (:mod:`dflash_lite.outputs`). ``bf16``: mixed
     precision (bf16 autocast, fp32 master weights), faster on a CPU with AVX512-BF16. Every
@@ -213,11 +207,9 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
     device = c.device if c.device != "cpu" else \
         f"cpu ({torch.get_num_threads()} threads, {platform.processor() or platform.machine()})"
     return {"preset": c.preset_name, "preset_fields": asdict(TARGET_PRESETS[c.preset_name]),
-            "seed": c.seed,
-            "steps_planned": c.steps, "steps_done": steps_done,
-            "train_seconds": round(train_seconds, 1),
-            "device": device, "torch": torch.__version__, "bf16_autocast": c.bf16,
-            "ld_preload": os.environ.get("LD_PRELOAD", ""),
+            "seed": c.seed, "steps_planned": c.steps, "steps_done": steps_done,
+            "train_seconds": round(train_seconds, 1), "device": device, "torch": torch.__version__,
+            "bf16_autocast": c.bf16, "ld_preload": os.environ.get("LD_PRELOAD", ""),
             "command": "python -m dflash_lite.zoo " + " ".join(sys.argv[1:]),
             "held_out_loss": losses, "corpus_manifest": manifest,
             "parameters": sum(p.numel() for p in model.parameters()), "curve": log}
@@ -226,13 +218,10 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
 def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log):
     ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any
-    work.
-
-    The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with the target's
-    recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no checkpoint is
-    kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc systems, where
-    freeing the large logits tensor every step returns pages to the kernel. The model is written
-    beside ``out`` and renamed into place whole."""
+    work. The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with the
+    target's recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no
+    checkpoint is kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc
+    systems, where freeing the large logits tensor every step returns pages to the kernel."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
     out = prepare_target_out(c)
@@ -280,9 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     defaults from :class:`~dflash_lite.cli.Options`."""
     parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    t = Options(sub.add_parser("train-target",
-                               help="train a target like the shipped one from scratch"),
-                TargetTrainConfig)
+    train = sub.add_parser("train-target", help="train a target like the shipped one from scratch")
+    t = Options(train, TargetTrainConfig)
     t.parser.add_argument("--out", type=OUT_DIR, required=True,
                           help="a new or empty directory (never the package's)")
     t.add("--overwrite", action="store_true",
@@ -312,9 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Parse, run one command, and return the exit code, as :func:`dflash_lite.cli.main` does: 0, 1
-    when a file could not be written, 2 for bad input (one line, before any work), 130 / 143 when
-    interrupted by Ctrl-C / SIGTERM."""
+    """Parse, run one command, and return the exit code as :func:`dflash_lite.cli.main` does (1: a
+    file could not be written, 2: bad input, 130 / 143: interrupted by Ctrl-C / SIGTERM)."""
     return run_main(build_parser, run_command, argv)
 
 
