@@ -169,16 +169,14 @@ def build_parser() -> Parser:
     parser = Parser(prog="python -m dflash_lite",
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)
-    parser.commands = {
-        "demo": demo_options(Options(sub.add_parser(
-            "demo", help="complete a prompt with the shipped target and time it"), DemoConfig)),
-        "bench": bench_options(Options(sub.add_parser(
-            "bench", help="every method side by side, interleaved, as ratios in one run"),
-            BenchConfig)),
-        "train": train_options(Options(sub.add_parser(
-            "train", help="regenerate data with the target and train a DFlash drafter"),
-            DrafterTrainConfig)),
-    }
+    commands = (
+        ("demo", DemoConfig, demo_options, "complete a prompt with the shipped target and time it"),
+        ("bench", BenchConfig, bench_options,
+         "every method side by side, interleaved, as ratios in one run"),
+        ("train", DrafterTrainConfig, train_options,
+         "regenerate data with the target and train a DFlash drafter"))
+    parser.commands = {name: add(Options(sub.add_parser(name, help=text), config))
+                       for name, config, add, text in commands}
     return parser
 
 
@@ -332,8 +330,7 @@ def run_command(command: str, args: dict, command_line: str) -> int:
     elif command == "train":
         print(train_drafter(DrafterTrainConfig(**args, command=command_line)))
     elif command == "bench":
-        failed = all_dflash_failed(bench(BenchConfig(**args)))
-        if failed:
+        if failed := all_dflash_failed(bench(BenchConfig(**args))):
             print(f"error: {failed}", file=sys.stderr)
             return 1
     return 0

