@@ -289,9 +289,8 @@ def train_options(t: Options) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, run one command, and return the exit code: 0, 1 when a bench measured no DFlash or a
-    file could not be written, 2 for bad input (one line, before any work), 130 on Ctrl-C and 143
-    on SIGTERM (training saves first)."""
+    """Run one command; returns 0, 1 when a bench measured no DFlash or a file could not be written,
+    2 for bad input (one line), 130 on Ctrl-C and 143 on SIGTERM (training saves first)."""
     return run_main(build_parser, run_command, argv)
 
 

@@ -356,8 +356,7 @@ def split_math_problems(split: str, n: int | None = None) -> list[MathProblem]:
 def prompts(split: str, domain: str, n: int | None = None, seed: int = 0) -> list[str]:
     """The first ``n`` prompts of a named split (all with None): ``domain`` 'math', 'code', or
     'mixed' (half and half, math first). ``seed`` draws another sample of the train split's code
-    headers (the training seed); held_out and probe have one fixed order, so every measurement
-    sees the same prompts."""
+    headers; held_out and probe have one fixed order, so every measurement sees the same prompts."""
     _check_split(split)
     if domain == "mixed":
         math_n, code_n = (None, None) if n is None else ((n + 1) // 2, n // 2)
@@ -384,8 +383,7 @@ def manifest(num_math: int) -> dict:
             files += 1
     for p in math_problems(min(num_math, 1000)):
         h.update(p.text.encode())
-    return {"python_stdlib": str(stdlib_root()), "code_files": files,
-            "math_problems": num_math,
+    return {"python_stdlib": str(stdlib_root()), "code_files": files, "math_problems": num_math,
             "math_templates": [t.__name__.lstrip("_") for t in MATH_TEMPLATES],
             "held_out_seed": HELD_OUT_SEED, "sha256": h.hexdigest()}
 

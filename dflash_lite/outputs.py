@@ -135,9 +135,8 @@ def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
                      own: Callable[[Path], bool] | None = None, exclusive: bool = False) -> Path:
     """``path`` as a directory a command writes the files ``writes`` into, checked before any work
     (one ``ValueError`` line): writable, not a refused place (:func:`refusal`), and each of
-    ``writes`` that exists checked as :func:`guard_output_file` checks it. With ``exclusive`` (and
-    ``own``), every file already in the directory must be ``own`` (or the :data:`MARKER`), unless
-    ``overwrite``: a folder of someone else's files is refused whole."""
+    ``writes`` that exists checked by :func:`guard_output_file`. With ``exclusive`` (and ``own``),
+    every file already there must be ``own`` (or the :data:`MARKER`) unless ``overwrite``."""
     directory = check_output_dir(path, name)
     if why := refusal(directory):
         raise ValueError(f"{name} {str(directory)!r} {why}; choose a directory of its own")
@@ -184,11 +183,10 @@ def lock_path(out: str | os.PathLike) -> Path:
 
 
 def lock(out: str | os.PathLike) -> Path:
-    """Hold ``out``'s lock until :func:`release` or the end of the process; one line naming the
-    other run when it is held elsewhere. Taking it again in the same process is a no-op. The lock
-    file is opened without following a symbolic link (``O_NOFOLLOW``), and one that is not this
-    project's own (a link, a hard link, not a regular file, or holding anything but a lock's pid)
-    is refused: it is never written, truncated or deleted."""
+    """Hold ``out``'s lock until :func:`release` or the process ends (again in the same process: a
+    no-op); one line naming the other run when held elsewhere. A lock file that is not this
+    project's own (a symbolic link, never followed; a hard link; not a regular file; holding
+    anything but a lock's pid) is refused, never written, truncated or deleted."""
     path = lock_path(out)
     if path in _HELD or fcntl is None:
         return path
@@ -240,9 +238,8 @@ def mark(directory: Path, what: str) -> Path:
 
 def begin(out: str | os.PathLike, replace: bool, what: str,
           resumable: Callable[[Path], bool] = lambda directory: False) -> Path:
-    """The directory a run writes into: ``out`` itself (made and marked), or with ``replace`` the
-    staging directory beside it, kept when ``resumable(staging)`` says it holds this run's
-    checkpoint and otherwise started afresh."""
+    """The directory a run writes into: ``out`` (made and marked), or with ``replace`` the staging
+    directory beside it, kept if ``resumable(staging)`` says it is this run's, else made afresh."""
     if not replace:
         return mark(Path(out), what)
     stage = _beside(out, "new")

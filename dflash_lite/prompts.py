@@ -3,10 +3,9 @@
 training all use (docs/method.md#measuring, #training).
 
 **One chat setting.** With ``chat_template`` a prompt becomes a user turn of the tokenizer's chat
-template when it has one (how chat models are served and their drafters trained), with thinking
-off (``enable_thinking=False``: the mode the published Qwen3 DFlash drafters are released for;
-templates without that switch ignore it). The shipped target has no template: its prompts are
-tokenized as they are.
+template when it has one (how chat models are served and their drafters trained), with thinking off
+(``enable_thinking=False``: the mode the published Qwen3 DFlash drafters are released for; templates
+without that switch ignore it). The shipped target has none: its prompts are tokenized as they are.
 """
 from __future__ import annotations
 
@@ -139,9 +138,8 @@ def _render_limited(tokenizer, prompts: list[str]) -> list[str] | str:
 
 
 def encode(tokenizer, text: str, chat_template: bool = True) -> torch.Tensor:
-    """``text`` as token ids (1, T): through the chat template (thinking off) when ``chat_template``
-    and the tokenizer has one, else as it is; no special tokens are added either way (a template
-    writes its own)."""
+    """``text`` as token ids (1, T), through the chat template (thinking off) when ``chat_template``
+    and the tokenizer has one; no special tokens are added (a template writes its own)."""
     return encode_all(tokenizer, [text], chat_template)[0]
 
 

