@@ -10,8 +10,7 @@ NOTEBOOKS = ROOT / "notebooks"
 
 
 def in_checkout() -> bool:
-    """Whether this package runs from a checkout of the repository, beside the notebooks and docs
-    the course commands read; an installed wheel has the package only."""
+    """Whether the package runs from a checkout, beside its notebooks and docs (not a wheel)."""
     return NOTEBOOKS.is_dir() and (ROOT / "docs").is_dir() and (ROOT / "pyproject.toml").is_file()
 
 

@@ -164,8 +164,7 @@ def TREE_SIZES(text: str) -> tuple[int, ...]:                      # noqa: N802 
 
 
 def build_parser() -> Parser:
-    """The command line (defaults from :class:`Options`); ``parser.commands`` maps each command
-    to its parser."""
+    """The command line; ``parser.commands`` maps each command to its parser."""
     parser = Parser(prog="python -m dflash_lite",
                     description="DFlash block-diffusion speculative decoding on a laptop.")
     sub = parser.add_subparsers(dest="command", required=True)

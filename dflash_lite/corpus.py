@@ -1,7 +1,5 @@
 """The offline, deterministic corpus: the shipped target's training text, and the named prompt
-splits that drafters are trained, probed and benchmarked on (docs/method.md#data).
-
-Two domains, both of which exist on every machine without a network:
+splits that drafters are trained, probed and benchmarked on (docs/method.md#data). Two domains:
 
 * **code**: the Python source of the interpreter's standard library, split into a train and a
   held-out part by a hash of each file's relative path (not by the order the file system lists).

