@@ -1,9 +1,8 @@
 """dflash-lite: DFlash block-diffusion speculative decoding (arXiv 2602.06036) on a laptop.
 
 The method as implemented and measured here: docs/method.md. One idea per module, in four layer
-folders that import only downwards: ``decoding`` <- ``training`` <- ``measuring`` <- ``course``,
-all on the files and data at the top (``tests/test_package_layout.py`` checks that, and that this
-list names every module).
+folders that import only downwards (``decoding`` <- ``training`` <- ``measuring`` <- ``course``) and
+the files and data at the top (checked by ``tests/test_package_layout.py``, as is this list).
 
 ``decoding``: the models and the lossless loop
 

@@ -17,10 +17,9 @@ training and in the ablations) never share a prompt. Where the math problems' se
     [HELD_OUT_SEED + 2000, + 3000)           held_out
     [HELD_OUT_SEED + 3000, + 4000)           probe
 
-The generator's space is small, so different seeds can give the same text: ``held_out`` and
-``probe`` leave out any prompt that an earlier split already holds. Code prompts are function
-headers: ``train`` from the train files; ``held_out`` and ``probe`` split the held-out files'
-headers (those that no train file also has) in two halves.
+The generator's space is small, so seeds can repeat a text: ``held_out`` and ``probe`` leave out any
+prompt an earlier split holds. Code prompts are function headers: ``train`` from the train files;
+``held_out`` and ``probe`` halve the held-out files' headers that no train file has.
 
 Nothing here reads the benchmark judges (GSM8K, HumanEval exports): those stay held out.
 """

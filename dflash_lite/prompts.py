@@ -182,8 +182,7 @@ def load_prompts(path: str, limit: int | None = None) -> list[str]:
 
 
 def builtin_prompts(domain: str, n: int) -> list[str]:
-    """Held-out in-domain prompts: the ``held_out`` split of :func:`dflash_lite.corpus.prompts`
-    (generated math problems from unseen seeds, stdlib function headers from held-out files)."""
+    """Held-out in-domain prompts: the ``held_out`` split of :func:`dflash_lite.corpus.prompts`."""
     return corpus.prompts("held_out", domain, n)
 
 
