@@ -43,10 +43,9 @@ def shown_path(path) -> str:
 
 @dataclass
 class DemoConfig:
-    """The demo's choices (``python -m dflash_lite demo`` builds one from its flags). ``drafter``:
-    the shipped one by default, or a local directory, or a hub id; ``block_size`` fixes DFlash's
-    block size (None: the cost-aware policy chooses each step); ``dtype`` applies to the target and
-    the drafter alike; timings are medians of ``repeats`` interleaved runs after a warm-up."""
+    """The demo's choices. ``drafter``: the shipped one (default), a directory or a hub id;
+    ``block_size`` fixes DFlash's block size (None: the cost-aware policy chooses each step);
+    ``dtype``: target and drafter alike; timings: medians of ``repeats`` interleaved runs."""
     target: str = "tiny"
     prompt: str = DEFAULT_PROMPT
     max_new_tokens: int = 96
@@ -294,9 +293,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_main(build, run, argv: list[str] | None) -> int:
-    """A command line's main (this one's and the zoo's): parse ``argv`` with the parser ``build()``
-    makes, return ``run(command, args, command_line)`` through :func:`expected_errors`, and on an
-    interrupt say in one line what it left (:func:`interrupted_line`)."""
+    """A command line's main (this one's and the zoo's): ``run(command, args, command_line)``
+    through :func:`expected_errors`; one line on an interrupt (:func:`interrupted_line`)."""
     with signals.handled():
         parser = build()
         args = vars(parser.parse_args(argv))

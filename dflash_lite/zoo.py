@@ -157,11 +157,10 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 
 @dataclass
 class TargetTrainConfig:
-    """Every choice of ``python -m dflash_lite.zoo train-target`` (which builds one from its flags).
-    ``out``: a new or empty directory, or with ``overwrite`` a directory this project wrote, which
-    is replaced only once the new target is complete (:mod:`dflash_lite.outputs`). ``bf16``: mixed
-    precision (bf16 autocast, fp32 master weights), faster on a CPU with AVX512-BF16. Every
-    ``log_every`` steps a JSON line (step from 0, loss, lr, elapsed_s) is printed and kept."""
+    """Every choice of ``python -m dflash_lite.zoo train-target``. ``out``: new or empty, or with
+    ``overwrite`` a directory this project wrote, replaced once the new target is complete
+    (:mod:`dflash_lite.outputs`). ``bf16``: mixed precision (bf16 autocast, fp32 master weights),
+    faster on a CPU with AVX512-BF16. Every ``log_every`` steps a JSON line is printed and kept."""
     out: str | Path
     preset_name: str = "tiny"
     steps: int = 6000
