@@ -40,7 +40,7 @@ from .training.trainer import TrainConfig, Trainer
 
 @dataclass
 class TargetPreset:
-    """Shape and training budget of a target model trained from scratch."""
+    """Shape and (from ``seq_len`` on) training budget of a target model trained from scratch."""
     vocab_size: int = 4096
     hidden_size: int = 256
     intermediate_size: int = 768
@@ -50,7 +50,6 @@ class TargetPreset:
     head_dim: int = 64
     max_position_embeddings: int = 1024
     rope_theta: float = 10000.0
-    # training
     seq_len: int = 256
     batch_size: int = 16
     lr: float = 2e-3
@@ -102,9 +101,8 @@ def sample_batch(streams, preset: TargetPreset, gen: torch.Generator) -> torch.T
     rows = []
     for _ in range(preset.batch_size):
         name = "math" if torch.rand((), generator=gen).item() < preset.math_fraction else "code"
-        s = streams[name]
-        start = torch.randint(0, len(s) - preset.seq_len - 1, (), generator=gen).item()
-        rows.append(s[start:start + preset.seq_len + 1])
+        start = torch.randint(0, len(streams[name]) - preset.seq_len - 1, (), generator=gen).item()
+        rows.append(streams[name][start:start + preset.seq_len + 1])
     return torch.stack(rows).long()  # (B, T+1)
 
 
@@ -258,8 +256,7 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The zoo's command line, with the main one's argparse types and one-line usage errors, and
-    defaults from :class:`~dflash_lite.cli.Options`."""
+    """The zoo's command line, built as the main one is (:func:`dflash_lite.cli.build_parser`)."""
     parser = Parser(prog="python -m dflash_lite.zoo", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train-target", help="train a target like the shipped one from scratch")
