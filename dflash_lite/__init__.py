@@ -68,8 +68,7 @@ At the top: data, files, failure and the commands
 * :mod:`~dflash_lite.exercises`   the notebooks' exercise self-checks
 * :mod:`~dflash_lite.fetch`       real public targets fetched once from a PyPI wheel (``zoo get``)
 * :mod:`~dflash_lite.zoo`         the shipped models and how to retrain them
-* :mod:`~dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``
-"""
+* :mod:`~dflash_lite.cli`         ``python -m dflash_lite demo | bench | train``"""
 import sys
 import warnings
 

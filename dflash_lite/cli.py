@@ -3,8 +3,7 @@
 Parsing lives only here and under ``__main__``; every command is a typed function that notebooks
 can call with its config dataclass, where each default is written (:class:`Options`):
 :class:`DemoConfig`, :class:`~dflash_lite.measuring.benchmark.BenchConfig`,
-:class:`~dflash_lite.training.train.DrafterTrainConfig`.
-"""
+:class:`~dflash_lite.training.train.DrafterTrainConfig`."""
 from __future__ import annotations
 
 import argparse

@@ -21,8 +21,7 @@ The generator's space is small, so seeds can repeat a text: ``held_out`` and ``p
 prompt an earlier split holds. Code prompts are function headers: ``train`` from the train files;
 ``held_out`` and ``probe`` halve the held-out files' headers that no train file has.
 
-Nothing here reads the benchmark judges (GSM8K, HumanEval exports): those stay held out.
-"""
+Nothing here reads the benchmark judges (GSM8K, HumanEval exports): those stay held out."""
 from __future__ import annotations
 
 import ast

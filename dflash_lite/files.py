@@ -3,8 +3,7 @@
 A file is written under a unique temporary name (``tempfile.mkstemp``) in its own directory and
 renamed onto its final name only when complete, so an interrupted run never leaves a file that
 looks finished, and the temporary name can never be a file the user already had. A file that is
-replaced keeps its mode, and a device, FIFO or socket is never replaced.
-"""
+replaced keeps its mode, and a device, FIFO or socket is never replaced."""
 from __future__ import annotations
 
 import os

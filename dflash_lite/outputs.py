@@ -11,8 +11,7 @@ the lock can be taken before anything heavy loads.
   (:func:`begin`), swapped in only when finished (:func:`commit`): a failure before that leaves
   ``--out`` as it was, and the same command resumes an interrupted run's staging directory.
 * **A lock** (:func:`lock`): an exclusive ``flock`` beside ``--out`` for the life of the process
-  refuses a second run into it while the first runs; the system drops it however the process ends.
-"""
+  refuses a second run into it meanwhile; the system drops it however the process ends."""
 from __future__ import annotations
 
 import errno

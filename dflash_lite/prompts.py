@@ -5,8 +5,7 @@ training all use (docs/method.md#measuring, #training).
 **One chat setting.** With ``chat_template`` a prompt becomes a user turn of the tokenizer's chat
 template when it has one (how chat models are served and their drafters trained), with thinking off
 (``enable_thinking=False``: the mode the published Qwen3 DFlash drafters are released for; templates
-without that switch ignore it). The shipped target has none: its prompts are tokenized as they are.
-"""
+without that switch ignore it). The shipped target has none: its prompts are tokenized raw."""
 from __future__ import annotations
 
 import json

@@ -7,8 +7,7 @@
 * While ``python -m dflash_lite`` spends seconds importing torch, :func:`quiet_until_main` makes
   Ctrl-C print one line and exit 130 at once, not a traceback; ``main`` puts the handling back.
 * Once a command is stopping, further signals are ignored (:func:`stopping`), so two Ctrl-C in a
-  row still give one line and exit 130, never a traceback from inside the first one's handler.
-"""
+  row still give one line and exit 130, never a traceback from inside the first one's handler."""
 from __future__ import annotations
 
 import os

@@ -7,8 +7,7 @@ line that names the argument and the accepted range, before any work is done::
     ValueError: repeats must be an integer >= 1, got 0
 
 :func:`arg_type` turns a check into an argparse ``type=`` (the flag is named by argparse itself).
-Output paths are checked here too, so that a run that could not write its result never starts.
-"""
+Output paths are checked here too, so that a run that could not write its result never starts."""
 from __future__ import annotations
 
 import argparse
