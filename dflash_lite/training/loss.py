@@ -1,7 +1,6 @@
 """The drafter's training loss (steps 3 and 4 of :mod:`dflash_lite.training.train`; weights
 :func:`position_weights`), the teacher-forced accuracy of each position
-(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features.
-"""
+(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -54,10 +53,9 @@ class FeatureCache:
                 size = found[r].numel() * found[r].element_size()
                 if self.bytes + size <= self.max_bytes:
                     self.kept[r], self.bytes = found[r], self.bytes + size
-        rows = [found[r] for r in batch.rows]
-        width = seq.shape[1]
         # past a sequence's end is padding, which no block sees
-        return torch.stack([F.pad(r, (0, 0, 0, width - r.shape[0])) for r in rows]).to(dtype)
+        return torch.stack([F.pad(found[r], (0, 0, 0, seq.shape[1] - found[r].shape[0]))
+                            for r in batch.rows]).to(dtype)
 
 
 def labelled_logits(drafter, target, batch: Batch, block_size: int,
@@ -90,10 +88,8 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int,
 
 def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
                  features: FeatureCache | None = None) -> tuple[torch.Tensor, dict]:
-    """Weighted CE over the masked positions of every block; per-position accuracy in the
-    metrics."""
+    """Weighted CE over the masked positions of every block; per-position accuracy in metrics."""
     block_size = weights.shape[0] + 1
-    # (M, V), (M,), (M,)
     logits, label, position = labelled_logits(drafter, target, batch, block_size, features)
     causal = drafter.autoregressive
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j (B,): at block position j for

@@ -110,18 +110,17 @@ class DrafterTrainConfig:
 
     ``drafting``: DFlash (``BLOCK``), the EAGLE-style baseline (``AUTOREGRESSIVE``) or a small
     independent causal LM (``DRAFT_MODEL``, :func:`train_draft_model`); ``conditioning``: how the
-    target's features reach the drafter. Training prompts are the built-in corpus's
-    (``num_math`` + ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
+    target's features reach the drafter. Training prompts are the built-in corpus's (``num_math``
+    and ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
     :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), of which
     ``probe_prompts`` are held out for the tau probe. ``dtype`` is the frozen target's; the drafter
     keeps fp32 weights and, below fp32, runs under autocast in that dtype. ``eval_every``: steps
     between tau probes (None: a tenth of the run; 0: never). ``chat_template``: every prompt, the
-    built-in ones and the probe's included, becomes a user turn of the tokenizer's chat template
-    when it has one, as ``bench`` and the ``Engine`` encode them (the run records which).
-    ``cache_features``: the frozen target's features of each sequence are computed once and kept
-    (:class:`FeatureCache`). ``regenerate_batch_size``: prompts the target answers at once (a
-    real target's decode step costs about the same for 16 rows or 64 on a CPU). ``command`` is
-    recorded in the run."""
+    probe's included, becomes a user turn of the tokenizer's chat template when it has one, as
+    ``bench`` and the ``Engine`` encode them (the run records which). ``cache_features``: compute
+    the frozen target's features of each sequence once and keep them (:class:`FeatureCache`).
+    ``regenerate_batch_size``: prompts the target answers at once (a real target's decode step
+    costs about the same for 16 rows or 64 on a CPU). ``command`` is recorded in the run."""
     target: str = "tiny"
     out: str = "drafter"
     overwrite: bool = False
@@ -307,11 +306,9 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
                   **options) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve, and
     return where: ``config`` or the :class:`DrafterTrainConfig` of ``options``. ``callbacks`` are
-    the trainer's (:class:`~dflash_lite.training.trainer.Trainer`). ``drafting=DRAFT_MODEL`` runs
-    :func:`train_draft_model`.
-
-    Every option and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a run
-    into ``out`` that holds a checkpoint of the same settings resumes from it."""
+    the trainer's (:class:`~dflash_lite.training.trainer.Trainer`); ``drafting=DRAFT_MODEL`` runs
+    :func:`train_draft_model`. Every option and ``out`` (:func:`prepare_out`) is checked before
+    anything is loaded; a run into ``out`` that holds a checkpoint of the same settings resumes."""
     c = (config or DrafterTrainConfig(**options)).check()
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)
