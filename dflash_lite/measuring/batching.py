@@ -14,8 +14,7 @@ every step also costs, the prefill and the loop's own work per step, both measur
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
 step costs measured at each b) and the naive rollback (DFlash at the largest block size, every
-row rolled back to the batch's shortest accepted path).
-"""
+row rolled back to the batch's shortest accepted path)."""
 from __future__ import annotations
 
 import statistics
@@ -74,7 +73,6 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
                                 lambda ids: DFlashTreeProposer(drafter, target, tree_size,
                                                                shapes=shapes), tree_size=tree_size))
-    # one policy at every batch size; a batch's costs are measured before the timed runs
     session = PolicySession(drafter, target, DEFAULT_OPTIONS,
                             batch_costs={size: costs} if size > 1 and costs else {})
     rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
@@ -237,8 +235,7 @@ def _model_scale(costs, measured: dict | None) -> float:
 def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
     """The smallest batch size at which the best speculative row's ``key`` (the measured speedup,
     or ``predicted_speedup``) falls below ``line``; None if it never does."""
-    sizes = sorted({r["batch_size"] for r in rows})
-    for size in sizes:
+    for size in sorted({r["batch_size"] for r in rows}):
         best = max((r[key] for r in rows if r["batch_size"] == size and r[key] is not None
                     and r["kind"] != Kind.AUTOREGRESSIVE.value and r["rollback"] == "row"),
                    default=None)

@@ -47,9 +47,7 @@ from .harness import MethodStats, environment, measure, run_benchmark  # noqa: F
 from .methods import Rows, compiled_methods, standard_methods  # noqa: F401  (public)
 from .report import Method, cost_model, format_cost_model, format_table, summarise
 
-# ----------------------------------------------------------------- bench = resolve -> run -> report
-# --json replaces only these freely
-IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # what --json replaces freely
 
 
 @dataclass
@@ -92,10 +90,8 @@ class BenchConfig:
     json_out: str | None = None
     overwrite: bool = False        # json_out may replace a file that is not a bench report
     quiet: bool = False
-    # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
-    compile: bool = False
-    # the batch sweep instead (dflash_lite.measuring.batching): these batch sizes, its own methods
-    batch_sizes: tuple[int, ...] = ()
+    compile: bool = False          # also every row on fixed shapes, compiled (CUDA graphs on CUDA)
+    batch_sizes: tuple[int, ...] = ()  # the batch sweep instead (measuring.batching), its methods
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -114,8 +110,7 @@ class BenchConfig:
         parse_dtype(self.dtype)
         if self.random_drafter_layers is not None:
             validate.check_int("random_drafter_layers", self.random_drafter_layers)
-        # a literal \n typed on a command line
-        self.prompt_template = self.prompt_template.replace("\\n", "\n")
+        self.prompt_template = self.prompt_template.replace("\\n", "\n")  # \n typed in a shell
         if "{prompt}" not in self.prompt_template:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
@@ -141,8 +136,7 @@ class Setup:
 
 @dataclass
 class Measured:
-    """What :func:`run` timed: per-method statistics and the cost model's forwards (None without a
-    drafter)."""
+    """What :func:`run` timed: per-method stats and the cost model's forwards (None: no drafter)."""
     stats: dict[str, MethodStats]
     env: dict
     costs: dict | None = None
@@ -189,8 +183,7 @@ def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str 
 
 
 def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDrafter:
-    """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
-    free memory) before it is built."""
+    """An untrained drafter of ``random_drafter_layers`` layers; its size is checked first."""
     mask = mask_token_id(tokenizer)
     if mask is None:
         raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token and "
@@ -225,20 +218,18 @@ def resolve(config: BenchConfig) -> Setup:
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
-    eagle, small_lm, eagle_path, small_path = (_peers(c, torch_dtype)
-                                               if c.baselines and not c.batch_sizes
-                                               else (None, None, None, None))
+    sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
+    peers = c.baselines and not c.batch_sizes
+    eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if peers else (None,) * 4
     if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = [] if c.batch_sizes else standard_methods(
-        model, tokenizer, draft, eagle, small_lm, Rows(
-            c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature, seed=c.seed),
+        model, tokenizer, draft, eagle, small_lm, Rows(c.block_sizes, c.tree_sizes, sampling,
             c.hf_dflash, adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     # shapes sized for the longest prompt, built here: never inside a timed run
     if c.compile and not c.batch_sizes:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
-                                    max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                    SamplingParams(temperature=c.temperature, seed=c.seed),
+                                    max(x.shape[1] for x in ids) + c.max_new_tokens, sampling,
                                     stop_token_ids(model, tokenizer))
     drafter_path = c.drafter or (None if c.random_drafter_layers
                                  else default_drafter_path(c.target))
@@ -269,8 +260,7 @@ def run(setup: Setup) -> Measured:
     stats = measure(setup.methods, setup.prompts, c.max_new_tokens, c.repeats, device=c.device,
                     greedy=sampling.greedy, seeded=sampling.seed is not None)
     env = environment(c.device)
-    sessions = [m.session for m in setup.methods if m.session is not None]
-    if sessions:
+    if sessions := [m.session for m in setup.methods if m.session is not None]:
         env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds
                                                             for s in sessions)}
     costs = (measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,

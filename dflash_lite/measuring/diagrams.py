@@ -6,8 +6,7 @@
 * :func:`tree_verification`: one target forward over a draft tree (notebook 09).
 
 Each function returns a matplotlib figure; the notebooks show and save it with
-``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed.
-"""
+``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -46,7 +45,7 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
         _box(ax, (i * target_time, 2.2, target_time * 0.94, 0.6), f"t{i + 1}", TARGET, 9)
     ax.text(-0.2, 2.5, "plain\n(target\nforwards)", ha="right", va="center", fontsize=9)
     # speculative: draft block, verify block, commit accepted + bonus
-    x, token = 0.0, 1
+    x = 0.0
     for step, a in enumerate(accepted):
         _box(ax, (x, 0.6, draft_time * 0.94, 0.6), "D", DRAFT, 9)
         x += draft_time
@@ -60,7 +59,6 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
                                    w / block_size * 0.9, 0.4,
                                    fc=BONUS if a == block_size - 1 else "white", ec="0.4", lw=0.5))
         ax.text(x + w / 2, -0.3, f"+{a + 1} tokens", ha="center", fontsize=9)
-        token += a + 1
         x += w
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)
     ax.axvline(x, color="0.5", ls=":", lw=1)
@@ -173,8 +171,7 @@ def tree_verification() -> plt.Figure:
         depth[i] = depth[parents[i]] + 1
     rows = {0: 0.0, 1: 1.0, 2: -1.0, 3: 1.5, 4: 0.5, 5: -1.0, 6: 1.5, 7: 0.7}
     accepted_path = [0, 1, 3, 6]                        # the target's argmax leads here
-    # " 7" is in no child of node 6: the bonus
-    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}
+    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}   # " 7" is in no child of 6: the bonus
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i in range(1, len(parents)):
         on_path = i in accepted_path and parents[i] in accepted_path
@@ -189,8 +186,7 @@ def tree_verification() -> plt.Figure:
                     fontsize=9, color=TARGET)
     end = accepted_path[-1]
     ax.text(depth[end] + 1, rows[end], repr(target_choice[end]), ha="center", va="center",
-            fontsize=10,
-            bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
+            fontsize=10, bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
     _arrow(ax, (depth[end] + 0.25, rows[end]), (depth[end] + 0.78, rows[end]), color=BONUS)
     ax.text(depth[end] + 1, rows[end] - 0.4, "bonus", ha="center", fontsize=9, color=BONUS)
     ax.set_xlim(-0.5, max(depth) + 1.6); ax.set_ylim(-1.6, 2.1)

@@ -9,8 +9,7 @@ Every number on the card is measured here, on held-out data the target never saw
   and, stricter, the fraction that also add a non-empty body;
 * held-out loss per domain, parameters, corpus and training time, copied from ``training_log.json``.
 
-Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``.
-"""
+Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``."""
 from __future__ import annotations
 
 import ast

@@ -1,7 +1,6 @@
 """Where figures and results go, the course's figure style, and the figures of a benchmark report
 (the JSON of :func:`dflash_lite.measuring.benchmark.bench`): :func:`plot_benchmark`, each figure
-titled with the hardware it was measured on.
-"""
+titled with the hardware it was measured on."""
 from __future__ import annotations
 
 import base64
@@ -106,8 +105,7 @@ def describe(fig) -> str:
     parts = [fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) else []
     for ax in fig.axes:
         axis_labels = " against ".join(x for x in (ax.get_ylabel(), ax.get_xlabel()) if x)
-        bits = [ax.get_title(), axis_labels]
-        parts.append(": ".join(b for b in bits if b))
+        parts.append(": ".join(b for b in (ax.get_title(), axis_labels) if b))
     return "Figure: " + "; ".join(p for p in parts if p) if any(parts) else "Figure"
 
 

@@ -2,8 +2,7 @@
 (:class:`Kind`), the :class:`Method` that produces one, how to select rows (:func:`rows_of`,
 :func:`row_of`), the summary of measured statistics (:func:`summarise`), the printed table, and the
 cost model's predicted-against-measured rows. :mod:`dflash_lite.measuring.benchmark` measures; this
-module reads and writes what it measured.
-"""
+module reads and writes what it measured."""
 from __future__ import annotations
 
 import enum
@@ -94,9 +93,8 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
         hist = [counts[a] for a in range(1, max(counts, default=0) + 1)]
         rows.append({
             "name": m.name, "kind": m.kind.value, "block_size": m.block_size,
-            "tree_size": m.tree_size,
-            "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS, "default": m.default,
-            "tokens_per_s": statistics.median(tps) if tps else None,
+            "tree_size": m.tree_size, "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS,
+            "default": m.default, "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None, "speedup_vs_hf_generate": None,
             "tau": statistics.fmean(s.acceptance_lengths) if s.acceptance_lengths else None,
@@ -190,8 +188,7 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
         step_s = sum(phases.values())
         rows.append({
             "name": r["name"], "kind": kind.value, "block_size": b, "tree_size": r.get("tree_size"),
-            "tau": r["tau"],
-            "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
+            "tau": r["tau"], "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
             "predicted_speedup": predicted_speedup(r["tau"], t1, tb, td),
             "measured_speedup": r["speedup"],
             "measured_speedup_vs_hf_generate": r.get("speedup_vs_hf_generate"),
