@@ -300,8 +300,7 @@ def _batch_report(setup: Setup, measured: Measured) -> dict:
                "batch_sizes": list(c.batch_sizes), "max_new_tokens": c.max_new_tokens,
                "num_prompts": len(setup.prompts), "repeats": c.repeats,
                "cost_model": {"costs_by_batch": measured.costs["batch"]["costs"]},
-               "crossover": {"line": batching.PAYS,
-                             "measured": batching.crossover(eager),
+               "crossover": {"line": batching.PAYS, "measured": batching.crossover(eager),
                              "predicted": batching.crossover(eager, key="predicted_speedup")}}
     if not c.quiet:
         print(batching.format_batch_table(rows))

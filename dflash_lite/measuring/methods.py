@@ -48,11 +48,9 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     def hf(**kwargs):
         return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 
-    methods = [
-        Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
-               Kind.AUTOREGRESSIVE, block_size=1),
-        Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1),
-    ]
+    methods = [Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
+                      Kind.AUTOREGRESSIVE, block_size=1),
+               Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1)]
     if draft_model is not None:
         methods.append(Method(f"draft model (ours) k={r.draft_block_size - 1}", _spec_run(
             target, lambda: PerRow(DraftModelProposer(draft_model, target, r.draft_block_size)),

@@ -205,7 +205,6 @@ TARGET_LIMITATIONS = [
 ]
 
 
-# ----------------------------------------------------------------------------- drafter card
 @dataclass
 class DrafterCardConfig:
     """What ``python -m dflash_lite.zoo drafter-card`` measures (it builds one from its flags): the

@@ -75,9 +75,8 @@ COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", 
 FIGURE_STYLE = {
     "figure.figsize": (FIGURE_WIDTH, 3.6), "figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI,
     "font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "figure.titlesize": 11,
-    "xtick.labelsize": MIN_FONT_SIZE, "ytick.labelsize": MIN_FONT_SIZE,
+    "figure.labelsize": 10, "xtick.labelsize": MIN_FONT_SIZE, "ytick.labelsize": MIN_FONT_SIZE,
     "legend.fontsize": MIN_FONT_SIZE, "legend.title_fontsize": MIN_FONT_SIZE,
-    "figure.labelsize": 10,
 }
 
 
@@ -142,10 +141,9 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None,
     """Write ``{prefix}_speedup_by_method.png``, ``{prefix}_tau_histogram.png``,
     ``{prefix}_speedup_vs_block_size.png`` and, when the report has one, ``{prefix}_cost_model.png``
     (the four ``plot_benchmark_*`` functions below, one figure each); return the paths written."""
-    paths = [plot(report, out_dir, prefix) for plot in (
-        plot_benchmark_speedup, plot_benchmark_histogram, plot_benchmark_block_sizes,
-        plot_benchmark_cost_model)]
-    return [path for path in paths if path is not None]
+    plots = (plot_benchmark_speedup, plot_benchmark_histogram, plot_benchmark_block_sizes,
+             plot_benchmark_cost_model)
+    return [path for path in (plot(report, out_dir, prefix) for plot in plots) if path is not None]
 
 
 def _measured(report: dict) -> list[dict]:

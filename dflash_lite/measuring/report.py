@@ -14,7 +14,6 @@ from typing import Callable
 from ..decoding.costs import predicted_speedup
 
 
-# ----------------------------------------------------------------------------- what a row is
 class Kind(str, enum.Enum):
     """What a method (and its report row) is; consumers select rows by kind, never by name."""
     AUTOREGRESSIVE = "autoregressive"    # the decode loop at block size 1: what speedup divides by
@@ -167,7 +166,6 @@ def all_dflash_failed(report: dict) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- the cost model's rows
 def cost_model(report: dict, costs: dict) -> list[dict]:
     """Predicted against measured speedup (docs/method.md#the-cost-model) for every fixed-block and
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step

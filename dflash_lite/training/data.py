@@ -21,7 +21,6 @@ from ..files import atomic_write_text
 IGNORE = -100                        # the label of a position that predicts nothing
 
 
-# ----------------------------------------------------------------------------- regenerated data
 @dataclass
 class RegeneratedData:
     sequences: list[list[int]]       # prompt + the target's response
@@ -92,7 +91,6 @@ def _partial(path: Path | None, key: str) -> tuple[list[list[int]], list[int]]:
     return [], []
 
 
-# ----------------------------------------------------------------------------- 2. blocks
 def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator: torch.Generator,
                    block_size: int | None = None) -> torch.Tensor:
     """Anchor positions in the response: ``prompt_length <= a <= length - 2`` (at least one label).

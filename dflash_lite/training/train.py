@@ -45,7 +45,6 @@ from .trainer import (CHECKPOINT, TrainConfig, Trainer, prepare_out,  # noqa: F4
                       read_checkpoint, same_run)
 
 
-# -------------------------------------------------------------------- what a run allocates
 def check_sizes(c: DrafterTrainConfig) -> None:
     """What the run will allocate, from the target's ``config.json`` before anything is loaded (one
     ``ValueError`` line): ``max_new_tokens`` inside the target's context, at most one anchor per
@@ -94,8 +93,7 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
         proposer = EagleProposer if drafter.autoregressive else DFlashProposer
         lengths = {domain: [a for x in xs for a in generate(
             target, proposer(drafter, target, block_size), x, max_new_tokens,
-            stop_token_ids=stops).acceptance_lengths]
-            for domain, xs in ids.items()}
+            stop_token_ids=stops).acceptance_lengths] for domain, xs in ids.items()}
         drafter.train(was_training)
         every = [a for v in lengths.values() for a in v]
         return {**{d: sum(v) / len(v) for d, v in lengths.items()}, "all": sum(every) / len(every)}
@@ -332,9 +330,8 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     taus = TauCurve(tau_probe(model, tokenizer, prompts=probe, chat_template=templated), drafter,
                     c.eval_every or max(1, c.steps // 10))
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
-                         "DFlash drafter training run",
-                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT,
-                                                          c.run_config()))
+                         "DFlash drafter training run", resumable=lambda stage: same_run(
+                             stage / "checkpoint" / CHECKPOINT, c.run_config()))
     progress = Progress(c.steps, max(1, min(50, c.steps // 20)))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
                               [progress, *([taus] if c.eval_every != 0 else []), *callbacks])
