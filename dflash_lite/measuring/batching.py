@@ -57,9 +57,8 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
                   shapes: Shapes = EAGER, size: int = 1,
                   costs: StepCosts | None = None) -> list[BatchMethod]:
     """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
-    is the one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (for more than
-    one row on ``costs``, measured at this batch size), each batch handing what it learned to the
-    next."""
+    is one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (on ``costs``,
+    measured at this batch size, for more than one row), each batch handing on what it learned."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,

@@ -247,10 +247,9 @@ def resolve(config: BenchConfig) -> Setup:
 
 
 def run(setup: Setup) -> Measured:
-    """Time every method of ``setup`` (:func:`measure`: interleaved, after a warm-up, each output
-    checked against the target's: greedy, or its sample seeded by ``seed`` at temperature > 0)
-    and, with a DFlash drafter, the forwards of the cost model at the first prompt
-    (:func:`dflash_lite.decoding.costs.measure_costs`, each the median of ``cost_repeats``)."""
+    """Time every method of ``setup`` (:func:`measure`, outputs checked against the target's greedy
+    output or, at temperature > 0, its sample seeded by ``seed``) and, with a DFlash drafter, the
+    cost model's forwards at the first prompt (:func:`dflash_lite.decoding.costs.measure_costs`)."""
     c = setup.config
     sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
     if not sampling.greedy:

@@ -1,7 +1,6 @@
-"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark`): every method on every prompt,
-after a warm-up, interleaved (each repeat visits the methods in a rotated order), the outputs
-checked against the target's own; :func:`run_benchmark` summarises it as a report
-(:func:`dflash_lite.measuring.report.summarise`)."""
+"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark` says how it measures): every
+method on every prompt, interleaved after a warm-up, outputs checked against the target's;
+:func:`run_benchmark` summarises it as a report (:func:`dflash_lite.measuring.report.summarise`)."""
 from __future__ import annotations
 
 import platform

@@ -82,8 +82,7 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
                  shapes: Shapes = EAGER) -> list[Method]:
     """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
     fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
-    tokens) of every run; ``shapes``: what every proposer runs on
-    (:mod:`dflash_lite.decoding.shapes`)."""
+    tokens) of every run; ``shapes``: every proposer's (:mod:`dflash_lite.decoding.shapes`)."""
     sampling, stops = loop
     rows = []
     policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
@@ -136,8 +135,7 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
 
 
 def _spec_run(target, make_proposer, sampling, stops):
-    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive
-    baseline)."""
+    """A method's run: the decode loop with a fresh proposer (block size 1: autoregressive)."""
     def run(ids, n):
         result = generate(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result

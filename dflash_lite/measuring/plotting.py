@@ -65,9 +65,8 @@ def in_notebook() -> bool:
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
 
-# The figure style, set once (:func:`use_figure_style`). A figure is drawn FIGURE_WIDTH inches
-# wide and saved at FIGURE_DPI, so that it is shown at about its own pixel size in the site's
-# column (docs/site/static/course.css) and in JupyterLab: a 9-point label stays 9 points or more.
+# Drawn FIGURE_WIDTH inches wide, saved at FIGURE_DPI, a figure shows at about its own pixel size
+# in the site's column (docs/site/static/course.css) and JupyterLab: 9-point text stays 9 points.
 FIGURE_WIDTH, FIGURE_DPI, MIN_FONT_SIZE = 7.0, 120, 9
 # seaborn's "colorblind" palette (distinguishable with the common colour-vision deficiencies)
 COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", "#FBAFE4",
@@ -164,8 +163,7 @@ PHASE_COLORS = {"verify": COLORBLIND[0], "draft": COLORBLIND[1], "accept": COLOR
 
 def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
                            prefix: str = "bench") -> Path:
-    """``{prefix}_speedup_by_method.png``: one bar per method, DFlash's in blue, with speedup and
-    tau."""
+    """``{prefix}_speedup_by_method.png``: a bar per method, DFlash's blue, with speedup and tau."""
     rows = _measured(report)
     fig, ax = subplots(height=0.3 * len(rows) + 1.3)
     names = [r["name"] for r in rows]
@@ -213,8 +211,7 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
 
 def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
                                prefix: str = "bench") -> Path | None:
-    """``{prefix}_speedup_vs_block_size.png``: DFlash at each fixed block size, speedup (left axis)
-    and tau (right axis), one legend for both, below the axes."""
+    """``{prefix}_speedup_vs_block_size.png``: DFlash's speedup and tau at each fixed block size."""
     sweep = sorted((r for r in _measured(report) if kind_of(r) is Kind.DFLASH),
                    key=lambda r: r["block_size"])
     if not sweep:

@@ -71,8 +71,7 @@ def rows_of(report: dict, *kinds: Kind, **fields) -> list[dict]:
 
 
 def row_of(report: dict, kind: Kind, **fields) -> dict:
-    """The first row of ``kind`` with ``fields`` (see :func:`rows_of`); a LookupError naming it if
-    none."""
+    """The first row of ``kind`` with ``fields`` (:func:`rows_of`), or a LookupError naming it."""
     found = rows_of(report, kind, **fields)
     if not found:
         wanted = ", ".join([Kind(kind).value, *(f"{k}={v}" for k, v in fields.items())])
