@@ -25,9 +25,7 @@ def repo_dir(start: str | Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "dflash_lite").is_dir() and (folder / "notebooks").is_dir():
             return folder
-    if (ROOT / "notebooks").is_dir():
-        return ROOT
-    return here      # an installed package, run outside a checkout: never site-packages
+    return ROOT if (ROOT / "notebooks").is_dir() else here
 
 
 def _output_dir(env: str, name: str, start: str | Path | None) -> Path:
@@ -61,8 +59,7 @@ def in_notebook() -> bool:
         from IPython import get_ipython
     except ImportError:
         return False
-    shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    return type(get_ipython()).__name__ == "ZMQInteractiveShell"  # get_ipython(): None outside
 
 
 # Drawn FIGURE_WIDTH inches wide, saved at FIGURE_DPI, a figure shows at about its own pixel size
