@@ -62,8 +62,7 @@ class BenchConfig:
     each prompt becomes a user turn of the tokenizer's chat template when it has one
     (:func:`dflash_lite.prompts.encode`). ``baselines`` adds the EAGLE-style drafter and the small
     draft model (``eagle``, ``draft_model``, else the target's shipped ones). ``repeats``: timed
-    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model.
-    ``json_out`` replaces an existing file only when it is a bench report, or with ``overwrite``."""
+    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None

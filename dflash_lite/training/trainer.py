@@ -55,12 +55,11 @@ class TrainConfig:
 def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
     """Linear warm-up to ``config.lr``, then cosine decay to ``config.min_lr_ratio * config.lr``.
 
-    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one, and is
-    never taken behind ``(step + 1) / steps``. With ``warmup_fraction`` (drafters) the first share
-    of progress ramps up and the cosine runs over the rest. ``warmup_steps`` (the shipped target)
-    replaces it: the first steps ramp up, counted in steps even under a time budget, and replace
-    the start of a cosine laid over the whole of progress (where those steps end in progress is
-    not known before a time-budgeted run)."""
+    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one, and is never
+    taken behind ``(step + 1) / steps``. With ``warmup_fraction`` (drafters) the first share of
+    progress ramps up and the cosine runs over the rest. ``warmup_steps`` (the shipped target)
+    replaces it: the first steps ramp up, counted in steps even under a time budget, and replace the
+    start of a cosine over all of progress (a time-budgeted run cannot know where they end)."""
     progress = max(progress, (step + 1) / config.steps)
     if config.warmup_steps is not None:
         if step < config.warmup_steps:
