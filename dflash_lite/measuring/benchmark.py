@@ -336,9 +336,8 @@ def report(setup: Setup, measured: Measured) -> dict:
 
 
 def bench(config: BenchConfig | None = None, **options) -> dict:
-    """:func:`resolve`, :func:`run`, :func:`report` for ``config`` (or a :class:`BenchConfig` of
-    ``options``: ``bench(num_prompts=2, quiet=True)``), all checked before anything is loaded.
-    Returns the report."""
+    """:func:`resolve`, :func:`run` and :func:`report` of ``config`` (or a :class:`BenchConfig` of
+    ``options``: ``bench(num_prompts=2, quiet=True)``), all checked first; returns the report."""
     config = (config or BenchConfig(**options)).check()
     setup = resolve(config)
     return report(setup, run(setup))

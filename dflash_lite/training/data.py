@@ -107,10 +107,9 @@ def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator:
 
 def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size: int,
                          causal: bool = False) -> torch.Tensor:
-    """Boolean (A*B, T + A*B), True where a query may attend: block j's queries see the context
-    positions < anchors[j] (strictly before: the features at the anchor and after already know
-    the labels) and block j, bidirectionally or, for the autoregressive baseline, causally; never
-    another block."""
+    """Boolean (A*B, T + A*B), True where a query may attend: block j's queries see context
+    positions < anchors[j] (the features at the anchor and after already know the labels) and block
+    j, bidirectionally or (autoregressive baseline) causally; never another block."""
     index = torch.arange(anchors.shape[0] * block_size)
     block = index // block_size                           # (A*B,): a query's block, or a key's
     context = torch.arange(context_length)[None, :] < anchors[block][:, None]          # (A*B, T)

@@ -27,10 +27,9 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
 
 
 class FeatureCache:
-    """The frozen target's features of each training sequence, computed once (the first time a
-    batch holds it) and reused every later epoch: the target's forward is most of a step's cost
-    on a real target. Kept in the target's dtype, up to ``max_bytes``; past that a sequence's
-    features are computed each time, as without a cache."""
+    """The frozen target's features of each training sequence, computed the first time a batch holds
+    it and reused every later epoch (on a real target its forward is most of a step's cost); kept in
+    the target's dtype up to ``max_bytes``, past which they are computed each time."""
 
     def __init__(self, target, layer_ids: list[int], data: RegeneratedData,
                  max_bytes: int = 4 << 30):
@@ -61,10 +60,9 @@ class FeatureCache:
 def labelled_logits(drafter, target, batch: Batch, block_size: int,
                     features: FeatureCache | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
-    of the M labelled positions. The target is frozen; the LM head runs only where there is a
-    label (anchors, padding blocks and positions past a response's end would cost a
-    rows x vocabulary product for nothing)."""
+    """One training forward of every block: logits (M, V), labels (M,) and block positions (M,) of
+    the M labelled positions. The target is frozen; the LM head runs only at labels (anchors,
+    padding blocks and positions past a response's end would cost rows x vocabulary for nothing)."""
     # the drafter's device and dtype; the target may run in another dtype (bf16 on a GPU)
     device, dtype = next(drafter.parameters()).device, next(drafter.parameters()).dtype
     with torch.no_grad():

@@ -227,9 +227,8 @@ class TauCurve:
 
 
 class Progress:
-    """A trainer callback: one line every ``every`` steps with the loss, the speed of this process
-    and the ETA of the planned steps (a resumed run counts from where it resumed), for a run whose
-    output goes to a log file."""
+    """A trainer callback for a run logged to a file: every ``every`` steps, one line with the loss,
+    this process's speed and the ETA of the planned steps (a resumed run counts from its resume)."""
 
     def __init__(self, steps: int, every: int):
         self.steps, self.every, self.first = steps, every, None
