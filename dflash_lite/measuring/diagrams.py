@@ -46,18 +46,15 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.text(-0.2, 2.5, "plain\n(target\nforwards)", ha="right", va="center", fontsize=9)
     # speculative: draft block, verify block, commit accepted + bonus
     x = 0.0
-    for step, a in enumerate(accepted):
+    for a in accepted:
         _box(ax, (x, 0.6, draft_time * 0.94, 0.6), "D", DRAFT, 9)
         x += draft_time
         w = target_time + verify_extra
         _box(ax, (x, 0.6, w * 0.96, 0.6), f"verify {block_size}", TARGET, 9)
-        for j in range(block_size - 1):                                 # the guesses and their fate
-            color = ACCEPT if j < a else (REJECT if j == a else "0.85")
+        guesses = ([ACCEPT] * a + [REJECT] + ["0.85"] * block_size)[:block_size - 1]  # their fate
+        for j, color in enumerate(guesses + [BONUS if a == block_size - 1 else "white"]):
             ax.add_patch(plt.Rectangle((x + j * w / block_size, 0.05), w / block_size * 0.9, 0.4,
                                        fc=color, ec="0.4", lw=0.5))
-        ax.add_patch(plt.Rectangle((x + (block_size - 1) * w / block_size, 0.05),
-                                   w / block_size * 0.9, 0.4,
-                                   fc=BONUS if a == block_size - 1 else "white", ec="0.4", lw=0.5))
         ax.text(x + w / 2, -0.3, f"+{a + 1} tokens", ha="center", fontsize=9)
         x += w
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)

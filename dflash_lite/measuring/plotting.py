@@ -220,10 +220,9 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
     ax2 = ax.twinx()
     tau_line, = ax2.plot(sizes, [r["tau"] for r in sweep], "s--", color=TAU_ORANGE,
                          label="tau (right axis)")
-    ax.set_xlabel("block size B")
+    ax.set(xlabel="block size B", xticks=sizes)
     ax.set_ylabel("speedup", color=DFLASH_BLUE)
     ax2.set_ylabel("tau", color=TAU_ORANGE)
-    ax.set_xticks(sizes)
     ax.legend(handles=[speedup_line, tau_line], loc="upper center", bbox_to_anchor=(0.5, -0.2),
               ncol=2, frameon=False)
     ax.set_title(f"DFlash: speedup and tau by block size\n({hardware_label(report['env'])})")
@@ -258,8 +257,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
                    **style)
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.axhline(ms(cost[0]["t_target_1"]), color="black", lw=1, ls=":")
-    ax.set_xticks(list(x), labels)
-    ax.set_ylabel("ms per step")
+    ax.set(xticks=list(x), xticklabels=labels, ylabel="ms per step")
     handles = [Patch(color=PHASE_COLORS["verify"], label="verify: t_target(B)"),
                Patch(color=PHASE_COLORS["draft"], label="draft: t_draft(B)"),
                Patch(color=PHASE_COLORS["accept"], label="accept (measured only)"),
@@ -272,8 +270,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
            color=OTHER_GREY)
     bx.bar([i + 0.2 for i in x], [r["measured_speedup"] for r in cost], 0.4, label="measured",
            color=DFLASH_BLUE)
-    bx.set_xticks(list(x), labels)
-    bx.set_ylabel("speedup")
+    bx.set(xticks=list(x), xticklabels=labels, ylabel="speedup")
     bx.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     bx.set_title("Speedup: tau * t(1) / (t(B) + t_draft(B)) against measured")
     fig.suptitle(f"Cost model ({_where(report)})")
