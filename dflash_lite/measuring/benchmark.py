@@ -19,10 +19,8 @@ list), :func:`run` (time them, interleaved, and the cost model's forwards) and :
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
-``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row:
-the cost-aware block size that ``Engine.generate`` runs by default
-(:mod:`dflash_lite.decoding.policy`).
-"""
+``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row: the
+cost-aware policy (:mod:`dflash_lite.decoding.policy`) that ``Engine.generate`` runs by default."""
 from __future__ import annotations
 
 import json

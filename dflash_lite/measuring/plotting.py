@@ -163,9 +163,8 @@ def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
     """``{prefix}_speedup_by_method.png``: a bar per method, DFlash's blue, with speedup and tau."""
     rows = _measured(report)
     fig, ax = subplots(height=0.3 * len(rows) + 1.3)
-    names = [r["name"] for r in rows]
     colors = [DFLASH_BLUE if kind_of(r) in DFLASH_KINDS else OTHER_GREY for r in rows]
-    ax.barh(names, [r["speedup"] for r in rows], color=colors)
+    ax.barh([r["name"] for r in rows], [r["speedup"] for r in rows], color=colors)
     ax.axvline(1.0, color="black", lw=0.8)
     for i, r in enumerate(rows):
         tau = f"  tau {r['tau']:.2f}" if r["tau"] is not None else ""

@@ -12,8 +12,7 @@
 4. **Loss**: cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``, normalised by the
    weight sum. Only the drafter's layers, projection and norms train; the target is frozen.
 
-The loop is :class:`~dflash_lite.training.trainer.Trainer`, which pre-trains the shipped target too.
-"""
+The loop, :class:`~dflash_lite.training.trainer.Trainer`, pre-trains the shipped target too."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,6 @@
-"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the
-shipped target: :class:`Trainer` knows nothing about either. It runs AdamW with the one
-learning-rate schedule :func:`cosine_lr`, gradient clipping, optional autocast, callbacks, a time
-budget, checkpoints and resume, and Ctrl-C handling."""
+"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the shipped
+target: :class:`Trainer` knows nothing about either. AdamW on the one schedule :func:`cosine_lr`,
+gradient clipping, optional autocast, callbacks, a time budget, checkpoints and resume, Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
