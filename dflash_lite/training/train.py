@@ -371,10 +371,9 @@ def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
 
 def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Path:
     """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) trained on the
-    same regenerated data, saved as a Hugging Face directory (usable by
-    ``generate(assistant_model=...)`` too). Of ``config`` it uses the target, the built-in
-    prompts and the schedule; it keeps no checkpoint, so ``out`` must be new or empty, or is
-    replaced with ``overwrite``."""
+    same regenerated data, saved as a Hugging Face directory (for ``generate(assistant_model=...)``
+    too). Of ``config`` it uses the target, the built-in prompts and the schedule; it keeps no
+    checkpoint: ``out`` must be new or empty, or replaced with ``overwrite``."""
     c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
     check_sizes(c)
     out = prepare_out(c.out, c.overwrite)
