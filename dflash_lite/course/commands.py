@@ -3,14 +3,14 @@ and autograding with nbgrader.
 
 The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
 between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
-test cell worth some points (the cell metadata says how many). An exercise's test cell shows
+test cell worth the points in its metadata. An exercise's test cell shows
 :func:`dflash_lite.exercises.score` of its self-check, which nbgrader reads as the cell's score.
-The README's "Teaching with it" section walks through release, collection and grading:
+The README's "Teaching with it" section walks through release, collection and grading; the course
+site is :mod:`dflash_lite.course.site`:
 
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
-
-The course site is :mod:`dflash_lite.course.site` (``python -m dflash_lite.course site OUT_DIR``).
+    python -m dflash_lite.course site OUT_DIR
 """
 from __future__ import annotations
 
@@ -35,12 +35,8 @@ from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa:
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
 
 
-# ---------------------------------------------------------------------------------------------
-# The chapter header: where and how long a chapter ran
-
 def hardware() -> str:
-    """The device the notebooks compute on, in words: the GPU's name, or the CPU's model and the
-    number of threads torch uses."""
+    """The device the notebooks run on: the GPU's name, or the CPU's model and torch's threads."""
     import torch
 
     if torch.cuda.is_available():
@@ -74,9 +70,6 @@ def chapter_clock() -> ChapterClock:
     print(f"running on {clock.device}; the last cell prints how long the chapter took")
     return clock
 
-
-# ---------------------------------------------------------------------------------------------
-# Student editions and autograding (nbgrader)
 
 def nbgrader_api(course_root: Path):
     """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
@@ -141,11 +134,10 @@ BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
 
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
     """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
-    region replaced by a :func:`stub`, outputs cleared, test cells locked, no pointer to the
-    worked solutions), this package beside them (it holds no reference answers: those are in
-    ``instructor/``), the committed results the notebooks read, and ``STUDENTS.md`` (how to
-    install). None of the worked solutions or instructor material, and no complete notebook.
-    Refuses a folder that holds anything it did not write itself."""
+    region a :func:`stub`, outputs cleared, test cells locked, no pointer to the worked solutions),
+    this package (no reference answers: those stay in ``instructor/``), the committed results the
+    notebooks read and ``STUDENTS.md`` (how to install); no worked solution, instructor material or
+    complete notebook. Refuses a folder that holds anything it did not write itself."""
     import nbformat
 
     out = Path(out_dir).resolve()
@@ -305,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         try:          # the report's place is checked before any grading, like every --out
             out = guard_output_file(args.out, "--out", args.overwrite,
                                     own=grading.is_score_report) if args.out else None
-            limits = grading.Limits(cell_timeout_s=args.cell_timeout,
-                                    notebook_timeout_s=args.notebook_timeout)
+            limits = grading.Limits(args.cell_timeout, args.notebook_timeout)
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,
                                limits=limits)
         except (ValueError, PermissionError) as e:
