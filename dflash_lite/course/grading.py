@@ -16,10 +16,6 @@ For every submitted chapter (:func:`run_submission`):
 3. **Score** in a fresh process that imports this package from its own location (``python -I``,
    never the working directory), runs in the sandbox too, and writes its report to a file
    (:mod:`dflash_lite.course.grader`); nothing the kernel printed is read as a score.
-
-``kernel_score`` is what the student's own kernel would have counted (nbgrader's rule: a graded
-cell that raised scores 0, one that printed a number scores that number, else its points), kept
-to compare with the grader's.
 """
 from __future__ import annotations
 
@@ -73,7 +69,8 @@ def restore_locked(submitted, source):
 
 
 def kernel_score(executed) -> float:
-    """What the kernel's own outputs claim (nbgrader's autograde rule), for comparison only."""
+    """What the student's own kernel would have counted, for comparison only (nbgrader's rule: a
+    graded cell that raised scores 0, one that printed a number scores it, else its points)."""
     total = 0.0
     for cell in executed.cells:
         meta = _nbgrader(cell)
@@ -105,9 +102,8 @@ def sandboxed(command: list[str], hide: list[str], writable: list[str],
 
 def kernel_spec(into: Path, hide: list[str], writable: list[str], env: dict,
                 limits: Limits) -> Path:
-    """A Jupyter kernel spec (folder ``into/kernels/dflash-sandbox``) whose kernel is this
-    Python's ipykernel inside the sandbox, the instructor's folder and the source notebooks
-    hidden too."""
+    """A Jupyter kernel spec, ``into/kernels/dflash-sandbox``: this Python's ipykernel in the
+    sandbox, the instructor's folder and the source notebooks hidden too."""
     folder = into / "kernels" / KERNEL
     folder.mkdir(parents=True, exist_ok=True)
     argv = sandboxed([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -188,8 +184,7 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
 
 def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
           limits: Limits) -> dict:
-    """The grader's report for one executed notebook, from a sandboxed ``python -I`` process
-    that imports this package from its own folder; ``{"error": why}`` if it failed."""
+    """The grader's report on an executed notebook (step 3 above); ``{"error": why}`` on failure."""
     report = scratch / "report.json"
     program = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
                "from dflash_lite.course.grader import main; sys.exit(main())")
