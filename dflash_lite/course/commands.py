@@ -111,8 +111,7 @@ def _check_edition_dir(out: Path) -> None:
     """Refuse a folder that holds anything student-edition did not write there: source notebooks,
     a student's work, a foreign file of the same name."""
     check_output_dir(out, "the student edition's folder")
-    why = refusal(out)
-    if why:
+    if why := refusal(out):
         raise ValueError(f"{out} {why}; choose a folder of its own")
     if grading._inside(out, ROOT):
         raise ValueError(f"{out} is inside the repository: write the student edition outside it")
