@@ -192,12 +192,11 @@ count are computed by your teacher's grader, from your answers, not from what yo
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
               hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``),
-    each run in a sandboxed kernel under ``limits`` and scored in a fresh process, one at a time
-    (:mod:`dflash_lite.course.grading`). Returns ``{notebook: {"score", "max_score", "cells":
-    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "stopped": why the
-    run stopped early or "", "kernel_score": what the kernel's own outputs claimed, for
-    comparison}}``; ``course_root`` keeps the working files (else a temporary folder, removed)."""
+    """Autograde the notebooks a student filled in (``NN_name.ipynb`` in ``submitted_dir``) one at a
+    time, each sandboxed under ``limits`` (:mod:`dflash_lite.course.grading`); ``course_root`` keeps
+    the working files (else a temporary folder, removed). Returns ``{notebook: {"score",
+    "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0},
+    "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed}}``."""
     submitted = Path(submitted_dir)
     if grading._inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "

@@ -254,8 +254,7 @@ def _read_notebooks(paths) -> list:
 
 
 def _json_text(text: str) -> str:
-    """A JSON string literal, by hand: the report is written without any module a submission
-    could have patched."""
+    """A JSON string literal, by hand: the report uses no module a submission could have patched."""
     out = []
     for ch in text:
         code = ord(ch)

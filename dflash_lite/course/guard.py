@@ -24,7 +24,6 @@ class Refused(RuntimeError):
     """Raised inside submitted code that tried something the grader does not allow."""
 
 
-# frames, objects, memory, processes, threads, and code objects that could hide their origin
 GUARDED = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
     "sys.setprofile", "sys._getframemodulename", "gc.get_objects", "gc.get_referrers",
