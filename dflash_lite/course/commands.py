@@ -3,10 +3,9 @@ and autograding with nbgrader.
 
 The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
 between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
-test cell worth the points in its metadata. An exercise's test cell shows
-:func:`dflash_lite.exercises.score` of its self-check, which nbgrader reads as the cell's score.
-The README's "Teaching with it" section walks through release, collection and grading; the course
-site is :mod:`dflash_lite.course.site`:
+test cell worth the points in its metadata (an exercise's shows :func:`dflash_lite.exercises.score`
+of its self-check, which nbgrader reads as the cell's score). The README's "Teaching with it"
+section walks through release, collection and grading; the site is :mod:`dflash_lite.course.site`:
 
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
@@ -121,9 +120,8 @@ def _check_edition_dir(out: Path) -> None:
     if not mark.is_file():
         raise ValueError(f"{out} is not empty and was not written by student-edition: "
                          "give a new folder")
-    ours = set(mark.read_text().split())
-    foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
-    if foreign:
+    ours = set(mark.read_text().split()) | {EDITION_MARK}
+    if foreign := [p.name for p in out.iterdir() if p.name not in ours]:
         raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
                          "give a new folder")
 

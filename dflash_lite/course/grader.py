@@ -14,9 +14,8 @@ are computed here, in a fresh process:
    the points itself: a ``score(check, points)`` cell's when the check returned True, an assert
    cell's when nothing raised. A grade id in the hidden checks (``instructor/hidden_checks.py``,
    shipped to neither students nor their package) must pass those too.
-3. **Tampering** (:mod:`dflash_lite.course.guard`). The package, torch, numpy and the builtins are
-   fingerprinted before any submitted code runs; a submission that changes them scores 0 from that
-   cell on.
+3. **Tampering** (:mod:`dflash_lite.course.guard`): the package, torch, numpy and the builtins are
+   fingerprinted before any submitted code runs; changing them scores 0 from that cell on.
 
 Run by ``course autograde``; by hand: ``python -m dflash_lite.course.grader SOURCE EXECUTED``.
 """

@@ -76,9 +76,8 @@ def check_site_dir(out_dir: Path) -> None:
 
 
 def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> Path:
-    """Build the course site into ``out_dir`` (HTML; ``index.html`` is the landing page) and return
-    the landing page's path: the student site, or with ``instructor`` the one with the solutions.
-    Warnings are printed, not fatal: a stale link must not block a release."""
+    """Build the course site into ``out_dir`` (with ``instructor``, the solutions too) and return
+    its ``index.html``. Warnings are printed, not fatal: a stale link must not block a release."""
     from sphinx.cmd.build import build_main
 
     out_dir = Path(out_dir).resolve()
