@@ -145,7 +145,6 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
         out.mkdir(parents=True, exist_ok=True)
         mark = out / EDITION_MARK
         ours = set(mark.read_text().split()) if mark.is_file() else set()
-        written = []
         for nb in notebooks:
             released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
             source = nbformat.read(nb, as_version=4)
@@ -157,7 +156,6 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
             ours.add(nb.name)
             mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
             nbformat.write(released, out / nb.name)
-            written.append(out / nb.name)
         for name in BUNDLE:
             target = out / name
             if target.is_dir():
@@ -168,7 +166,7 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
             else:
                 shutil.copy2(ROOT / name, target)
         (out / "STUDENTS.md").write_text(STUDENTS_MD)
-    return written
+    return [out / nb.name for nb in notebooks]
 
 
 STUDENTS_MD = """# dflash-lite, student edition
