@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         try:          # the report's place is checked before any grading, like every --out
             out = guard_output_file(args.out, "--out", args.overwrite,
                                     own=grading.is_score_report) if args.out else None
-            limits = grading.Limits(args.cell_timeout, args.notebook_timeout)
+            limits = grading.Limits(cell_timeout_s=args.cell_timeout,
+                                    notebook_timeout_s=args.notebook_timeout)
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,
                                limits=limits)
         except (ValueError, PermissionError) as e:

@@ -68,7 +68,7 @@ def restore_locked(submitted, source):
 
 def kernel_score(executed) -> float:
     """What the student's own kernel would have counted, for comparison only (nbgrader's rule: a
-    graded cell that raised scores 0, one that printed a number scores it, else its points)."""
+    graded cell that raised scores 0; one that printed a number, that number; else its points)."""
     total = 0.0
     for cell in executed.cells:
         meta = _nbgrader(cell)
