@@ -1,5 +1,4 @@
-"""1. Collect: what the grader scores, as it leaves the student's kernel
-(:mod:`dflash_lite.course.grader`).
+"""Collect, step 1 of :mod:`dflash_lite.course.grader`: what it scores, out of the student's kernel.
 
 Before each graded test cell of the (throwaway) copy that is executed, a collector cell
 (:func:`collector_cell`) is inserted. It prints the values the test cell reads as data, marked

@@ -3,14 +3,13 @@ and autograding with nbgrader.
 
 The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
 between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
-test cell worth some points (the cell metadata says how many). An exercise's test cell shows
-:func:`dflash_lite.exercises.score` of its self-check, which nbgrader reads as the cell's score.
-The README's "Teaching with it" section walks through release, collection and grading:
+test cell worth the points in its metadata (an exercise's shows :func:`dflash_lite.exercises.score`
+of its self-check, which nbgrader reads as the cell's score). The README's "Teaching with it"
+section walks through release, collection and grading; the site is :mod:`dflash_lite.course.site`:
 
     python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
     python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
-
-The course site is :mod:`dflash_lite.course.site` (``python -m dflash_lite.course site OUT_DIR``).
+    python -m dflash_lite.course site OUT_DIR
 """
 from __future__ import annotations
 
@@ -35,12 +34,8 @@ from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa:
 ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every chapter
 
 
-# ---------------------------------------------------------------------------------------------
-# The chapter header: where and how long a chapter ran
-
 def hardware() -> str:
-    """The device the notebooks compute on, in words: the GPU's name, or the CPU's model and the
-    number of threads torch uses."""
+    """The device the notebooks run on: the GPU's name, or the CPU's model and torch's threads."""
     import torch
 
     if torch.cuda.is_available():
@@ -74,9 +69,6 @@ def chapter_clock() -> ChapterClock:
     print(f"running on {clock.device}; the last cell prints how long the chapter took")
     return clock
 
-
-# ---------------------------------------------------------------------------------------------
-# Student editions and autograding (nbgrader)
 
 def nbgrader_api(course_root: Path):
     """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
@@ -118,8 +110,7 @@ def _check_edition_dir(out: Path) -> None:
     """Refuse a folder that holds anything student-edition did not write there: source notebooks,
     a student's work, a foreign file of the same name."""
     check_output_dir(out, "the student edition's folder")
-    why = refusal(out)
-    if why:
+    if why := refusal(out):
         raise ValueError(f"{out} {why}; choose a folder of its own")
     if grading._inside(out, ROOT):
         raise ValueError(f"{out} is inside the repository: write the student edition outside it")
@@ -129,9 +120,8 @@ def _check_edition_dir(out: Path) -> None:
     if not mark.is_file():
         raise ValueError(f"{out} is not empty and was not written by student-edition: "
                          "give a new folder")
-    ours = set(mark.read_text().split())
-    foreign = [p.name for p in out.iterdir() if p.name != EDITION_MARK and p.name not in ours]
-    if foreign:
+    ours = set(mark.read_text().split()) | {EDITION_MARK}
+    if foreign := [p.name for p in out.iterdir() if p.name not in ours]:
         raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
                          "give a new folder")
 
@@ -141,11 +131,10 @@ BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
 
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
     """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
-    region replaced by a :func:`stub`, outputs cleared, test cells locked, no pointer to the
-    worked solutions), this package beside them (it holds no reference answers: those are in
-    ``instructor/``), the committed results the notebooks read, and ``STUDENTS.md`` (how to
-    install). None of the worked solutions or instructor material, and no complete notebook.
-    Refuses a folder that holds anything it did not write itself."""
+    region a :func:`stub`, outputs cleared, test cells locked, no pointer to the worked solutions),
+    this package (no reference answers: those stay in ``instructor/``), the committed results the
+    notebooks read and ``STUDENTS.md`` (how to install); no worked solution, instructor material or
+    complete notebook. Refuses a folder that holds anything it did not write itself."""
     import nbformat
 
     out = Path(out_dir).resolve()
@@ -156,7 +145,6 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
         out.mkdir(parents=True, exist_ok=True)
         mark = out / EDITION_MARK
         ours = set(mark.read_text().split()) if mark.is_file() else set()
-        written = []
         for nb in notebooks:
             released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
             source = nbformat.read(nb, as_version=4)
@@ -168,7 +156,6 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
             ours.add(nb.name)
             mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
             nbformat.write(released, out / nb.name)
-            written.append(out / nb.name)
         for name in BUNDLE:
             target = out / name
             if target.is_dir():
@@ -179,7 +166,7 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
             else:
                 shutil.copy2(ROOT / name, target)
         (out / "STUDENTS.md").write_text(STUDENTS_MD)
-    return written
+    return [out / nb.name for nb in notebooks]
 
 
 STUDENTS_MD = """# dflash-lite, student edition
@@ -201,12 +188,11 @@ count are computed by your teacher's grader, from your answers, not from what yo
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
               hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
-    """Autograde the notebooks a student filled in (``submitted_dir`` holds ``NN_name.ipynb``),
-    each run in a sandboxed kernel under ``limits`` and scored in a fresh process, one at a time
-    (:mod:`dflash_lite.course.grading`). Returns ``{notebook: {"score", "max_score", "cells":
-    {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0}, "stopped": why the
-    run stopped early or "", "kernel_score": what the kernel's own outputs claimed, for
-    comparison}}``; ``course_root`` keeps the working files (else a temporary folder, removed)."""
+    """Autograde the notebooks a student filled in (``NN_name.ipynb`` in ``submitted_dir``) one at a
+    time, each sandboxed under ``limits`` (:mod:`dflash_lite.course.grading`); ``course_root`` keeps
+    the working files (else a temporary folder, removed). Returns ``{notebook: {"score",
+    "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0},
+    "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed}}``."""
     submitted = Path(submitted_dir)
     if grading._inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "

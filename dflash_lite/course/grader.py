@@ -8,19 +8,16 @@ are computed here, in a fresh process:
 1. **Collect** (:mod:`dflash_lite.course.collect`): the values the test cell uses as data
    (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and, for
    the functions and classes the notebook defines, only their names.
-2. **Score.** :func:`main` reads the executed copy, rebuilds those values (from plain
-   data only), re-creates the notebook's functions and classes from the submitted notebook's source
-   (``def``, ``class`` and imports only: no cell is run), runs each test cell's source as the
-   *instructor's* notebook has it, and counts its points itself: the points of a ``score(check,
-   points)`` cell when the check returned True, those of an assert cell when nothing raised. A
-   grade id listed in the hidden checks (``instructor/hidden_checks.py``, shipped to neither
-   students nor their package) must pass those too.
-3. **Tampering** (:mod:`dflash_lite.course.guard`). The package, torch, numpy and the builtins are
-   fingerprinted before any submitted code runs; a submission that changes them scores 0 from that
-   cell on.
+2. **Score.** :func:`main` reads the executed copy, rebuilds those values (plain data only),
+   re-creates the functions and classes from the submitted source (``def``, ``class`` and imports
+   only: no cell is run), runs each test cell as the *instructor's* notebook has it, and counts
+   the points itself: a ``score(check, points)`` cell's when the check returned True, an assert
+   cell's when nothing raised. A grade id in the hidden checks (``instructor/hidden_checks.py``,
+   shipped to neither students nor their package) must pass those too.
+3. **Tampering** (:mod:`dflash_lite.course.guard`): the package, torch, numpy and the builtins are
+   fingerprinted before any submitted code runs; changing them scores 0 from that cell on.
 
-Run by ``course autograde``; by hand:
-``python -m dflash_lite.course.grader SOURCE.ipynb EXECUTED.ipynb``.
+Run by ``course autograde``; by hand: ``python -m dflash_lite.course.grader SOURCE EXECUTED``.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ from .collect import (COLLECTOR, COLLECTOR_KEY, MARK, InsertCollectors,  # noqa:
 from .guard import SUBMITTED, _changed, _fingerprint, _is_submitted_function, cell_namespace, guard
 
 HIDDEN = ROOT / "instructor" / "hidden_checks.py"
-# no submitted code opens these (:func:`dflash_lite.course.guard.guard`)
-INSTRUCTOR = [str(HIDDEN.parent), str(ROOT / "notebooks")]
+INSTRUCTOR = [str(HIDDEN.parent), str(ROOT / "notebooks")]  # no submitted code opens these
 
 
 class Rebuilt:
@@ -114,10 +110,9 @@ def _attribute(module: str, qualname: str):
 
 
 def definitions(notebook, solutions: bool = True) -> str:
-    """The imports, functions and classes of a notebook's code cells (top level only), as
-    source: what the grader needs of the notebook without running any of its cells. With
-    ``solutions=False``, only the imports of the solution cells (the instructor's notebook: its
-    solutions must never stand in for a student's)."""
+    """The top-level imports, functions and classes of a notebook's code cells, as source (what
+    the grader needs of it, no cell run). With ``solutions=False``, only the imports of solution
+    cells (for the instructor's notebook: its solutions must never stand in for a student's)."""
     imports = (ast.Import, ast.ImportFrom)
     keep = imports + (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     parts = []
@@ -186,12 +181,11 @@ def solution_sources(notebook) -> dict[str, str]:
 def score_answers(source, answers: dict[str, dict], submission_defs: str,
                   hidden: dict | None = None, solutions: dict[str, str] | None = None
                   ) -> dict[str, list]:
-    """Points of every graded cell of the ``source`` notebook, from collected ``answers``
-    (``{grade_id: {name: encoded value}}``) and the submission's definitions (source text).
-    ``solutions``: the submission's solution cells (:func:`solution_sources`); a hidden check
-    finds the one its test cell checks (grade id ``X_check`` checks ``X``) under
-    ``SOLUTION_KEY``, to run the student's code of a cell that defines values, not functions,
-    on other inputs. Returns ``{grade_id: [score, max_score, message]}``."""
+    """``{grade_id: [score, max_score, message]}`` of the ``source`` notebook's graded cells, from
+    collected ``answers`` (``{grade_id: {name: encoded value}}``) and the submission's definitions
+    (source text). ``solutions`` (:func:`solution_sources`): a hidden check finds the one its test
+    cell checks (``X_check`` checks ``X``) under ``SOLUTION_KEY``, to rerun the student's code of a
+    cell that defines values, not functions, on other inputs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,8 +253,7 @@ def _read_notebooks(paths) -> list:
 
 
 def _json_text(text: str) -> str:
-    """A JSON string literal, by hand: the report is written without any module a submission
-    could have patched."""
+    """A JSON string literal, by hand: the report uses no module a submission could have patched."""
     out = []
     for ch in text:
         code = ord(ch)

@@ -6,20 +6,15 @@ For every submitted chapter (:func:`run_submission`):
 1. **Restore.** The locked cells (the graded test cells) come back from the instructor's
    notebook, whatever the student did to them, and a collector cell goes before each
    (:func:`dflash_lite.course.grader.instrument`).
-2. **Execute** with ``nbclient`` in a kernel started through :mod:`dflash_lite.course.sandbox`: the
-   repository, the Python installation and the home folder are read-only to it; the instructor's
-   folder, the source notebooks (they hold the solutions) and the graded copies are hidden; when
-   the kernel ends, every process it started ends with it. A cell has ``cell_timeout_s`` (then it
-   is interrupted and the run goes on), the notebook ``notebook_timeout_s`` in all; a cell keeps at
-   most ``output_kb`` of output. A dead kernel, a timeout or a flood of output stop *this*
-   notebook: the cells it did not reach score 0 with the reason.
+2. **Execute** with ``nbclient`` in a kernel started through :mod:`dflash_lite.course.sandbox` (the
+   repository, Python and the home folder read-only; the instructor's folder, the source notebooks
+   with their solutions and the graded copies hidden; every process it starts ends with it). A cell
+   has ``cell_timeout_s`` (then it is interrupted, and the run goes on), the notebook
+   ``notebook_timeout_s`` in all; a cell keeps at most ``output_kb`` of output. A dead kernel, a
+   timeout or a flood of output stop *this* notebook: the cells not reached score 0, saying why.
 3. **Score** in a fresh process that imports this package from its own location (``python -I``,
    never the working directory), runs in the sandbox too, and writes its report to a file
    (:mod:`dflash_lite.course.grader`); nothing the kernel printed is read as a score.
-
-``kernel_score`` is what the student's own kernel would have counted (nbgrader's rule: a graded
-cell that raised scores 0, one that printed a number scores that number, else its points), kept
-to compare with the grader's.
 """
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ KERNEL = "dflash-sandbox"
 
 @dataclass
 class Limits:
-    """Per-cell and per-notebook wall-clock limits, the output a cell keeps, and the memory of a
-    kernel or grader process."""
+    """Wall-clock limits (cell, notebook, grader), a cell's output, and each process's memory."""
     cell_timeout_s: int = 120
     notebook_timeout_s: int = 1200
     output_kb: int = 256
@@ -73,7 +67,8 @@ def restore_locked(submitted, source):
 
 
 def kernel_score(executed) -> float:
-    """What the kernel's own outputs claim (nbgrader's autograde rule), for comparison only."""
+    """What the student's own kernel would have counted, for comparison only (nbgrader's rule: a
+    graded cell that raised scores 0; one that printed a number, that number; else its points)."""
     total = 0.0
     for cell in executed.cells:
         meta = _nbgrader(cell)
@@ -105,9 +100,8 @@ def sandboxed(command: list[str], hide: list[str], writable: list[str],
 
 def kernel_spec(into: Path, hide: list[str], writable: list[str], env: dict,
                 limits: Limits) -> Path:
-    """A Jupyter kernel spec (folder ``into/kernels/dflash-sandbox``) whose kernel is this
-    Python's ipykernel inside the sandbox, the instructor's folder and the source notebooks
-    hidden too."""
+    """A Jupyter kernel spec, ``into/kernels/dflash-sandbox``: this Python's ipykernel in the
+    sandbox, the instructor's folder and the source notebooks hidden too."""
     folder = into / "kernels" / KERNEL
     folder.mkdir(parents=True, exist_ok=True)
     argv = sandboxed([sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -158,10 +152,9 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
         nb, deadline, limits.output_kb << 10, km=km, allow_errors=True,
         timeout_func=lambda cell: max(1, min(limits.cell_timeout_s,
                                              int(deadline - time.monotonic()))),
-        interrupt_on_timeout=True, iopub_timeout=10,
+        interrupt_on_timeout=True, iopub_timeout=10, raise_on_iopub_timeout=False,
         error_on_timeout={"ename": "CellTimeoutError", "evalue": "the cell ran past its limit",
                           "traceback": ["the grader stopped this cell after its time limit"]},
-        raise_on_iopub_timeout=False,
         shutdown_kernel="immediate", resources={"metadata": {"path": str(cwd)}})
     stopped = ""
     try:
@@ -188,8 +181,7 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
 
 def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
           limits: Limits) -> dict:
-    """The grader's report for one executed notebook, from a sandboxed ``python -I`` process
-    that imports this package from its own folder; ``{"error": why}`` if it failed."""
+    """The grader's report on an executed notebook (step 3 above); ``{"error": why}`` on failure."""
     report = scratch / "report.json"
     program = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
                "from dflash_lite.course.grader import main; sys.exit(main())")

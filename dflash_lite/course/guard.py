@@ -24,8 +24,6 @@ class Refused(RuntimeError):
     """Raised inside submitted code that tried something the grader does not allow."""
 
 
-# events that reach the grader's frames, objects or memory, start a process or a thread, or make
-# code the checks below would not recognise as the submission's
 GUARDED = frozenset({
     "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
     "sys.setprofile", "sys._getframemodulename", "gc.get_objects", "gc.get_referrers",
@@ -44,9 +42,8 @@ def _student_code(code) -> bool:
 
 
 def _guard(protected: list[str]):
-    """The audit hook :func:`guard` installs (the module's docstring says what it refuses): the
-    reached objects are frames, garbage-collector lists, tracing and ctypes, and
-    ``exec``/``compile`` are refused only when the submission calls them itself."""
+    """The audit hook :func:`guard` installs: the objects reached are frames, garbage-collector
+    lists, tracing and ctypes; ``exec``/``compile`` are refused when the submission calls them."""
     getframe, busy = sys._getframe, [False]
 
     def caller_and_student():
@@ -100,12 +97,9 @@ def guard(protected: list[str]) -> None:
 
 def _student_made(cls) -> bool:
     """A class the submission wrote (a method of its own anywhere in the class's MRO)."""
-    for klass in cls.__mro__:
-        for value in vars(klass).values():
-            for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
-                if isinstance(f, types.FunctionType) and _student_code(f.__code__):
-                    return True
-    return False
+    return any(isinstance(f, types.FunctionType) and _student_code(f.__code__)
+               for klass in cls.__mro__ for value in vars(klass).values()
+               for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)))
 
 
 def plain(value, depth: int = 0):
@@ -162,8 +156,7 @@ WATCHED = ("builtins", "math", "statistics", "json", "json.encoder", "os", "path
 
 def _watched():
     """The namespaces a submission could patch to change a check: this package's modules, the
-    instructor's hidden checks, the builtins, and the parts of torch and numpy checks compare with.
-    """
+    hidden checks, the builtins, and the parts of torch and numpy that checks compare with."""
     import torch
 
     for name, module in list(sys.modules.items()):
@@ -179,8 +172,7 @@ def _fingerprint() -> dict:
 
 
 def _changed(before: dict) -> list[str]:
-    """The watched namespaces whose attributes changed since ``before`` (new ones are allowed:
-    lazy imports add them)."""
+    """The watched namespaces changed since ``before``; new attributes are fine (lazy imports)."""
     now = {name: vars(space) for name, space in _watched()}
     return [name for name, marks in before.items() if any(
         k not in now.get(name, {}) or id(now[name][k]) != v for k, v in marks.items())]

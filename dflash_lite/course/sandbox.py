@@ -11,14 +11,12 @@
   the kernel kills every process it started, double-forked daemons included;
 * under resource limits (CPU seconds, address space, size of a written file).
 
-The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command, and exits with
-its status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel itself.
-
-Where the kernel refuses unprivileged namespaces (``kernel.unprivileged_userns_clone=0``, or
-AppArmor's ``apparmor_restrict_unprivileged_userns``), the command runs in a session of its own
-with the limits only, and the launcher prints one line saying so on stderr; :func:`available`
-says beforehand which it will be. The module imports nothing from this package, so it runs as a
-file, before the package could have been touched.
+The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command and exits with its
+status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel. Where the
+kernel refuses unprivileged namespaces (``kernel.unprivileged_userns_clone=0``, or AppArmor's
+``apparmor_restrict_unprivileged_userns``), the command runs in a session of its own with the limits
+only, and the launcher says so in a line on stderr (:func:`available` tells beforehand). The module
+imports nothing from this package: it runs as a file, before the package could be touched.
 """
 from __future__ import annotations
 
@@ -45,13 +43,9 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _encode(text: str | None) -> bytes | None:
-    return text.encode() if text is not None else None
-
-
 def _mount(libc, source, target: str, fstype, flags: int, data=None) -> None:
-    _check(libc.mount(_encode(source), _encode(target), _encode(fstype), flags, _encode(data)),
-           f"mount {target}")
+    source, fstype, data = (None if s is None else s.encode() for s in (source, fstype, data))
+    _check(libc.mount(source, target.encode(), fstype, flags, data), f"mount {target}")
 
 
 def _enter_namespaces(libc) -> None:
@@ -64,9 +58,8 @@ def _enter_namespaces(libc) -> None:
 
 
 def _set_up_mounts(libc, hide: list[str], read_only: list[str], writable: list[str]) -> None:
-    """In the child (process 1 of the new namespaces): no mount leaks out, ``read_only`` folders
-    are read-only bind mounts of themselves (``writable`` folders inside them stay writable), and
-    ``hide`` folders are empty read-only tmpfs."""
+    """In process 1 of the new namespaces: the mounts the module's docstring lists, kept private;
+    ``read_only`` folders are bind mounts of themselves, ``writable`` ones inside stay writable."""
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     for folder in writable:
         if os.path.isdir(folder):

@@ -18,8 +18,7 @@ SITE_DOCS = ("method.md", "glossary.md")
 
 
 def mathjax_dir() -> Path:
-    """The MathJax 2 copy bundled by ``jupyter-server-mathjax``: the site typesets maths with it
-    instead of a CDN."""
+    """The MathJax 2 bundled by ``jupyter-server-mathjax``: the site typesets with it, not a CDN."""
     import jupyter_server_mathjax
 
     return Path(jupyter_server_mathjax.__file__).parent / "static"
@@ -42,9 +41,8 @@ def student_notebook(path: Path):
 
 
 def stage_site(stage: Path, instructor: bool = False) -> Path:
-    """Lay the site's sources out in ``stage`` as the repository has them (``index.md``, ``docs/``,
-    ``notebooks/``), so the notebooks' relative links resolve; return ``stage``. The student site
-    (the default) shows the chapters without their solutions; ``instructor`` keeps them."""
+    """Lay the site's sources out in ``stage`` as in the repository (relative links resolve):
+    ``index.md``, ``docs/``, ``notebooks/`` (no solutions unless ``instructor``); return it."""
     import nbformat
 
     for name in ("conf.py", "index.md"):
@@ -70,8 +68,7 @@ def check_site_dir(out_dir: Path) -> None:
     ``index.html`` above all), or that lies inside the package."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} exists and is not a directory")
-    why = refusal(out_dir)
-    if why:
+    if why := refusal(out_dir):
         raise ValueError(f"{out_dir} {why}; choose a folder of its own")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SITE_MARK).is_file():
         raise ValueError(f"{out_dir} is not empty and was not built by course site: "
@@ -79,9 +76,8 @@ def check_site_dir(out_dir: Path) -> None:
 
 
 def build_site(out_dir: str | Path, jobs: int = 2, instructor: bool = False) -> Path:
-    """Build the course site into ``out_dir`` (HTML; ``index.html`` is the landing page) and return
-    the landing page's path: the student site, or with ``instructor`` the one with the solutions.
-    Warnings are printed, not fatal: a stale link must not block a release."""
+    """Build the course site into ``out_dir`` (with ``instructor``, the solutions too) and return
+    its ``index.html``. Warnings are printed, not fatal: a stale link must not block a release."""
     from sphinx.cmd.build import build_main
 
     out_dir = Path(out_dir).resolve()

@@ -1,21 +1,19 @@
 """Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
 
-At each batch size b, every method decodes the same prompts in batches of b (the prompt list cycled
-to fill a batch larger than it), in one interleaved timer after a warm-up; every row's output is
-checked against its prompt decoded alone. A row of the report: total new tokens per second, the
-speedup over batched plain decoding at the same b, tau (tokens per target forward, per row), the
-accepted tokens the naive rollback gave back, and two predictions at batch b. ``predicted_speedup``
-is the paper's cost model from the forwards alone, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))``
-(MagicDec, SmartSpec; a tree of N: ``t(b, N+1)``), measured at that batch size
-(:func:`dflash_lite.decoding.costs.measure_costs` with ``rows``); ``predicted_with_host`` adds what
-every step also costs, the prefill and the loop's own work per step, both measured in the same sweep
-(:func:`_with_host`); the default's forwards are the forecast of each step it took.
+At each batch size b, every method decodes the same prompts in batches of b (:func:`batches_of`),
+in one interleaved timer after a warm-up; every row's output is checked against its prompt decoded
+alone. A row of the report: total new tokens per second, the speedup over batched plain decoding
+at the same b, tau (tokens per target forward, per row), the accepted tokens the naive rollback
+gave back, and two predictions at batch b. ``predicted_speedup`` is the paper's cost model from
+the forwards alone, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of
+N: ``t(b, N+1)``), measured at that batch size (:func:`dflash_lite.decoding.costs.measure_costs`
+with ``rows``); ``predicted_with_host`` adds what every step also costs, the prefill and the loop's
+own work per step (:func:`_with_host`); the default's forwards are the forecast of each step.
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
 step costs measured at each b) and the naive rollback (DFlash at the largest block size, every
-row rolled back to the batch's shortest accepted path).
-"""
+row rolled back to the batch's shortest accepted path)."""
 from __future__ import annotations
 
 import statistics
@@ -58,9 +56,8 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
                   shapes: Shapes = EAGER, size: int = 1,
                   costs: StepCosts | None = None) -> list[BatchMethod]:
     """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
-    is the one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (for more than
-    one row on ``costs``, measured at this batch size), each batch handing what it learned to the
-    next."""
+    is one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (on ``costs``,
+    measured at this batch size, for more than one row), each batch handing on what it learned."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
@@ -74,7 +71,6 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
                                 lambda ids: DFlashTreeProposer(drafter, target, tree_size,
                                                                shapes=shapes), tree_size=tree_size))
-    # one policy at every batch size; a batch's costs are measured before the timed runs
     session = PolicySession(drafter, target, DEFAULT_OPTIONS,
                             batch_costs={size: costs} if size > 1 and costs else {})
     rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
@@ -200,13 +196,12 @@ def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> 
 
 
 def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
-    """The cost model with what the forwards leave out, both measured in the same sweep: the
-    prefill P, and the loop's own work per step h, read off batched plain decoding (its seconds
-    T = P + S (t(b, 1) + h) over its S steps). A row of S' steps of one verify and one drafter
-    forward each is then predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)), its drafter
-    taking in the tau positions a step commits (``per_position`` for each past the first); the
-    default, at T / (P + its forecast forwards + S' h), the forecast put on the sweep's measured
-    forwards (:func:`_model_scale`)."""
+    """The cost model with what the forwards leave out: the prefill P and the loop's own work per
+    step h, read off batched plain decoding in the same sweep (its seconds T = P + S (t(b, 1) + h)
+    over its S steps). A row of S' steps of one verify and one drafter forward each is then
+    predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)), its drafter taking in the tau
+    positions a step commits (``per_position`` for each past the first); the default at
+    T / (P + its forecast forwards + S' h), the forecast scaled by :func:`_model_scale`."""
     if measured is None or row["tau"] is None:
         return None
     prefill_s = measured["prefill_s"]
@@ -237,8 +232,7 @@ def _model_scale(costs, measured: dict | None) -> float:
 def crossover(rows: list[dict], line: float = PAYS, key: str = "speedup") -> int | None:
     """The smallest batch size at which the best speculative row's ``key`` (the measured speedup,
     or ``predicted_speedup``) falls below ``line``; None if it never does."""
-    sizes = sorted({r["batch_size"] for r in rows})
-    for size in sizes:
+    for size in sorted({r["batch_size"] for r in rows}):
         best = max((r[key] for r in rows if r["batch_size"] == size and r[key] is not None
                     and r["kind"] != Kind.AUTOREGRESSIVE.value and r["rollback"] == "row"),
                    default=None)

@@ -19,10 +19,8 @@ list), :func:`run` (time them, interleaved, and the cost model's forwards) and :
      "cost_model": {"costs": {...}, "rows": [...]}}
 
 Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
-``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row:
-the cost-aware block size that ``Engine.generate`` runs by default
-(:mod:`dflash_lite.decoding.policy`).
-"""
+``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row: the
+cost-aware policy (:mod:`dflash_lite.decoding.policy`) that ``Engine.generate`` runs by default."""
 from __future__ import annotations
 
 import json
@@ -47,9 +45,7 @@ from .harness import MethodStats, environment, measure, run_benchmark  # noqa: F
 from .methods import Rows, compiled_methods, standard_methods  # noqa: F401  (public)
 from .report import Method, cost_model, format_cost_model, format_table, summarise
 
-# ----------------------------------------------------------------- bench = resolve -> run -> report
-# --json replaces only these freely
-IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))
+IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # what --json replaces freely
 
 
 @dataclass
@@ -64,8 +60,7 @@ class BenchConfig:
     each prompt becomes a user turn of the tokenizer's chat template when it has one
     (:func:`dflash_lite.prompts.encode`). ``baselines`` adds the EAGLE-style drafter and the small
     draft model (``eagle``, ``draft_model``, else the target's shipped ones). ``repeats``: timed
-    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model.
-    ``json_out`` replaces an existing file only when it is a bench report, or with ``overwrite``."""
+    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None
@@ -92,10 +87,8 @@ class BenchConfig:
     json_out: str | None = None
     overwrite: bool = False        # json_out may replace a file that is not a bench report
     quiet: bool = False
-    # also every row of the loop on fixed shapes, compiled (CUDA graphs on CUDA)
-    compile: bool = False
-    # the batch sweep instead (dflash_lite.measuring.batching): these batch sizes, its own methods
-    batch_sizes: tuple[int, ...] = ()
+    compile: bool = False          # also every row on fixed shapes, compiled (CUDA graphs on CUDA)
+    batch_sizes: tuple[int, ...] = ()  # the batch sweep instead (measuring.batching), its methods
 
     def check(self) -> BenchConfig:
         """Every option checked (one ValueError line), before anything is loaded; returns self."""
@@ -114,8 +107,7 @@ class BenchConfig:
         parse_dtype(self.dtype)
         if self.random_drafter_layers is not None:
             validate.check_int("random_drafter_layers", self.random_drafter_layers)
-        # a literal \n typed on a command line
-        self.prompt_template = self.prompt_template.replace("\\n", "\n")
+        self.prompt_template = self.prompt_template.replace("\\n", "\n")  # \n typed in a shell
         if "{prompt}" not in self.prompt_template:
             raise ValueError("--prompt-template must contain {prompt}")
         if self.prompts and self.dataset:
@@ -141,8 +133,7 @@ class Setup:
 
 @dataclass
 class Measured:
-    """What :func:`run` timed: per-method statistics and the cost model's forwards (None without a
-    drafter)."""
+    """What :func:`run` timed: per-method stats and the cost model's forwards (None: no drafter)."""
     stats: dict[str, MethodStats]
     env: dict
     costs: dict | None = None
@@ -189,8 +180,7 @@ def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str 
 
 
 def _random_drafter(c: BenchConfig, model, tokenizer, torch_dtype) -> DFlashDrafter:
-    """An untrained drafter of ``random_drafter_layers`` layers, its size checked (parameters and
-    free memory) before it is built."""
+    """An untrained drafter of ``random_drafter_layers`` layers; its size is checked first."""
     mask = mask_token_id(tokenizer)
     if mask is None:
         raise ValueError("--random-drafter-layers: the target's tokenizer has no mask token and "
@@ -225,20 +215,18 @@ def resolve(config: BenchConfig) -> Setup:
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)
-    eagle, small_lm, eagle_path, small_path = (_peers(c, torch_dtype)
-                                               if c.baselines and not c.batch_sizes
-                                               else (None, None, None, None))
+    sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
+    peers = c.baselines and not c.batch_sizes
+    eagle, small_lm, eagle_path, small_path = _peers(c, torch_dtype) if peers else (None,) * 4
     if eagle is not None:                   # checked against the target as the DFlash drafter is
         check_pair(eagle, model, tokenizer, eagle_path, mask=False)
     methods = [] if c.batch_sizes else standard_methods(
-        model, tokenizer, draft, eagle, small_lm, Rows(
-            c.block_sizes, c.tree_sizes, SamplingParams(temperature=c.temperature, seed=c.seed),
+        model, tokenizer, draft, eagle, small_lm, Rows(c.block_sizes, c.tree_sizes, sampling,
             c.hf_dflash, adaptive=tuple(sorted({4, 8, *c.block_sizes})) if c.adaptive else None))
     # shapes sized for the longest prompt, built here: never inside a timed run
     if c.compile and not c.batch_sizes:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
-                                    max(x.shape[1] for x in ids) + c.max_new_tokens,
-                                    SamplingParams(temperature=c.temperature, seed=c.seed),
+                                    max(x.shape[1] for x in ids) + c.max_new_tokens, sampling,
                                     stop_token_ids(model, tokenizer))
     drafter_path = c.drafter or (None if c.random_drafter_layers
                                  else default_drafter_path(c.target))
@@ -256,10 +244,9 @@ def resolve(config: BenchConfig) -> Setup:
 
 
 def run(setup: Setup) -> Measured:
-    """Time every method of ``setup`` (:func:`measure`: interleaved, after a warm-up, each output
-    checked against the target's: greedy, or its sample seeded by ``seed`` at temperature > 0)
-    and, with a DFlash drafter, the forwards of the cost model at the first prompt
-    (:func:`dflash_lite.decoding.costs.measure_costs`, each the median of ``cost_repeats``)."""
+    """Time every method of ``setup`` (:func:`measure`, outputs checked against the target's greedy
+    output or, at temperature > 0, its sample seeded by ``seed``) and, with a DFlash drafter, the
+    cost model's forwards at the first prompt (:func:`dflash_lite.decoding.costs.measure_costs`)."""
     c = setup.config
     sampling = SamplingParams(temperature=c.temperature, seed=c.seed)
     if not sampling.greedy:
@@ -269,8 +256,7 @@ def run(setup: Setup) -> Measured:
     stats = measure(setup.methods, setup.prompts, c.max_new_tokens, c.repeats, device=c.device,
                     greedy=sampling.greedy, seeded=sampling.seed is not None)
     env = environment(c.device)
-    sessions = [m.session for m in setup.methods if m.session is not None]
-    if sessions:
+    if sessions := [m.session for m in setup.methods if m.session is not None]:
         env["policy_session"] = {"calibration_seconds": sum(s.calibration_seconds
                                                             for s in sessions)}
     costs = (measure_costs(setup.target, setup.drafter, setup.prompts[0], c.block_sizes,
@@ -310,8 +296,7 @@ def _batch_report(setup: Setup, measured: Measured) -> dict:
                "batch_sizes": list(c.batch_sizes), "max_new_tokens": c.max_new_tokens,
                "num_prompts": len(setup.prompts), "repeats": c.repeats,
                "cost_model": {"costs_by_batch": measured.costs["batch"]["costs"]},
-               "crossover": {"line": batching.PAYS,
-                             "measured": batching.crossover(eager),
+               "crossover": {"line": batching.PAYS, "measured": batching.crossover(eager),
                              "predicted": batching.crossover(eager, key="predicted_speedup")}}
     if not c.quiet:
         print(batching.format_batch_table(rows))
@@ -349,9 +334,8 @@ def report(setup: Setup, measured: Measured) -> dict:
 
 
 def bench(config: BenchConfig | None = None, **options) -> dict:
-    """:func:`resolve`, :func:`run`, :func:`report` for ``config`` (or a :class:`BenchConfig` of
-    ``options``: ``bench(num_prompts=2, quiet=True)``), all checked before anything is loaded.
-    Returns the report."""
+    """:func:`resolve`, :func:`run` and :func:`report` of ``config`` (or a :class:`BenchConfig` of
+    ``options``: ``bench(num_prompts=2, quiet=True)``), all checked first; returns the report."""
     config = (config or BenchConfig(**options)).check()
     setup = resolve(config)
     return report(setup, run(setup))

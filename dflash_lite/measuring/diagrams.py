@@ -6,8 +6,7 @@
 * :func:`tree_verification`: one target forward over a draft tree (notebook 09).
 
 Each function returns a matplotlib figure; the notebooks show and save it with
-``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed.
-"""
+``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -46,21 +45,17 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
         _box(ax, (i * target_time, 2.2, target_time * 0.94, 0.6), f"t{i + 1}", TARGET, 9)
     ax.text(-0.2, 2.5, "plain\n(target\nforwards)", ha="right", va="center", fontsize=9)
     # speculative: draft block, verify block, commit accepted + bonus
-    x, token = 0.0, 1
-    for step, a in enumerate(accepted):
+    x = 0.0
+    for a in accepted:
         _box(ax, (x, 0.6, draft_time * 0.94, 0.6), "D", DRAFT, 9)
         x += draft_time
         w = target_time + verify_extra
         _box(ax, (x, 0.6, w * 0.96, 0.6), f"verify {block_size}", TARGET, 9)
-        for j in range(block_size - 1):                                 # the guesses and their fate
-            color = ACCEPT if j < a else (REJECT if j == a else "0.85")
+        guesses = ([ACCEPT] * a + [REJECT] + ["0.85"] * block_size)[:block_size - 1]  # their fate
+        for j, color in enumerate(guesses + [BONUS if a == block_size - 1 else "white"]):
             ax.add_patch(plt.Rectangle((x + j * w / block_size, 0.05), w / block_size * 0.9, 0.4,
                                        fc=color, ec="0.4", lw=0.5))
-        ax.add_patch(plt.Rectangle((x + (block_size - 1) * w / block_size, 0.05),
-                                   w / block_size * 0.9, 0.4,
-                                   fc=BONUS if a == block_size - 1 else "white", ec="0.4", lw=0.5))
         ax.text(x + w / 2, -0.3, f"+{a + 1} tokens", ha="center", fontsize=9)
-        token += a + 1
         x += w
     ax.text(-0.2, 0.9, "speculative", ha="right", va="center", fontsize=9)
     ax.axvline(x, color="0.5", ls=":", lw=1)
@@ -111,7 +106,6 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
         ax.text(8.45, y + 0.12, "attention, MLP", ha="center", fontsize=9)
         _arrow(ax, (6.2, 2.45), (7.1, y + 0.9), color=TARGET)
     ax.text(6.55, 4.9, "the same context\nin every layer", ha="center", fontsize=9, color=TARGET)
-    # the block
     slots = ["last"] + ["MASK"] * (block_size - 1)
     for k, s in enumerate(slots):
         _box(ax, (10.3, 0.6 + k * 0.5, 1.1, 0.42), s, "0.55" if k else ACCEPT, 9)
@@ -173,8 +167,7 @@ def tree_verification() -> plt.Figure:
         depth[i] = depth[parents[i]] + 1
     rows = {0: 0.0, 1: 1.0, 2: -1.0, 3: 1.5, 4: 0.5, 5: -1.0, 6: 1.5, 7: 0.7}
     accepted_path = [0, 1, 3, 6]                        # the target's argmax leads here
-    # " 7" is in no child of node 6: the bonus
-    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}
+    target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}   # " 7" is in no child of 6: the bonus
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i in range(1, len(parents)):
         on_path = i in accepted_path and parents[i] in accepted_path
@@ -189,8 +182,7 @@ def tree_verification() -> plt.Figure:
                     fontsize=9, color=TARGET)
     end = accepted_path[-1]
     ax.text(depth[end] + 1, rows[end], repr(target_choice[end]), ha="center", va="center",
-            fontsize=10,
-            bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
+            fontsize=10, bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
     _arrow(ax, (depth[end] + 0.25, rows[end]), (depth[end] + 0.78, rows[end]), color=BONUS)
     ax.text(depth[end] + 1, rows[end] - 0.4, "bonus", ha="center", fontsize=9, color=BONUS)
     ax.set_xlim(-0.5, max(depth) + 1.6); ax.set_ylim(-1.6, 2.1)

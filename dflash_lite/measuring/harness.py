@@ -1,8 +1,6 @@
-"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark`): every method on every prompt,
-after a warm-up, interleaved (each repeat visits the methods in a rotated order), the outputs
-checked against the target's own; :func:`run_benchmark` summarises it as a report
-(:func:`dflash_lite.measuring.report.summarise`).
-"""
+"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark` says how it measures): every
+method on every prompt, interleaved after a warm-up, outputs checked against the target's;
+:func:`run_benchmark` summarises it as a report (:func:`dflash_lite.measuring.report.summarise`)."""
 from __future__ import annotations
 
 import platform
@@ -45,8 +43,7 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
     ``reference`` maps prompt index -> the target's greedy tokens (by default the outputs of the
     autoregressive row, else of ``model.generate``) for the identity check. Sampled and
     ``seeded`` (``SamplingParams.seed``): the rows of this project's loop are checked against the
-    autoregressive row's seeded sample, transformers' rows not at all; unseeded: none is.
-    """
+    autoregressive row's seeded sample, transformers' rows not at all; unseeded: none is."""
     stats = {m.name: MethodStats(m) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
     # warm-up, and the outputs to check
@@ -91,7 +88,6 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
 def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
                   repeats: int = 3, reference: dict | None = None, device: str = "cpu",
                   greedy: bool = True, seeded: bool = False) -> dict:
-    """:func:`measure` a list of methods and :func:`summarise` it: the report without a cost
-    model."""
+    """:func:`measure` the methods and :func:`summarise` it: the report without a cost model."""
     stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy, seeded)
     return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)

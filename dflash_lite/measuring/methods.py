@@ -1,7 +1,6 @@
 """The benchmark's methods (:mod:`dflash_lite.measuring.benchmark`): what each row runs
 (:func:`standard_methods`), each a :class:`~dflash_lite.measuring.report.Method` whose run is the
-one decode loop with a fresh proposer (or a policy session's), or transformers' ``generate``.
-"""
+one decode loop with a fresh proposer (or a policy session's), or transformers' ``generate``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,37 +42,33 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     the same trees with prompt lookup's branch, and transformers' DFlash path with the same
     weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
     r = rows or Rows(**options)
-    sampling, block_sizes, prompt_lookup, draft_block_size = (r.sampling, r.block_sizes,
-                                                              r.prompt_lookup, r.draft_block_size)
-    stops = stop_token_ids(target, tokenizer)
+    sampling, stops = r.sampling, stop_token_ids(target, tokenizer)
 
     # transformers' generate, with or without a helper
     def hf(**kwargs):
         return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 
-    methods = [
-        Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
-               Kind.AUTOREGRESSIVE, block_size=1),
-        Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1),
-    ]
+    methods = [Method("autoregressive (ours)", _spec_run(target, NoDraftProposer, sampling, stops),
+                      Kind.AUTOREGRESSIVE, block_size=1),
+               Method("model.generate", hf(), Kind.HF_GENERATE, block_size=1)]
     if draft_model is not None:
-        methods.append(Method(f"draft model (ours) k={draft_block_size - 1}", _spec_run(
-            target, lambda: PerRow(DraftModelProposer(draft_model, target, draft_block_size)),
-            sampling, stops), Kind.DRAFT_MODEL, block_size=draft_block_size))
+        methods.append(Method(f"draft model (ours) k={r.draft_block_size - 1}", _spec_run(
+            target, lambda: PerRow(DraftModelProposer(draft_model, target, r.draft_block_size)),
+            sampling, stops), Kind.DRAFT_MODEL, block_size=r.draft_block_size))
         methods.append(Method("draft model (transformers)", hf(assistant_model=draft_model),
                               Kind.HF_DRAFT_MODEL))
-    if prompt_lookup:
-        methods.append(Method(f"prompt lookup (transformers) k={prompt_lookup}",
-                              hf(prompt_lookup_num_tokens=prompt_lookup), Kind.PROMPT_LOOKUP))
-        methods.append(Method(f"prompt lookup (ours) k={prompt_lookup}", _spec_run(
-            target, lambda: PerRow(NgramProposer(prompt_lookup)), sampling, stops), Kind.NGRAM))
+    if r.prompt_lookup:
+        methods.append(Method(f"prompt lookup (transformers) k={r.prompt_lookup}",
+                              hf(prompt_lookup_num_tokens=r.prompt_lookup), Kind.PROMPT_LOOKUP))
+        methods.append(Method(f"prompt lookup (ours) k={r.prompt_lookup}", _spec_run(
+            target, lambda: PerRow(NgramProposer(r.prompt_lookup)), sampling, stops), Kind.NGRAM))
     if eagle is not None:
         methods.append(Method(f"EAGLE-style (ours) B={eagle.config.block_size}", _spec_run(
             target, lambda: PerRow(EagleProposer(eagle, target)), sampling, stops), Kind.EAGLE,
             block_size=eagle.config.block_size))
     if drafter is not None:
-        methods += _dflash_methods(target, drafter, block_sizes, r.tree_sizes, r.adaptive, r.policy,
-                                (sampling, stops))
+        methods += _dflash_methods(target, drafter, r.block_sizes, r.tree_sizes, r.adaptive,
+                                   r.policy, (sampling, stops))
         if r.hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(
                 target.device)
@@ -87,8 +82,7 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
                  shapes: Shapes = EAGER) -> list[Method]:
     """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
     fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
-    tokens) of every run; ``shapes``: what every proposer runs on
-    (:mod:`dflash_lite.decoding.shapes`)."""
+    tokens) of every run; ``shapes``: every proposer's (:mod:`dflash_lite.decoding.shapes`)."""
     sampling, stops = loop
     rows = []
     policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
@@ -141,8 +135,7 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
 
 
 def _spec_run(target, make_proposer, sampling, stops):
-    """A method's run: the decode loop with a fresh proposer (block size 1: the autoregressive
-    baseline)."""
+    """A method's run: the decode loop with a fresh proposer (block size 1: autoregressive)."""
     def run(ids, n):
         result = generate(target, make_proposer(), ids, n, sampling, stops)
         return result.tokens, result

@@ -9,8 +9,7 @@ Every number on the card is measured here, on held-out data the target never saw
   and, stricter, the fraction that also add a non-empty body;
 * held-out loss per domain, parameters, corpus and training time, copied from ``training_log.json``.
 
-Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``.
-"""
+Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``."""
 from __future__ import annotations
 
 import ast
@@ -111,26 +110,19 @@ def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
 
 
 def render_card(card: dict) -> str:
-    """The target's MODEL_CARD.md: what it is, its corpus, its training, what was measured,
-    samples, limits."""
+    """The target's MODEL_CARD.md: what it is, corpus, training, measurements, samples, limits."""
     cfg, man, tr = card["config"], card["corpus_manifest"], card["training"]
     lines = [
-        "# dflash-lite `tiny` target",
-        "",
+        "# dflash-lite `tiny` target", "",
         f"A `{card['architecture']}` ({card['parameters'] / 1e6:.2f}M parameters, "
         "tied embedding/LM head) trained from scratch by this project on an offline, "
         "deterministic corpus. It is the default target of every notebook and command here: "
         "small enough for a laptop CPU, trained enough that drafting against it means something.",
-        "",
-        "## Shape",
-        "",
+        "", "## Shape", "",
         "| field | value |", "|---|---|",
-        *[f"| {k} | {v} |" for k, v in cfg.items()],
-        "",
+        *[f"| {k} | {v} |" for k, v in cfg.items()], "",
         "Weights are stored in bf16 (`model.safetensors`) and loaded in fp32 by `load_pretrained`.",
-        "",
-        "## Corpus",
-        "",
+        "", "## Corpus", "",
         "- Code: the Python standard library of the training interpreter "
         f"(`{man['python_stdlib']}`), {man['code_files']} train-split files; "
         "held-out files are chosen by a hash of their path.",
@@ -142,9 +134,7 @@ def render_card(card: dict) -> str:
         "- Tokenizer: byte-level BPE trained with `tokenizers` on the same text; reserves "
         "`<|endoftext|>` (EOS and padding) and `<|mask|>` (the DFlash drafter's mask token).",
         "- Never trained on any benchmark set (GSM8K, HumanEval): those are held-out judges.",
-        "",
-        "## Training",
-        "",
+        "", "## Training", "",
         f"- Seed {tr['seed']}, {tr['steps_done']} steps, "
         f"{tr['train_seconds'] / 60:.1f} minutes on {tr['device']}, torch {tr['torch']}.",
         f"- Command: `{tr['command']}`"
@@ -157,9 +147,7 @@ def render_card(card: dict) -> str:
         "- With `--time-budget-s` the cosine schedule follows wall time, so the number of steps "
         "depends on the machine; `training_log.json` records the steps done, the loss curve and "
         "the corpus manifest.",
-        "",
-        "## Measured (held out)",
-        "",
+        "", "## Measured (held out)", "",
         "| metric | value | how |", "|---|---|---|",
         f"| loss, code | {card['held_out_loss']['code']:.3f} "
         "| next-token cross-entropy, held-out stdlib files |",
@@ -174,12 +162,9 @@ def render_card(card: dict) -> str:
         f"| ... and adds a body | {card['code_ast_parse_rate']['rate_with_body']:.1%} "
         f"(n={card['code_ast_parse_rate']['n']}) | the same, counting only completions with at "
         "least one line of body after the prompt (a docstring-only function parses trivially) |",
-        "",
-        "Measured with `python -m dflash_lite.zoo card dflash_lite/models/tiny` "
+        "", "Measured with `python -m dflash_lite.zoo card dflash_lite/models/tiny` "
         f"on {card['measured_on']} ({card['evaluation_seconds']:.0f} s).",
-        "",
-        "## Sample greedy completions (held out)",
-        "",
+        "", "## Sample greedy completions (held out)", "",
     ]
     for domain in ("math", "code"):
         for row in card["samples"][domain]:
@@ -188,8 +173,7 @@ def render_card(card: dict) -> str:
 
 
 TARGET_LIMITATIONS = [
-    "## Limitations",
-    "",
+    "## Limitations", "",
     "- Its arithmetic is unreliable (see the accuracy above): "
     "it learned the solution format better than the sums.",
     "- It rarely writes a function body: after a docstring it usually closes the function and "
@@ -206,7 +190,6 @@ TARGET_LIMITATIONS = [
 ]
 
 
-# ----------------------------------------------------------------------------- drafter card
 @dataclass
 class DrafterCardConfig:
     """What ``python -m dflash_lite.zoo drafter-card`` measures (it builds one from its flags): the
@@ -279,15 +262,12 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
 def render_drafter_card(card: dict) -> str:
     tr = card["training"]
     lines = [
-        "# dflash-lite `tiny` DFlash drafter",
-        "",
+        "# dflash-lite `tiny` DFlash drafter", "",
         f"A DFlash block-diffusion drafter for the shipped `tiny` target: {tr.get('layers', '?')} "
         f"Qwen3 layers with KV injection, block size {tr.get('block_size', '?')}, conditioned on "
         f"target layers {tr.get('target_layer_ids', '?')}; it shares the target's frozen embedding "
         "and LM head (not stored here).",
-        "",
-        "## Training",
-        "",
+        "", "## Training", "",
         f"- Command: `{tr.get('command', '?')}`",
         f"- {tr['steps']} steps, batch {tr['batch_size']} sequences x {tr['num_anchors']} anchors, "
         f"lr {tr['lr']}, gamma {tr['gamma']}; "

@@ -1,7 +1,6 @@
 """Where figures and results go, the course's figure style, and the figures of a benchmark report
 (the JSON of :func:`dflash_lite.measuring.benchmark.bench`): :func:`plot_benchmark`, each figure
-titled with the hardware it was measured on.
-"""
+titled with the hardware it was measured on."""
 from __future__ import annotations
 
 import base64
@@ -26,9 +25,7 @@ def repo_dir(start: str | Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "dflash_lite").is_dir() and (folder / "notebooks").is_dir():
             return folder
-    if (ROOT / "notebooks").is_dir():
-        return ROOT
-    return here      # an installed package, run outside a checkout: never site-packages
+    return ROOT if (ROOT / "notebooks").is_dir() else here
 
 
 def _output_dir(env: str, name: str, start: str | Path | None) -> Path:
@@ -62,13 +59,11 @@ def in_notebook() -> bool:
         from IPython import get_ipython
     except ImportError:
         return False
-    shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    return type(get_ipython()).__name__ == "ZMQInteractiveShell"  # get_ipython(): None outside
 
 
-# The figure style, set once (:func:`use_figure_style`). A figure is drawn FIGURE_WIDTH inches
-# wide and saved at FIGURE_DPI, so that it is shown at about its own pixel size in the site's
-# column (docs/site/static/course.css) and in JupyterLab: a 9-point label stays 9 points or more.
+# Drawn FIGURE_WIDTH inches wide, saved at FIGURE_DPI, a figure shows at about its own pixel size
+# in the site's column (docs/site/static/course.css) and JupyterLab: 9-point text stays 9 points.
 FIGURE_WIDTH, FIGURE_DPI, MIN_FONT_SIZE = 7.0, 120, 9
 # seaborn's "colorblind" palette (distinguishable with the common colour-vision deficiencies)
 COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", "#FBAFE4",
@@ -76,9 +71,8 @@ COLORBLIND = ("#0173B2", "#DE8F05", "#029E73", "#D55E00", "#CC78BC", "#CA9161", 
 FIGURE_STYLE = {
     "figure.figsize": (FIGURE_WIDTH, 3.6), "figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI,
     "font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "figure.titlesize": 11,
-    "xtick.labelsize": MIN_FONT_SIZE, "ytick.labelsize": MIN_FONT_SIZE,
+    "figure.labelsize": 10, "xtick.labelsize": MIN_FONT_SIZE, "ytick.labelsize": MIN_FONT_SIZE,
     "legend.fontsize": MIN_FONT_SIZE, "legend.title_fontsize": MIN_FONT_SIZE,
-    "figure.labelsize": 10,
 }
 
 
@@ -106,8 +100,7 @@ def describe(fig) -> str:
     parts = [fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) else []
     for ax in fig.axes:
         axis_labels = " against ".join(x for x in (ax.get_ylabel(), ax.get_xlabel()) if x)
-        bits = [ax.get_title(), axis_labels]
-        parts.append(": ".join(b for b in bits if b))
+        parts.append(": ".join(b for b in (ax.get_title(), axis_labels) if b))
     return "Figure: " + "; ".join(p for p in parts if p) if any(parts) else "Figure"
 
 
@@ -144,10 +137,9 @@ def plot_benchmark(report: dict, out_dir: str | Path | None = None,
     """Write ``{prefix}_speedup_by_method.png``, ``{prefix}_tau_histogram.png``,
     ``{prefix}_speedup_vs_block_size.png`` and, when the report has one, ``{prefix}_cost_model.png``
     (the four ``plot_benchmark_*`` functions below, one figure each); return the paths written."""
-    paths = [plot(report, out_dir, prefix) for plot in (
-        plot_benchmark_speedup, plot_benchmark_histogram, plot_benchmark_block_sizes,
-        plot_benchmark_cost_model)]
-    return [path for path in paths if path is not None]
+    plots = (plot_benchmark_speedup, plot_benchmark_histogram, plot_benchmark_block_sizes,
+             plot_benchmark_cost_model)
+    return [path for path in (plot(report, out_dir, prefix) for plot in plots) if path is not None]
 
 
 def _measured(report: dict) -> list[dict]:
@@ -168,13 +160,11 @@ PHASE_COLORS = {"verify": COLORBLIND[0], "draft": COLORBLIND[1], "accept": COLOR
 
 def plot_benchmark_speedup(report: dict, out_dir: str | Path | None = None,
                            prefix: str = "bench") -> Path:
-    """``{prefix}_speedup_by_method.png``: one bar per method, DFlash's in blue, with speedup and
-    tau."""
+    """``{prefix}_speedup_by_method.png``: a bar per method, DFlash's blue, with speedup and tau."""
     rows = _measured(report)
     fig, ax = subplots(height=0.3 * len(rows) + 1.3)
-    names = [r["name"] for r in rows]
     colors = [DFLASH_BLUE if kind_of(r) in DFLASH_KINDS else OTHER_GREY for r in rows]
-    ax.barh(names, [r["speedup"] for r in rows], color=colors)
+    ax.barh([r["name"] for r in rows], [r["speedup"] for r in rows], color=colors)
     ax.axvline(1.0, color="black", lw=0.8)
     for i, r in enumerate(rows):
         tau = f"  tau {r['tau']:.2f}" if r["tau"] is not None else ""
@@ -217,8 +207,7 @@ def plot_benchmark_histogram(report: dict, out_dir: str | Path | None = None,
 
 def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
                                prefix: str = "bench") -> Path | None:
-    """``{prefix}_speedup_vs_block_size.png``: DFlash at each fixed block size, speedup (left axis)
-    and tau (right axis), one legend for both, below the axes."""
+    """``{prefix}_speedup_vs_block_size.png``: DFlash's speedup and tau at each fixed block size."""
     sweep = sorted((r for r in _measured(report) if kind_of(r) is Kind.DFLASH),
                    key=lambda r: r["block_size"])
     if not sweep:
@@ -230,10 +219,9 @@ def plot_benchmark_block_sizes(report: dict, out_dir: str | Path | None = None,
     ax2 = ax.twinx()
     tau_line, = ax2.plot(sizes, [r["tau"] for r in sweep], "s--", color=TAU_ORANGE,
                          label="tau (right axis)")
-    ax.set_xlabel("block size B")
+    ax.set(xlabel="block size B", xticks=sizes)
     ax.set_ylabel("speedup", color=DFLASH_BLUE)
     ax2.set_ylabel("tau", color=TAU_ORANGE)
-    ax.set_xticks(sizes)
     ax.legend(handles=[speedup_line, tau_line], loc="upper center", bbox_to_anchor=(0.5, -0.2),
               ncol=2, frameon=False)
     ax.set_title(f"DFlash: speedup and tau by block size\n({hardware_label(report['env'])})")
@@ -268,8 +256,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
                    **style)
             bottom = [b + v for b, v in zip(bottom, vals)]
     ax.axhline(ms(cost[0]["t_target_1"]), color="black", lw=1, ls=":")
-    ax.set_xticks(list(x), labels)
-    ax.set_ylabel("ms per step")
+    ax.set(xticks=list(x), xticklabels=labels, ylabel="ms per step")
     handles = [Patch(color=PHASE_COLORS["verify"], label="verify: t_target(B)"),
                Patch(color=PHASE_COLORS["draft"], label="draft: t_draft(B)"),
                Patch(color=PHASE_COLORS["accept"], label="accept (measured only)"),
@@ -282,8 +269,7 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
            color=OTHER_GREY)
     bx.bar([i + 0.2 for i in x], [r["measured_speedup"] for r in cost], 0.4, label="measured",
            color=DFLASH_BLUE)
-    bx.set_xticks(list(x), labels)
-    bx.set_ylabel("speedup")
+    bx.set(xticks=list(x), xticklabels=labels, ylabel="speedup")
     bx.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     bx.set_title("Speedup: tau * t(1) / (t(B) + t_draft(B)) against measured")
     fig.suptitle(f"Cost model ({_where(report)})")

@@ -1,9 +1,7 @@
-"""A benchmark report's rows (docs/method.md#measuring, #the-cost-model): what kind each row is
-(:class:`Kind`), the :class:`Method` that produces one, how to select rows (:func:`rows_of`,
-:func:`row_of`), the summary of measured statistics (:func:`summarise`), the printed table, and the
-cost model's predicted-against-measured rows. :mod:`dflash_lite.measuring.benchmark` measures; this
-module reads and writes what it measured.
-"""
+"""A benchmark report's rows (docs/method.md#measuring, #the-cost-model), as
+:mod:`dflash_lite.measuring.benchmark` measures them: what kind each row is (:class:`Kind`), the
+:class:`Method` that produces one, how to select rows (:func:`rows_of`, :func:`row_of`), the summary
+(:func:`summarise`), the printed table, and the cost model's predicted-against-measured rows."""
 from __future__ import annotations
 
 import enum
@@ -15,7 +13,6 @@ from typing import Callable
 from ..decoding.costs import predicted_speedup
 
 
-# ----------------------------------------------------------------------------- what a row is
 class Kind(str, enum.Enum):
     """What a method (and its report row) is; consumers select rows by kind, never by name."""
     AUTOREGRESSIVE = "autoregressive"    # the decode loop at block size 1: what speedup divides by
@@ -73,8 +70,7 @@ def rows_of(report: dict, *kinds: Kind, **fields) -> list[dict]:
 
 
 def row_of(report: dict, kind: Kind, **fields) -> dict:
-    """The first row of ``kind`` with ``fields`` (see :func:`rows_of`); a LookupError naming it if
-    none."""
+    """The first row of ``kind`` with ``fields`` (:func:`rows_of`), or a LookupError naming it."""
     found = rows_of(report, kind, **fields)
     if not found:
         wanted = ", ".join([Kind(kind).value, *(f"{k}={v}" for k, v in fields.items())])
@@ -94,9 +90,8 @@ def summarise(stats: dict, env: dict, max_new_tokens: int, num_prompts: int, rep
         hist = [counts[a] for a in range(1, max(counts, default=0) + 1)]
         rows.append({
             "name": m.name, "kind": m.kind.value, "block_size": m.block_size,
-            "tree_size": m.tree_size,
-            "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS, "default": m.default,
-            "tokens_per_s": statistics.median(tps) if tps else None,
+            "tree_size": m.tree_size, "compiled": m.compiled, "baseline": m.kind in BASELINE_KINDS,
+            "default": m.default, "tokens_per_s": statistics.median(tps) if tps else None,
             "tokens_per_s_spread": [min(tps), max(tps)] if tps else None,
             "speedup": None, "speedup_vs_hf_generate": None,
             "tau": statistics.fmean(s.acceptance_lengths) if s.acceptance_lengths else None,
@@ -169,7 +164,6 @@ def all_dflash_failed(report: dict) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- the cost model's rows
 def cost_model(report: dict, costs: dict) -> list[dict]:
     """Predicted against measured speedup (docs/method.md#the-cost-model) for every fixed-block and
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step
@@ -190,8 +184,7 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
         step_s = sum(phases.values())
         rows.append({
             "name": r["name"], "kind": kind.value, "block_size": b, "tree_size": r.get("tree_size"),
-            "tau": r["tau"],
-            "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
+            "tau": r["tau"], "t_target_1": t1, "t_target_b": tb, "t_draft_b": td,
             "predicted_speedup": predicted_speedup(r["tau"], t1, tb, td),
             "measured_speedup": r["speedup"],
             "measured_speedup_vs_hf_generate": r.get("speedup_vs_hf_generate"),

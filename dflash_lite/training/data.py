@@ -1,10 +1,10 @@
 """Training data for a drafter (steps 1 and 2 of :mod:`dflash_lite.training.train`): the target's
 own answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so
 an interrupted run never leaves a file that looks complete), and batches of blocks at random
-anchors (:func:`make_batch`) under the block attention mask (:func:`block_attention_mask`).
-"""
+anchors (:func:`make_batch`) under the block attention mask (:func:`block_attention_mask`)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -21,7 +21,6 @@ from ..files import atomic_write_text
 IGNORE = -100                        # the label of a position that predicts nothing
 
 
-# ----------------------------------------------------------------------------- regenerated data
 @dataclass
 class RegeneratedData:
     sequences: list[list[int]]       # prompt + the target's response
@@ -73,39 +72,31 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))  # stop included
             sequences.append(b + row[:end])
             prompt_lengths.append(len(b))
-    data = RegeneratedData(sequences, prompt_lengths)
     if path is not None:                             # only a finished file ever has the final name
         atomic_write_text(path, json.dumps({"key": key, "complete": True, "sequences": sequences,
                                             "prompt_lengths": prompt_lengths}))
-        if partial is not None and partial.is_file():
-            partial.unlink()
-    return data
+        partial.unlink(missing_ok=True)
+    return RegeneratedData(sequences, prompt_lengths)
 
 
 def _partial(path: Path | None, key: str) -> tuple[list[list[int]], list[int]]:
     """The answers an interrupted regeneration of the same prompts and target had written (its
     ``.partial.json``, kept every minute), or none."""
-    if path is None or not path.is_file():
-        return [], []
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        if raw.get("key") == key and len(raw["sequences"]) == len(raw["prompt_lengths"]):
-            print(f"[regenerate] resuming after {len(raw['sequences'])} prompts", flush=True)
-            return list(raw["sequences"]), list(raw["prompt_lengths"])
-    except (ValueError, AttributeError, KeyError, TypeError):
-        pass
+    if path is not None and path.is_file():
+        with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("key") == key and len(raw["sequences"]) == len(raw["prompt_lengths"]):
+                print(f"[regenerate] resuming after {len(raw['sequences'])} prompts", flush=True)
+                return list(raw["sequences"]), list(raw["prompt_lengths"])
     return [], []
 
 
-# ----------------------------------------------------------------------------- 2. blocks
 def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator: torch.Generator,
                    block_size: int | None = None) -> torch.Tensor:
     """Anchor positions in the response: ``prompt_length <= a <= length - 2`` (at least one label).
-    Sampled without replacement; fewer when the response is short. Sorted, (A,).
-
-    With ``block_size`` the anchors may only sit on fixed block boundaries,
-    ``prompt_length + k * block_size`` (the ablation in notebook 05); DFlash samples them anywhere.
-    """
+    Sampled without replacement; fewer when the response is short. Sorted, (A,). With
+    ``block_size`` they may only sit on fixed block boundaries, ``prompt_length + k * block_size``
+    (the ablation in notebook 05); DFlash samples them anywhere."""
     low, high = prompt_length, length - 2
     if high < low:
         return torch.empty(0, dtype=torch.long)
@@ -116,12 +107,9 @@ def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator:
 
 def block_attention_mask(anchors: torch.Tensor, context_length: int, block_size: int,
                          causal: bool = False) -> torch.Tensor:
-    """Boolean (A*B, T + A*B): block j's queries see context positions < anchors[j] and block j.
-
-    True means "may attend". Context position t is visible iff t < anchor (strictly before: the
-    features at the anchor and after already know the labels). Blocks never see each other.
-    Inside a block attention is bidirectional, or causal for the autoregressive baseline.
-    """
+    """Boolean (A*B, T + A*B), True where a query may attend: block j's queries see context
+    positions < anchors[j] (the features at the anchor and after already know the labels) and block
+    j, bidirectionally or (autoregressive baseline) causally; never another block."""
     index = torch.arange(anchors.shape[0] * block_size)
     block = index // block_size                           # (A*B,): a query's block, or a key's
     context = torch.arange(context_length)[None, :] < anchors[block][:, None]          # (A*B, T)
@@ -146,10 +134,8 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
                fixed_anchors: bool = False) -> Batch | None:
     """Right-padded sequences with ``num_anchors`` blocks each (padding blocks see nothing and have
     no labels). ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
-
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
-    (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}.
-    """
+    (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}."""
     mask_token_id, pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
     n, width = len(sequences), max(map(len, sequences))
     q = num_anchors * block_size
@@ -168,19 +154,17 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         if a == 0:
             continue
         any_anchor = True
-        offsets = torch.arange(block_size)
-        pos = anchors[:, None] + offsets[None, :]                                       # (a, B)
-        inside = pos < len(seq)
+        pos = anchors[:, None] + torch.arange(block_size)[None, :]                      # (a, B)
+        inside, at = pos < len(seq), seq_t[pos.clamp(max=len(seq) - 1)]
         if causal:
-            ids = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)],
-                              torch.tensor(mask_token_id))
+            ids = torch.where(inside, at, torch.tensor(mask_token_id))
             nxt = pos + 1
             lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)],
                               torch.tensor(IGNORE))
         else:
             ids = torch.full((a, block_size), mask_token_id)
             ids[:, 0] = seq_t[anchors]
-            lab = torch.where(inside, seq_t[pos.clamp(max=len(seq) - 1)], torch.tensor(IGNORE))
+            lab = torch.where(inside, at, torch.tensor(IGNORE))
             lab[:, 0] = IGNORE                                              # the anchor is given
         block_ids[i, : a * block_size] = ids.flatten()
         labels[i, : a * block_size] = lab.flatten()
@@ -209,8 +193,7 @@ def epoch_batches(data: RegeneratedData, batch_size: int, block_size: int, num_a
 
 def lm_batches(data: RegeneratedData, batch_size: int, pad_token_id: int,
                generator: torch.Generator):
-    """Right-padded (ids, labels) for next-token training on the responses (prompt tokens are
-    context only)."""
+    """Right-padded (ids, labels) for next-token training on the responses; prompts are context."""
     order = torch.randperm(len(data), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]

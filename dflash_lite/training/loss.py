@@ -1,7 +1,6 @@
 """The drafter's training loss (steps 3 and 4 of :mod:`dflash_lite.training.train`; weights
 :func:`position_weights`), the teacher-forced accuracy of each position
-(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features.
-"""
+(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -28,10 +27,9 @@ def position_weights(block_size: int, gamma: float | None = None) -> torch.Tenso
 
 
 class FeatureCache:
-    """The frozen target's features of each training sequence, computed once (the first time a
-    batch holds it) and reused every later epoch: the target's forward is most of a step's cost
-    on a real target. Kept in the target's dtype, up to ``max_bytes``; past that a sequence's
-    features are computed each time, as without a cache."""
+    """The frozen target's features of each training sequence, computed the first time a batch holds
+    it and reused every later epoch (on a real target its forward is most of a step's cost); kept in
+    the target's dtype up to ``max_bytes``, past which they are computed each time."""
 
     def __init__(self, target, layer_ids: list[int], data: RegeneratedData,
                  max_bytes: int = 4 << 30):
@@ -54,19 +52,17 @@ class FeatureCache:
                 size = found[r].numel() * found[r].element_size()
                 if self.bytes + size <= self.max_bytes:
                     self.kept[r], self.bytes = found[r], self.bytes + size
-        rows = [found[r] for r in batch.rows]
-        width = seq.shape[1]
         # past a sequence's end is padding, which no block sees
-        return torch.stack([F.pad(r, (0, 0, 0, width - r.shape[0])) for r in rows]).to(dtype)
+        return torch.stack([F.pad(found[r], (0, 0, 0, seq.shape[1] - found[r].shape[0]))
+                            for r in batch.rows]).to(dtype)
 
 
 def labelled_logits(drafter, target, batch: Batch, block_size: int,
                     features: FeatureCache | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One training forward of every block: logits (M, V), labels (M,) and block positions (M,)
-    of the M labelled positions. The target is frozen; the LM head runs only where there is a
-    label (anchors, padding blocks and positions past a response's end would cost a
-    rows x vocabulary product for nothing)."""
+    """One training forward of every block: logits (M, V), labels (M,) and block positions (M,) of
+    the M labelled positions. The target is frozen; the LM head runs only at labels (anchors,
+    padding blocks and positions past a response's end would cost rows x vocabulary for nothing)."""
     # the drafter's device and dtype; the target may run in another dtype (bf16 on a GPU)
     device, dtype = next(drafter.parameters()).device, next(drafter.parameters()).dtype
     with torch.no_grad():
@@ -90,10 +86,8 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int,
 
 def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
                  features: FeatureCache | None = None) -> tuple[torch.Tensor, dict]:
-    """Weighted CE over the masked positions of every block; per-position accuracy in the
-    metrics."""
+    """Weighted CE over the masked positions of every block; per-position accuracy in metrics."""
     block_size = weights.shape[0] + 1
-    # (M, V), (M,), (M,)
     logits, label, position = labelled_logits(drafter, target, batch, block_size, features)
     causal = drafter.autoregressive
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j (B,): at block position j for

@@ -12,8 +12,7 @@
 4. **Loss**: cross-entropy at masked position k weighted ``exp(-(k-1)/gamma)``, normalised by the
    weight sum. Only the drafter's layers, projection and norms train; the target is frozen.
 
-The loop is :class:`~dflash_lite.training.trainer.Trainer`, which pre-trains the shipped target too.
-"""
+The loop, :class:`~dflash_lite.training.trainer.Trainer`, pre-trains the shipped target too."""
 from __future__ import annotations
 
 import json
@@ -45,7 +44,6 @@ from .trainer import (CHECKPOINT, TrainConfig, Trainer, prepare_out,  # noqa: F4
                       read_checkpoint, same_run)
 
 
-# -------------------------------------------------------------------- what a run allocates
 def check_sizes(c: DrafterTrainConfig) -> None:
     """What the run will allocate, from the target's ``config.json`` before anything is loaded (one
     ``ValueError`` line): ``max_new_tokens`` inside the target's context, at most one anchor per
@@ -94,8 +92,7 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
         proposer = EagleProposer if drafter.autoregressive else DFlashProposer
         lengths = {domain: [a for x in xs for a in generate(
             target, proposer(drafter, target, block_size), x, max_new_tokens,
-            stop_token_ids=stops).acceptance_lengths]
-            for domain, xs in ids.items()}
+            stop_token_ids=stops).acceptance_lengths] for domain, xs in ids.items()}
         drafter.train(was_training)
         every = [a for v in lengths.values() for a in v]
         return {**{d: sum(v) / len(v) for d, v in lengths.items()}, "all": sum(every) / len(every)}
@@ -110,18 +107,17 @@ class DrafterTrainConfig:
 
     ``drafting``: DFlash (``BLOCK``), the EAGLE-style baseline (``AUTOREGRESSIVE``) or a small
     independent causal LM (``DRAFT_MODEL``, :func:`train_draft_model`); ``conditioning``: how the
-    target's features reach the drafter. Training prompts are the built-in corpus's
-    (``num_math`` + ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
+    target's features reach the drafter. Training prompts are the built-in corpus's (``num_math``
+    and ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
     :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), of which
     ``probe_prompts`` are held out for the tau probe. ``dtype`` is the frozen target's; the drafter
     keeps fp32 weights and, below fp32, runs under autocast in that dtype. ``eval_every``: steps
     between tau probes (None: a tenth of the run; 0: never). ``chat_template``: every prompt, the
-    built-in ones and the probe's included, becomes a user turn of the tokenizer's chat template
-    when it has one, as ``bench`` and the ``Engine`` encode them (the run records which).
-    ``cache_features``: the frozen target's features of each sequence are computed once and kept
-    (:class:`FeatureCache`). ``regenerate_batch_size``: prompts the target answers at once (a
-    real target's decode step costs about the same for 16 rows or 64 on a CPU). ``command`` is
-    recorded in the run."""
+    probe's included, becomes a user turn of the tokenizer's chat template when it has one, as
+    ``bench`` and the ``Engine`` encode them (the run records which). ``cache_features``: compute
+    the frozen target's features of each sequence once and keep them (:class:`FeatureCache`).
+    ``regenerate_batch_size``: prompts the target answers at once (a real target's decode step
+    costs about the same for 16 rows or 64 on a CPU). ``command`` is recorded in the run."""
     target: str = "tiny"
     out: str = "drafter"
     overwrite: bool = False
@@ -230,9 +226,8 @@ class TauCurve:
 
 
 class Progress:
-    """A trainer callback: one line every ``every`` steps with the loss, the speed of this process
-    and the ETA of the planned steps (a resumed run counts from where it resumed), for a run whose
-    output goes to a log file."""
+    """A trainer callback for a run logged to a file: every ``every`` steps, one line with the loss,
+    this process's speed and the ETA of the planned steps (a resumed run counts from its resume)."""
 
     def __init__(self, steps: int, every: int):
         self.steps, self.every, self.first = steps, every, None
@@ -307,11 +302,9 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
                   **options) -> Path:
     """Regenerate data with the target, train a drafter, save it (own format) with its curve, and
     return where: ``config`` or the :class:`DrafterTrainConfig` of ``options``. ``callbacks`` are
-    the trainer's (:class:`~dflash_lite.training.trainer.Trainer`). ``drafting=DRAFT_MODEL`` runs
-    :func:`train_draft_model`.
-
-    Every option and ``out`` (see :func:`prepare_out`) is checked before anything is loaded; a run
-    into ``out`` that holds a checkpoint of the same settings resumes from it."""
+    the trainer's (:class:`~dflash_lite.training.trainer.Trainer`); ``drafting=DRAFT_MODEL`` runs
+    :func:`train_draft_model`. Every option and ``out`` (:func:`prepare_out`) is checked before
+    anything is loaded; a run into ``out`` that holds a checkpoint of the same settings resumes."""
     c = (config or DrafterTrainConfig(**options)).check()
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)
@@ -335,9 +328,8 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     taus = TauCurve(tau_probe(model, tokenizer, prompts=probe, chat_template=templated), drafter,
                     c.eval_every or max(1, c.steps // 10))
     work = outputs.begin(out, c.overwrite and not outputs.holds_nothing(out),
-                         "DFlash drafter training run",
-                         resumable=lambda stage: same_run(stage / "checkpoint" / CHECKPOINT,
-                                                          c.run_config()))
+                         "DFlash drafter training run", resumable=lambda stage: same_run(
+                             stage / "checkpoint" / CHECKPOINT, c.run_config()))
     progress = Progress(c.steps, max(1, min(50, c.steps // 20)))
     trainer = drafter_trainer(c, drafter, model, tokenizer, data, work,
                               [progress, *([taus] if c.eval_every != 0 else []), *callbacks])
@@ -379,10 +371,9 @@ def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
 
 def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Path:
     """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) trained on the
-    same regenerated data, saved as a Hugging Face directory (usable by
-    ``generate(assistant_model=...)`` too). Of ``config`` it uses the target, the built-in
-    prompts and the schedule; it keeps no checkpoint, so ``out`` must be new or empty, or is
-    replaced with ``overwrite``."""
+    same regenerated data, saved as a Hugging Face directory (for ``generate(assistant_model=...)``
+    too). Of ``config`` it uses the target, the built-in prompts and the schedule; it keeps no
+    checkpoint: ``out`` must be new or empty, or replaced with ``overwrite``."""
     c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
     check_sizes(c)
     out = prepare_out(c.out, c.overwrite)

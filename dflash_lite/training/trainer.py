@@ -1,7 +1,6 @@
-"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the
-shipped target: :class:`Trainer` knows nothing about either. It runs AdamW with the one
-learning-rate schedule :func:`cosine_lr`, gradient clipping, optional autocast, callbacks, a time
-budget, checkpoints and resume, and Ctrl-C handling."""
+"""The one training loop, for drafters (paper section 4.2; docs/method.md#training) and the shipped
+target: :class:`Trainer` knows nothing about either. AdamW on the one schedule :func:`cosine_lr`,
+gradient clipping, optional autocast, callbacks, a time budget, checkpoints and resume, Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from tqdm import tqdm
 
 from .. import outputs
 from ..files import atomic_path
@@ -54,15 +54,11 @@ class TrainConfig:
 def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
     """Linear warm-up to ``config.lr``, then cosine decay to ``config.min_lr_ratio * config.lr``.
 
-    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one; it is never
-    taken behind ``(step + 1) / steps``. The warm-up is given one of two ways:
-
-    * ``warmup_fraction`` (drafters): the first share of progress ramps up, and the cosine runs
-      over the rest of progress;
-    * ``warmup_steps`` (the shipped target), which replaces it: the first steps ramp up, counted in
-      steps also under a time budget, and the cosine is laid over the whole of progress, since at
-      what progress those steps end is not known before a time-budgeted run; the warm-up steps
-      replace its start."""
+    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one, and is never
+    taken behind ``(step + 1) / steps``. With ``warmup_fraction`` (drafters) the first share of
+    progress ramps up and the cosine runs over the rest. ``warmup_steps`` (the shipped target)
+    replaces it: the first steps ramp up, counted in steps even under a time budget, and replace the
+    start of a cosine over all of progress (a time-budgeted run cannot know where they end)."""
     progress = max(progress, (step + 1) / config.steps)
     if config.warmup_steps is not None:
         if step < config.warmup_steps:
@@ -126,13 +122,11 @@ def check_same_run(saved: dict, wanted: dict, where: str | Path) -> None:
 class Trainer:
     """``loss_fn(model, batch) -> (loss, metrics)`` over ``batches()``, which makes a fresh
     iterator: a finite one is one epoch (a new one is made when it ends), an infinite one (random
-    windows) simply never ends. ``metrics`` may hold anything; the progress bar shows ``loss`` and
-    the first of ``accuracy_per_position`` when they are there.
+    windows) simply never ends. ``metrics`` may hold anything (the progress bar: :func:`postfix`).
 
     With a ``checkpoint_dir`` it saves model, optimizer, step, history and RNG state there
     (safetensors + JSON), resumes from it when ``run_config`` matches the saved one, and on
-    Ctrl-C finishes the current step, saves, and raises :class:`TrainingInterrupted`.
-    """
+    Ctrl-C finishes the current step, saves, and raises :class:`TrainingInterrupted`."""
     model: torch.nn.Module
     loss_fn: Callable
     batches: Callable[[], Iterator]
@@ -156,8 +150,6 @@ class Trainer:
             self.resume()
 
     def run(self):
-        from tqdm import tqdm
-
         interrupted = []
         stops = (signal.SIGINT, signal.SIGTERM)     # SIGTERM (timeout, Docker, Slurm) is a Ctrl-C
         previous = {s: signal.getsignal(s) or signal.SIG_DFL for s in stops}
@@ -173,7 +165,7 @@ class Trainer:
             for s in stops:
                 signal.signal(s, on_interrupt)
         try:
-            self._loop(tqdm, interrupted)
+            self._loop(interrupted)
         finally:
             if main_thread:
                 for s in stops:
@@ -187,7 +179,7 @@ class Trainer:
             raise TrainingInterrupted(f"stopped at step {self.step}; {said}", saved, interrupted[0])
         return self.history
 
-    def _loop(self, tqdm, interrupted: list):
+    def _loop(self, interrupted: list):
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
                    disable=None)
         start = time.time()
@@ -287,8 +279,7 @@ def postfix(metrics: dict) -> dict[str, str]:
     shown = {}
     if isinstance(metrics.get("loss"), (int, float)):
         shown["loss"] = f"{metrics['loss']:.3f}"
-    accuracy = metrics.get("accuracy_per_position")
-    if accuracy:
+    if accuracy := metrics.get("accuracy_per_position"):
         shown["acc1"] = f"{accuracy[0]:.2f}"
     return shown
 
@@ -299,8 +290,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     def __init__(self, message: str, saved: bool, signum: int = signal.SIGINT):
         super().__init__(message)
-        self.saved = saved
-        self.signum = signum                      # SIGINT or SIGTERM: the CLI exits 130 or 143
+        self.saved, self.signum = saved, signum  # SIGINT or SIGTERM: the CLI exits 130 or 143
 
 
 def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
