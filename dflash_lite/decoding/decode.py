@@ -1,15 +1,13 @@
 """Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
 per step ``draft`` (a :class:`~dflash_lite.decoding.proposers.Proposer`), ``verify`` (one target
-forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens); ``generate``
-runs it to the end.
+forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens).
 
 :func:`steps` is the whole loop on one screen, over a :class:`Batch` of one :class:`Request` per
-prompt (one request is a batch of one). :class:`~dflash_lite.decoding.proposers.DFlashProposer` is
-the paper's drafter; the baselines (EAGLE-style drafter, a small draft model, and block size 1,
-which *is* plain autoregressive decoding) are proposers too, in
-:mod:`dflash_lite.decoding.baselines`, so every method runs the same loop. :class:`GenerationResult`
-is what every run returns, so tokens/s, time to first token and tau are summarised the same way
-everywhere.
+prompt; ``generate`` runs it to the end. The paper's drafter
+(:class:`~dflash_lite.decoding.proposers.DFlashProposer`) and the baselines (EAGLE-style drafter,
+small draft model, block size 1, which *is* plain autoregressive decoding;
+:mod:`dflash_lite.decoding.baselines`) are all proposers, so every method runs the same loop and
+returns a :class:`GenerationResult`, summarised the same way everywhere.
 """
 from __future__ import annotations
 
@@ -31,14 +29,11 @@ from .timing import PhaseTimer, no_phase
 
 class Step(NamedTuple):
     """What one step of :func:`steps` yields, for one request of the batch."""
-    # committed by this step; a stop token, if hit, is the last one
-    tokens: list[int]
-    # tokens the step's target forward committed (n + 1); None: prefill's
-    committed: int | None
-    stopped: bool                     # a stop token ended the output
-    row: int = 0                      # which prompt of the batch
-    # accepted tokens given back by the naive rollback (``rollback="shortest"``)
-    discarded: int = 0
+    tokens: list[int]             # committed by this step; a stop token, if hit, is the last one
+    committed: int | None         # tokens its target forward committed (n + 1); None: prefill's
+    stopped: bool                 # a stop token ended the output
+    row: int = 0                  # which prompt of the batch
+    discarded: int = 0            # accepted tokens given back by the naive rollback ("shortest")
 
 
 @dataclass
@@ -46,17 +41,13 @@ class GenerationResult:
     """What one generation produced and how long each part took (seconds), collected step by step
     (:meth:`record`) from :func:`steps`."""
     prompt_length: int
-    # new tokens only; a stop token, if hit, is the last one
-    tokens: list[int] = field(default_factory=list)
-    # seconds since the start at which each new token was ready
-    token_times: list[float] = field(default_factory=list)
-    # tokens committed per target forward
-    acceptance_lengths: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)        # new only; a stop token, if hit, last
+    token_times: list[float] = field(default_factory=list)  # seconds from start to each token
+    acceptance_lengths: list[int] = field(default_factory=list)  # committed per target forward
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
-    stop_reason: str = "max_new_tokens"     # or "stop_token"
-    seed: int | None = None                 # a seeded sampled run's seed: it replays the output
-    # accepted tokens the naive rollback gave back (0 for the per-row loop)
-    discarded: int = 0
+    stop_reason: str = "max_new_tokens"                     # or "stop_token"
+    seed: int | None = None         # a seeded sampled run's seed: it replays the output
+    discarded: int = 0              # accepted tokens the naive rollback gave back (0 for "row")
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def record(self, step: Step) -> None:
@@ -90,9 +81,8 @@ class GenerationResult:
     @property
     def tau(self) -> float | None:
         """Mean tokens committed per target verification; None for a loop without verification."""
-        if not self.acceptance_lengths:
-            return None
-        return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
+        lengths = self.acceptance_lengths
+        return sum(lengths) / len(lengths) if lengths else None
 
 
 def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
@@ -162,8 +152,7 @@ def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
 
 
 def new_cache(model, length: int | None = None) -> SlotCache:
-    """The target's cache for one request (an eager :class:`~dflash_lite.decoding.cache.SlotCache`).
-    """
+    """The target's eager :class:`~dflash_lite.decoding.cache.SlotCache` for one request."""
     return SlotCache.for_target(model, length)
 
 
@@ -255,8 +244,7 @@ def seeded(sampling: SamplingParams, generator):
 # ============================================================================= the batch
 @dataclass
 class Request:
-    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per
-    row."""
+    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per row."""
     index: int                      # which prompt of the batch
     limit: int                      # its max_new_tokens
     stops: set[int]
@@ -363,17 +351,16 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
     """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of
-    prompts (:func:`as_batch`; one request is a batch of one), one :class:`Step` per request per
-    target forward, each yielded as it is committed. Every row (a :class:`Request`) keeps its own
-    write position, accepted length, drafter context, stop tokens and ``max_new_tokens``; a
-    finished row leaves the batch (:meth:`Batch.leave`). ``rollback="shortest"`` is the naive
-    batch rule, a teaching baseline: every row keeps only the batch's shortest accepted path
-    (docs/method.md#batches). ``phase(name)`` is an optional observer wrapped around each phase
-    (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes``
-    (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each forward runs, and compile
-    them. At temperature > 0 a :class:`~dflash_lite.decoding.acceptance.PositionNoise` as
-    ``generator`` makes the output the
-    target's own seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    prompts (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as it is
+    committed. Every row (a :class:`Request`) keeps its own write position, accepted length,
+    drafter context, stop tokens and ``max_new_tokens``; a finished row leaves the batch
+    (:meth:`Batch.leave`). ``rollback="shortest"``: the naive batch rule, a teaching baseline
+    (every row keeps the batch's shortest accepted path; docs/method.md#batches). ``phase(name)``:
+    an observer around each phase (:class:`dflash_lite.decoding.timing.PhaseTimer`). The
+    proposer's ``shapes`` (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each
+    forward runs, and compile them. A :class:`~dflash_lite.decoding.acceptance.PositionNoise` as
+    ``generator`` makes a sampled output the target's own seeded sample, whatever was drafted
+    (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     check_proposer(proposer)
