@@ -183,7 +183,7 @@ class SlotCache(Cache):
     def keep_paths(self, positions: list[int], paths: list[list[int]]) -> None:
         """Per row r, the K/V of verify rows ``paths[r]`` (written from slot ``positions[r]``, root
         first) move to consecutive slots from there (a chain's path is there already), and the
-        row's write position follows them: the next write starts after each row's path."""
+        row's next write starts after them."""
         device = self.layers[0].keys.device
         for r, (position, path) in enumerate(zip(positions, paths)):
             if path == list(range(len(path))):
@@ -247,8 +247,7 @@ class SlotCache(Cache):
         return masks
 
     def _window(self, mask, depths, window: int) -> torch.Tensor:
-        """True where a key lies within ``window`` positions before the query (transformers'
-        rule)."""
+        """True where a key is within ``window`` positions before the query (transformers' rule)."""
         rows, _, width, slots = mask.shape
         device = mask.device
         at = self.write_positions()
@@ -279,8 +278,7 @@ class SlotCache(Cache):
         return torch.cat([context, block.expand(self.rows, -1)], dim=1)[:, None, None]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """The drafter's write: (rows, kv, C, D) of new context into layer ``layer``; what it
-        sees."""
+        """The drafter's write of new context (rows, kv, C, D) into ``layer``; what it sees."""
         return self.layers[layer].update(k, v)
 
     def positions(self, width: int, depths: torch.Tensor | None = None) -> torch.Tensor:

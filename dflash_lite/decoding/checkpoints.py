@@ -7,12 +7,11 @@
   ``num_target_layers``; weights ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding
   or LM head. This is what vLLM and SGLang serve
   (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
-  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope
-  parameters (``rope_theta`` with ``rope_scaling``, or ``rope_parameters``) and its sliding-window
-  keys (``layer_types``, ``sliding_window``, ``use_sliding_window``, ``max_window_layers``) are
-  honoured as transformers' ``Qwen3Config`` reads them, and every key survives an import -> export
-  round trip. A config asking for something this drafter does not compute (a partial rotary
-  embedding, logit soft-capping, a different projector, ...) is refused with one line.
+  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope and
+  sliding-window keys are honoured as transformers' ``Qwen3Config`` reads them, and every key
+  survives an import -> export round trip. A config asking for something this drafter does not
+  compute (a partial rotary embedding, logit soft-capping, a different projector, ...) is refused
+  with one line.
 * **transformers** (``to_transformers``): the same weights inside ``MuseGlimmerAssistantModel``
   (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
   speculation_type="dflash")``.
@@ -184,11 +183,9 @@ NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
 
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
                   dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``).
-
-    A drafter imported from that layout writes back every key it was read with (``auto_map``,
-    ``initializer_range``, ...); the keys this code owns are rewritten from the drafter's config.
-    """
+    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``). A drafter
+    imported from it writes back every key it was read with (``auto_map``, ...); the keys this
+    code owns are rewritten from the drafter's config."""
     c = drafter.config
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters have a public DFlash layout")
@@ -205,8 +202,7 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-        "vocab_size": c.vocab_size,
-        "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
+        "vocab_size": c.vocab_size, "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
         "attention_bias": c.attention_bias, "max_position_embeddings": c.max_position_embeddings,
         "layer_types": list(c.layer_types),
         # with no sliding layer the window is unused: an imported value is written back as it was
@@ -285,8 +281,7 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
             max_position_embeddings=raw.get("max_position_embeddings", 40960),
             max_block_size=max(64, raw["block_size"]), hidden_act=raw.get("hidden_act", "silu"),
             attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
-            sliding_window=sliding_window, public_config=raw,
-        )
+            sliding_window=sliding_window, public_config=raw)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code "
                         f"can honour ({type(e).__name__}: {e})") from None
@@ -308,17 +303,14 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
                          f"{c.conditioning}")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers,
-        num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
-        max_position_embeddings=c.max_position_embeddings,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
+        rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
-        # unused without sliding layers
-        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,
+        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,  # or unused
         block_size=c.block_size, mask_token_id=c.mask_token_id,
         target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None,
-        pad_token_id=None,
-    )
+        pad_token_id=None)
     model = MuseGlimmerAssistantModel(config)
     state = {HF_RENAMES.get(k, k): v for k, v in drafter.state_dict().items()}
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -21,11 +21,9 @@ from .cache import SlotCache
 from .decode import prefill, verify
 from .timing import interleaved
 
-# the second context length step_costs measures: the prompt's + this many tokens
-EXTRA_CONTEXT = 256
+EXTRA_CONTEXT = 256          # step_costs' second context length: the prompt's + this many
 DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
-# that median may move by this factor either way before the model counts as stale
-DRIFT_MARGIN = 1.3
+DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -53,8 +51,7 @@ class StepCosts:
     ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
     steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
     Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
-    steps; hand-written ones (in other units, as in the tests) are taken as they are.
-    """
+    steps; hand-written ones (in other units, as in the tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -78,17 +75,14 @@ class StepCosts:
 
     def _model(self) -> None:
         self.drift = DriftMonitor()
-        # per kind of step: decayed [measured, predicted] seconds
-        self.timed: dict[str, list[float]] = {}
-        # correction() per kind, until the next observe()
-        self._ratios: dict[str, float] = {}
+        self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
+        self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
         # per kind: decayed tokens a batch step committed, and what the estimates expected
         self.yields: dict[str, list[float]] = {}
         # per length: the target line (b > 1), the draft line, one target token
-        lines = {}
-        for n, (t_target, t_draft) in self.tables.items():
-            lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
-                        _fit(t_draft), t_target.get(1))
+        lines = {n: (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
+                     _fit(t_draft), t_target.get(1))
+                 for n, (t_target, t_draft) in self.tables.items()}
         # each coefficient as a line in the context length: (intercept, slope) per coefficient
         self._target = [_fit({n: line[0][i] for n, line in lines.items()}) for i in (0, 1)]
         self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
@@ -148,8 +142,7 @@ class StepCosts:
         """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds
         around the forwards differs by kind (a drafter step runs more Python than a prompt-lookup
         step), so each kind's prediction is scaled by its own ratio; a kind never timed takes the
-        ratio over all kinds (1 before any step)."""
-        # read once per kind between observations (the policy asks per option)
+        ratio over all kinds (1 before any step). Cached until the next :meth:`observe`."""
         if kind not in self._ratios:
             measured, predicted = (self.timed.get(kind)
                                    or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
@@ -226,7 +219,6 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     if new_context > 1 and draft_sizes:
         block = max(draft_sizes)
         fns["wide", new_context] = lambda: draft_step(block, new_context)
-    # the one interleaved timer
     timed = interleaved(fns, repeats, warmup=1, device=device)
     medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
     wide = medians.get(("wide", new_context))
