@@ -9,8 +9,7 @@ with like:
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
 * :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
   section 5.3), which the cost-aware policy (:mod:`dflash_lite.decoding.policy`) replaces.
-* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's
-  rows.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted (benchmark rows).
 """
 from __future__ import annotations
 
@@ -93,18 +92,15 @@ class EagleProposer:
 
 
 class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its
-    own cache.
-
-    ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the draft
-    model's processed distribution: with a :class:`~dflash_lite.decoding.acceptance.PositionNoise`
-    as ``generator`` by the **coupled rule** (the default of a seeded run): each draft is
-    ``argmax(log q + g)`` with the target's own noise g at that position, a point mass accepted
-    exactly when it is the target's seeded token (acceptance at least (1 - TV) / (1 + TV));
-    with a ``torch.Generator``, by the **min(1, p/q) rule** (Leviathan et al. 2023; acceptance
-    1 - TV, but the output then depends on the draws): the drafts and their q are returned for
-    the general acceptance rule.
-    """
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
+    cache. ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the
+    draft model's processed distribution: with a
+    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` by the **coupled
+    rule** (the default of a seeded run): each draft is ``argmax(log q + g)`` with the target's own
+    noise g at that position, a point mass accepted exactly when it is the target's seeded token
+    (acceptance at least (1 - TV) / (1 + TV)); with a ``torch.Generator``, by the **min(1, p/q)
+    rule** (Leviathan et al. 2023; acceptance 1 - TV, but the output then depends on the draws):
+    the drafts and their q are returned for the general acceptance rule."""
     layer_ids = None
 
     def __init__(self, draft_model, target, block_size: int = 5,

@@ -18,13 +18,11 @@ K/V are never stored.
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ...): :mod:`dflash_lite.decoding.checkpoints` maps them 1:1.
 
-Two options of that layout change the attention itself, and both are honoured here:
-
-* **RoPE scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``): the rotary
-  embedding is transformers' own, built from the same rope parameters the target uses.
-* **Sliding-window layers** (``layer_types[i] == "sliding_attention"``): block position ``q`` sees
-  a key at position ``k`` only when ``|q - k| <= sliding_window``, the bidirectional window of
-  transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
+Two options of that layout change the attention itself, and both are honoured here: **RoPE
+scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own
+rotary embedding for the target's rope parameters, and **sliding-window layers**
+(``layer_types[i] == "sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional
+window of transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
 """
 from __future__ import annotations
 
@@ -135,9 +133,7 @@ class DrafterLayer(nn.Module):
 
 class DFlashDrafter(nn.Module):
     """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
-
-    This is the paper's drafter only: KV injection and block drafting. The ablations (input
-    fusion, no target features, autoregressive drafting) are subclasses in
+    The paper's drafter only (KV injection, block drafting): the ablations are subclasses in
     :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
 
     variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) it runs
@@ -169,10 +165,9 @@ class DFlashDrafter(nn.Module):
 
     def rope(self, positions: torch.Tensor,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the
-        rope types whose angles depend on the position alone they are rows of a table computed once
-        (the same numbers, a gather instead of a dozen ops per call); the others call the
-        embedding."""
+        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T): rows of a
+        table computed once (:data:`STATIC_ROPE`; the same numbers, a gather instead of a dozen ops
+        per call), or for other rope types the embedding called."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
             return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
         table = getattr(self, "_rope_table", None)
@@ -200,13 +195,10 @@ class DFlashDrafter(nn.Module):
                 block_positions: torch.Tensor, context_positions: torch.Tensor,
                 cache: SlotCache | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states of the block, final-normed.
-
-        ``block_embeds``: (N, B, H) target embeddings of the block; ``target_hidden``: (N, C, K*H)
-        tapped features of the *new* context positions (all of them when there is no cache);
-        positions: (N, B) and (N, C) absolute positions; ``attn_mask`` (N, 1, B, C_total+B),
-        boolean, only for training several blocks in one forward.
-        """
+        """Hidden states of the block, final-normed. ``block_embeds``: (N, B, H) target embeddings
+        of the block; ``target_hidden``: (N, C, K*H) tapped features of the *new* context positions
+        (all of them when there is no cache); positions: (N, B) and (N, C) absolute positions;
+        ``attn_mask`` (N, 1, B, C_total+B), boolean, only to train several blocks in one forward."""
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rope(block_positions, block_embeds.dtype)        # cos, sin: (N, B, D)
         context_rope = self.rope(context_positions, context.dtype)         # (N, C, D)
@@ -242,14 +234,12 @@ class DFlashDrafter(nn.Module):
                       cache: SlotCache | None = None, block_start=None,
                       block_lengths=None) -> torch.Tensor:
         """Logits for the B-1 masked positions of ``block_ids`` (N, B) -> (N, B-1, V).
-
-        ``target_hidden`` holds the features of the new context positions ``start .. start+C-1``
+        ``target_hidden``: the features of the new context positions ``start .. start+C-1``
         (``start``: an int, or (N,) on the device); with a cache they are written there, and the
         earlier context is read from it. The block's first token sits at ``block_start`` (default:
         right after the new context); a fixed-shape cache masks what lies past the context.
         ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]``
-        positions would (the rest hidden), so a batch drafts every row at its own depth.
-        """
+        positions would (the rest hidden), so a batch drafts every row at its own depth."""
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
         context_positions = _offsets(start, c, block_ids.device, n)                    # (N, C)

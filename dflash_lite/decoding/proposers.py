@@ -64,8 +64,7 @@ class RequestProposer(Protocol):
 
 class PerRow:
     """A :class:`RequestProposer` on a batch: one shallow copy per row, each drafting its own
-    request; the target still verifies every row in one forward. ``proposers``: the copies, in
-    batch order (the first is the one given)."""
+    request. ``proposers``: the copies, in batch order (the first is the one given)."""
 
     def __init__(self, proposer: RequestProposer):
         if isinstance(proposer, PerRow) or hasattr(proposer, "keep"):
@@ -127,9 +126,7 @@ class DFlashProposer:
     ONE forward of a :class:`~dflash_lite.decoding.drafter.DFlashDrafter` over ``[last, MASK x k]``
     for every row, each row after its own committed features only. ``passes`` > 1 re-feeds the
     drafts (an experiment of one request)."""
-
-    # the kind of drafter this proposer runs (see baselines.EagleProposer)
-    autoregressive = False
+    autoregressive = False          # the kind of drafter it runs (see baselines.EagleProposer)
 
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
                  shapes: Shapes = EAGER):
@@ -140,8 +137,7 @@ class DFlashProposer:
         self.shapes = shapes                # what the loop runs this proposer's steps on
 
     def start(self, ids, features, lengths=None) -> None:
-        """``ids`` (R, T) padded on the right to the longest of ``lengths`` (None: every row all
-        T) and their features (R, T, K*H)."""
+        """As :meth:`Proposer.start` (``lengths`` None: every row all T)."""
         lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else list(lengths)
         if len(lengths) > 1 and self.passes > 1:
             raise ValueError("more than one drafter pass drafts one request at a time")
@@ -169,7 +165,6 @@ class DFlashProposer:
     def propose(self, last: torch.Tensor, depths: list[int]) -> list[ChainDraft]:
         """Per row a chain of its depth (point masses: the argmax at every masked slot)."""
         block, logits = self.block_logits(last, depths)
-        # DFlash uses 1 pass; more is an experiment (one request only):
         for _ in range(self.passes - 1):
             position = self.new_context_start[0] + self.new_context.shape[1]   # where `last` sits
             block[0, 1:] = logits[0].argmax(dim=-1)       # re-feed the draft instead of the masks
@@ -178,8 +173,7 @@ class DFlashProposer:
         return [ChainDraft(row[:d]) for row, d in zip(logits.argmax(dim=-1), depths)]
 
     def accepted(self, blocks, positions, features) -> None:
-        """The features of each row's last + n accepted drafts join its drafter context on the
-        next propose."""
+        """Each row's committed features join its drafter context on the next propose."""
         self.new_context = stack_padded(features)
         self.new_context_start = list(positions)
         self.new_context_lengths = [h.shape[1] for h in features]

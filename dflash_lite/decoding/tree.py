@@ -1,26 +1,24 @@
 """Draft trees: many continuations from one drafter forward, verified in one target forward.
 
-DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it.
-The drafter gives a distribution over the vocabulary at each of the block's masked positions;
-instead of the chain of argmaxes, we build the **tree of the N most likely continuations**, scoring
-a path by the product of its tokens' per-position probabilities, and verify all of them at once:
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it:
+instead of the chain of argmaxes of the drafter's distributions at the block's masked positions,
+the **tree of the N most likely continuations** (a path scored by the product of its tokens'
+probabilities), all verified at once:
 
 * **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
   is the top token of the next position; its next sibling is the next-ranked token at its own
   position. Since each row is sorted, this pops the N best paths exactly, and the set is closed
   under prefixes (a path's parent scores at least as well as the path).
-* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes go
-  through the target in one forward, with a 4D attention mask in which every node sees the
-  context and its own ancestors only, and position ids = context length + depth.
+* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes in one
+  target forward, every node seeing the context and its own ancestors only, at position ids
+  context length + depth.
 * **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
-  choice at the node (its argmax, or at temperature > 0 a sample from its processed
-  distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
-* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the target's K/V of the
-  accepted path move to consecutive slots and the next write starts after them; only the path's
-  features go to the drafter's context.
+  choice at the node as far as it goes; the target's choice at the last node is the bonus token.
+* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the accepted path's K/V move
+  to consecutive slots, where the next write follows; only its features go to the drafter.
 * **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
-  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the drafter's
-  tree as one more branch, sharing the nodes the tree already holds, checked in the same forward.
+  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the tree as one
+  more branch, sharing the nodes the tree already holds, checked in the same forward.
 
 **Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
 distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
@@ -47,13 +45,11 @@ from .shapes import EAGER, Shapes
 
 @dataclass
 class DraftTree:
-    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before
-    children."""
+    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents first."""
     tokens: torch.Tensor          # (N+1,) token ids
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
-    # the top token at each depth: the chain drafting would take
-    chain: list[int] = field(default_factory=list)
+    chain: list[int] = field(default_factory=list)  # the top token per depth: a chain's drafts
     _host: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
