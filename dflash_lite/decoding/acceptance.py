@@ -143,8 +143,7 @@ def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[
 
 
 def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
-    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its
-    token."""
+    """Temperature 0: the longest prefix of drafts equal to the target's argmax, then its token."""
     tokens = committed_tokens(draft_tokens, target_logits.argmax(dim=-1))
     return len(tokens) - 1, tokens[-1]
 

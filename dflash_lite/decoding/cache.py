@@ -109,9 +109,8 @@ def _write(buffer: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> None
 
 class SlotCache(Cache):
     """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a
-    write position per row (see the module's docstring). ``length`` None: an eager cache that
-    starts at :data:`MIN_SLOTS` and doubles when a forward needs more; a fixed cache never
-    grows."""
+    write position per row. ``length`` None: an eager cache that starts at :data:`MIN_SLOTS` and
+    doubles when a forward needs more; a fixed cache never grows."""
 
     def __init__(self, num_layers: int, length: int | None = None, rows: int = 1,
                  fixed: bool = False, device: torch.device | str | None = None):

@@ -130,9 +130,8 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
 
 def check_mask_token(mask_token_id: int, tokenizer) -> None:
     """A drafter's mask token must be one the target never ends a turn with: the tokenizer's own
-    mask token when it has one (checked by ``check_compatible``), else any reserved id that is not
-    its EOS, PAD or BOS token (:func:`dflash_lite.decoding.target.mask_token_id` picks one at
-    training)."""
+    mask token when it has one (checked by ``check_compatible``), else any id but its EOS, PAD or
+    BOS token (:func:`dflash_lite.decoding.target.mask_token_id` picks one at training)."""
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id} - {None}
     if tokenizer.mask_token_id is None and mask_token_id in ends:
         raise ValueError(f"drafter mask token {mask_token_id} is the target's "
@@ -226,9 +225,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
 
 
 def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
-    """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` +
-    ``rope_scaling`` (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling``
-    wins, as in transformers."""
+    """(rope_theta, rope_scaling) from ``rope_theta`` + ``rope_scaling`` (transformers 4) or
+    ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in transformers."""
     parameters = dict(raw.get("rope_parameters") or {})
     inner = parameters.pop("rope_theta", None)
     theta = raw.get("rope_theta") or inner or 10000.0                    # Qwen3Config's default

@@ -68,8 +68,7 @@ class Choice:
 
     @property
     def verify_width(self) -> int:
-        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may
-        share nodes)."""
+        """Tokens in the step's target forward (for a hybrid tree an upper bound: shared nodes)."""
         return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
 
     def __str__(self) -> str:

@@ -39,19 +39,18 @@ def _fit(points: dict[int, float]) -> tuple[float, float]:
 
 class StepCosts:
     """Measured seconds of one target forward over b tokens and one drafter forward over a block of
-    b, at one context length or several (:meth:`by_context`).
-
-    The model (:meth:`target`, :meth:`draft`): at each measured length, a straight line in b
-    (least squares, slope >= 0); across lengths, the line's intercept and slope are themselves
-    lines in the context length (attention reads every cached position, so a longer context costs
-    more per forward, and more per token of a wide verify). One target token (b = 1) is its own
-    point at each length: a single-token forward takes a lighter path (no causal mask).
-    ``per_position``: what each new context position past the first adds to a drafter forward
-    (a step's drafter takes in the n + 1 positions the last step committed, a catch-up more).
-    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
-    steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
-    Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
-    steps; hand-written ones (in other units, as in the tests) are taken as they are."""
+    b, at one context length or several (:meth:`by_context`). The model (:meth:`target`,
+    :meth:`draft`): at each measured length, a straight line in b (least squares, slope >= 0);
+    across lengths, the line's intercept and slope are themselves lines in the context length
+    (attention reads every cached position, so a longer context costs more per forward, and more per
+    token of a wide verify). One target token (b = 1) is its own point at each length: a
+    single-token forward takes a lighter path (no causal mask). ``per_position``: what each new
+    context position past the first adds to a drafter forward (a step's drafter takes in the n + 1
+    positions the last step committed, a catch-up more). ``calibration_seconds``: what measuring
+    took; ``drift``: the :class:`DriftMonitor` of the steps run with this model; :meth:`correction`:
+    each kind of step's measured / predicted time. Only ``measured`` costs (seconds on this machine,
+    from :func:`step_costs`) learn from timed steps; hand-written ones (in other units, as in the
+    tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -150,8 +149,8 @@ class StepCosts:
         return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None, new: int = 1) -> float:
-        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft) that takes in
-        ``new`` context positions."""
+        """Seconds of a drafter forward over a block of b taking in ``new`` context positions (0
+        for b <= 1: no draft)."""
         if b <= 1:
             return 0.0
         n = self._at(context)

@@ -38,8 +38,7 @@ class Step(NamedTuple):
 
 @dataclass
 class GenerationResult:
-    """What one generation produced and how long each part took (seconds), collected step by step
-    (:meth:`record`) from :func:`steps`."""
+    """What one generation produced and how long each part took (seconds), from :func:`steps`."""
     prompt_length: int
     tokens: list[int] = field(default_factory=list)        # new only; a stop token, if hit, last
     token_times: list[float] = field(default_factory=list)  # seconds from start to each token
@@ -105,8 +104,7 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
 
 
 def token_ids(prompt) -> torch.Tensor:
-    """A prompt as a long tensor; one line for ids that are not integers (a float tensor would be
-    truncated without a word)."""
+    """A prompt as a long tensor; one line for non-integer ids (a cast would truncate floats)."""
     if isinstance(prompt, torch.Tensor):
         if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
             raise ValueError(f"input_ids must hold integer token ids, got a {prompt.dtype} tensor")
@@ -175,11 +173,10 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
            logits_to_keep=0, depths: torch.Tensor | None = None,
            ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
-    """One target forward over ``block`` (R, W), each row written at its own write position:
-    logits (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features
-    (R, W, K*H) or None. A chain by default; a tree gives ``depths`` and ``ancestors``, shared
-    or per row ((W,) or (R, W), (W, W) or (R, W, W)). ``lengths``: a padded prompt batch
-    (:meth:`SlotCache.verify_mask`)."""
+    """One target forward over ``block`` (R, W), each row written at its own write position: logits
+    (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features (R, W, K*H) or None.
+    A chain by default; a tree gives ``depths`` ((W,) or (R, W)) and ``ancestors`` ((W, W) or
+    (R, W, W)). ``lengths``: a padded prompt batch (:meth:`SlotCache.verify_mask`)."""
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
     masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)

@@ -38,8 +38,7 @@ from .drafter_config import (Conditioning, DrafterConfig, Drafting,  # noqa: F40
 
 class RMSNorm(nn.Module):
     """Qwen3's RMSNorm (same ``weight``, same fp32 arithmetic) as one ``F.rms_norm`` call: a drafter
-    forward runs a dozen of them on a handful of rows, where the op count, not the arithmetic, is
-    the cost."""
+    forward runs a dozen of them on a handful of rows, where the op count is the cost."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
@@ -101,8 +100,7 @@ class KVInjectionAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
 
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
-        """KV injection: keys and values of [context ; block], projected in one go; the new context
-        joins the cache for good."""
+        """KV injection: K/V of [context ; block] projected in one go; the new context is cached."""
         c = context.shape[1]
         k, v = self._kv(torch.cat([context, block], dim=1),                     # (N, kv, C+B, D)
                         torch.cat([context_rope[0], block_rope[0]], dim=1),

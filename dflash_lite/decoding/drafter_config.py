@@ -112,8 +112,7 @@ class DrafterConfig:
 
     @property
     def rope_parameters(self) -> dict:
-        """``rope_theta`` and ``rope_scaling`` as one dict, the form transformers' rotary embedding
-        reads."""
+        """``rope_theta`` with ``rope_scaling``: the dict transformers' rotary embedding reads."""
         scaling = dict(self.rope_scaling or {})
         rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
         scaling.pop("type", None)
@@ -148,8 +147,7 @@ class DrafterConfig:
         return {**d, "drafting": self.drafting.value, "conditioning": self.conditioning.value}
 
     def rotary_config(self):
-        """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and
-        scaling)."""
+        """A Qwen3Config of only what transformers' rotary embedding reads (theta and scaling)."""
         from transformers import Qwen3Config
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

@@ -79,8 +79,7 @@ class AcceptanceEstimate:
                    options.prior_weight, ngram=lookup)
 
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
-        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None:
-        the same)."""
+        """Keep ``factor`` of every count, prompt lookup's ``lookup_factor`` (None: the same)."""
         self._expected = None
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
@@ -101,16 +100,14 @@ class AcceptanceEstimate:
             self.judged_at[k] += 1
 
     def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
-        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed
-        ``tokens``."""
+        """A tree step (hybrid with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
         tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
                              else (self.tree_tokens, self.tree_steps))
         tokens_sum[tree_size] += tokens
         steps[tree_size] += 1
 
     def acceptance(self) -> float:
-        """P(a draft is accepted | the drafts before it were), pooled over positions, with the
-        prior."""
+        """P(a draft is accepted | the drafts before it were), pooled over positions, with prior."""
         return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
 
     def acceptance_by_position(self) -> list[float]:
@@ -121,9 +118,8 @@ class AcceptanceEstimate:
         return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
 
     def expected_tokens(self) -> list[float]:
-        """Tokens a chain step of b tokens is expected to commit, bonus included, for
-        b = 1..depth+1: ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the
-        counts change."""
+        """Tokens a chain step of b tokens is expected to commit, bonus included, b = 1..depth+1:
+        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``; computed once until the counts change."""
         if self._expected is None:
             expected, survive = [1.0], 1.0
             for a in self.acceptance_by_position():

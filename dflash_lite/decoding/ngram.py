@@ -69,8 +69,7 @@ class NgramProposer:
         self.history, self.blocks = prompt_ids[0].tolist(), []
 
     def continuation(self, last_token: int, k: int) -> list[int]:
-        """Up to ``k`` drafts after ``last_token``, as token ids on the host
-        (:func:`ngram_continuation`)."""
+        """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
             tokens, at = torch.cat([b for _, b in self.blocks]).tolist(), 0
             for position, block in self.blocks:

@@ -56,8 +56,7 @@ from .tree import DFlashTreeProposer, add_branch, draft_trees
 
 
 def _judge(pending: list[tuple], token: int | None) -> None:
-    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token
-    (:func:`chain_accepted`)."""
+    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token."""
     for estimate, path, chain, held in pending:
         estimate.observe_chain(*chain_accepted(path, chain, held, token))
 
@@ -227,9 +226,8 @@ class CostAwareProposer(DFlashTreeProposer):
         return pending
 
     def observe_pending(self, next_tokens: list[int] | None = None) -> None:
-        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's own token
-        after its path (:func:`chain_accepted`; None at the end of a request: only as far as the
-        step itself judged)."""
+        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's token after
+        its path (:func:`chain_accepted`; None, at a request's end: as far as the step judged)."""
         for r, items in enumerate(self.pending):
             _judge(items, None if next_tokens is None else next_tokens[r])
         self.pending = [[] for _ in self.pending]

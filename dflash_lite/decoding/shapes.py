@@ -51,8 +51,7 @@ class Shapes:
     compiled = False
 
     def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
-        """The target's cache for ``rows`` requests of up to ``length`` tokens (prompt + new
-        tokens)."""
+        """The target's cache for ``rows`` requests of up to ``length`` tokens (prompt + new)."""
         return SlotCache.for_target(target, length + HEADROOM, rows)
 
     def drafter_cache(self, drafter, device, rows: int = 1) -> SlotCache:

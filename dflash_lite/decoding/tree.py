@@ -148,8 +148,7 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
 
 def _best_first(root: int, top_logp: list[list[float]], top_ids: list[list[int]], budget: int,
                 device) -> DraftTree:
-    """:func:`build_tree` from each position's top log-probabilities and their tokens, sorted
-    (host lists, D x width)."""
+    """:func:`build_tree` from each position's top log-probabilities and tokens, sorted (D x W)."""
     depth_limit, width = len(top_logp), len(top_logp[0]) if top_logp else 0
     tokens, parents, depths = [root], [-1], [0]
     # a candidate: (-score, depth (0-based position), rank at that position, parent node)

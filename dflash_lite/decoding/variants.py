@@ -45,8 +45,7 @@ class InputFusionLayer(DrafterLayer):
 
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None,
                 last=False):
-        """Returns the block's and the context's residual streams (the last layer leaves the
-        context)."""
+        """The block's and the context's residual streams (the last layer leaves the context)."""
         a, a_ctx = self.self_attn(self.input_layernorm(x), self.input_layernorm(context),
                                   block_rope, context_rope,
                                   cache, layer, attn_mask, context_queries=not last)
@@ -83,8 +82,7 @@ class NoFeatureDrafter(DFlashDrafter):
 # -------------------------------------------------------------------------- autoregressive drafting
 class AutoregressiveAttention(KVInjectionAttention):
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
-        """As KV injection, but the drafted token's K/V join the cache too: the next draft attends
-        to it."""
+        """As KV injection, but the drafted token's K/V join the cache: the next draft sees it."""
         k, v = super().keys_values(block, context, block_rope, context_rope, cache, layer)
         if cache is not None:                   # cache = [context ; drafts so far]: add this token
             b = block.shape[1]
@@ -108,8 +106,7 @@ class AutoregressiveDrafter(DFlashDrafter):
     def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor,
                           context_start: int, position: int, cache) -> torch.Tensor:
         """One drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V).
-        ``target_hidden``: features of the new context positions from ``context_start`` (may be
-        empty)."""
+        ``target_hidden``: the new context positions' features from ``context_start`` (or none)."""
         device, c, dtype = token.device, target_hidden.shape[1], self.fc.weight.dtype
         context_positions = torch.arange(context_start, context_start + c, device=device)[None]
         embeds = target.get_input_embeddings()(token).to(dtype)                        # (1, 1, H)
