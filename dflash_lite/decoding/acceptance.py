@@ -79,14 +79,12 @@ def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 class PositionNoise:
-    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a
-    seeded sample of the token at position i is the same whatever was drafted, in whatever order
-    the loop asks for it, on any device (docs/method.md#seeded-sampling).
-
-    A counter-based generator: splitmix64's finaliser of ``seed * g + position * c + token`` in
-    int64 arithmetic, computed where the scores are. ``sample`` is the Gumbel-max trick:
-    ``argmax(log p + g)`` is exactly a draw from p (Gumbel 1954; drafter-invariant speculative
-    decoding, arXiv 2408.07978)."""
+    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a seeded
+    sample of the token at position i is the same whatever was drafted, in whatever order the loop
+    asks for it, on any device (docs/method.md#seeded-sampling). A counter-based generator:
+    splitmix64's finaliser of ``seed * g + position * c + token`` in int64 arithmetic, computed
+    where the scores are. ``sample`` is the Gumbel-max trick: ``argmax(log p + g)`` is exactly a
+    draw from p (Gumbel 1954; drafter-invariant speculative decoding, arXiv 2408.07978)."""
 
     def __init__(self, seed: int | None = None):
         # a drawn seed leaves torch's global generator (and so the caller's randomness) alone
@@ -135,8 +133,7 @@ def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
 def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[int]:
     """The tokens a point-mass draft commits when the target's token after block position i is
     ``choices[i]`` (k+1,): drafts are kept while they equal the target's, and the accepted drafts
-    *are* the target's tokens, so the step commits ``choices[0..n]``. Computed on the device and
-    read back once (n and every choice in one tensor)."""
+    *are* the target's tokens, so the step commits ``choices[0..n]``, read back in one go."""
     agree = (draft_tokens == choices[:-1]).int().cumprod(dim=0)            # 1 until the first miss
     read = torch.cat([agree.sum()[None], choices]).tolist()                # the one host read
     return read[1: read[0] + 2]

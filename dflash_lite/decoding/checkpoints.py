@@ -17,9 +17,8 @@
   speculation_type="dflash")``.
 
 A checkpoint with missing or extra tensors, or tensors of the wrong shape, is refused with one line.
-``load_drafter`` takes a local directory in either layout, or a hub id of a published drafter in the
-public layout (resolved like targets in :mod:`dflash_lite.decoding.target`: the local cache first,
-one line when there is neither a cached copy nor the network).
+A hub id of a published drafter is resolved like a target's
+(:func:`dflash_lite.decoding.target.resolve_checkpoint`).
 """
 from __future__ import annotations
 

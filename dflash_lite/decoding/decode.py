@@ -126,8 +126,7 @@ def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
     rows = [input_ids] if isinstance(input_ids, torch.Tensor) else list(input_ids)
     if not rows:
         raise ValueError("the batch is empty: give at least one prompt")
-    prompts = [token_ids(p) for p in rows]
-    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in prompts]
+    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in map(token_ids, rows)]
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) \
         else [max_new_tokens] * len(prompts)
     stops = list(stop_token_ids)

@@ -134,12 +134,10 @@ class DrafterConfig:
             head_dim=(getattr(target_config, "head_dim", None)
                       or target_config.hidden_size // target_config.num_attention_heads),
             vocab_size=target_config.vocab_size, mask_token_id=mask_token_id,
-            num_target_layers=layers,
-            target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers,
-            block_size=block_size,
-            rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
-            max_position_embeddings=target_config.max_position_embeddings,
-        ) | overrides)
+            num_target_layers=layers, target_layer_ids=tapped_layer_ids(layers, num_taps),
+            num_layers=num_layers, block_size=block_size, rms_norm_eps=target_config.rms_norm_eps,
+            rope_theta=theta, rope_scaling=scaling,
+            max_position_embeddings=target_config.max_position_embeddings) | overrides)
 
     def to_dict(self) -> dict:
         d = asdict(self)

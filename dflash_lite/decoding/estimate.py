@@ -1,17 +1,14 @@
 """What the cost-aware policy (:mod:`dflash_lite.decoding.policy`) expects a draft to commit.
 
-**Estimates** (:class:`AcceptanceEstimate`): for the DFlash chain and for prompt lookup's chain,
-each its own, the probability ``a_k`` that draft k is accepted given that the drafts before it
-were, from decayed counts (pooled over positions with a Beta prior, then per position with the
-pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
-Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
-(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
-two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
-chain would have done (:func:`chain_accepted`), and every step with a lookup continuation tells
-prompt lookup's estimate how far its tokens would have gone, whichever option ran. The estimates
-outlive a request: the owner (:class:`~dflash_lite.decoding.policy.PolicySession`, kept by an
-``Engine``) hands them to the next request's policy, whose counts are first decayed by
-``request_decay``.
+:class:`AcceptanceEstimate` keeps, for the DFlash chain and for prompt lookup's chain, the
+probability ``a_k`` that draft k is accepted given that the drafts before it were, from decayed
+counts (pooled over positions with a Beta prior, then per position with the pool as prior); a chain
+of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens. Trees and hybrid trees
+keep their own decayed mean tokens per step, pulled towards a prior. A tree or hybrid step also
+tells the chain estimate what the chain would have done (:func:`chain_accepted`), and every step
+with a lookup continuation tells prompt lookup's estimate how far its tokens would have gone,
+whichever option ran. The owner (:class:`~dflash_lite.decoding.policy.PolicySession`) hands the
+estimates on to the next request, whose policy first decays them by ``request_decay``.
 """
 from __future__ import annotations
 
@@ -147,8 +144,7 @@ class AcceptanceEstimate:
         scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
         lookup = (self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None
                   else [1.0])
-        # P(reach depth j)
-        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]  # P(reach j)
         reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
         reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
         prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))

@@ -1,9 +1,9 @@
 """The best draft for every step: each step drafts whatever maximises expected tokens per second.
 
-The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`, ``speedup
-= tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a draft pays: its verify and the
-drafter forward must cost less than the tokens they bring. Both sides change from prompt to prompt
-and from step to step, so the draft is chosen per step, as real integrations' depth controllers do.
+The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`) says
+when a draft pays: its verify and drafter forward must cost less than the tokens they bring. Both
+sides change from prompt to prompt and step to step, so the draft is chosen per step, as real
+integrations' depth controllers do.
 
 **Options** (a :class:`Choice`, its ``kind``):
 

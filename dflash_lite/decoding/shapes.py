@@ -8,9 +8,8 @@ gpt-fast and vLLM's CUDA-graph path do:
 
 * **caches allocated once** for ``length`` slots and kept from request to request, masked over
   the whole buffer (:class:`~dflash_lite.decoding.cache.SlotCache` with ``fixed=True``);
-* **buckets**: a verify of w rows is padded to the smallest bucket width >= w (padding rows repeat
-  the root at depth 0 and see only the context and themselves: :func:`pad`); the drafter's new
-  context goes in chunks of one width, the last padded;
+* **buckets**: a verify of w rows is padded to the smallest bucket width >= w (:func:`pad`); the
+  drafter's new context goes in chunks of one width, the last padded;
 * **compiled forwards** (``compile=True``): each forward through ``torch.compile``, in
   ``reduce-overhead`` mode (CUDA graphs) on CUDA, one graph per bucket, recorded on first use.
 """
