@@ -164,11 +164,9 @@ def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target
     for i in range(k):
         x = draft_tokens[i]
         p, q = target_p[i, x], draft_q[i, x]
-        # q <= p: always accept. q > p: accept with probability p / q
-        if u[i] * q <= p:
+        if u[i] * q <= p:               # q <= p: always accepted; q > p: with probability p / q
             continue
-        # rejected: sample from what p has in excess of q, normalise(max(p - q, 0))
-        residual = (target_p[i] - draft_q[i]).clamp(min=0)
+        residual = (target_p[i] - draft_q[i]).clamp(min=0)    # rejected: p's excess over q
         return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
     # all k accepted: one bonus token from p at the position after the block
     return k, int(torch.multinomial(target_p[k], 1, generator=generator))

@@ -70,8 +70,7 @@ class EagleProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
-        # features of the positions start.. that the drafter's cache does not hold yet
-        self.new_context, self.new_context_start = target_hidden, 0
+        self.new_context, self.new_context_start = target_hidden, 0    # features not yet cached
 
     def propose(self, last_token: torch.Tensor, k: int):
         token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]

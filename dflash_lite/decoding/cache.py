@@ -1,20 +1,19 @@
 """The one KV cache of the decode loop, for the target and the drafter alike
 (docs/method.md#one-cache-and-its-write-position).
 
-:class:`SlotCache` holds every layer's keys and values in buffers of ``(rows, kv_heads, length,
-head_dim)`` allocated once per request, and a write position per row. A forward writes its new
-slots at the write position and moves it on; :meth:`SlotCache.rewind` moves it back (rejected
-drafts are overwritten by the next forward, never cropped); :meth:`SlotCache.keep_path` moves a
-tree's accepted path to consecutive slots. What a forward may see is the cache's business too:
+:class:`SlotCache`, a transformers ``Cache`` (the target's own forward writes into it; the drafter's
+layers call :meth:`SlotCache.append`, the same write), holds every layer's keys and values in
+buffers of ``(rows, kv_heads, length, head_dim)`` allocated once per request, and a write position
+per row. A forward writes its new slots at the write position and moves it on;
+:meth:`SlotCache.rewind` moves it back (rejected drafts are overwritten by the next forward, never
+cropped); :meth:`SlotCache.keep_path` moves a tree's accepted path to consecutive slots. What a
+forward may see is the cache's business too:
 
 * **eager** (``fixed=False``): the filled slots only, as a growing cache gives them, so a forward
   does no work on empty or stale slots, and a one-token forward needs no mask;
 * **fixed** (``fixed=True``): the whole buffer, under a mask built on the device from the write
   positions, so that every forward of a width has the same shapes (what ``torch.compile`` and CUDA
   graphs need).
-
-It is a transformers ``Cache``, so the target's own forward writes into it; the drafter's layers
-call :meth:`SlotCache.append`, the same write.
 """
 from __future__ import annotations
 

@@ -270,9 +270,7 @@ class Batch:
         self.rows, self.last, self.fixed = requests, last, fixed
 
     def emit(self):
-        for request in self.rows:
-            if not request.finished:
-                yield request.emit()
+        yield from (request.emit() for request in self.rows if not request.finished)
 
     def leave(self, cache: SlotCache, proposer: Proposer) -> bool:
         """Finished rows leave; whether any row is left to decode."""

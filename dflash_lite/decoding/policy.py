@@ -216,8 +216,7 @@ class CostAwareProposer(DFlashTreeProposer):
             pending.append((e, path, tree.chain, tree.path_length(tree.chain)))
         elif c.kind == "chain":
             drafts = self.proposed[r].tokens.tolist()
-            # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            e.observe_chain(n, min(n + 1, len(drafts)))
+            e.observe_chain(n, min(n + 1, len(drafts)))   # 1..n accepted, n+1 (if any) rejected
         if e.ngram is not None and lookup:          # how far prompt lookup's tokens would have gone
             held = (self.trees[r].path_length(lookup) if c.tree_size
                     else {"plain": 0, "ngram": min(c.ngram, len(lookup)),

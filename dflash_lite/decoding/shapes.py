@@ -134,7 +134,6 @@ class FixedShapes(Shapes):
         if key not in self.forwards:
             # one graph per bucket width, per set of taps and per batch size: more than dynamo's 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-            # CUDA graphs exist on CUDA only
             mode = "reduce-overhead" if args[0].device.type == "cuda" else None
             self.forwards[key] = torch.compile(forward, mode=mode, dynamic=False)
         out = self.forwards[key](*args)

@@ -22,7 +22,6 @@ import torch
 from .drafter import DFlashDrafter, DrafterConfig, DrafterLayer, KVInjectionAttention
 
 
-# ----------------------------------------------------------------------------- input fusion
 class InputFusionAttention(KVInjectionAttention):
     def forward(self, block, context, block_rope, context_rope, cache, layer, attn_mask=None,
                 context_queries=False):
@@ -73,13 +72,11 @@ class InputFusionDrafter(DFlashDrafter):
         return self.norm(x)
 
 
-# ----------------------------------------------------------------------------- no target features
 class NoFeatureDrafter(DFlashDrafter):
     """DFlash's attention with the token embeddings as the context: the config taps layer -1."""
     variants = {("block", "none")}
 
 
-# -------------------------------------------------------------------------- autoregressive drafting
 class AutoregressiveAttention(KVInjectionAttention):
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
         """As KV injection, but the drafted token's K/V join the cache: the next draft sees it."""
