@@ -2,10 +2,9 @@
 the same decode loop (:func:`dflash_lite.decoding.decode.steps`), so every speedup compares like
 with like:
 
-* :class:`NoDraftProposer`: block size 1, nothing drafted. The loop is then plain autoregressive
-  decoding, one target forward per token with the KV cache: :func:`generate_autoregressive`.
-* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5): the same
-  feature taps and KV injection, but one drafter forward per draft token.
+* :class:`NoDraftProposer`: block size 1, nothing drafted: plain autoregressive decoding, one
+  target forward per token with the KV cache (:func:`generate_autoregressive`).
+* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5).
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
 * :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
   section 5.3), which the cost-aware policy (:mod:`dflash_lite.decoding.policy`) replaces.
@@ -170,11 +169,10 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
 
 
 class AdaptiveDFlashProposer(DFlashProposer):
-    """DFlash with the block size chosen per step from recent acceptance (the source article's
-    section 5.3): per row, the smallest of ``sizes`` that is at least ``headroom`` x the row's mean
-    acceptance length over its last ``window`` steps. Low acceptance -> short, cheap blocks; high
-    -> long ones. An option only: notebook 06 measures it against fixed sizes. ``chosen``: the
-    block each step verified, per step, of the batch's first row."""
+    """DFlash with the block size chosen per step from recent acceptance: per row, the smallest of
+    ``sizes`` that is at least ``headroom`` x the row's mean acceptance length over its last
+    ``window`` steps (low acceptance: short, cheap blocks). Notebook 06 measures it against fixed
+    sizes. ``chosen``: the block each step verified, of the batch's first row."""
 
     def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
         sizes = sorted(set(sizes))

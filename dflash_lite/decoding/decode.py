@@ -163,8 +163,7 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
     cache.rewind(0)
     lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
     last = torch.tensor(lengths, device=ids.device) - 1
-    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last,
-                              lengths=last + 1)
+    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last, lengths=last + 1)
     cache.rewind(list(lengths))
     return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
 
@@ -199,8 +198,7 @@ class Verified(NamedTuple):
 
     def greedy_reads(self) -> list[list[int]]:
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
-        argmax before them, then the argmax at each of its W positions; every row in ONE
-        device-to-host read."""
+        argmax before them, then the argmax at each of its W positions; ONE host read for all."""
         choices = self.logits.argmax(dim=-1)                                       # (R, W)
         room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
         inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room

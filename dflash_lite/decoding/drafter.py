@@ -1,8 +1,7 @@
 """The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
 section 3; docs/method.md#the-drafter).
 
-One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the drafter
-sees
+One forward drafts a whole block, ``[last accepted token, MASK x (B-1)]``; the drafter sees
 
 * the **context features**: the tapped target layers' outputs at every accepted position,
   concatenated (K*H wide) and projected to H by ``fc`` then ``hidden_norm`` (an RMSNorm);
@@ -17,12 +16,11 @@ K/V are never stored.
 
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ...): :mod:`dflash_lite.decoding.checkpoints` maps them 1:1.
-
-Two options of that layout change the attention itself, and both are honoured here: **RoPE
-scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own
-rotary embedding for the target's rope parameters, and **sliding-window layers**
-(``layer_types[i] == "sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional
-window of transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
+Two options of that layout change the attention itself, and both are honoured here: **RoPE scaling**
+(``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own rotary
+embedding for the target's rope parameters, and **sliding-window layers** (``layer_types[i] ==
+"sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional window of transformers'
+DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
 """
 from __future__ import annotations
 

@@ -72,8 +72,7 @@ class Engine:
         tokens (prompt + new tokens) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`
         and capped at the target's context. They are kept across calls and rebuilt larger (and
         compiled again) only when a call needs more: every slot costs memory and, in a compiled
-        forward, attention over it. The verify widths are
-        :data:`~dflash_lite.decoding.shapes.BUCKETS` and the default's draft trees."""
+        forward, attention over it."""
         if not self.compile:
             return EAGER
         if not isinstance(self.shapes, FixedShapes) or self.shapes.length < length:

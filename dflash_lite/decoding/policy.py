@@ -62,16 +62,15 @@ def _judge(pending: list[tuple], token: int | None) -> None:
 
 
 class CostAwareProposer(DFlashTreeProposer):
-    """Each step, the ONE option :func:`choose` rates best for every row of the batch (one request
-    is one row; docs/method.md#batches; the hybrid tree for one row only). ``costs``: a
-    :class:`StepCosts` measured at this batch size (None: measured at the first prompt);
-    ``estimate``: what earlier requests left (decayed by ``options.request_decay`` at
-    :meth:`start`; None: the prior), one estimate pooled over the rows. The choice is made in
-    :meth:`propose`, where the last tokens, and so prompt lookup's continuations, are known; a
-    plain step is an empty draft. Features of steps that ran no drafter wait, per row, for the
-    next drafter forward. Steps are timed against the model (``costs.observe``, the drift check; a
-    batch also ``costs.observe_yield``), and the target's token after a step judges the drafts the
-    step did not hold (``pending``)."""
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch
+    (docs/method.md#batches). ``costs``: a :class:`StepCosts` measured at this batch size (None:
+    measured at the first prompt); ``estimate``: what earlier requests left (decayed by
+    ``options.request_decay`` at :meth:`start`; None: the prior), one pooled over the rows. The
+    choice is made in :meth:`propose`, where the last tokens, and so prompt lookup's continuations,
+    are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
+    for the next drafter forward. Steps are timed against the model (``costs.observe``, the drift
+    check; a batch also ``costs.observe_yield``); the target's token after a step judges the drafts
+    the step did not hold (``pending``)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,

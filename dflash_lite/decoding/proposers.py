@@ -147,11 +147,10 @@ class DFlashProposer:
         self.new_context_lengths = lengths
 
     def block_logits(self, last: torch.Tensor, depths: list[int]):
-        """One drafter forward over ``[last, MASK x k]`` per row (``last`` (R,)) with the new
-        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V).
-        Each row drafts as a block of its own ``depths[r] + 1`` would (the widest sets the
-        shapes). With fixed shapes the block is always the proposer's full block, and its first k
-        drafts are read."""
+        """One drafter forward over ``[last, MASK x k]`` per row (``last`` (R,); k the widest
+        depth) with the new context: the block (R, k+1) and the logits at its k masked slots
+        (R, k, V), each row drafted as a block of its own ``depths[r] + 1`` would be. With fixed
+        shapes the block is the proposer's full block, its first k drafts read."""
         k = max(depths)
         width = self.block_size if self.shapes.fixed else k + 1
         block = torch.full((last.shape[0], width), self.drafter.config.mask_token_id,

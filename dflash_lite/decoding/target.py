@@ -2,9 +2,8 @@
 docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
-Hugging Face directory, or a hub id. Only a hub id can reach the network: it is looked up in the
-local cache first, and when neither a local copy nor the network is there the call fails with one
-line (:class:`LoadError`), not a stack of retries.
+Hugging Face directory, or a hub id; only a hub id can reach the network, and without it fails
+with one line, not a stack of retries (:func:`resolve_checkpoint`).
 """
 from __future__ import annotations
 

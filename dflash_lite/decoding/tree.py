@@ -20,13 +20,12 @@ probabilities), all verified at once:
   paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the tree as one
   more branch, sharing the nodes the tree already holds, checked in the same forward.
 
-**Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
-distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
+**Sampling is lossless too.** The drafts are deterministic (the drafter's top paths, prompt
+lookup's copied tokens), so the tree rule is the chain's point-mass rule
 (``acceptance.accept_point_mass``) with several candidates: at each node on the walk the target's
-token is a fresh sample from its own distribution given that node's path, and the walk moves on
-only when a child holds that very token. Every committed token is therefore a sample of the target
-given the tokens before it, whichever children the tree holds; the tree only decides how many of
-them one forward commits (``tests/test_sampling_lossless.py`` checks it with a chi-square test).
+token is a fresh sample given that node's path, and the walk moves on only when a child holds that
+very token. So every committed token is a sample of the target given the tokens before it; the
+tree only decides how many one forward commits (``tests/test_sampling_lossless.py``: chi-square).
 """
 from __future__ import annotations
 
