@@ -118,8 +118,7 @@ class SlotCache(Cache):
         self.rows, self.fixed, self.length = rows, fixed, length or MIN_SLOTS
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
         self.device = torch.device(device or "cpu")
-        # fixed: what the mask shows
-        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)   # where a mask ends
         for layer in self.layers:
             layer.at = torch.zeros(rows, dtype=torch.long, device=self.device)
 
@@ -180,8 +179,7 @@ class SlotCache(Cache):
 
     def keep_paths(self, positions: list[int], paths: list[list[int]]) -> None:
         """Per row r, the K/V of verify rows ``paths[r]`` (written from slot ``positions[r]``, root
-        first) move to consecutive slots from there (a chain's path is there already), and the
-        row's next write starts after them."""
+        first) move to consecutive slots from there, and the row's next write starts after them."""
         device = self.layers[0].keys.device
         for r, (position, path) in enumerate(zip(positions, paths)):
             if path == list(range(len(path))):

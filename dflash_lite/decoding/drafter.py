@@ -88,8 +88,7 @@ class KVInjectionAttention(nn.Module):
         return self.attend(block, block_rope, k, v, attn_mask)
 
     def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
-        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values
-        (N, kv, S, D); the projected output (N, T, H)."""
+        """Attention of ``x`` (N, T, H) at ``rope``'s positions to K/V (N, kv, S, D): (N, T, H)."""
         n, t, _ = x.shape
         q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim))
                        .transpose(1, 2), *rope)

@@ -54,12 +54,10 @@ class DrafterConfig:
     max_block_size: int = 64          # largest block the drafter may be asked for at inference
     hidden_act: str = "silu"
     attention_bias: bool = False
-    # which drafter this is (variants.make_drafter builds it): the paper's is (BLOCK,
-    # KV_INJECTION), the rest are ablations; strings ("block", ...) are accepted too
+    # which drafter this is (variants.make_drafter builds it); strings ("block", ...) are accepted
     drafting: Drafting = Drafting.BLOCK
     conditioning: Conditioning = Conditioning.KV_INJECTION
-    # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
-    # {"rope_type": "linear", "factor": 2.0}; the rotary embedding is transformers' for that type
+    # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE)
     rope_scaling: dict | None = None
     # per layer "full_attention" or "sliding_attention" (None: all full, the paper's drafter)
     layer_types: list[str] | None = None
