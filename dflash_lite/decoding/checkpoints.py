@@ -8,17 +8,14 @@
   or LM head. This is what vLLM and SGLang serve
   (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
   and what published drafters ship as. The rest of that config is a Qwen3 config: its rope and
-  sliding-window keys are honoured as transformers' ``Qwen3Config`` reads them, and every key
-  survives an import -> export round trip. A config asking for something this drafter does not
-  compute (a partial rotary embedding, logit soft-capping, a different projector, ...) is refused
-  with one line.
+  sliding-window keys are honoured as transformers' ``Qwen3Config`` reads them (others that change
+  what a drafter computes are refused: :data:`NEUTRAL`), and every key survives an import -> export
+  round trip.
 * **transformers** (``to_transformers``): the same weights inside ``MuseGlimmerAssistantModel``
   (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
   speculation_type="dflash")``.
 
 A checkpoint with missing or extra tensors, or tensors of the wrong shape, is refused with one line.
-A hub id of a published drafter is resolved like a target's
-(:func:`dflash_lite.decoding.target.resolve_checkpoint`).
 """
 from __future__ import annotations
 

@@ -266,17 +266,14 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
 def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
                   tree_sizes=(), rows: int = 1) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
-    length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
-    N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
-    context position, as in a step; a tree is drafted with the drafter's own block size), and
-    ``per_position``, what each new context position past the first adds to the largest block's
-    drafter forward (a step's drafter takes in the tau positions the last step committed)."""
+    length (:func:`measure_step_costs`): ``t_target[b]`` (b = 1: one autoregressive step; N+1: a
+    tree of N drafts), ``t_draft[b]`` (a tree is drafted with the drafter's own block size) and
+    ``per_position``, at the largest block; sizes as strings, as the benchmark's JSON has them."""
     tree_block = drafter.config.block_size
     drafts = {*block_sizes, *((tree_block,) if tree_sizes else ())}
     measured = measure_step_costs(target, drafter, prompt_ids,
                                   {1, *block_sizes, *(n + 1 for n in tree_sizes)}, drafts,
                                   repeats, rows, max(drafts, default=1))
-    # keys are strings, as they will be in the JSON
     return {"context_length": prompt_ids.shape[1], "repeats": repeats, "batch_size": rows,
             "tree_block_size": tree_block, "per_position": measured["per_position"],
             "t_target": {str(b): t for b, t in measured["t_target"].items()},

@@ -73,8 +73,7 @@ class ChainDraft(NamedTuple):
 def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
     """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
     lays them out on the widest (no per-row work): ids (R, W), depths (R, W), mask (R, W, W) and
-    each row's width. Chains of one width need no depths or mask (None, None: a chain); else a
-    row's padding repeats its ``last`` at depth 0 and sees only itself."""
+    each row's width. Chains of one width need no depths or mask (None, None: a chain)."""
     tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
     widths = [len(d.tokens) + 1 for d in drafts]
     ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)

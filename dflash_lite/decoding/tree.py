@@ -102,9 +102,8 @@ class DraftTree:
         return path, [tokens[i] for i in path[1:]] + [next_token]
 
     def accept_read(self, read: list[int]):
-        """:meth:`accept` at temperature 0 from the batch's one host read
-        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): the target's argmax after each
-        node is ``read[1:]``."""
+        """:meth:`accept` at temperature 0 from the batch's one host read, the argmax after each
+        node ``read[1:]`` (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`)."""
         choice, kids, path = read[1:], self.children(), [0]
         while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
             path.append(child)
@@ -122,8 +121,7 @@ class DraftTree:
     def layouts(last: torch.Tensor, trees: list[DraftTree]):
         """Every row's :meth:`layout` at once, as :func:`~dflash_lite.decoding.shapes.pad` lays
         them out on the widest: ids (R, W), depths (R, W), mask (R, W, W), each row's width. Built
-        from the trees' host lists with one copy to the device each; a row's padding repeats its
-        root at depth 0 and sees only itself."""
+        from the trees' host lists with one copy to the device each."""
         widths = [len(t) for t in trees]
         width, device = max(widths), last.device
         ids = [t.token_list + t.token_list[:1] * (width - len(t)) for t in trees]
@@ -186,8 +184,7 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
 
 def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
     """One target forward over the whole tree, written at the cache's write position (the root's
-    slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
-    and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
+    slot): logits (N+1, V) and tapped features (1, N+1, K*H)."""
     verified = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
     return verified.logits[0], verified.features
 
@@ -210,9 +207,8 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
 
 def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
                 tree_size: int) -> list[DraftTree]:
-    """Per row of a batch (``last`` (R,)), the ``tree_size`` most likely paths of depth up to
-    ``depths[r]``, all from one forward of the DFlash ``proposer`` (its context and cache) over
-    ``[last, MASK x depth]``."""
+    """Per row (``last`` (R,)), the ``tree_size`` most likely paths of depth up to ``depths[r]``,
+    all from one forward of the DFlash ``proposer`` over ``[last, MASK x depth]``."""
     _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
     # every row's top tokens in one host read; the rows' trees are built from those
     top_logp, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(
@@ -240,8 +236,7 @@ class DFlashTreeProposer(DFlashProposer):
 class HybridTreeProposer(DFlashTreeProposer):
     """The DFlash tree with prompt lookup's draft added as one more branch (:func:`add_branch`), so
     both are verified in the same target forward. The branch holds up to ``ngram_drafts`` tokens
-    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts.
-    Both drafts are deterministic, so the tree's rule stays lossless at every temperature."""
+    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
                  ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):

@@ -9,8 +9,7 @@ notebooks 03 and 04 and ``tools/train_ablations.py`` compare them with DFlash
 * :class:`NoFeatureDrafter` (``conditioning="none"``): no target computation at all; the context
   is the target's token embeddings (tap -1, the embedding output), injected like DFlash's features.
 * :class:`AutoregressiveDrafter` (``drafting="autoregressive"``): the EAGLE-style baseline
-  (the paper's "DFlash-AR"): the same conditioning, one token per forward, each predicting the
-  next; its cache keeps the drafts' K/V for the next one.
+  (the paper's "DFlash-AR"): the same conditioning, one token per forward.
 
 :func:`make_drafter` builds whichever drafter a :class:`~dflash_lite.decoding.drafter.DrafterConfig`
 names; checkpoints keep those two config fields, so every saved drafter loads as what it was.
