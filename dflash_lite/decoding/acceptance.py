@@ -38,12 +38,8 @@ class SamplingParams:
 
     def processors(self):
         """transformers' logits processors for this setting (empty when greedy)."""
-        from transformers import (
-            LogitsProcessorList,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
+        from transformers import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
+                                  TopPLogitsWarper)
 
         procs = LogitsProcessorList()
         if self.greedy:

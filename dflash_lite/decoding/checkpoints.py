@@ -28,14 +28,8 @@ from safetensors.torch import load_file, save_file
 from ..files import atomic_path
 from ..validate import check_memory, check_model_shape
 from .drafter import DFlashDrafter, DrafterConfig, check_compatible
-from .target import (
-    LoadError,
-    _check_safetensors,
-    default_drafter_path,
-    load_pretrained,
-    parse_dtype,
-    resolve_checkpoint,
-)
+from .target import (LoadError, _check_safetensors, default_drafter_path, load_pretrained,
+                     parse_dtype, resolve_checkpoint)
 from .variants import make_drafter
 
 FORMAT = "dflash-lite-drafter"
@@ -72,9 +66,8 @@ def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDr
     missing = sorted(set(expected) - set(tensors))
     extra = sorted(set(tensors) - set(expected))
     if missing or extra:
-        raise LoadError(f"{source}: checkpoint does not match its config "
-                        f"(missing {len(missing)} tensors {missing[:3]}, "
-                        f"extra {len(extra)} {extra[:3]})")
+        raise LoadError(f"{source}: checkpoint does not match its config (missing {len(missing)} "
+                        f"tensors {missing[:3]}, extra {len(extra)} {extra[:3]})")
     for name, tensor in tensors.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise LoadError(f"{source}: tensor {name} has shape {tuple(tensor.shape)}, "
@@ -139,8 +132,7 @@ def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
     """One :class:`LoadError` line when ``drafter`` cannot run against ``target``: another width or
     vocabulary, tapped layers the target does not have, or (with ``mask``) another mask token."""
     try:
-        check_compatible(drafter.config, target.config,
-                         tokenizer.mask_token_id if mask else None)
+        check_compatible(drafter.config, target.config, tokenizer.mask_token_id if mask else None)
         if mask and not drafter.autoregressive:
             check_mask_token(drafter.config.mask_token_id, tokenizer)
     except ValueError as e:
@@ -172,8 +164,7 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
 # This drafter computes none of them, so any other value is refused rather than silently ignored.
 NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
            "output_multiplier": (1, 1.0), "final_logit_softcapping": (0, 0.0),
-           "is_causal": (False,), "projector_type": (), "conv_kernel_size": (),
-           "selector_rank": ()}
+           "is_causal": (False,), "projector_type": (), "conv_kernel_size": (), "selector_rank": ()}
 
 
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
@@ -239,8 +230,7 @@ def _attention_from_config(raw: dict, num_layers: int) -> tuple[list[str], int |
     window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
     layer_types = raw.get("layer_types") or [
         "sliding_attention" if window is not None and i >= raw.get("max_window_layers", 28)
-        else "full_attention"
-        for i in range(num_layers)]
+        else "full_attention" for i in range(num_layers)]
     if "sliding_attention" in layer_types and window is None:
         raise ValueError("layer_types has sliding_attention layers but no window applies "
                          "(use_sliding_window is false or sliding_window is null)")
@@ -302,9 +292,8 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
         rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
         sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,  # or unused
-        block_size=c.block_size, mask_token_id=c.mask_token_id,
-        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None,
-        pad_token_id=None)
+        block_size=c.block_size, mask_token_id=c.mask_token_id, pad_token_id=None,
+        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None)
     model = MuseGlimmerAssistantModel(config)
     state = {HF_RENAMES.get(k, k): v for k, v in drafter.state_dict().items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -324,11 +313,10 @@ def from_transformers(model, target_config) -> DFlashDrafter:
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
         head_dim=c.head_dim, vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
-        num_target_layers=target_config.num_hidden_layers,
-        target_layer_ids=list(c.target_layer_ids), num_layers=c.num_hidden_layers,
-        block_size=c.block_size, rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta,
-        rope_scaling=rope_scaling, max_position_embeddings=c.max_position_embeddings,
-        layer_types=layer_types,
+        num_target_layers=target_config.num_hidden_layers, num_layers=c.num_hidden_layers,
+        target_layer_ids=list(c.target_layer_ids), block_size=c.block_size,
+        rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta, rope_scaling=rope_scaling,
+        max_position_embeddings=c.max_position_embeddings, layer_types=layer_types,
         sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}

@@ -38,8 +38,7 @@ class PolicyOptions:
                 or not 0 < self.request_decay <= 1 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
             raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
-                             "0 < request_decay <= 1, "
-                             "prior_weight > 0 and tree_prior_gain > 0")
+                             "0 < request_decay <= 1, prior_weight > 0 and tree_prior_gain > 0")
         if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
             raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
                              f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")

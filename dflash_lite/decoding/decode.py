@@ -400,9 +400,8 @@ def generate(target, proposer: Proposer, input_ids, max_new_tokens,
         check_request(target, prompt, limit)
     generator = seeded(sampling, generator)
     timer = PhaseTimer(target.device)
-    results = [GenerationResult(p.shape[1], phase_times=timer.seconds,
-                                seed=generator.seed if isinstance(generator, PositionNoise)
-                                else None) for p in prompts]
+    seed = generator.seed if isinstance(generator, PositionNoise) else None
+    results = [GenerationResult(p.shape[1], phase_times=timer.seconds, seed=seed) for p in prompts]
     batch = [p.to(target.device) for p in prompts]
     for step in steps(target, proposer, batch[0] if isinstance(input_ids, torch.Tensor) else batch,
                       limits, sampling, stops, generator, timer, rollback):

@@ -155,10 +155,9 @@ class DrafterConfig:
             raise ValueError("partial rotary embeddings (partial_rotary_factor) are not supported "
                              "by this drafter")
         try:
-            return Qwen3Config(hidden_size=self.hidden_size,
-                               num_attention_heads=self.num_attention_heads, head_dim=self.head_dim,
-                               max_position_embeddings=self.max_position_embeddings,
-                               rope_parameters=rope)
+            return Qwen3Config(hidden_size=self.hidden_size, head_dim=self.head_dim,
+                               num_attention_heads=self.num_attention_heads, rope_parameters=rope,
+                               max_position_embeddings=self.max_position_embeddings)
         except Exception as e:            # transformers validates the parameters of each rope type
             raise ValueError(f"rope parameters {rope} are not valid "
                              f"({str(e).splitlines()[0]})") from None

@@ -9,14 +9,8 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from .acceptance import (
-    PositionNoise,
-    SamplingParams,
-    accept_speculative,
-    choose_tokens,
-    committed_tokens,
-    target_probs,
-)
+from .acceptance import (PositionNoise, SamplingParams, accept_speculative, choose_tokens,
+                         committed_tokens, target_probs)
 
 
 def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,

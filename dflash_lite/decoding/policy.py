@@ -95,8 +95,7 @@ class CostAwareProposer(DFlashTreeProposer):
             self.estimate = AcceptanceEstimate.for_options(o)
         else:                                      # what earlier requests learned, at a discount
             self.estimate.decay(o.request_decay)
-        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
-            if o.ngram_drafts else None
+        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(ids, None, lengths)
         # per row: the features no drafter forward has seen yet, where they start, where the row's

@@ -26,8 +26,7 @@ class Proposer(Protocol):
     layer_ids: list[int] | None
     block_size: int
 
-    def start(self, ids: torch.Tensor, features: torch.Tensor | None,
-              lengths: list[int]) -> None:
+    def start(self, ids: torch.Tensor, features: torch.Tensor | None, lengths: list[int]) -> None:
         """After prefill: the prompts (R, T), padded on the right to the longest of ``lengths``,
         and their features (R, T, K*H) when the proposer reads them."""
 

@@ -150,8 +150,7 @@ class FixedShapes(Shapes):
         width, device, rows = self.context_width, block.device, block.shape[0]
 
         def forward(block, features, start, end, block_lengths):
-            return drafter.draft_forward(target, block, features, start, cache, end,
-                                         block_lengths)
+            return drafter.draft_forward(target, block, features, start, cache, end, block_lengths)
         blocks = torch.tensor([block.shape[1]] * rows if block_lengths is None else block_lengths,
                               device=device)
         starts = torch.tensor(start, device=device).view(-1).expand(rows)

@@ -190,8 +190,7 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
-                sampling: SamplingParams = SamplingParams(),
-                processors=None, generator=None,
+                sampling: SamplingParams = SamplingParams(), processors=None, generator=None,
                 positions: torch.Tensor | None = None) -> tuple[list[int], int]:
     """The longest root-to-node path whose every draft is the target's choice at its parent: the
     argmax when greedy, else one sample per node from the target's processed distribution (only
