@@ -1,13 +1,12 @@
 """What a DFlash step costs (paper section 3; docs/method.md#the-cost-model).
 
-A step is one drafter forward over a block of b and one target forward over b tokens; it commits
-tau tokens where plain decoding commits one per target forward, so the predicted speedup is
-``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here:
-the forwards measured (:func:`measure_step_costs`, interleaved so that load drift hits every size
-alike), :class:`StepCosts` (those seconds at one or more context lengths, and a model of every
-other size and length) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
-:class:`DriftMonitor` (is the model still right about the steps it times?) and
-:func:`measure_costs`, the benchmark's record of the same forwards.
+A step is one drafter forward over a block of b and one target forward over b tokens; it commits tau
+tokens where plain decoding commits one per target forward, so the predicted speedup is
+``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here: the forwards
+measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (those seconds at one or
+more context lengths, and a model of every other size and length) that the cost-aware policy
+(:mod:`dflash_lite.decoding.policy`) reads, :class:`DriftMonitor` (is the model still right about
+the steps it times?) and :func:`measure_costs`, the benchmark's record of the same forwards.
 """
 from __future__ import annotations
 
@@ -160,11 +159,10 @@ class StepCosts:
 
 class DriftMonitor:
     """Whether the cost model still describes the steps it is used for. Each timed step gives the
-    ratio measured / predicted seconds; the first :data:`DRIFT_WINDOW` steps set the reference
-    (the loop's own overhead sits on top of the two forwards, so the ratio is not 1), and the model
-    has drifted once the running median of the last ``window`` ratios leaves
-    [reference / ``margin``, reference x ``margin``] (``margin`` = :data:`DRIFT_MARGIN`). The owner
-    of the costs then measures again (:func:`step_costs` at the current context length)."""
+    ratio measured / predicted seconds; the first ``window`` steps set the reference (the loop's
+    own overhead sits on top of the two forwards, so the ratio is not 1), and the model has drifted
+    once the running median of the last ``window`` ratios leaves [reference / ``margin``,
+    reference x ``margin``]; the costs' owner then measures again (:func:`step_costs`)."""
 
     def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
         self.recent: deque[float] = deque(maxlen=window)

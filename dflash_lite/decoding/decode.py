@@ -342,17 +342,16 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of
-    prompts (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as it is
-    committed. Every row (a :class:`Request`) keeps its own write position, accepted length,
-    drafter context, stop tokens and ``max_new_tokens``; a finished row leaves the batch
-    (:meth:`Batch.leave`). ``rollback="shortest"``: the naive batch rule, a teaching baseline
-    (every row keeps the batch's shortest accepted path; docs/method.md#batches). ``phase(name)``:
-    an observer around each phase (:class:`dflash_lite.decoding.timing.PhaseTimer`). The
-    proposer's ``shapes`` (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each
-    forward runs, and compile them. A :class:`~dflash_lite.decoding.acceptance.PositionNoise` as
-    ``generator`` makes a sampled output the target's own seeded sample, whatever was drafted
-    (docs/method.md#seeded-sampling)."""
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of prompts
+    (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as committed. Each
+    row keeps its own write position, accepted length, drafter context, stop tokens and
+    ``max_new_tokens`` (a :class:`Request`); a finished row leaves the batch (:meth:`Batch.leave`).
+    ``rollback="shortest"``: the naive batch rule, a teaching baseline (every row keeps the batch's
+    shortest accepted path; docs/method.md#batches). ``phase(name)``: an observer around each phase
+    (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes``
+    (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each forward runs, and compile
+    them. A :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` makes a sampled
+    output the target's seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     check_proposer(proposer)

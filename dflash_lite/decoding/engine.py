@@ -100,8 +100,7 @@ class Engine:
                  shapes: Shapes = EAGER):
         """The proposer of a request, or of a batch (a list of ``input_ids``). Block size 1 or no
         drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy of
-        the engine's :class:`~dflash_lite.decoding.policy.PolicySession`, which keeps the measured
-        costs of each batch size and the acceptance estimates from call to call."""
+        the engine's :class:`~dflash_lite.decoding.policy.PolicySession`, kept from call to call."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer(shapes)
         if self.block_size is not None:

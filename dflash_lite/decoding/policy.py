@@ -244,10 +244,9 @@ class CostAwareProposer(DFlashTreeProposer):
 @dataclass
 class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
-    the step costs of each batch size (measured at the first request of that size; for one row,
-    measured again between requests when a policy reports that they drifted, if ``recalibrate``)
-    and the acceptance estimates the last request left, which the next request's policy starts
-    from, whatever its batch size (acceptance does not depend on the batch)."""
+    the step costs of each batch size (measured at its first request; for one row, again between
+    requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
+    request left, the next request's start at any batch size (acceptance does not depend on it)."""
     drafter: object
     target: object
     options: PolicyOptions
