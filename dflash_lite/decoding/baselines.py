@@ -155,8 +155,7 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
         # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
-    # transformers' assisted generation calls the assistant's generate with a generation config and
-    # keyword arguments together, and warns about its own call; nothing here can change that
+    # transformers warns about its own assisted-generation call (config and kwargs): not ours
     internal = logging.getLogger("transformers.generation.utils")
     level = internal.level
     internal.setLevel(logging.ERROR)

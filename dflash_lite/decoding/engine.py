@@ -37,12 +37,11 @@ class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
                  dtype: str | torch.dtype | None = None, chat_template: bool = True,
                  compile: bool = False):
-        """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
-        drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
-        tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`).
-        ``compile``: the same loop on fixed shapes with compiled forwards
-        (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA), on caches sized
-        for the longest call so far (:meth:`shapes_for`); one call at a time."""
+        """``dtype``: cast the target and the drafter to it (None: the drafter takes the target's).
+        ``chat_template``: a prompt becomes a user turn of the tokenizer's chat template when it has
+        one (:func:`dflash_lite.prompts.encode`). ``compile``: the same loop on fixed shapes with
+        compiled forwards (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA),
+        on caches sized for the longest call so far (:meth:`shapes_for`); one call at a time."""
         self.target, self.tokenizer, self.drafter, self.chat_template = (target, tokenizer, drafter,
                                                                          chat_template)
         if dtype is not None:

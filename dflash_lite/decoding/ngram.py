@@ -21,10 +21,9 @@ from .shapes import EAGER, Shapes
 def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     """Up to ``k`` tokens that followed the most recent earlier occurrence of the last n tokens of
     ``history`` (a 1-D sequence of token ids), for the largest n <= ``max_ngram`` that occurs
-    earlier at all; ``[]`` when not even the last token occurs earlier. A match close to the end,
-    with fewer than k tokens after it, is read as repeating with the period it shows (its distance
-    to the end), as a loop the model has fallen into would go on: ``a b c a b`` continues
-    ``c a b c ...``."""
+    earlier at all; ``[]`` when not even the last token occurs earlier. A match with fewer than k
+    tokens after it is read as repeating with the period it shows (its distance to the end), as a
+    loop the model has fallen into would go on: ``a b c a b`` continues ``c a b c ...``."""
     h = np.asarray(history, dtype=np.int64)                            # (L,)
     if k <= 0 or h.size < 2:
         return []

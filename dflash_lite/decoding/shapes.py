@@ -28,8 +28,7 @@ def pad(ids: torch.Tensor, depths: torch.Tensor | None, ancestors: torch.Tensor 
     """A verify of w tokens per row (``ids`` (R, w); ``depths`` (w,) or (R, w) and ``ancestors``
     (w, w) or (R, w, w), None: a chain) laid out on ``width`` tokens: padding tokens repeat the
     first token at depth 0 and see only themselves (and the committed context), so no real token
-    ever attends to one. One row gives (1, width), (width,), (width, width); more rows give every
-    part per row."""
+    ever attends to one. One row gives (1, width), (width,), (width, width); more, all per row."""
     rows, w = ids.shape
     device = ids.device
     if w > width:

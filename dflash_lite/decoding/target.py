@@ -65,8 +65,7 @@ class LoadError(RuntimeError):
     """A model or checkpoint could not be loaded; the message says why in one line."""
 
 
-# weight formats other than safetensors (torch's, TensorFlow's, Flax's, joblib's, numpy's): never
-# loaded, and a directory that holds one is refused whole, so no loader can pick it instead
+# weight formats other than safetensors (torch, TensorFlow, Flax, joblib, numpy): never loaded
 OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz",
                  ".npy")
 
@@ -331,7 +330,6 @@ def tapped_layer_ids(num_layers: int, num_taps: int = 5) -> list[int]:
 
 
 def context_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: list[int]) -> torch.Tensor:
-    """The tapped layers' outputs per position, concatenated: K x (1, T, H) -> (1, T, K*H).
-    ``hidden_states``: transformers' ``output_hidden_states`` (index 0 the embeddings, so layer
-    ``l``'s output at ``l + 1``)."""
+    """The tapped layers' outputs per position, concatenated: K x (1, T, H) -> (1, T, K*H), from
+    transformers' ``output_hidden_states`` (index 0 the embeddings, so layer ``l`` at ``l + 1``)."""
     return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)
