@@ -155,7 +155,7 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
         # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
-    # transformers warns about its own assisted-generation call (config and kwargs): not ours
+    # transformers' assisted generation warns about its own call (config + kwargs): silenced
     internal = logging.getLogger("transformers.generation.utils")
     level = internal.level
     internal.setLevel(logging.ERROR)

@@ -291,7 +291,8 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
         num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
         rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
-        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,  # or unused
+        # unused without sliding layers
+        sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,
         block_size=c.block_size, mask_token_id=c.mask_token_id, pad_token_id=None,
         target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None)
     model = MuseGlimmerAssistantModel(config)

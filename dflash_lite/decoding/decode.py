@@ -33,20 +33,20 @@ class Step(NamedTuple):
     committed: int | None         # tokens its target forward committed (n + 1); None: prefill's
     stopped: bool                 # a stop token ended the output
     row: int = 0                  # which prompt of the batch
-    discarded: int = 0            # accepted tokens given back by the naive rollback ("shortest")
+    discarded: int = 0            # accepted tokens given back by rollback="shortest"
 
 
 @dataclass
 class GenerationResult:
     """What one generation produced and how long each part took (seconds), from :func:`steps`."""
     prompt_length: int
-    tokens: list[int] = field(default_factory=list)        # new only; a stop token, if hit, last
+    tokens: list[int] = field(default_factory=list)        # new; a stop token, if hit, is last
     token_times: list[float] = field(default_factory=list)  # seconds from start to each token
     acceptance_lengths: list[int] = field(default_factory=list)  # committed per target forward
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
     stop_reason: str = "max_new_tokens"                     # or "stop_token"
-    seed: int | None = None         # a seeded sampled run's seed: it replays the output
-    discarded: int = 0              # accepted tokens the naive rollback gave back (0 for "row")
+    seed: int | None = None                 # a seeded sampled run's seed: it replays the output
+    discarded: int = 0                      # accepted tokens rollback="shortest" gave back
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def record(self, step: Step) -> None:

@@ -160,9 +160,9 @@ class DFlashDrafter(nn.Module):
 
     def rope(self, positions: torch.Tensor,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T): rows of a
-        table computed once (:data:`STATIC_ROPE`; the same numbers, a gather instead of a dozen ops
-        per call), or for other rope types the embedding called."""
+        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T): for rope
+        types in :data:`STATIC_ROPE`, rows of a table computed once (the same numbers, a gather
+        instead of a dozen ops per call); for the others, the embedding itself."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
             return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
         table = getattr(self, "_rope_table", None)

@@ -104,13 +104,13 @@ class CostAwareProposer(DFlashTreeProposer):
         self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
-        self.rows, self.prompt_lengths = rows, list(lengths)   # the batch it started with: kept
+        self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
         # per row: (estimate, path, chain, held) that the row's next token judges further
         self.pending: list[list[tuple]] = [[] for _ in lengths]
         self._reset(rows)
 
     def _reset(self, rows: int) -> None:
-        """Before each step: a step that never reaches :meth:`propose` (no room to draft): plain."""
+        """Before each step: one that never reaches :meth:`propose` (no room to draft) is plain."""
         self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
         self.continuations: list[list[int]] = [[] for _ in range(rows)]
 
@@ -246,7 +246,7 @@ class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
     the step costs of each batch size (measured at its first request; for one row, again between
     requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
-    request left, the next request's start at any batch size (acceptance does not depend on it)."""
+    request left, where the next one starts at any batch size (acceptance does not depend on it)."""
     drafter: object
     target: object
     options: PolicyOptions

@@ -3,7 +3,7 @@
 One request is a batch of one row. A proposer that drafts one request at a time (prompt lookup,
 the EAGLE-style drafter, a small draft model, a proposer of your own: :class:`RequestProposer`)
 is wrapped where it is built, ``PerRow(proposer)``: one copy per row, the target still verifying
-every row in one forward. :class:`DFlashProposer`, the paper's drafter, drafts them all at once.
+every row in one forward. :class:`DFlashProposer`, the paper's drafter, drafts every row at once.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
-Hugging Face directory, or a hub id; only a hub id can reach the network, and without it fails
-with one line, not a stack of retries (:func:`resolve_checkpoint`).
+Hugging Face directory, or a hub id; only a hub id can reach the network, and with neither a cached
+copy nor the network it fails with one line, not a stack of retries (:func:`resolve_checkpoint`).
 """
 from __future__ import annotations
 
