@@ -38,12 +38,8 @@ class SamplingParams:
 
     def processors(self):
         """transformers' logits processors for this setting (empty when greedy)."""
-        from transformers import (
-            LogitsProcessorList,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
+        from transformers import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
+                                  TopPLogitsWarper)
 
         procs = LogitsProcessorList()
         if self.greedy:
@@ -79,14 +75,12 @@ def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 class PositionNoise:
-    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a
-    seeded sample of the token at position i is the same whatever was drafted, in whatever order
-    the loop asks for it, on any device (docs/method.md#seeded-sampling).
-
-    A counter-based generator: splitmix64's finaliser of ``seed * g + position * c + token`` in
-    int64 arithmetic, computed where the scores are. ``sample`` is the Gumbel-max trick:
-    ``argmax(log p + g)`` is exactly a draw from p (Gumbel 1954; drafter-invariant speculative
-    decoding, arXiv 2408.07978)."""
+    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a seeded
+    sample of the token at position i is the same whatever was drafted, in whatever order the loop
+    asks for it, on any device (docs/method.md#seeded-sampling). A counter-based generator:
+    splitmix64's finaliser of ``seed * g + position * c + token`` in int64 arithmetic, computed
+    where the scores are. ``sample`` is the Gumbel-max trick: ``argmax(log p + g)`` is exactly a
+    draw from p (Gumbel 1954; drafter-invariant speculative decoding, arXiv 2408.07978)."""
 
     def __init__(self, seed: int | None = None):
         # a drawn seed leaves torch's global generator (and so the caller's randomness) alone
@@ -135,16 +129,14 @@ def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
 def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[int]:
     """The tokens a point-mass draft commits when the target's token after block position i is
     ``choices[i]`` (k+1,): drafts are kept while they equal the target's, and the accepted drafts
-    *are* the target's tokens, so the step commits ``choices[0..n]``. Computed on the device and
-    read back once (n and every choice in one tensor)."""
+    *are* the target's tokens, so the step commits ``choices[0..n]``, read back in one go."""
     agree = (draft_tokens == choices[:-1]).int().cumprod(dim=0)            # 1 until the first miss
     read = torch.cat([agree.sum()[None], choices]).tolist()                # the one host read
     return read[1: read[0] + 2]
 
 
 def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
-    """Temperature 0: keep the longest prefix of drafts equal to the target's argmax, then add its
-    token."""
+    """Temperature 0: the longest prefix of drafts equal to the target's argmax, then its token."""
     tokens = committed_tokens(draft_tokens, target_logits.argmax(dim=-1))
     return len(tokens) - 1, tokens[-1]
 
@@ -168,11 +160,9 @@ def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target
     for i in range(k):
         x = draft_tokens[i]
         p, q = target_p[i, x], draft_q[i, x]
-        # q <= p: always accept. q > p: accept with probability p / q
-        if u[i] * q <= p:
+        if u[i] * q <= p:               # q <= p: always accepted; q > p: with probability p / q
             continue
-        # rejected: sample from what p has in excess of q, normalise(max(p - q, 0))
-        residual = (target_p[i] - draft_q[i]).clamp(min=0)
+        residual = (target_p[i] - draft_q[i]).clamp(min=0)    # rejected: p's excess over q
         return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
     # all k accepted: one bonus token from p at the position after the block
     return k, int(torch.multinomial(target_p[k], 1, generator=generator))

@@ -2,15 +2,13 @@
 the same decode loop (:func:`dflash_lite.decoding.decode.steps`), so every speedup compares like
 with like:
 
-* :class:`NoDraftProposer`: block size 1, nothing drafted. The loop is then plain autoregressive
-  decoding, one target forward per token with the KV cache: :func:`generate_autoregressive`.
-* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5): the same
-  feature taps and KV injection, but one drafter forward per draft token.
+* :class:`NoDraftProposer`: block size 1, nothing drafted: plain autoregressive decoding, one
+  target forward per token with the KV cache (:func:`generate_autoregressive`).
+* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5).
 * :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
 * :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
   section 5.3), which the cost-aware policy (:mod:`dflash_lite.decoding.policy`) replaces.
-* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted, for the benchmark's
-  rows.
+* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted (benchmark rows).
 """
 from __future__ import annotations
 
@@ -71,8 +69,7 @@ class EagleProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
-        # features of the positions start.. that the drafter's cache does not hold yet
-        self.new_context, self.new_context_start = target_hidden, 0
+        self.new_context, self.new_context_start = target_hidden, 0    # features not yet cached
 
     def propose(self, last_token: torch.Tensor, k: int):
         token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
@@ -93,18 +90,15 @@ class EagleProposer:
 
 
 class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its
-    own cache.
-
-    ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the draft
-    model's processed distribution: with a :class:`~dflash_lite.decoding.acceptance.PositionNoise`
-    as ``generator`` by the **coupled rule** (the default of a seeded run): each draft is
-    ``argmax(log q + g)`` with the target's own noise g at that position, a point mass accepted
-    exactly when it is the target's seeded token (acceptance at least (1 - TV) / (1 + TV));
-    with a ``torch.Generator``, by the **min(1, p/q) rule** (Leviathan et al. 2023; acceptance
-    1 - TV, but the output then depends on the draws): the drafts and their q are returned for
-    the general acceptance rule.
-    """
+    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
+    cache. ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the
+    draft model's processed distribution: with a
+    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` by the **coupled
+    rule** (the default of a seeded run): each draft is ``argmax(log q + g)`` with the target's own
+    noise g at that position, a point mass accepted exactly when it is the target's seeded token
+    (acceptance at least (1 - TV) / (1 + TV)); with a ``torch.Generator``, by the **min(1, p/q)
+    rule** (Leviathan et al. 2023; acceptance 1 - TV, but the output then depends on the draws):
+    the drafts and their q are returned for the general acceptance rule."""
     layer_ids = None
 
     def __init__(self, draft_model, target, block_size: int = 5,
@@ -161,8 +155,7 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
         # the same warpers as ours; 0 and 1.0 switch top-k / top-p off explicitly
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p or 1.0,
                       top_k=sampling.top_k or 0)
-    # transformers' assisted generation calls the assistant's generate with a generation config and
-    # keyword arguments together, and warns about its own call; nothing here can change that
+    # transformers' assisted generation warns about its own call (config + kwargs): silenced
     internal = logging.getLogger("transformers.generation.utils")
     level = internal.level
     internal.setLevel(logging.ERROR)
@@ -175,11 +168,10 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
 
 
 class AdaptiveDFlashProposer(DFlashProposer):
-    """DFlash with the block size chosen per step from recent acceptance (the source article's
-    section 5.3): per row, the smallest of ``sizes`` that is at least ``headroom`` x the row's mean
-    acceptance length over its last ``window`` steps. Low acceptance -> short, cheap blocks; high
-    -> long ones. An option only: notebook 06 measures it against fixed sizes. ``chosen``: the
-    block each step verified, per step, of the batch's first row."""
+    """DFlash with the block size chosen per step from recent acceptance: per row, the smallest of
+    ``sizes`` that is at least ``headroom`` x the row's mean acceptance length over its last
+    ``window`` steps (low acceptance: short, cheap blocks). Notebook 06 measures it against fixed
+    sizes. ``chosen``: the block each step verified, of the batch's first row."""
 
     def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
         sizes = sorted(set(sizes))

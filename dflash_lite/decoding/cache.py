@@ -1,20 +1,19 @@
 """The one KV cache of the decode loop, for the target and the drafter alike
 (docs/method.md#one-cache-and-its-write-position).
 
-:class:`SlotCache` holds every layer's keys and values in buffers of ``(rows, kv_heads, length,
-head_dim)`` allocated once per request, and a write position per row. A forward writes its new
-slots at the write position and moves it on; :meth:`SlotCache.rewind` moves it back (rejected
-drafts are overwritten by the next forward, never cropped); :meth:`SlotCache.keep_path` moves a
-tree's accepted path to consecutive slots. What a forward may see is the cache's business too:
+:class:`SlotCache`, a transformers ``Cache`` (the target's own forward writes into it; the drafter's
+layers call :meth:`SlotCache.append`, the same write), holds every layer's keys and values in
+buffers of ``(rows, kv_heads, length, head_dim)`` allocated once per request, and a write position
+per row. A forward writes its new slots at the write position and moves it on;
+:meth:`SlotCache.rewind` moves it back (rejected drafts are overwritten by the next forward, never
+cropped); :meth:`SlotCache.keep_path` moves a tree's accepted path to consecutive slots. What a
+forward may see is the cache's business too:
 
 * **eager** (``fixed=False``): the filled slots only, as a growing cache gives them, so a forward
   does no work on empty or stale slots, and a one-token forward needs no mask;
 * **fixed** (``fixed=True``): the whole buffer, under a mask built on the device from the write
   positions, so that every forward of a width has the same shapes (what ``torch.compile`` and CUDA
   graphs need).
-
-It is a transformers ``Cache``, so the target's own forward writes into it; the drafter's layers
-call :meth:`SlotCache.append`, the same write.
 """
 from __future__ import annotations
 
@@ -109,9 +108,8 @@ def _write(buffer: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> None
 
 class SlotCache(Cache):
     """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a
-    write position per row (see the module's docstring). ``length`` None: an eager cache that
-    starts at :data:`MIN_SLOTS` and doubles when a forward needs more; a fixed cache never
-    grows."""
+    write position per row. ``length`` None: an eager cache that starts at :data:`MIN_SLOTS` and
+    doubles when a forward needs more; a fixed cache never grows."""
 
     def __init__(self, num_layers: int, length: int | None = None, rows: int = 1,
                  fixed: bool = False, device: torch.device | str | None = None):
@@ -120,8 +118,7 @@ class SlotCache(Cache):
         self.rows, self.fixed, self.length = rows, fixed, length or MIN_SLOTS
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
         self.device = torch.device(device or "cpu")
-        # fixed: what the mask shows
-        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.ends = torch.zeros(rows, dtype=torch.long, device=self.device)   # where a mask ends
         for layer in self.layers:
             layer.at = torch.zeros(rows, dtype=torch.long, device=self.device)
 
@@ -182,8 +179,7 @@ class SlotCache(Cache):
 
     def keep_paths(self, positions: list[int], paths: list[list[int]]) -> None:
         """Per row r, the K/V of verify rows ``paths[r]`` (written from slot ``positions[r]``, root
-        first) move to consecutive slots from there (a chain's path is there already), and the
-        row's write position follows them: the next write starts after each row's path."""
+        first) move to consecutive slots from there, and the row's next write starts after them."""
         device = self.layers[0].keys.device
         for r, (position, path) in enumerate(zip(positions, paths)):
             if path == list(range(len(path))):
@@ -247,8 +243,7 @@ class SlotCache(Cache):
         return masks
 
     def _window(self, mask, depths, window: int) -> torch.Tensor:
-        """True where a key lies within ``window`` positions before the query (transformers'
-        rule)."""
+        """True where a key is within ``window`` positions before the query (transformers' rule)."""
         rows, _, width, slots = mask.shape
         device = mask.device
         at = self.write_positions()
@@ -279,8 +274,7 @@ class SlotCache(Cache):
         return torch.cat([context, block.expand(self.rows, -1)], dim=1)[:, None, None]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """The drafter's write: (rows, kv, C, D) of new context into layer ``layer``; what it
-        sees."""
+        """The drafter's write of new context (rows, kv, C, D) into ``layer``; what it sees."""
         return self.layers[layer].update(k, v)
 
     def positions(self, width: int, depths: torch.Tensor | None = None) -> torch.Tensor:

@@ -7,20 +7,15 @@
   ``num_target_layers``; weights ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding
   or LM head. This is what vLLM and SGLang serve
   (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
-  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope
-  parameters (``rope_theta`` with ``rope_scaling``, or ``rope_parameters``) and its sliding-window
-  keys (``layer_types``, ``sliding_window``, ``use_sliding_window``, ``max_window_layers``) are
-  honoured as transformers' ``Qwen3Config`` reads them, and every key survives an import -> export
-  round trip. A config asking for something this drafter does not compute (a partial rotary
-  embedding, logit soft-capping, a different projector, ...) is refused with one line.
+  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope and
+  sliding-window keys are honoured as transformers' ``Qwen3Config`` reads them (others that change
+  what a drafter computes are refused: :data:`NEUTRAL`), and every key survives an import -> export
+  round trip.
 * **transformers** (``to_transformers``): the same weights inside ``MuseGlimmerAssistantModel``
   (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
   speculation_type="dflash")``.
 
 A checkpoint with missing or extra tensors, or tensors of the wrong shape, is refused with one line.
-``load_drafter`` takes a local directory in either layout, or a hub id of a published drafter in the
-public layout (resolved like targets in :mod:`dflash_lite.decoding.target`: the local cache first,
-one line when there is neither a cached copy nor the network).
 """
 from __future__ import annotations
 
@@ -33,14 +28,8 @@ from safetensors.torch import load_file, save_file
 from ..files import atomic_path
 from ..validate import check_memory, check_model_shape
 from .drafter import DFlashDrafter, DrafterConfig, check_compatible
-from .target import (
-    LoadError,
-    _check_safetensors,
-    default_drafter_path,
-    load_pretrained,
-    parse_dtype,
-    resolve_checkpoint,
-)
+from .target import (LoadError, _check_safetensors, default_drafter_path, load_pretrained,
+                     parse_dtype, resolve_checkpoint)
 from .variants import make_drafter
 
 FORMAT = "dflash-lite-drafter"
@@ -77,9 +66,8 @@ def _load_strict(config: DrafterConfig, tensors: dict, source: Path) -> DFlashDr
     missing = sorted(set(expected) - set(tensors))
     extra = sorted(set(tensors) - set(expected))
     if missing or extra:
-        raise LoadError(f"{source}: checkpoint does not match its config "
-                        f"(missing {len(missing)} tensors {missing[:3]}, "
-                        f"extra {len(extra)} {extra[:3]})")
+        raise LoadError(f"{source}: checkpoint does not match its config (missing {len(missing)} "
+                        f"tensors {missing[:3]}, extra {len(extra)} {extra[:3]})")
     for name, tensor in tensors.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise LoadError(f"{source}: tensor {name} has shape {tuple(tensor.shape)}, "
@@ -131,9 +119,8 @@ def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "c
 
 def check_mask_token(mask_token_id: int, tokenizer) -> None:
     """A drafter's mask token must be one the target never ends a turn with: the tokenizer's own
-    mask token when it has one (checked by ``check_compatible``), else any reserved id that is not
-    its EOS, PAD or BOS token (:func:`dflash_lite.decoding.target.mask_token_id` picks one at
-    training)."""
+    mask token when it has one (checked by ``check_compatible``), else any id but its EOS, PAD or
+    BOS token (:func:`dflash_lite.decoding.target.mask_token_id` picks one at training)."""
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id} - {None}
     if tokenizer.mask_token_id is None and mask_token_id in ends:
         raise ValueError(f"drafter mask token {mask_token_id} is the target's "
@@ -145,8 +132,7 @@ def check_pair(drafter: DFlashDrafter, target, tokenizer, where="drafter",
     """One :class:`LoadError` line when ``drafter`` cannot run against ``target``: another width or
     vocabulary, tapped layers the target does not have, or (with ``mask``) another mask token."""
     try:
-        check_compatible(drafter.config, target.config,
-                         tokenizer.mask_token_id if mask else None)
+        check_compatible(drafter.config, target.config, tokenizer.mask_token_id if mask else None)
         if mask and not drafter.autoregressive:
             check_mask_token(drafter.config.mask_token_id, tokenizer)
     except ValueError as e:
@@ -178,17 +164,14 @@ def load_drafter(name_or_path: str | Path, dtype: str | torch.dtype | None = Non
 # This drafter computes none of them, so any other value is refused rather than silently ignored.
 NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
            "output_multiplier": (1, 1.0), "final_logit_softcapping": (0, 0.0),
-           "is_causal": (False,), "projector_type": (), "conv_kernel_size": (),
-           "selector_rank": ()}
+           "is_causal": (False,), "projector_type": (), "conv_kernel_size": (), "selector_rank": ()}
 
 
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
                   dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``).
-
-    A drafter imported from that layout writes back every key it was read with (``auto_map``,
-    ``initializer_range``, ...); the keys this code owns are rewritten from the drafter's config.
-    """
+    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``). A drafter
+    imported from it writes back every key it was read with (``auto_map``, ...); the keys this
+    code owns are rewritten from the drafter's config."""
     c = drafter.config
     if c.drafting != "block":
         raise ValueError("only block (DFlash) drafters have a public DFlash layout")
@@ -205,8 +188,7 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_attention_heads,
         "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-        "vocab_size": c.vocab_size,
-        "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
+        "vocab_size": c.vocab_size, "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act,
         "attention_bias": c.attention_bias, "max_position_embeddings": c.max_position_embeddings,
         "layer_types": list(c.layer_types),
         # with no sliding layer the window is unused: an imported value is written back as it was
@@ -230,9 +212,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
 
 
 def _rope_from_config(raw: dict) -> tuple[float, dict | None]:
-    """(rope_theta, rope_scaling) from a config written either way: ``rope_theta`` +
-    ``rope_scaling`` (transformers 4) or ``rope_parameters`` (transformers 5); ``rope_scaling``
-    wins, as in transformers."""
+    """(rope_theta, rope_scaling) from ``rope_theta`` + ``rope_scaling`` (transformers 4) or
+    ``rope_parameters`` (transformers 5); ``rope_scaling`` wins, as in transformers."""
     parameters = dict(raw.get("rope_parameters") or {})
     inner = parameters.pop("rope_theta", None)
     theta = raw.get("rope_theta") or inner or 10000.0                    # Qwen3Config's default
@@ -249,8 +230,7 @@ def _attention_from_config(raw: dict, num_layers: int) -> tuple[list[str], int |
     window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
     layer_types = raw.get("layer_types") or [
         "sliding_attention" if window is not None and i >= raw.get("max_window_layers", 28)
-        else "full_attention"
-        for i in range(num_layers)]
+        else "full_attention" for i in range(num_layers)]
     if "sliding_attention" in layer_types and window is None:
         raise ValueError("layer_types has sliding_attention layers but no window applies "
                          "(use_sliding_window is false or sliding_window is null)")
@@ -285,8 +265,7 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
             max_position_embeddings=raw.get("max_position_embeddings", 40960),
             max_block_size=max(64, raw["block_size"]), hidden_act=raw.get("hidden_act", "silu"),
             attention_bias=raw.get("attention_bias", False), layer_types=layer_types,
-            sliding_window=sliding_window, public_config=raw,
-        )
+            sliding_window=sliding_window, public_config=raw)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LoadError(f"{directory / 'config.json'}: not a DFlash drafter config this code "
                         f"can honour ({type(e).__name__}: {e})") from None
@@ -308,17 +287,14 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
                          f"{c.conditioning}")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers,
-        num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
-        max_position_embeddings=c.max_position_embeddings,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
+        rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position_embeddings,
         rope_parameters=c.rope_parameters, layer_types=list(c.layer_types),
         # unused without sliding layers
         sliding_window=c.sliding_window or MuseGlimmerAssistantConfig.sliding_window,
-        block_size=c.block_size, mask_token_id=c.mask_token_id,
-        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None,
-        pad_token_id=None,
-    )
+        block_size=c.block_size, mask_token_id=c.mask_token_id, pad_token_id=None,
+        target_layer_ids=list(c.target_layer_ids), bos_token_id=None, eos_token_id=None)
     model = MuseGlimmerAssistantModel(config)
     state = {HF_RENAMES.get(k, k): v for k, v in drafter.state_dict().items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -338,11 +314,10 @@ def from_transformers(model, target_config) -> DFlashDrafter:
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
         head_dim=c.head_dim, vocab_size=target_config.vocab_size, mask_token_id=c.mask_token_id,
-        num_target_layers=target_config.num_hidden_layers,
-        target_layer_ids=list(c.target_layer_ids), num_layers=c.num_hidden_layers,
-        block_size=c.block_size, rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta,
-        rope_scaling=rope_scaling, max_position_embeddings=c.max_position_embeddings,
-        layer_types=layer_types,
+        num_target_layers=target_config.num_hidden_layers, num_layers=c.num_hidden_layers,
+        target_layer_ids=list(c.target_layer_ids), block_size=c.block_size,
+        rms_norm_eps=c.rms_norm_eps, rope_theta=rope_theta, rope_scaling=rope_scaling,
+        max_position_embeddings=c.max_position_embeddings, layer_types=layer_types,
         sliding_window=c.sliding_window if "sliding_attention" in layer_types else None)
     inverse = {v: k for k, v in HF_RENAMES.items()}
     state = {inverse.get(k, k): v.float() for k, v in model.state_dict().items()}

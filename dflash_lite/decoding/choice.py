@@ -16,12 +16,12 @@ from .estimate import AcceptanceEstimate
 class PolicyOptions:
     """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
     size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
-    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens;
-    ``decay``: how much of its counts an estimate keeps on a step that observed it; ``idle_decay``:
-    the same on a step that did not (closer to 1 retries a losing draft later); ``request_decay``:
-    the same between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from
-    and decay back to; ``tree_prior_gain``: a tree's expected length before it has been tried, as a
-    multiple of the full chain's."""
+    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens; ``decay``:
+    the share of its counts an estimate keeps on a step that observed it; ``idle_decay``: the same
+    on a step that did not (closer to 1 retries a losing draft later); ``request_decay``: the same
+    between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay
+    back to; ``tree_prior_gain``: a tree's expected length before it is tried, as a multiple of the
+    full chain's."""
     max_block_size: int | None = None
     tree_sizes: tuple[int, ...] = ()
     ngram_drafts: int = 0
@@ -38,8 +38,7 @@ class PolicyOptions:
                 or not 0 < self.request_decay <= 1 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
             raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
-                             "0 < request_decay <= 1, "
-                             "prior_weight > 0 and tree_prior_gain > 0")
+                             "0 < request_decay <= 1, prior_weight > 0 and tree_prior_gain > 0")
         if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
             raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
                              f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")
@@ -68,8 +67,7 @@ class Choice:
 
     @property
     def verify_width(self) -> int:
-        """Tokens in the step's target forward (an upper bound for a hybrid tree: the branch may
-        share nodes)."""
+        """Tokens in the step's target forward (for a hybrid tree an upper bound: shared nodes)."""
         return self.tree_size + 1 + self.ngram if self.tree_size else self.block_size
 
     def __str__(self) -> str:
@@ -91,19 +89,17 @@ def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
            continuations: Sequence[int] = (0,), context_length: int | None = None,
            depth: int | None = None, new_context: int = 1) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (one request is one row; SmartSpec's goodput rule,
-    arXiv 2406.14066): the most expected committed tokens over all rows per second of the step
-    (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
-    tokens the estimates expect of it. The options: a chain of b in 1..B, a tree, and where prompt
-    lookup found drafts (``continuations``: how many, per row) its chain of m, or for one row the
-    hybrid tree; a row without a continuation commits a single token on a lookup step. ``depth``:
-    the most drafts this step may hold (None: the chain's depth). ``new_context``: the context
-    positions the drafter would take in (the widest row's), priced as a run of such steps would
-    take them in, at most the tokens a row is expected to commit; a catch-up after plain steps
-    is not this step's cost alone (charged in full, it would keep the batch plain for good). Each
-    kind's expectation is scaled by what its steps have committed against it so far
-    (``costs.yield_ratio``). Plain decoding is always a candidate, so a batch where no draft pays
-    decodes plainly. Ties go to the cheaper kind."""
+    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the most
+    expected committed tokens over all rows per second of the step (:func:`step_seconds` at
+    ``context_length``, ``costs`` measured at this batch size), and the tokens the estimates expect
+    of it. The options: a chain of b in 1..B (b = 1, plain decoding, is always one), a tree, and
+    where prompt lookup found drafts (``continuations``: how many, per row) its chain of m, or for
+    one row the hybrid tree; a row without a continuation commits one token on a lookup step.
+    ``depth``: the most drafts this step may hold (None: the chain's depth). ``new_context``: the
+    positions the drafter would take in (the widest row's), priced as a run of such steps would take
+    them in, at most the tokens a row is expected to commit (a catch-up after plain steps, charged
+    in full, would keep the batch plain for good). Each kind's expectation is scaled by what its
+    steps committed against it so far (``costs.yield_ratio``). Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     candidates = [(rows * e, Choice(b))

@@ -1,13 +1,12 @@
 """What a DFlash step costs (paper section 3; docs/method.md#the-cost-model).
 
-A step is one drafter forward over a block of b and one target forward over b tokens; it commits
-tau tokens where plain decoding commits one per target forward, so the predicted speedup is
-``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here:
-the forwards measured (:func:`measure_step_costs`, interleaved so that load drift hits every size
-alike), :class:`StepCosts` (those seconds at one or more context lengths, and a model of every
-other size and length) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
-:class:`DriftMonitor` (is the model still right about the steps it times?) and
-:func:`measure_costs`, the benchmark's record of the same forwards.
+A step is one drafter forward over a block of b and one target forward over b tokens; it commits tau
+tokens where plain decoding commits one per target forward, so the predicted speedup is
+``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here: the forwards
+measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (those seconds at one or
+more context lengths, and a model of every other size and length) that the cost-aware policy
+(:mod:`dflash_lite.decoding.policy`) reads, :class:`DriftMonitor` (is the model still right about
+the steps it times?) and :func:`measure_costs`, the benchmark's record of the same forwards.
 """
 from __future__ import annotations
 
@@ -21,11 +20,9 @@ from .cache import SlotCache
 from .decode import prefill, verify
 from .timing import interleaved
 
-# the second context length step_costs measures: the prompt's + this many tokens
-EXTRA_CONTEXT = 256
+EXTRA_CONTEXT = 256          # step_costs' second context length: the prompt's + this many
 DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
-# that median may move by this factor either way before the model counts as stale
-DRIFT_MARGIN = 1.3
+DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -41,20 +38,18 @@ def _fit(points: dict[int, float]) -> tuple[float, float]:
 
 class StepCosts:
     """Measured seconds of one target forward over b tokens and one drafter forward over a block of
-    b, at one context length or several (:meth:`by_context`).
-
-    The model (:meth:`target`, :meth:`draft`): at each measured length, a straight line in b
-    (least squares, slope >= 0); across lengths, the line's intercept and slope are themselves
-    lines in the context length (attention reads every cached position, so a longer context costs
-    more per forward, and more per token of a wide verify). One target token (b = 1) is its own
-    point at each length: a single-token forward takes a lighter path (no causal mask).
-    ``per_position``: what each new context position past the first adds to a drafter forward
-    (a step's drafter takes in the n + 1 positions the last step committed, a catch-up more).
-    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the
-    steps run with this model; :meth:`correction`: each kind of step's measured / predicted time.
-    Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn from timed
-    steps; hand-written ones (in other units, as in the tests) are taken as they are.
-    """
+    b, at one context length or several (:meth:`by_context`). The model (:meth:`target`,
+    :meth:`draft`): at each measured length, a straight line in b (least squares, slope >= 0);
+    across lengths, the line's intercept and slope are themselves lines in the context length
+    (attention reads every cached position, so a longer context costs more per forward, and more per
+    token of a wide verify). One target token (b = 1) is its own point at each length: a
+    single-token forward takes a lighter path (no causal mask). ``per_position``: what each new
+    context position past the first adds to a drafter forward (a step's drafter takes in the n + 1
+    positions the last step committed, a catch-up more). ``calibration_seconds``: what measuring
+    took; ``drift``: the :class:`DriftMonitor` of the steps run with this model; :meth:`correction`:
+    each kind of step's measured / predicted time. Only ``measured`` costs (seconds on this machine,
+    from :func:`step_costs`) learn from timed steps; hand-written ones (in other units, as in the
+    tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -78,17 +73,14 @@ class StepCosts:
 
     def _model(self) -> None:
         self.drift = DriftMonitor()
-        # per kind of step: decayed [measured, predicted] seconds
-        self.timed: dict[str, list[float]] = {}
-        # correction() per kind, until the next observe()
-        self._ratios: dict[str, float] = {}
+        self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
+        self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
         # per kind: decayed tokens a batch step committed, and what the estimates expected
         self.yields: dict[str, list[float]] = {}
         # per length: the target line (b > 1), the draft line, one target token
-        lines = {}
-        for n, (t_target, t_draft) in self.tables.items():
-            lines[n] = (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
-                        _fit(t_draft), t_target.get(1))
+        lines = {n: (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
+                     _fit(t_draft), t_target.get(1))
+                 for n, (t_target, t_draft) in self.tables.items()}
         # each coefficient as a line in the context length: (intercept, slope) per coefficient
         self._target = [_fit({n: line[0][i] for n, line in lines.items()}) for i in (0, 1)]
         self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
@@ -148,8 +140,7 @@ class StepCosts:
         """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds
         around the forwards differs by kind (a drafter step runs more Python than a prompt-lookup
         step), so each kind's prediction is scaled by its own ratio; a kind never timed takes the
-        ratio over all kinds (1 before any step)."""
-        # read once per kind between observations (the policy asks per option)
+        ratio over all kinds (1 before any step). Cached until the next :meth:`observe`."""
         if kind not in self._ratios:
             measured, predicted = (self.timed.get(kind)
                                    or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
@@ -157,8 +148,8 @@ class StepCosts:
         return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None, new: int = 1) -> float:
-        """Seconds of one drafter forward over a block of b (0 for b <= 1: no draft) that takes in
-        ``new`` context positions."""
+        """Seconds of a drafter forward over a block of b taking in ``new`` context positions (0
+        for b <= 1: no draft)."""
         if b <= 1:
             return 0.0
         n = self._at(context)
@@ -168,11 +159,10 @@ class StepCosts:
 
 class DriftMonitor:
     """Whether the cost model still describes the steps it is used for. Each timed step gives the
-    ratio measured / predicted seconds; the first :data:`DRIFT_WINDOW` steps set the reference
-    (the loop's own overhead sits on top of the two forwards, so the ratio is not 1), and the model
-    has drifted once the running median of the last ``window`` ratios leaves
-    [reference / ``margin``, reference x ``margin``] (``margin`` = :data:`DRIFT_MARGIN`). The owner
-    of the costs then measures again (:func:`step_costs` at the current context length)."""
+    ratio measured / predicted seconds; the first ``window`` steps set the reference (the loop's
+    own overhead sits on top of the two forwards, so the ratio is not 1), and the model has drifted
+    once the running median of the last ``window`` ratios leaves [reference / ``margin``,
+    reference x ``margin``]; the costs' owner then measures again (:func:`step_costs`)."""
 
     def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
         self.recent: deque[float] = deque(maxlen=window)
@@ -226,7 +216,6 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     if new_context > 1 and draft_sizes:
         block = max(draft_sizes)
         fns["wide", new_context] = lambda: draft_step(block, new_context)
-    # the one interleaved timer
     timed = interleaved(fns, repeats, warmup=1, device=device)
     medians = {name: statistics.median(t for t, _ in calls) for name, calls in timed.items()}
     wide = medians.get(("wide", new_context))
@@ -275,17 +264,14 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
 def measure_costs(target, drafter, prompt_ids: torch.Tensor, block_sizes=(16,), repeats: int = 10,
                   tree_sizes=(), rows: int = 1) -> dict:
     """Median seconds of the three forwards a DFlash step is made of, at the prompt's context
-    length: ``t_target[b]``, one target forward over b new tokens (b = 1 is one autoregressive step;
-    N+1 for a tree of N drafts), and ``t_draft[b]``, one drafter forward over a block of b (one new
-    context position, as in a step; a tree is drafted with the drafter's own block size), and
-    ``per_position``, what each new context position past the first adds to the largest block's
-    drafter forward (a step's drafter takes in the tau positions the last step committed)."""
+    length (:func:`measure_step_costs`): ``t_target[b]`` (b = 1: one autoregressive step; N+1: a
+    tree of N drafts), ``t_draft[b]`` (a tree is drafted with the drafter's own block size) and
+    ``per_position``, at the largest block; sizes as strings, as the benchmark's JSON has them."""
     tree_block = drafter.config.block_size
     drafts = {*block_sizes, *((tree_block,) if tree_sizes else ())}
     measured = measure_step_costs(target, drafter, prompt_ids,
                                   {1, *block_sizes, *(n + 1 for n in tree_sizes)}, drafts,
                                   repeats, rows, max(drafts, default=1))
-    # keys are strings, as they will be in the JSON
     return {"context_length": prompt_ids.shape[1], "repeats": repeats, "batch_size": rows,
             "tree_block_size": tree_block, "per_position": measured["per_position"],
             "t_target": {str(b): t for b, t in measured["t_target"].items()},

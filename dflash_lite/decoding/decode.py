@@ -1,15 +1,13 @@
 """Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
 per step ``draft`` (a :class:`~dflash_lite.decoding.proposers.Proposer`), ``verify`` (one target
-forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens); ``generate``
-runs it to the end.
+forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens).
 
 :func:`steps` is the whole loop on one screen, over a :class:`Batch` of one :class:`Request` per
-prompt (one request is a batch of one). :class:`~dflash_lite.decoding.proposers.DFlashProposer` is
-the paper's drafter; the baselines (EAGLE-style drafter, a small draft model, and block size 1,
-which *is* plain autoregressive decoding) are proposers too, in
-:mod:`dflash_lite.decoding.baselines`, so every method runs the same loop. :class:`GenerationResult`
-is what every run returns, so tokens/s, time to first token and tau are summarised the same way
-everywhere.
+prompt; ``generate`` runs it to the end. The paper's drafter
+(:class:`~dflash_lite.decoding.proposers.DFlashProposer`) and the baselines (EAGLE-style drafter,
+small draft model, block size 1, which *is* plain autoregressive decoding;
+:mod:`dflash_lite.decoding.baselines`) are all proposers, so every method runs the same loop and
+returns a :class:`GenerationResult`, summarised the same way everywhere.
 """
 from __future__ import annotations
 
@@ -31,32 +29,24 @@ from .timing import PhaseTimer, no_phase
 
 class Step(NamedTuple):
     """What one step of :func:`steps` yields, for one request of the batch."""
-    # committed by this step; a stop token, if hit, is the last one
-    tokens: list[int]
-    # tokens the step's target forward committed (n + 1); None: prefill's
-    committed: int | None
-    stopped: bool                     # a stop token ended the output
-    row: int = 0                      # which prompt of the batch
-    # accepted tokens given back by the naive rollback (``rollback="shortest"``)
-    discarded: int = 0
+    tokens: list[int]             # committed by this step; a stop token, if hit, is the last one
+    committed: int | None         # tokens its target forward committed (n + 1); None: prefill's
+    stopped: bool                 # a stop token ended the output
+    row: int = 0                  # which prompt of the batch
+    discarded: int = 0            # accepted tokens given back by rollback="shortest"
 
 
 @dataclass
 class GenerationResult:
-    """What one generation produced and how long each part took (seconds), collected step by step
-    (:meth:`record`) from :func:`steps`."""
+    """What one generation produced and how long each part took (seconds), from :func:`steps`."""
     prompt_length: int
-    # new tokens only; a stop token, if hit, is the last one
-    tokens: list[int] = field(default_factory=list)
-    # seconds since the start at which each new token was ready
-    token_times: list[float] = field(default_factory=list)
-    # tokens committed per target forward
-    acceptance_lengths: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)        # new; a stop token, if hit, is last
+    token_times: list[float] = field(default_factory=list)  # seconds from start to each token
+    acceptance_lengths: list[int] = field(default_factory=list)  # committed per target forward
     phase_times: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept
-    stop_reason: str = "max_new_tokens"     # or "stop_token"
+    stop_reason: str = "max_new_tokens"                     # or "stop_token"
     seed: int | None = None                 # a seeded sampled run's seed: it replays the output
-    # accepted tokens the naive rollback gave back (0 for the per-row loop)
-    discarded: int = 0
+    discarded: int = 0                      # accepted tokens rollback="shortest" gave back
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def record(self, step: Step) -> None:
@@ -90,9 +80,8 @@ class GenerationResult:
     @property
     def tau(self) -> float | None:
         """Mean tokens committed per target verification; None for a loop without verification."""
-        if not self.acceptance_lengths:
-            return None
-        return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
+        lengths = self.acceptance_lengths
+        return sum(lengths) / len(lengths) if lengths else None
 
 
 def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
@@ -115,8 +104,7 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
 
 
 def token_ids(prompt) -> torch.Tensor:
-    """A prompt as a long tensor; one line for ids that are not integers (a float tensor would be
-    truncated without a word)."""
+    """A prompt as a long tensor; one line for non-integer ids (a cast would truncate floats)."""
     if isinstance(prompt, torch.Tensor):
         if prompt.is_floating_point() or prompt.is_complex() or prompt.dtype == torch.bool:
             raise ValueError(f"input_ids must hold integer token ids, got a {prompt.dtype} tensor")
@@ -138,8 +126,7 @@ def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
     rows = [input_ids] if isinstance(input_ids, torch.Tensor) else list(input_ids)
     if not rows:
         raise ValueError("the batch is empty: give at least one prompt")
-    prompts = [token_ids(p) for p in rows]
-    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in prompts]
+    prompts = [p.view(1, -1) if p.ndim == 1 else p for p in map(token_ids, rows)]
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) \
         else [max_new_tokens] * len(prompts)
     stops = list(stop_token_ids)
@@ -162,8 +149,7 @@ def as_batch(input_ids, max_new_tokens, stop_token_ids=()):
 
 
 def new_cache(model, length: int | None = None) -> SlotCache:
-    """The target's cache for one request (an eager :class:`~dflash_lite.decoding.cache.SlotCache`).
-    """
+    """The target's eager :class:`~dflash_lite.decoding.cache.SlotCache` for one request."""
     return SlotCache.for_target(model, length)
 
 
@@ -177,8 +163,7 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
     cache.rewind(0)
     lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
     last = torch.tensor(lengths, device=ids.device) - 1
-    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last,
-                              lengths=last + 1)
+    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last, lengths=last + 1)
     cache.rewind(list(lengths))
     return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
 
@@ -186,11 +171,10 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
            logits_to_keep=0, depths: torch.Tensor | None = None,
            ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
-    """One target forward over ``block`` (R, W), each row written at its own write position:
-    logits (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features
-    (R, W, K*H) or None. A chain by default; a tree gives ``depths`` and ``ancestors``, shared
-    or per row ((W,) or (R, W), (W, W) or (R, W, W)). ``lengths``: a padded prompt batch
-    (:meth:`SlotCache.verify_mask`)."""
+    """One target forward over ``block`` (R, W), each row written at its own write position: logits
+    (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features (R, W, K*H) or None.
+    A chain by default; a tree gives ``depths`` ((W,) or (R, W)) and ``ancestors`` ((W, W) or
+    (R, W, W)). ``lengths``: a padded prompt batch (:meth:`SlotCache.verify_mask`)."""
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
     masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)
@@ -214,8 +198,7 @@ class Verified(NamedTuple):
 
     def greedy_reads(self) -> list[list[int]]:
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
-        argmax before them, then the argmax at each of its W positions; every row in ONE
-        device-to-host read."""
+        argmax before them, then the argmax at each of its W positions; ONE host read for all."""
         choices = self.logits.argmax(dim=-1)                                       # (R, W)
         room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
         inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room
@@ -255,8 +238,7 @@ def seeded(sampling: SamplingParams, generator):
 # ============================================================================= the batch
 @dataclass
 class Request:
-    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per
-    row."""
+    """One prompt of the batch, from prefill to its last token: what :func:`steps` keeps per row."""
     index: int                      # which prompt of the batch
     limit: int                      # its max_new_tokens
     stops: set[int]
@@ -286,9 +268,7 @@ class Batch:
         self.rows, self.last, self.fixed = requests, last, fixed
 
     def emit(self):
-        for request in self.rows:
-            if not request.finished:
-                yield request.emit()
+        yield from (request.emit() for request in self.rows if not request.finished)
 
     def leave(self, cache: SlotCache, proposer: Proposer) -> bool:
         """Finished rows leave; whether any row is left to decode."""
@@ -362,18 +342,16 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of
-    prompts (:func:`as_batch`; one request is a batch of one), one :class:`Step` per request per
-    target forward, each yielded as it is committed. Every row (a :class:`Request`) keeps its own
-    write position, accepted length, drafter context, stop tokens and ``max_new_tokens``; a
-    finished row leaves the batch (:meth:`Batch.leave`). ``rollback="shortest"`` is the naive
-    batch rule, a teaching baseline: every row keeps only the batch's shortest accepted path
-    (docs/method.md#batches). ``phase(name)`` is an optional observer wrapped around each phase
+    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of prompts
+    (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as committed. Each
+    row keeps its own write position, accepted length, drafter context, stop tokens and
+    ``max_new_tokens`` (a :class:`Request`); a finished row leaves the batch (:meth:`Batch.leave`).
+    ``rollback="shortest"``: the naive batch rule, a teaching baseline (every row keeps the batch's
+    shortest accepted path; docs/method.md#batches). ``phase(name)``: an observer around each phase
     (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes``
     (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each forward runs, and compile
-    them. At temperature > 0 a :class:`~dflash_lite.decoding.acceptance.PositionNoise` as
-    ``generator`` makes the output the
-    target's own seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    them. A :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` makes a sampled
+    output the target's seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     check_proposer(proposer)
@@ -421,9 +399,8 @@ def generate(target, proposer: Proposer, input_ids, max_new_tokens,
         check_request(target, prompt, limit)
     generator = seeded(sampling, generator)
     timer = PhaseTimer(target.device)
-    results = [GenerationResult(p.shape[1], phase_times=timer.seconds,
-                                seed=generator.seed if isinstance(generator, PositionNoise)
-                                else None) for p in prompts]
+    seed = generator.seed if isinstance(generator, PositionNoise) else None
+    results = [GenerationResult(p.shape[1], phase_times=timer.seconds, seed=seed) for p in prompts]
     batch = [p.to(target.device) for p in prompts]
     for step in steps(target, proposer, batch[0] if isinstance(input_ids, torch.Tensor) else batch,
                       limits, sampling, stops, generator, timer, rollback):

@@ -1,8 +1,7 @@
 """The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
 section 3; docs/method.md#the-drafter).
 
-One forward drafts a whole block. The block is ``[last accepted token, MASK x (B-1)]``; the drafter
-sees
+One forward drafts a whole block, ``[last accepted token, MASK x (B-1)]``; the drafter sees
 
 * the **context features**: the tapped target layers' outputs at every accepted position,
   concatenated (K*H wide) and projected to H by ``fc`` then ``hidden_norm`` (an RMSNorm);
@@ -17,14 +16,11 @@ K/V are never stored.
 
 Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
 ``layers.N.self_attn.{q,k,v,o}_proj``, ...): :mod:`dflash_lite.decoding.checkpoints` maps them 1:1.
-
-Two options of that layout change the attention itself, and both are honoured here:
-
-* **RoPE scaling** (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``): the rotary
-  embedding is transformers' own, built from the same rope parameters the target uses.
-* **Sliding-window layers** (``layer_types[i] == "sliding_attention"``): block position ``q`` sees
-  a key at position ``k`` only when ``|q - k| <= sliding_window``, the bidirectional window of
-  transformers' DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
+Two options of that layout change the attention itself, and both are honoured here: **RoPE scaling**
+(``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own rotary
+embedding for the target's rope parameters, and **sliding-window layers** (``layer_types[i] ==
+"sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional window of transformers'
+DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
 """
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ from .drafter_config import (Conditioning, DrafterConfig, Drafting,  # noqa: F40
 
 class RMSNorm(nn.Module):
     """Qwen3's RMSNorm (same ``weight``, same fp32 arithmetic) as one ``F.rms_norm`` call: a drafter
-    forward runs a dozen of them on a handful of rows, where the op count, not the arithmetic, is
-    the cost."""
+    forward runs a dozen of them on a handful of rows, where the op count is the cost."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
@@ -93,8 +88,7 @@ class KVInjectionAttention(nn.Module):
         return self.attend(block, block_rope, k, v, attn_mask)
 
     def attend(self, x, rope, k, v, attn_mask=None) -> torch.Tensor:
-        """Queries from ``x`` (N, T, H) at the positions of ``rope``, over keys/values
-        (N, kv, S, D); the projected output (N, T, H)."""
+        """Attention of ``x`` (N, T, H) at ``rope``'s positions to K/V (N, kv, S, D): (N, T, H)."""
         n, t, _ = x.shape
         q = apply_rope(self.q_norm(self.q_proj(x).view(n, t, self.num_heads, self.head_dim))
                        .transpose(1, 2), *rope)
@@ -103,8 +97,7 @@ class KVInjectionAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(n, t, -1))
 
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
-        """KV injection: keys and values of [context ; block], projected in one go; the new context
-        joins the cache for good."""
+        """KV injection: K/V of [context ; block] projected in one go; the new context is cached."""
         c = context.shape[1]
         k, v = self._kv(torch.cat([context, block], dim=1),                     # (N, kv, C+B, D)
                         torch.cat([context_rope[0], block_rope[0]], dim=1),
@@ -135,9 +128,7 @@ class DrafterLayer(nn.Module):
 
 class DFlashDrafter(nn.Module):
     """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
-
-    This is the paper's drafter only: KV injection and block drafting. The ablations (input
-    fusion, no target features, autoregressive drafting) are subclasses in
+    The paper's drafter only (KV injection, block drafting): the ablations are subclasses in
     :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
 
     variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) it runs
@@ -169,10 +160,9 @@ class DFlashDrafter(nn.Module):
 
     def rope(self, positions: torch.Tensor,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T). For the
-        rope types whose angles depend on the position alone they are rows of a table computed once
-        (the same numbers, a gather instead of a dozen ops per call); the others call the
-        embedding."""
+        """cos, sin (N, T, D) of transformers' rotary embedding at ``positions`` (N, T): for rope
+        types in :data:`STATIC_ROPE`, rows of a table computed once (the same numbers, a gather
+        instead of a dozen ops per call); for the others, the embedding itself."""
         if self.rotary_emb.rope_type not in STATIC_ROPE:
             return self.rotary_emb(torch.empty(0, dtype=dtype, device=positions.device), positions)
         table = getattr(self, "_rope_table", None)
@@ -200,13 +190,10 @@ class DFlashDrafter(nn.Module):
                 block_positions: torch.Tensor, context_positions: torch.Tensor,
                 cache: SlotCache | None = None,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states of the block, final-normed.
-
-        ``block_embeds``: (N, B, H) target embeddings of the block; ``target_hidden``: (N, C, K*H)
-        tapped features of the *new* context positions (all of them when there is no cache);
-        positions: (N, B) and (N, C) absolute positions; ``attn_mask`` (N, 1, B, C_total+B),
-        boolean, only for training several blocks in one forward.
-        """
+        """Hidden states of the block, final-normed. ``block_embeds``: (N, B, H) target embeddings
+        of the block; ``target_hidden``: (N, C, K*H) tapped features of the *new* context positions
+        (all of them when there is no cache); positions: (N, B) and (N, C) absolute positions;
+        ``attn_mask`` (N, 1, B, C_total+B), boolean, only to train several blocks in one forward."""
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rope(block_positions, block_embeds.dtype)        # cos, sin: (N, B, D)
         context_rope = self.rope(context_positions, context.dtype)         # (N, C, D)
@@ -242,14 +229,12 @@ class DFlashDrafter(nn.Module):
                       cache: SlotCache | None = None, block_start=None,
                       block_lengths=None) -> torch.Tensor:
         """Logits for the B-1 masked positions of ``block_ids`` (N, B) -> (N, B-1, V).
-
-        ``target_hidden`` holds the features of the new context positions ``start .. start+C-1``
+        ``target_hidden``: the features of the new context positions ``start .. start+C-1``
         (``start``: an int, or (N,) on the device); with a cache they are written there, and the
         earlier context is read from it. The block's first token sits at ``block_start`` (default:
         right after the new context); a fixed-shape cache masks what lies past the context.
         ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]``
-        positions would (the rest hidden), so a batch drafts every row at its own depth.
-        """
+        positions would (the rest hidden), so a batch drafts every row at its own depth."""
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
         context_positions = _offsets(start, c, block_ids.device, n)                    # (N, C)

@@ -54,12 +54,10 @@ class DrafterConfig:
     max_block_size: int = 64          # largest block the drafter may be asked for at inference
     hidden_act: str = "silu"
     attention_bias: bool = False
-    # which drafter this is (variants.make_drafter builds it): the paper's is (BLOCK,
-    # KV_INJECTION), the rest are ablations; strings ("block", ...) are accepted too
+    # which drafter this is (variants.make_drafter builds it); strings ("block", ...) are accepted
     drafting: Drafting = Drafting.BLOCK
     conditioning: Conditioning = Conditioning.KV_INJECTION
-    # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE), e.g.
-    # {"rope_type": "linear", "factor": 2.0}; the rotary embedding is transformers' for that type
+    # rope parameters beyond rope_theta, as a config.json writes them (None: plain RoPE)
     rope_scaling: dict | None = None
     # per layer "full_attention" or "sliding_attention" (None: all full, the paper's drafter)
     layer_types: list[str] | None = None
@@ -112,8 +110,7 @@ class DrafterConfig:
 
     @property
     def rope_parameters(self) -> dict:
-        """``rope_theta`` and ``rope_scaling`` as one dict, the form transformers' rotary embedding
-        reads."""
+        """``rope_theta`` with ``rope_scaling``: the dict transformers' rotary embedding reads."""
         scaling = dict(self.rope_scaling or {})
         rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
         scaling.pop("type", None)
@@ -135,12 +132,10 @@ class DrafterConfig:
             head_dim=(getattr(target_config, "head_dim", None)
                       or target_config.hidden_size // target_config.num_attention_heads),
             vocab_size=target_config.vocab_size, mask_token_id=mask_token_id,
-            num_target_layers=layers,
-            target_layer_ids=tapped_layer_ids(layers, num_taps), num_layers=num_layers,
-            block_size=block_size,
-            rms_norm_eps=target_config.rms_norm_eps, rope_theta=theta, rope_scaling=scaling,
-            max_position_embeddings=target_config.max_position_embeddings,
-        ) | overrides)
+            num_target_layers=layers, target_layer_ids=tapped_layer_ids(layers, num_taps),
+            num_layers=num_layers, block_size=block_size, rms_norm_eps=target_config.rms_norm_eps,
+            rope_theta=theta, rope_scaling=scaling,
+            max_position_embeddings=target_config.max_position_embeddings) | overrides)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -148,8 +143,7 @@ class DrafterConfig:
         return {**d, "drafting": self.drafting.value, "conditioning": self.conditioning.value}
 
     def rotary_config(self):
-        """A Qwen3Config carrying only what transformers' rotary embedding reads (theta and
-        scaling)."""
+        """A Qwen3Config of only what transformers' rotary embedding reads (theta and scaling)."""
         from transformers import Qwen3Config
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -161,10 +155,9 @@ class DrafterConfig:
             raise ValueError("partial rotary embeddings (partial_rotary_factor) are not supported "
                              "by this drafter")
         try:
-            return Qwen3Config(hidden_size=self.hidden_size,
-                               num_attention_heads=self.num_attention_heads, head_dim=self.head_dim,
-                               max_position_embeddings=self.max_position_embeddings,
-                               rope_parameters=rope)
+            return Qwen3Config(hidden_size=self.hidden_size, head_dim=self.head_dim,
+                               num_attention_heads=self.num_attention_heads, rope_parameters=rope,
+                               max_position_embeddings=self.max_position_embeddings)
         except Exception as e:            # transformers validates the parameters of each rope type
             raise ValueError(f"rope parameters {rope} are not valid "
                              f"({str(e).splitlines()[0]})") from None

@@ -9,24 +9,16 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from .acceptance import (
-    PositionNoise,
-    SamplingParams,
-    accept_speculative,
-    choose_tokens,
-    committed_tokens,
-    target_probs,
-)
+from .acceptance import (PositionNoise, SamplingParams, accept_speculative, choose_tokens,
+                         committed_tokens, target_probs)
 
 
 def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
            generator, positions: torch.Tensor | None = None) -> list[int]:
     """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
     after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
-    rule with the draft's distributions q (paper section 2;
-    docs/method.md#verification-and-acceptance). ``positions`` (k+1,): the absolute positions
-    of the tokens the rows choose, for seeded sampling
-    (:class:`~dflash_lite.decoding.acceptance.PositionNoise`)."""
+    rule with the draft's distributions q. ``positions`` (k+1,): the absolute positions of the
+    tokens the rows choose, for seeded sampling (:class:`PositionNoise`)."""
     if draft_q is None:             # a point mass: the target's own tokens while they agree
         return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
                                                             generator, positions))
@@ -41,16 +33,13 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
 class ChainDraft(NamedTuple):
     """k drafts in a row after the last committed token, and their distributions (k, V) when they
     were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
-    A draft knows how it is laid out for the verify and how it is accepted;
-    :class:`dflash_lite.decoding.tree.DraftTree` is the other shape, and :func:`steps` calls the
-    same two methods on either."""
+    One shape of :class:`Draft`; :class:`dflash_lite.decoding.tree.DraftTree` is the other."""
     tokens: torch.Tensor                    # (k,)
     q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft
 
     def layout(self, last: torch.Tensor):
-        """What ONE target forward scores: [last, d1..dk] (k+1,), at consecutive positions (depths
-        None) under a causal mask (ancestors None); row i of its logits is the target's choice
-        after token i."""
+        """What ONE target forward scores: [last, d1..dk] (k+1,), at consecutive positions under a
+        causal mask (depths, ancestors None); row i of its logits chooses the token after i."""
         return torch.cat([last, self.tokens]), None, None
 
     def accept(self, target_logits, sampling: SamplingParams, processors, generator,
@@ -71,16 +60,14 @@ class ChainDraft(NamedTuple):
 
     def accept_read(self, read: list[int]):
         """:meth:`accept` of a point-mass chain at temperature 0, from the batch's one host read
-        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed, and
-        the target's own tokens follow."""
+        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed."""
         return list(range(read[0] + 1)), read[1: read[0] + 2]
 
 
 def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
     """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
     lays them out on the widest (no per-row work): ids (R, W), depths (R, W), mask (R, W, W) and
-    each row's width. Chains of one width need no depths or mask (None, None: a chain); else a
-    row's padding repeats its ``last`` at depth 0 and sees only itself."""
+    each row's width. Chains of one width need no depths or mask (None, None: a chain)."""
     tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
     widths = [len(d.tokens) + 1 for d in drafts]
     ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)

@@ -7,13 +7,9 @@
 
 The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be a
 local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16. With a
-drafter, each step's block size is chosen by the cost-aware policy
-(:mod:`dflash_lite.decoding.policy`: measured forward costs and the acceptance so far, down to plain
-decoding) unless ``block_size`` fixes it; the engine keeps a
-:class:`~dflash_lite.decoding.policy.PolicySession`: the forward costs, measured on its first call
-(and again between calls when they drift), and the acceptance estimates, which each call hands on to
-the next. :func:`demo` is the engine plus the one interleaved timer (``python -m dflash_lite
-demo``).
+drafter, each step's draft is chosen by the cost-aware policy (:mod:`dflash_lite.decoding.policy`)
+unless ``block_size`` fixes it. :func:`dflash_lite.cli.demo` is the engine plus the one interleaved
+timer (``python -m dflash_lite demo``).
 """
 from __future__ import annotations
 
@@ -41,12 +37,11 @@ class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
                  dtype: str | torch.dtype | None = None, chat_template: bool = True,
                  compile: bool = False):
-        """``dtype``: cast the target and the drafter to it (None: keep the target's, and give the
-        drafter the target's dtype too). ``chat_template``: a prompt becomes a user turn of the
-        tokenizer's chat template when it has one (:func:`dflash_lite.prompts.encode`).
-        ``compile``: the same loop on fixed shapes with compiled forwards
-        (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA), on caches sized
-        for the longest call so far (:meth:`shapes_for`); one call at a time."""
+        """``dtype``: cast the target and the drafter to it (None: the drafter takes the target's).
+        ``chat_template``: a prompt becomes a user turn of the tokenizer's chat template when it has
+        one (:func:`dflash_lite.prompts.encode`). ``compile``: the same loop on fixed shapes with
+        compiled forwards (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA),
+        on caches sized for the longest call so far (:meth:`shapes_for`); one call at a time."""
         self.target, self.tokenizer, self.drafter, self.chat_template = (target, tokenizer, drafter,
                                                                          chat_template)
         if dtype is not None:
@@ -62,15 +57,13 @@ class Engine:
         if drafter is None and block_size is not None and block_size > 1:
             raise ValueError(f"block_size {block_size} needs a drafter, and none was given "
                              "(pass drafter=DIR)")
-        # None: the cost-aware policy chooses
-        self.block_size = block_size if drafter is not None else 1
+        self.block_size = block_size if drafter is not None else 1     # None: the policy chooses
         self.stops = stop_token_ids(target, tokenizer)
         self.session = (PolicySession(drafter, target, DEFAULT_OPTIONS) if drafter is not None
                         else None)
         self.last_result: GenerationResult | None = None
         self.compile = compile
-        # fixed shapes own their caches and compiled forwards (shapes_for)
-        self.shapes: Shapes = EAGER
+        self.shapes: Shapes = EAGER     # fixed shapes own their caches and compiled forwards
         self._busy = threading.Lock()
 
     def shapes_for(self, length: int) -> Shapes:
@@ -78,8 +71,7 @@ class Engine:
         tokens (prompt + new tokens) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`
         and capped at the target's context. They are kept across calls and rebuilt larger (and
         compiled again) only when a call needs more: every slot costs memory and, in a compiled
-        forward, attention over it. The verify widths are
-        :data:`~dflash_lite.decoding.shapes.BUCKETS` and the default's draft trees."""
+        forward, attention over it."""
         if not self.compile:
             return EAGER
         if not isinstance(self.shapes, FixedShapes) or self.shapes.length < length:
@@ -106,11 +98,8 @@ class Engine:
     def proposer(self, input_ids: torch.Tensor | list[torch.Tensor] | None = None,
                  shapes: Shapes = EAGER):
         """The proposer of a request, or of a batch (a list of ``input_ids``). Block size 1 or no
-        drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy, which
-        picks each step's block size (or a draft tree) for the whole batch from measured costs
-        and acceptance (:func:`dflash_lite.decoding.policy.default_policy`). The session measures
-        the costs of each batch size at its first call and keeps them; every call starts from the
-        estimates the last one left, whatever its batch size."""
+        drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy of
+        the engine's :class:`~dflash_lite.decoding.policy.PolicySession`, kept from call to call."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer(shapes)
         if self.block_size is not None:
@@ -124,11 +113,9 @@ class Engine:
                  stream: bool = False, seed: int | None = None):
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
         pieces that yields as blocks are accepted. ``self.last_result`` holds the timings and tau.
-        ``seed`` fixes a sampled call: the noise of the token at each position is a function of
-        the seed and the position only (:class:`~dflash_lite.decoding.acceptance.PositionNoise`), so
-        the text is the target's own seeded sample whatever the policy drafts, on either mode.
-        Without a seed one is drawn; ``self.last_result.seed`` gives it, to replay the call.
-
+        ``seed`` fixes a sampled call (:class:`~dflash_lite.decoding.acceptance.PositionNoise`):
+        the text is the target's own seeded sample whatever the policy drafts, on either mode;
+        without one a seed is drawn, and ``self.last_result.seed`` gives it, to replay the call.
         A list of prompts is one batch (docs/method.md#batches): a list of completions, each the
         one its prompt gets alone when greedy, or with ``stream=True`` ``(row, piece)`` pairs;
         ``self.last_result`` is then a list, one result per prompt."""

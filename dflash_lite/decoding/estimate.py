@@ -1,17 +1,14 @@
 """What the cost-aware policy (:mod:`dflash_lite.decoding.policy`) expects a draft to commit.
 
-**Estimates** (:class:`AcceptanceEstimate`): for the DFlash chain and for prompt lookup's chain,
-each its own, the probability ``a_k`` that draft k is accepted given that the drafts before it
-were, from decayed counts (pooled over positions with a Beta prior, then per position with the
-pool as prior); a chain of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens.
-Trees and hybrid trees keep their own decayed mean tokens per step, pulled towards a prior
-(``tree_prior_gain`` x the full chain's estimate; for the hybrid, the tree and prompt lookup as
-two independent tries at every depth). A tree or hybrid step also tells the chain estimate what the
-chain would have done (:func:`chain_accepted`), and every step with a lookup continuation tells
-prompt lookup's estimate how far its tokens would have gone, whichever option ran. The estimates
-outlive a request: the owner (:class:`~dflash_lite.decoding.policy.PolicySession`, kept by an
-``Engine``) hands them to the next request's policy, whose counts are first decayed by
-``request_decay``.
+:class:`AcceptanceEstimate` keeps, for the DFlash chain and for prompt lookup's chain, the
+probability ``a_k`` that draft k is accepted given that the drafts before it were, from decayed
+counts (pooled over positions with a Beta prior, then per position with the pool as prior); a chain
+of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens. Trees and hybrid trees
+keep their own decayed mean tokens per step, pulled towards a prior. A tree or hybrid step also
+tells the chain estimate what the chain would have done (:func:`chain_accepted`), and every step
+with a lookup continuation tells prompt lookup's estimate how far its tokens would have gone,
+whichever option ran. The owner (:class:`~dflash_lite.decoding.policy.PolicySession`) hands the
+estimates on to the next request, whose policy first decays them by ``request_decay``.
 """
 from __future__ import annotations
 
@@ -79,8 +76,7 @@ class AcceptanceEstimate:
                    options.prior_weight, ngram=lookup)
 
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
-        """Keep ``factor`` of every count; prompt lookup's estimate keeps ``lookup_factor`` (None:
-        the same)."""
+        """Keep ``factor`` of every count, prompt lookup's ``lookup_factor`` (None: the same)."""
         self._expected = None
         self.accepted, self.judged = self.accepted * factor, self.judged * factor
         self.accepted_at = [a * factor for a in self.accepted_at]
@@ -101,16 +97,14 @@ class AcceptanceEstimate:
             self.judged_at[k] += 1
 
     def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
-        """A tree step (a hybrid one with ``hybrid``) of ``tree_size`` nodes committed
-        ``tokens``."""
+        """A tree step (hybrid with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
         tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
                              else (self.tree_tokens, self.tree_steps))
         tokens_sum[tree_size] += tokens
         steps[tree_size] += 1
 
     def acceptance(self) -> float:
-        """P(a draft is accepted | the drafts before it were), pooled over positions, with the
-        prior."""
+        """P(a draft is accepted | the drafts before it were), pooled over positions, with prior."""
         return (self.accepted + self.prior_weight * self.prior) / (self.judged + self.prior_weight)
 
     def acceptance_by_position(self) -> list[float]:
@@ -121,9 +115,8 @@ class AcceptanceEstimate:
         return [(a + w * pooled) / (t + w) for a, t in zip(self.accepted_at, self.judged_at)]
 
     def expected_tokens(self) -> list[float]:
-        """Tokens a chain step of b tokens is expected to commit, bonus included, for
-        b = 1..depth+1: ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``. Computed once until the
-        counts change."""
+        """Tokens a chain step of b tokens is expected to commit, bonus included, b = 1..depth+1:
+        ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_(b-1)``; computed once until the counts change."""
         if self._expected is None:
             expected, survive = [1.0], 1.0
             for a in self.acceptance_by_position():
@@ -151,8 +144,7 @@ class AcceptanceEstimate:
         scale = (tree - 1) / (chain[-1] - 1) if chain[-1] > 1 else 0.0
         lookup = (self.ngram.expected_tokens()[: ngram_drafts + 1] if self.ngram is not None
                   else [1.0])
-        # P(reach depth j)
-        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]
+        reach_tree = [min(1.0, scale * (b - a)) for a, b in zip(chain, chain[1:])]  # P(reach j)
         reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
         reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
         prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))

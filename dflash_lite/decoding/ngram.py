@@ -1,17 +1,12 @@
 """Prompt lookup: drafts copied from the text so far, with no drafter at all.
 
-Code, quoted passages and repetitive reasoning repeat what is already in the context. The last few
-tokens often occurred before, and what followed them then is a good guess for what follows now.
-Prompt-lookup decoding drafts exactly that: find the most recent earlier occurrence of the last n
-tokens of the prompt and the tokens generated so far (the longest n first, from ``max_ngram``
-down to 1), and propose the tokens that followed it. The draft is deterministic (a point mass), so
-the target verifies it with the same lossless rules as DFlash's argmax drafts
+Code, quoted passages and repetitive reasoning repeat what is already in the context: what followed
+an earlier occurrence of the last few tokens is a good guess for what follows now.
+:func:`ngram_continuation` finds it, a pure function of the token history; :class:`NgramProposer`
+drafts it every step (no match: no draft, a plain step). The draft is deterministic (a point
+mass), so the target verifies it with the same lossless rules as DFlash's argmax drafts
 (``acceptance.accept_greedy`` and ``acceptance.accept_point_mass``;
 docs/method.md#verification-and-acceptance).
-
-* :func:`ngram_continuation`: the matching, a pure function of the token history.
-* :class:`NgramProposer`: the :class:`~dflash_lite.decoding.decode.Proposer` that keeps the history
-  and asks it for up to k drafts per step; no match means no draft, and the step is plain decoding.
 """
 from __future__ import annotations
 
@@ -26,11 +21,9 @@ from .shapes import EAGER, Shapes
 def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     """Up to ``k`` tokens that followed the most recent earlier occurrence of the last n tokens of
     ``history`` (a 1-D sequence of token ids), for the largest n <= ``max_ngram`` that occurs
-    earlier at all; ``[]`` when not even the last token occurs earlier.
-
-    A match close to the end has fewer than k tokens after it. Then the text is read as repeating
-    with the period the match shows (the distance from the match to the end), as a loop the model
-    has fallen into would go on: ``a b c a b`` continues ``c a b c ...``."""
+    earlier at all; ``[]`` when not even the last token occurs earlier. A match with fewer than k
+    tokens after it is read as repeating with the period it shows (its distance to the end), as a
+    loop the model has fallen into would go on: ``a b c a b`` continues ``c a b c ...``."""
     h = np.asarray(history, dtype=np.int64)                            # (L,)
     if k <= 0 or h.size < 2:
         return []
@@ -69,8 +62,7 @@ class NgramProposer:
         self.history, self.blocks = prompt_ids[0].tolist(), []
 
     def continuation(self, last_token: int, k: int) -> list[int]:
-        """Up to ``k`` drafts after ``last_token``, as token ids on the host
-        (:func:`ngram_continuation`)."""
+        """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
             tokens, at = torch.cat([b for _, b in self.blocks]).tolist(), 0
             for position, block in self.blocks:

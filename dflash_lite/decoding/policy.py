@@ -1,9 +1,9 @@
 """The best draft for every step: each step drafts whatever maximises expected tokens per second.
 
-The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`, ``speedup
-= tau * t_target(1) / (t_target(B) + t_draft(B))``) says when a draft pays: its verify and the
-drafter forward must cost less than the tokens they bring. Both sides change from prompt to prompt
-and from step to step, so the draft is chosen per step, as real integrations' depth controllers do.
+The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`) says
+when a draft pays: its verify and drafter forward must cost less than the tokens they bring. Both
+sides change from prompt to prompt and step to step, so the draft is chosen per step, as real
+integrations' depth controllers do.
 
 **Options** (a :class:`Choice`, its ``kind``):
 
@@ -17,24 +17,18 @@ and from step to step, so the draft is chosen per step, as real integrations' de
   one verify: ``t_target(N+1+m) + t_draft(B)``.
 
 The default (:data:`DEFAULT_OPTIONS`, :func:`default_policy`) offers all five;
-:data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (the first three).
+:data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (the first three). Every draft is a point mass
+(argmaxes, the tree's top paths, copied tokens), so each step's rule is exact
+(``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on tokens
+already committed: lossless at every temperature.
 
-Every draft is a point mass (argmaxes, the tree's top paths, copied tokens), so each step's rule
-is exact (``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on
-tokens already committed: lossless at every temperature.
-
-**Estimates** (:mod:`dflash_lite.decoding.estimate`): what each option is expected to commit, from
-decayed counts of what the target accepted. **The choice** (:mod:`dflash_lite.decoding.choice`): the
-options, the cost of each, and the rule that picks the most expected tokens per second of step.
-
-**Costs by context** (:class:`dflash_lite.decoding.costs.StepCosts`): ``t_target(b)`` and
-``t_draft(b)`` measured at two context lengths, each a line in b whose intercept and slope are lines
-in the context length; :func:`choose` reads them at the step's context length. The policy times its
-own steps (``time.perf_counter``); when the running median of measured / predicted over
-:data:`~dflash_lite.decoding.costs.DRIFT_WINDOW` steps moves by more than
-:data:`~dflash_lite.decoding.costs.DRIFT_MARGIN` (either way) from what it was on the first steps,
-the policy reports ``drifted`` and the session measures again, between requests, at the current
-context length.
+What each option is expected to commit: :mod:`dflash_lite.decoding.estimate`, from decayed counts
+of what the target accepted. The rule that picks the most expected tokens per second of step:
+:func:`choose` (:mod:`dflash_lite.decoding.choice`), with ``t_target(b)`` and ``t_draft(b)`` read
+at the step's context length (:class:`dflash_lite.decoding.costs.StepCosts`). The policy times
+its own steps (``time.perf_counter``) and reports ``drifted`` when the costs no longer fit them
+(:class:`~dflash_lite.decoding.costs.DriftMonitor`); the session then measures again, between
+requests, at the current context length.
 
 **Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
 counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
@@ -62,26 +56,21 @@ from .tree import DFlashTreeProposer, add_branch, draft_trees
 
 
 def _judge(pending: list[tuple], token: int | None) -> None:
-    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token
-    (:func:`chain_accepted`)."""
+    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token."""
     for estimate, path, chain, held in pending:
         estimate.observe_chain(*chain_accepted(path, chain, held, token))
 
 
 class CostAwareProposer(DFlashTreeProposer):
-    """Each step, the ONE option :func:`choose` rates best for every row of the batch (one request
-    is one row): plain decoding, a DFlash chain of up to ``options.max_block_size``, a draft tree
-    of one of ``options.tree_sizes`` nodes, prompt lookup's continuations (up to
-    ``options.ngram_drafts``), or, for one row, the hybrid tree. ``costs``: a :class:`StepCosts`
-    measured at this batch size (measured at the first prompt when None); ``estimate``: what
-    earlier requests left (decayed by ``options.request_decay`` at :meth:`start`; None: the
-    prior), one estimate pooled over the rows. The choice is made in :meth:`propose`, where the
-    last tokens, and so prompt lookup's continuations, are known; a plain step is an empty draft.
-    Features of steps that ran no drafter wait, per row, for the next drafter forward. Every draft
-    is a point mass, so every step is lossless (docs/method.md#batches). The policy times its own
-    steps against the model (``costs.observe``, the drift check; a batch also
-    ``costs.observe_yield``), and the target's token after a step judges the drafts the step did
-    not hold (``pending``)."""
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch
+    (docs/method.md#batches). ``costs``: a :class:`StepCosts` measured at this batch size (None:
+    measured at the first prompt); ``estimate``: what earlier requests left (decayed by
+    ``options.request_decay`` at :meth:`start`; None: the prior), one pooled over the rows. The
+    choice is made in :meth:`propose`, where the last tokens, and so prompt lookup's continuations,
+    are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
+    for the next drafter forward. Steps are timed against the model (``costs.observe``, the drift
+    check; a batch also ``costs.observe_yield``); the target's token after a step judges the drafts
+    the step did not hold (``pending``)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -106,8 +95,7 @@ class CostAwareProposer(DFlashTreeProposer):
             self.estimate = AcceptanceEstimate.for_options(o)
         else:                                      # what earlier requests learned, at a discount
             self.estimate.decay(o.request_decay)
-        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) \
-            if o.ngram_drafts else None
+        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(ids, None, lengths)
         # per row: the features no drafter forward has seen yet, where they start, where the row's
@@ -116,15 +104,13 @@ class CostAwareProposer(DFlashTreeProposer):
         self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
-        # the batch it started with (rows leave; these stay)
-        self.rows, self.prompt_lengths = rows, list(lengths)
+        self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
         # per row: (estimate, path, chain, held) that the row's next token judges further
         self.pending: list[list[tuple]] = [[] for _ in lengths]
         self._reset(rows)
 
     def _reset(self, rows: int) -> None:
-        """Before each step: a step that never reaches :meth:`propose` (no room for a draft) is
-        plain."""
+        """Before each step: one that never reaches :meth:`propose` (no room to draft) is plain."""
         self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
         self.continuations: list[list[int]] = [[] for _ in range(rows)]
 
@@ -137,8 +123,7 @@ class CostAwareProposer(DFlashTreeProposer):
         lasts = last.tolist()
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
         context = sum(self.context) // len(self.context)
-        # what a drafter forward would take in now: the widest row's waiting features
-        waiting = max(self.waited)
+        waiting = max(self.waited)          # what a drafter forward would take in: the widest row
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
                                   max(depths), waiting)
@@ -229,8 +214,7 @@ class CostAwareProposer(DFlashTreeProposer):
             pending.append((e, path, tree.chain, tree.path_length(tree.chain)))
         elif c.kind == "chain":
             drafts = self.proposed[r].tokens.tolist()
-            # drafts 1..n accepted; draft n+1 (if there was one) rejected
-            e.observe_chain(n, min(n + 1, len(drafts)))
+            e.observe_chain(n, min(n + 1, len(drafts)))   # 1..n accepted, n+1 (if any) rejected
         if e.ngram is not None and lookup:          # how far prompt lookup's tokens would have gone
             held = (self.trees[r].path_length(lookup) if c.tree_size
                     else {"plain": 0, "ngram": min(c.ngram, len(lookup)),
@@ -239,9 +223,8 @@ class CostAwareProposer(DFlashTreeProposer):
         return pending
 
     def observe_pending(self, next_tokens: list[int] | None = None) -> None:
-        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's own token
-        after its path (:func:`chain_accepted`; None at the end of a request: only as far as the
-        step itself judged)."""
+        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's token after
+        its path (:func:`chain_accepted`; None, at a request's end: as far as the step judged)."""
         for r, items in enumerate(self.pending):
             _judge(items, None if next_tokens is None else next_tokens[r])
         self.pending = [[] for _ in self.pending]
@@ -261,10 +244,9 @@ class CostAwareProposer(DFlashTreeProposer):
 @dataclass
 class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
-    the step costs of each batch size (measured at the first request of that size; for one row,
-    measured again between requests when a policy reports that they drifted, if ``recalibrate``)
-    and the acceptance estimates the last request left, which the next request's policy starts
-    from, whatever its batch size (acceptance does not depend on the batch)."""
+    the step costs of each batch size (measured at its first request; for one row, again between
+    requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
+    request left, where the next one starts at any batch size (acceptance does not depend on it)."""
     drafter: object
     target: object
     options: PolicyOptions
@@ -316,19 +298,14 @@ class PolicySession:
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split
-# prompt lookup's drafts per step, as transformers' prompt_lookup_num_tokens
-DEFAULT_NGRAM_DRAFTS = 10
-# all five kinds
+DEFAULT_NGRAM_DRAFTS = 10       # prompt lookup's drafts per step (prompt_lookup_num_tokens)
 DEFAULT_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES, ngram_drafts=DEFAULT_NGRAM_DRAFTS)
-# chains and the tree only: no prompt lookup
 NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)
 
 
 def default_policy(drafter, target, costs: StepCosts | None = None,
                    estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
-    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: :data:`DEFAULT_OPTIONS`,
-    each step plain decoding, a DFlash chain, a draft tree of :data:`DEFAULT_TREE_SIZES` nodes,
-    prompt lookup's continuation, or the hybrid tree (the tree with that continuation as a branch),
-    greedy or sampled (every rule is lossless, :mod:`dflash_lite.decoding.tree`).
-    :data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (``bench``'s "cost-aware, no n-gram" row)."""
+    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: all five options of
+    :data:`DEFAULT_OPTIONS`, greedy or sampled. :data:`NO_NGRAM_OPTIONS` (no prompt lookup) is
+    ``bench``'s "cost-aware, no n-gram" row."""
     return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)

@@ -3,8 +3,7 @@
 One request is a batch of one row. A proposer that drafts one request at a time (prompt lookup,
 the EAGLE-style drafter, a small draft model, a proposer of your own: :class:`RequestProposer`)
 is wrapped where it is built, ``PerRow(proposer)``: one copy per row, the target still verifying
-every row in one forward. :class:`DFlashProposer` is the paper's drafter, one drafter forward
-for every row of the batch.
+every row in one forward. :class:`DFlashProposer`, the paper's drafter, drafts every row at once.
 """
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ class Proposer(Protocol):
     layer_ids: list[int] | None
     block_size: int
 
-    def start(self, ids: torch.Tensor, features: torch.Tensor | None,
-              lengths: list[int]) -> None:
+    def start(self, ids: torch.Tensor, features: torch.Tensor | None, lengths: list[int]) -> None:
         """After prefill: the prompts (R, T), padded on the right to the longest of ``lengths``,
         and their features (R, T, K*H) when the proposer reads them."""
 
@@ -64,8 +62,7 @@ class RequestProposer(Protocol):
 
 class PerRow:
     """A :class:`RequestProposer` on a batch: one shallow copy per row, each drafting its own
-    request; the target still verifies every row in one forward. ``proposers``: the copies, in
-    batch order (the first is the one given)."""
+    request. ``proposers``: the copies, in batch order (the first is the one given)."""
 
     def __init__(self, proposer: RequestProposer):
         if isinstance(proposer, PerRow) or hasattr(proposer, "keep"):
@@ -127,9 +124,7 @@ class DFlashProposer:
     ONE forward of a :class:`~dflash_lite.decoding.drafter.DFlashDrafter` over ``[last, MASK x k]``
     for every row, each row after its own committed features only. ``passes`` > 1 re-feeds the
     drafts (an experiment of one request)."""
-
-    # the kind of drafter this proposer runs (see baselines.EagleProposer)
-    autoregressive = False
+    autoregressive = False          # the kind of drafter it runs (see baselines.EagleProposer)
 
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
                  shapes: Shapes = EAGER):
@@ -140,8 +135,7 @@ class DFlashProposer:
         self.shapes = shapes                # what the loop runs this proposer's steps on
 
     def start(self, ids, features, lengths=None) -> None:
-        """``ids`` (R, T) padded on the right to the longest of ``lengths`` (None: every row all
-        T) and their features (R, T, K*H)."""
+        """As :meth:`Proposer.start` (``lengths`` None: every row all T)."""
         lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else list(lengths)
         if len(lengths) > 1 and self.passes > 1:
             raise ValueError("more than one drafter pass drafts one request at a time")
@@ -151,11 +145,10 @@ class DFlashProposer:
         self.new_context_lengths = lengths
 
     def block_logits(self, last: torch.Tensor, depths: list[int]):
-        """One drafter forward over ``[last, MASK x k]`` per row (``last`` (R,)) with the new
-        context: the block (R, k+1) and the drafter's logits at its k masked slots (R, k, V).
-        Each row drafts as a block of its own ``depths[r] + 1`` would (the widest sets the
-        shapes). With fixed shapes the block is always the proposer's full block, and its first k
-        drafts are read."""
+        """One drafter forward over ``[last, MASK x k]`` per row (``last`` (R,); k the widest
+        depth) with the new context: the block (R, k+1) and the logits at its k masked slots
+        (R, k, V), each row drafted as a block of its own ``depths[r] + 1`` would be. With fixed
+        shapes the block is the proposer's full block, its first k drafts read."""
         k = max(depths)
         width = self.block_size if self.shapes.fixed else k + 1
         block = torch.full((last.shape[0], width), self.drafter.config.mask_token_id,
@@ -169,7 +162,6 @@ class DFlashProposer:
     def propose(self, last: torch.Tensor, depths: list[int]) -> list[ChainDraft]:
         """Per row a chain of its depth (point masses: the argmax at every masked slot)."""
         block, logits = self.block_logits(last, depths)
-        # DFlash uses 1 pass; more is an experiment (one request only):
         for _ in range(self.passes - 1):
             position = self.new_context_start[0] + self.new_context.shape[1]   # where `last` sits
             block[0, 1:] = logits[0].argmax(dim=-1)       # re-feed the draft instead of the masks
@@ -178,8 +170,7 @@ class DFlashProposer:
         return [ChainDraft(row[:d]) for row, d in zip(logits.argmax(dim=-1), depths)]
 
     def accepted(self, blocks, positions, features) -> None:
-        """The features of each row's last + n accepted drafts join its drafter context on the
-        next propose."""
+        """Each row's committed features join its drafter context on the next propose."""
         self.new_context = stack_padded(features)
         self.new_context_start = list(positions)
         self.new_context_lengths = [h.shape[1] for h in features]

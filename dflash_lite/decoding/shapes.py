@@ -8,9 +8,8 @@ gpt-fast and vLLM's CUDA-graph path do:
 
 * **caches allocated once** for ``length`` slots and kept from request to request, masked over
   the whole buffer (:class:`~dflash_lite.decoding.cache.SlotCache` with ``fixed=True``);
-* **buckets**: a verify of w rows is padded to the smallest bucket width >= w (padding rows repeat
-  the root at depth 0 and see only the context and themselves: :func:`pad`); the drafter's new
-  context goes in chunks of one width, the last padded;
+* **buckets**: a verify of w rows is padded to the smallest bucket width >= w (:func:`pad`); the
+  drafter's new context goes in chunks of one width, the last padded;
 * **compiled forwards** (``compile=True``): each forward through ``torch.compile``, in
   ``reduce-overhead`` mode (CUDA graphs) on CUDA, one graph per bucket, recorded on first use.
 """
@@ -29,8 +28,7 @@ def pad(ids: torch.Tensor, depths: torch.Tensor | None, ancestors: torch.Tensor 
     """A verify of w tokens per row (``ids`` (R, w); ``depths`` (w,) or (R, w) and ``ancestors``
     (w, w) or (R, w, w), None: a chain) laid out on ``width`` tokens: padding tokens repeat the
     first token at depth 0 and see only themselves (and the committed context), so no real token
-    ever attends to one. One row gives (1, width), (width,), (width, width); more rows give every
-    part per row."""
+    ever attends to one. One row gives (1, width), (width,), (width, width); more, all per row."""
     rows, w = ids.shape
     device = ids.device
     if w > width:
@@ -51,8 +49,7 @@ class Shapes:
     compiled = False
 
     def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
-        """The target's cache for ``rows`` requests of up to ``length`` tokens (prompt + new
-        tokens)."""
+        """The target's cache for ``rows`` requests of up to ``length`` tokens (prompt + new)."""
         return SlotCache.for_target(target, length + HEADROOM, rows)
 
     def drafter_cache(self, drafter, device, rows: int = 1) -> SlotCache:
@@ -136,7 +133,6 @@ class FixedShapes(Shapes):
         if key not in self.forwards:
             # one graph per bucket width, per set of taps and per batch size: more than dynamo's 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
-            # CUDA graphs exist on CUDA only
             mode = "reduce-overhead" if args[0].device.type == "cuda" else None
             self.forwards[key] = torch.compile(forward, mode=mode, dynamic=False)
         out = self.forwards[key](*args)
@@ -153,8 +149,7 @@ class FixedShapes(Shapes):
         width, device, rows = self.context_width, block.device, block.shape[0]
 
         def forward(block, features, start, end, block_lengths):
-            return drafter.draft_forward(target, block, features, start, cache, end,
-                                         block_lengths)
+            return drafter.draft_forward(target, block, features, start, cache, end, block_lengths)
         blocks = torch.tensor([block.shape[1]] * rows if block_lengths is None else block_lengths,
                               device=device)
         starts = torch.tensor(start, device=device).view(-1).expand(rows)

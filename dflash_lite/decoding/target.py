@@ -2,9 +2,8 @@
 docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
-Hugging Face directory, or a hub id. Only a hub id can reach the network: it is looked up in the
-local cache first, and when neither a local copy nor the network is there the call fails with one
-line (:class:`LoadError`), not a stack of retries.
+Hugging Face directory, or a hub id; only a hub id can reach the network, and with neither a cached
+copy nor the network it fails with one line, not a stack of retries (:func:`resolve_checkpoint`).
 """
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ class LoadError(RuntimeError):
     """A model or checkpoint could not be loaded; the message says why in one line."""
 
 
-# weight formats other than safetensors (torch's, TensorFlow's, Flax's, joblib's, numpy's): never
-# loaded, and a directory that holds one is refused whole, so no loader can pick it instead
+# weight formats other than safetensors (torch, TensorFlow, Flax, joblib, numpy): never loaded
 OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".msgpack", ".h5", ".joblib", ".npz",
                  ".npy")
 
@@ -142,13 +140,9 @@ def _is_hub_id(name: str) -> bool:
 
 def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
                        what: str = "model") -> Path:
-    """A local directory for a local path or a hub id ``owner/name``.
-
-    A hub id is looked up in the local Hugging Face cache first (no network needed). Without a
-    cached copy it is downloaded once, with a short timeout; with ``HF_HUB_OFFLINE`` set, or when
-    the download fails, the call fails with one line (:class:`LoadError`) and no retries.
-    Only the files matching ``patterns`` are fetched.
-    """
+    """A local directory for a local path or a hub id ``owner/name``: the local Hugging Face cache
+    first, else the files matching ``patterns`` downloaded once, with a short timeout; with
+    ``HF_HUB_OFFLINE`` set, or when the download fails, one :class:`LoadError` line, no retries."""
     name = str(name_or_path)
     path = Path(name).expanduser()
     if path.exists():
@@ -174,8 +168,7 @@ def resolve_checkpoint(name_or_path: str | os.PathLike, patterns: list[str],
 
 
 def _resolve(name_or_path: str | os.PathLike) -> Path:
-    """A local directory for ``name_or_path``: shipped name, local path, or a cached/downloaded
-    hub id."""
+    """A local directory for a shipped name, a local path, or a cached or downloaded hub id."""
     name = str(name_or_path)
     if name in SHIPPED:
         return SHIPPED[name]
@@ -222,12 +215,8 @@ def target_context(name_or_path: str | os.PathLike) -> int | None:
 
 def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torch.device = "cpu",
                     dtype: str | torch.dtype | None = torch.float32):
-    """Load a target causal LM and its tokenizer.
-
-    ``name_or_path``: ``"tiny"`` (shipped), a local Hugging Face directory, or a hub id
-    (Qwen3 and Llama families). Weights are loaded in ``dtype`` (``"float32"``, ``"bfloat16"`` or
-    ``"float16"``, or the torch dtype; fp32 by default: the shipped bf16 weights upcast exactly).
-    """
+    """A target causal LM (Qwen3 and Llama families) and its tokenizer, from a shipped name, a
+    local Hugging Face directory or a hub id, with weights in ``dtype`` (:func:`parse_dtype`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = parse_dtype(dtype)
@@ -244,8 +233,7 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
         raise LoadError(str(e)) from None
     _check_vocabulary(directory, raw, _check_safetensors(directory))     # headers only
     try:
-        # a per-tensor bar is noise for a model this size
-        with _no_progress_bar():
+        with _no_progress_bar():          # a per-tensor bar is noise for a model this size
             model, info = AutoModelForCausalLM.from_pretrained(
                 directory, dtype=dtype, attn_implementation="sdpa", trust_remote_code=False,
                 use_safetensors=True, output_loading_info=True)
@@ -300,14 +288,11 @@ def _no_progress_bar():
 
 
 def mask_token_id(tokenizer) -> int | None:
-    """The token id a DFlash drafter fills its block with (docs/method.md#the-mask-token).
-
-    The tokenizer's own mask token when it has one. Most real tokenizers have none; then, as the
-    published DFlash drafters do, a reserved token of the target's vocabulary that it never emits:
-    the added special token with the highest id that is not the BOS, EOS, PAD or UNK token and
-    does not occur in the chat template (for SmolLM2 ``<empty_output>``, id 16). The drafter's
-    config records the id (``mask_token_id``), so export, import and vLLM use the same one. None
-    when the tokenizer has no such token."""
+    """The token id a DFlash drafter fills its block with (docs/method.md#the-mask-token): the
+    tokenizer's own mask token, else, as the published DFlash drafters do, a reserved token the
+    target never emits: the added special token with the highest id that is not BOS, EOS, PAD or
+    UNK and not in the chat template (SmolLM2: ``<empty_output>``, id 16); None without one. The
+    drafter's config records the id, so export, import and vLLM use the same one."""
     if tokenizer.mask_token_id is not None:
         return tokenizer.mask_token_id
     taken = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
@@ -331,12 +316,9 @@ def stop_token_ids(model, tokenizer) -> list[int]:
 
 # ----------------------------------------------------------------------------- feature taps
 def tapped_layer_ids(num_layers: int, num_taps: int = 5) -> list[int]:
-    """Target layers whose outputs condition the drafter (paper section 3.2).
-
-    Spread evenly from the 2nd layer (id 1) to the 3rd-from-last (id N-3):
-    ``round(1 + i * (N - 4) / (K - 1))`` for ``i = 0 .. K-1``. K is capped at the N-3 distinct
-    layers in that range; with K = 1 the middle layer is tapped.
-    """
+    """Target layers whose outputs condition the drafter (paper section 3.2), spread evenly from
+    the 2nd layer (id 1) to the 3rd-from-last (id N-3): ``round(1 + i * (N - 4) / (K - 1))`` for
+    ``i = 0 .. K-1``, K capped at the N-3 layers in that range; with K = 1 the middle layer."""
     if num_layers < 2:
         raise ValueError(f"the target needs at least 2 layers to tap, it has {num_layers}")
     if num_taps < 1:
@@ -348,9 +330,6 @@ def tapped_layer_ids(num_layers: int, num_taps: int = 5) -> list[int]:
 
 
 def context_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: list[int]) -> torch.Tensor:
-    """Concatenate the tapped layers' outputs per position: K x (1, T, H) -> (1, T, K*H).
-
-    ``hidden_states`` is a Hugging Face ``output_hidden_states`` tuple, whose index 0 is the
-    embedding output, so layer ``l``'s output is at index ``l + 1``.
-    """
+    """The tapped layers' outputs per position, concatenated: K x (1, T, H) -> (1, T, K*H), from
+    transformers' ``output_hidden_states`` (index 0 the embeddings, so layer ``l`` at ``l + 1``)."""
     return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)

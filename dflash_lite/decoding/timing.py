@@ -22,8 +22,7 @@ def interleaved(runs: dict[Hashable, Callable[[], object]], repeats: int = 3, wa
                 device: str | torch.device = "cpu") -> dict[Hashable, list[tuple[float, object]]]:
     """The one interleaved timer: call every run ``warmup`` times (untimed), then ``repeats`` rounds
     that visit them in turn, each round starting one run further along, so that drift in machine
-    load hits all of them alike. Returns ``{name: [(seconds, result), ...]}``, one entry per
-    round."""
+    load hits all of them alike. ``{name: [(seconds, result), ...]}``, one entry per round."""
     names = list(runs)
     for _ in range(warmup):
         for name in names:

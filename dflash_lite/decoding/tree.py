@@ -1,34 +1,31 @@
 """Draft trees: many continuations from one drafter forward, verified in one target forward.
 
-DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it.
-The drafter gives a distribution over the vocabulary at each of the block's masked positions;
-instead of the chain of argmaxes, we build the **tree of the N most likely continuations**, scoring
-a path by the product of its tokens' per-position probabilities, and verify all of them at once:
+DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it:
+instead of the chain of argmaxes of the drafter's distributions at the block's masked positions,
+the **tree of the N most likely continuations** (a path scored by the product of its tokens'
+probabilities), all verified at once:
 
 * **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
   is the top token of the next position; its next sibling is the next-ranked token at its own
   position. Since each row is sorted, this pops the N best paths exactly, and the set is closed
   under prefixes (a path's parent scores at least as well as the path).
-* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes go
-  through the target in one forward, with a 4D attention mask in which every node sees the
-  context and its own ancestors only, and position ids = context length + depth.
+* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes in one
+  target forward, every node seeing the context and its own ancestors only, at position ids
+  context length + depth.
 * **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
-  choice at the node (its argmax, or at temperature > 0 a sample from its processed
-  distribution), as far as it goes; the target's choice at the last node reached is the bonus token.
-* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the target's K/V of the
-  accepted path move to consecutive slots and the next write starts after them; only the path's
-  features go to the drafter's context.
+  choice at the node as far as it goes; the target's choice at the last node is the bonus token.
+* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the accepted path's K/V move
+  to consecutive slots, where the next write follows; only its features go to the drafter.
 * **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
-  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the drafter's
-  tree as one more branch, sharing the nodes the tree already holds, checked in the same forward.
+  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the tree as one
+  more branch, sharing the nodes the tree already holds, checked in the same forward.
 
-**Sampling is lossless too.** The drafts are deterministic (the top paths of the drafter's
-distributions, and prompt lookup's copied tokens), so the tree rule is the chain's point-mass rule
+**Sampling is lossless too.** The drafts are deterministic (the drafter's top paths, prompt
+lookup's copied tokens), so the tree rule is the chain's point-mass rule
 (``acceptance.accept_point_mass``) with several candidates: at each node on the walk the target's
-token is a fresh sample from its own distribution given that node's path, and the walk moves on
-only when a child holds that very token. Every committed token is therefore a sample of the target
-given the tokens before it, whichever children the tree holds; the tree only decides how many of
-them one forward commits (``tests/test_sampling_lossless.py`` checks it with a chi-square test).
+token is a fresh sample given that node's path, and the walk moves on only when a child holds that
+very token. So every committed token is a sample of the target given the tokens before it; the
+tree only decides how many one forward commits (``tests/test_sampling_lossless.py``: chi-square).
 """
 from __future__ import annotations
 
@@ -47,13 +44,11 @@ from .shapes import EAGER, Shapes
 
 @dataclass
 class DraftTree:
-    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents before
-    children."""
+    """Node 0 is the root (the last committed token); nodes 1..N are drafts, parents first."""
     tokens: torch.Tensor          # (N+1,) token ids
     parents: list[int]            # parent index per node; -1 for the root
     depths: list[int]             # 0 for the root
-    # the top token at each depth: the chain drafting would take
-    chain: list[int] = field(default_factory=list)
+    chain: list[int] = field(default_factory=list)  # the top token per depth: a chain's drafts
     _host: list[int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -107,9 +102,8 @@ class DraftTree:
         return path, [tokens[i] for i in path[1:]] + [next_token]
 
     def accept_read(self, read: list[int]):
-        """:meth:`accept` at temperature 0 from the batch's one host read
-        (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): the target's argmax after each
-        node is ``read[1:]``."""
+        """:meth:`accept` at temperature 0 from the batch's one host read, the argmax after each
+        node ``read[1:]`` (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`)."""
         choice, kids, path = read[1:], self.children(), [0]
         while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
             path.append(child)
@@ -127,8 +121,7 @@ class DraftTree:
     def layouts(last: torch.Tensor, trees: list[DraftTree]):
         """Every row's :meth:`layout` at once, as :func:`~dflash_lite.decoding.shapes.pad` lays
         them out on the widest: ids (R, W), depths (R, W), mask (R, W, W), each row's width. Built
-        from the trees' host lists with one copy to the device each; a row's padding repeats its
-        root at depth 0 and sees only itself."""
+        from the trees' host lists with one copy to the device each."""
         widths = [len(t) for t in trees]
         width, device = max(widths), last.device
         ids = [t.token_list + t.token_list[:1] * (width - len(t)) for t in trees]
@@ -152,8 +145,7 @@ def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: i
 
 def _best_first(root: int, top_logp: list[list[float]], top_ids: list[list[int]], budget: int,
                 device) -> DraftTree:
-    """:func:`build_tree` from each position's top log-probabilities and their tokens, sorted
-    (host lists, D x width)."""
+    """:func:`build_tree` from each position's top log-probabilities and tokens, sorted (D x W)."""
     depth_limit, width = len(top_logp), len(top_logp[0]) if top_logp else 0
     tokens, parents, depths = [root], [-1], [0]
     # a candidate: (-score, depth (0-based position), rank at that position, parent node)
@@ -192,15 +184,13 @@ def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
 
 def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Shapes = EAGER):
     """One target forward over the whole tree, written at the cache's write position (the root's
-    slot): logits (N+1, V) and tapped features (1, N+1, K*H). Every node sees the committed context
-    and its own ancestors (:meth:`DraftTree.ancestor_mask`), at position ids root + depth."""
+    slot): logits (N+1, V) and tapped features (1, N+1, K*H)."""
     verified = verify_drafts(shapes, target, [tree], tree.tokens[:1], cache, layer_ids)
     return verified.logits[0], verified.features
 
 
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
-                sampling: SamplingParams = SamplingParams(),
-                processors=None, generator=None,
+                sampling: SamplingParams = SamplingParams(), processors=None, generator=None,
                 positions: torch.Tensor | None = None) -> tuple[list[int], int]:
     """The longest root-to-node path whose every draft is the target's choice at its parent: the
     argmax when greedy, else one sample per node from the target's processed distribution (only
@@ -216,9 +206,8 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
 
 def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
                 tree_size: int) -> list[DraftTree]:
-    """Per row of a batch (``last`` (R,)), the ``tree_size`` most likely paths of depth up to
-    ``depths[r]``, all from one forward of the DFlash ``proposer`` (its context and cache) over
-    ``[last, MASK x depth]``."""
+    """Per row (``last`` (R,)), the ``tree_size`` most likely paths of depth up to ``depths[r]``,
+    all from one forward of the DFlash ``proposer`` over ``[last, MASK x depth]``."""
     _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
     # every row's top tokens in one host read; the rows' trees are built from those
     top_logp, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(
@@ -246,8 +235,7 @@ class DFlashTreeProposer(DFlashProposer):
 class HybridTreeProposer(DFlashTreeProposer):
     """The DFlash tree with prompt lookup's draft added as one more branch (:func:`add_branch`), so
     both are verified in the same target forward. The branch holds up to ``ngram_drafts`` tokens
-    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts.
-    Both drafts are deterministic, so the tree's rule stays lossless at every temperature."""
+    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
                  ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):

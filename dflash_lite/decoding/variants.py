@@ -9,8 +9,7 @@ notebooks 03 and 04 and ``tools/train_ablations.py`` compare them with DFlash
 * :class:`NoFeatureDrafter` (``conditioning="none"``): no target computation at all; the context
   is the target's token embeddings (tap -1, the embedding output), injected like DFlash's features.
 * :class:`AutoregressiveDrafter` (``drafting="autoregressive"``): the EAGLE-style baseline
-  (the paper's "DFlash-AR"): the same conditioning, one token per forward, each predicting the
-  next; its cache keeps the drafts' K/V for the next one.
+  (the paper's "DFlash-AR"): the same conditioning, one token per forward.
 
 :func:`make_drafter` builds whichever drafter a :class:`~dflash_lite.decoding.drafter.DrafterConfig`
 names; checkpoints keep those two config fields, so every saved drafter loads as what it was.
@@ -22,7 +21,6 @@ import torch
 from .drafter import DFlashDrafter, DrafterConfig, DrafterLayer, KVInjectionAttention
 
 
-# ----------------------------------------------------------------------------- input fusion
 class InputFusionAttention(KVInjectionAttention):
     def forward(self, block, context, block_rope, context_rope, cache, layer, attn_mask=None,
                 context_queries=False):
@@ -45,8 +43,7 @@ class InputFusionLayer(DrafterLayer):
 
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None,
                 last=False):
-        """Returns the block's and the context's residual streams (the last layer leaves the
-        context)."""
+        """The block's and the context's residual streams (the last layer leaves the context)."""
         a, a_ctx = self.self_attn(self.input_layernorm(x), self.input_layernorm(context),
                                   block_rope, context_rope,
                                   cache, layer, attn_mask, context_queries=not last)
@@ -74,17 +71,14 @@ class InputFusionDrafter(DFlashDrafter):
         return self.norm(x)
 
 
-# ----------------------------------------------------------------------------- no target features
 class NoFeatureDrafter(DFlashDrafter):
     """DFlash's attention with the token embeddings as the context: the config taps layer -1."""
     variants = {("block", "none")}
 
 
-# -------------------------------------------------------------------------- autoregressive drafting
 class AutoregressiveAttention(KVInjectionAttention):
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
-        """As KV injection, but the drafted token's K/V join the cache too: the next draft attends
-        to it."""
+        """As KV injection, but the drafted token's K/V join the cache: the next draft sees it."""
         k, v = super().keys_values(block, context, block_rope, context_rope, cache, layer)
         if cache is not None:                   # cache = [context ; drafts so far]: add this token
             b = block.shape[1]
@@ -108,8 +102,7 @@ class AutoregressiveDrafter(DFlashDrafter):
     def next_token_logits(self, target, token: torch.Tensor, target_hidden: torch.Tensor,
                           context_start: int, position: int, cache) -> torch.Tensor:
         """One drafting step: ``token`` (1, 1) at ``position`` -> logits of the next token (1, V).
-        ``target_hidden``: features of the new context positions from ``context_start`` (may be
-        empty)."""
+        ``target_hidden``: the new context positions' features from ``context_start`` (or none)."""
         device, c, dtype = token.device, target_hidden.shape[1], self.fc.weight.dtype
         context_positions = torch.arange(context_start, context_start + c, device=device)[None]
         embeds = target.get_input_embeddings()(token).to(dtype)                        # (1, 1, H)
