@@ -80,6 +80,7 @@ class Engine:
             buckets = {*BUCKETS, *(n + 1 for n in DEFAULT_TREE_SIZES)}
             self.shapes = FixedShapes(size, compile=True, buckets=buckets)
         return self.shapes
+
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | None = None, **kwargs):
