@@ -156,4 +156,3 @@ def get(name: str, wheel: str | os.PathLike | None = None, overwrite: bool = Fal
     final = outputs.commit(work, out)
     print(f"[zoo get] {name} ready in {final} ({time.time() - t0:.0f} s)", flush=True)
     return final
-

@@ -223,5 +223,3 @@ def training_prompts(num_math: int, num_code: int, seed: int = 0) -> list[str]:
     stdlib train-file function headers drawn with ``seed``."""
     return corpus.prompts("train", "math", num_math) + corpus.prompts("train", "code", num_code,
                                                                       seed=seed)
-
-
