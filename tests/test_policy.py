@@ -1,12 +1,14 @@
 """The cost-aware block size: lossless whatever it chooses, falls to plain decoding when drafts miss,
 comes back when they would be accepted, and is the default of Engine.generate."""
+import math
+
 import pytest
 import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.costs import DRIFT_MARGIN, DriftMonitor, StepCosts
+from dflash_lite.decoding.costs import DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
@@ -400,3 +402,25 @@ def test_a_second_engine_request_starts_from_the_first_ones_estimates(tiny, rand
     assert proposer.estimate.judged == pytest.approx(judged * proposer.options.request_decay)
     fresh = AcceptanceEstimate.for_options(proposer.options)
     assert fresh.judged == 0 and proposer.estimate.acceptance() != fresh.acceptance()
+
+
+def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
+    """In a batch, a kind whose steps committed fewer tokens than plain decoding would have in the
+    same time rests for (slower - 1) / EXPLORE steps, then is a candidate again; choose skips it
+    meanwhile. A kind that wins, and plain decoding, never rest."""
+    costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.4}, {2: 0.1, 16: 0.2})
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,))
+    estimate = AcceptanceEstimate.for_options(options)
+    rows = [0] * 8
+    first, _ = choose(estimate, costs, options, rows)
+    assert first.kind == "tree"                          # the optimistic prior: a tree pays
+    costs.observe_yield("tree", 12.0, 40.0, rows=8, slower=3.0)   # 12 tokens where plain made 24
+    waits = math.ceil((3.0 - 1) / EXPLORE)
+    chosen = []
+    for _ in range(waits + 1):
+        chosen.append(choose(estimate, costs, options, rows)[0].kind)
+        costs.observe_yield("plain", 8.0, 8.0, rows=8, slower=1.0)
+    assert "tree" not in chosen[:waits] and not costs.rests("tree")
+    assert not costs.rests("plain")
+    costs.observe_yield("chain", 30.0, 30.0, rows=8, slower=2.0)  # 30 tokens where plain made 16
+    assert not costs.rests("chain")

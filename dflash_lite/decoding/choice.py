@@ -99,7 +99,8 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     positions the drafter would take in (the widest row's), priced as a run of such steps would take
     them in, at most the tokens a row is expected to commit (a catch-up after plain steps, charged
     in full, would keep the batch plain for good). Each kind's expectation is scaled by what its
-    steps committed against it so far (``costs.yield_ratio``). Ties go to the cheaper kind."""
+    steps committed against it so far (``costs.yield_ratio``); a kind that lost in a batch rests
+    (``costs.rests``). Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     candidates = [(rows * e, Choice(b))
@@ -116,7 +117,7 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
             m = min(most, estimate.ngram.depth)
             candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
                                Choice(depth + 1, n, m)))
-    rates = [e * costs.yield_ratio(c.kind)
+    rates = [0.0 if costs.rests(c.kind) else e * costs.yield_ratio(c.kind)
              / step_seconds(c, costs, context_length, min(new_context, max(1, round(e / rows))))
              for e, c in candidates]
     expected, choice = candidates[rates.index(max(rates))]

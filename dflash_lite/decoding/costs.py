@@ -10,6 +10,7 @@ the steps it times?) and :func:`measure_costs`, the benchmark's record of the sa
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from .timing import interleaved
 EXTRA_CONTEXT = 256          # step_costs' second context length: the prompt's + this many
 DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
 DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
+EXPLORE = 0.05               # in a batch, the most of its time a kind that lost spends trying again
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -75,8 +77,10 @@ class StepCosts:
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
-        # per kind: decayed tokens a batch step committed, and what the estimates expected
+        # per kind: decayed tokens its batch steps committed, what the estimates expected, their
+        # prior, and what plain decoding would have committed in the same time
         self.yields: dict[str, list[float]] = {}
+        self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
         # per length: the target line (b > 1), the draft line, one target token
         lines = {n: (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
                      _fit(t_draft), t_target.get(1))
@@ -119,21 +123,33 @@ class StepCosts:
         sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
         self._ratios.clear()
 
-    def observe_yield(self, kind: str, committed: float, expected: float, decay: float = 0.9,
-                      idle_decay: float = 0.98) -> None:
-        """A batch step of ``kind`` committed ``committed`` tokens over its rows where the
-        acceptance estimates expected ``expected``; every other kind's record fades
-        (``idle_decay``), so that a kind that lost is tried again some steps later."""
+    def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
+                      slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
+        """A batch step of ``kind`` committed ``committed`` tokens over its ``rows`` live rows where
+        the acceptance estimates expected ``expected``, and cost ``slower`` times a plain step;
+        every other kind's record fades (``idle_decay``), so that a kind that lost is tried again
+        some steps later. Once a kind's record has committed fewer tokens than plain decoding would
+        have in the same time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) /
+        :data:`EXPLORE` steps: a try that costs several plain steps (a tree at batch 16) waits long
+        enough that trying again costs at most that share of the batch's time."""
+        self.steps += 1
         for other, sums in self.yields.items():
-            if other != kind:
-                sums[0], sums[1] = sums[0] * idle_decay, sums[1] * idle_decay
-        sums = self.yields.setdefault(kind, [0.0, 0.0, 2.0 * expected])  # its prior: 2 steps of 1
-        sums[0], sums[1] = sums[0] * decay + committed, sums[1] * decay + expected
+            for i in (0, 1, 3) if other != kind else ():      # all but the prior
+                sums[i] *= idle_decay
+        sums = self.yields.setdefault(kind, [0.0, 0.0, 2.0 * expected, 0.0])  # prior: 2 steps of 1
+        for i, x in ((0, committed), (1, expected), (3, rows * slower)):
+            sums[i] = sums[i] * decay + x
+        if sums[0] < sums[3]:
+            self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE)
+
+    def rests(self, kind: str) -> bool:
+        """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`)."""
+        return self.steps < self.resting.get(kind, 0)
 
     def yield_ratio(self, kind: str) -> float:
         """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
         prior of two steps' worth (1 before any)."""
-        committed, expected, prior = self.yields.get(kind, (0.0, 0.0, 1.0))
+        committed, expected, prior, _ = self.yields.get(kind, (0.0, 0.0, 1.0, 0.0))
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:

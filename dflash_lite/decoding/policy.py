@@ -36,7 +36,9 @@ draft is tried again after a number of steps that grows with how clearly draftin
 lookup needs no such retry: its continuation is known every step, and the target's own next token
 judges it even when the step ran something else (:func:`chain_accepted`). In a batch, where a match
 per row per step costs more, lookup is matched only on steps where it can win, and its estimate
-comes back as the drafter's does.
+comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
+steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
+again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time.
 """
 from __future__ import annotations
 
@@ -171,7 +173,8 @@ class CostAwareProposer(DFlashTreeProposer):
         context = sum(self.context) // len(self.context)
         # the step's forwards, as the model says, with the context its drafter took in
         taken = max(self.new_context_lengths) if self.drafted else 1
-        predicted = step_seconds(c, self.costs, context, taken) / self.costs.correction(c.kind)
+        cost = step_seconds(c, self.costs, context, taken)
+        predicted = cost / self.costs.correction(c.kind)
         self.forecast.append(predicted)
         committed = sum(b.shape[1] for b in blocks)
         # the step against the model, timed whole (the loop's host work around the forwards
@@ -182,7 +185,9 @@ class CostAwareProposer(DFlashTreeProposer):
         self.timed = (c.kind, self.started, predicted) if whole else None
         if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
             # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
-            self.costs.observe_yield(c.kind, committed, self.expected)
+            live = sum(b.shape[1] > 0 for b in blocks)      # rows kept as padding commit none
+            slower = cost / step_seconds(Choice(1), self.costs, context)
+            self.costs.observe_yield(c.kind, committed, self.expected, live, slower)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
