@@ -77,8 +77,8 @@ class StepCosts:
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
-        # per kind: decayed tokens its batch steps committed, what the estimates expected, their
-        # prior, and what plain decoding would have committed in the same time
+        # per kind: decayed tokens its batch steps committed, what the estimates expected and what
+        # plain decoding would have committed in the same time; then their prior
         self.yields: dict[str, list[float]] = {}
         self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
         # per length: the target line (b > 1), the draft line, one target token
@@ -134,12 +134,11 @@ class StepCosts:
         enough that trying again costs at most that share of the batch's time."""
         self.steps += 1
         for other, sums in self.yields.items():
-            for i in (0, 1, 3) if other != kind else ():      # all but the prior
-                sums[i] *= idle_decay
-        sums = self.yields.setdefault(kind, [0.0, 0.0, 2.0 * expected, 0.0])  # prior: 2 steps of 1
-        for i, x in ((0, committed), (1, expected), (3, rows * slower)):
-            sums[i] = sums[i] * decay + x
-        if sums[0] < sums[3]:
+            if other != kind:                              # the prior (last) does not fade
+                sums[:3] = [x * idle_decay for x in sums[:3]]
+        sums = self.yields.setdefault(kind, [0.0, 0.0, 0.0, 2.0 * expected])  # prior: 2 steps of 1
+        sums[:3] = [x * decay + y for x, y in zip(sums, (committed, expected, rows * slower))]
+        if sums[0] < sums[2]:
             self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE)
 
     def rests(self, kind: str) -> bool:
@@ -149,7 +148,7 @@ class StepCosts:
     def yield_ratio(self, kind: str) -> float:
         """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
         prior of two steps' worth (1 before any)."""
-        committed, expected, prior, _ = self.yields.get(kind, (0.0, 0.0, 1.0, 0.0))
+        committed, expected, _, prior = self.yields.get(kind, (0.0, 0.0, 0.0, 1.0))
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:
