@@ -424,3 +424,22 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("plain")
     costs.observe_yield("chain", 30.0, 30.0, rows=8, slower=2.0)  # 30 tokens where plain made 16
     assert not costs.rests("chain")
+
+
+def test_a_batch_kind_is_judged_by_what_it_moved_the_laggard_on(tiny, random_drafter):
+    """A batch lasts as long as its laggard. A chain step whose rows committed 16 and 1 tokens made
+    8.5 a row on average, far more than the 1.6 plain steps it cost, but moved the laggard on by one
+    token only: the chain rests. The same step with both rows at 16 does not."""
+    target, _ = tiny
+    width = 5 * target.config.hidden_size
+    for lengths, rests in (((16, 1), True), ((16, 16), False)):
+        costs = StepCosts({1: 1.0, 2: 1.4, 16: 1.4}, {2: 0.2, 16: 0.2}, measured=True)
+        proposer = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size=16),
+                                     costs)
+        proposer.start(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, width))
+        drafts = proposer.propose(torch.zeros(2, dtype=torch.long), [15, 15])
+        assert proposer.choice.kind == "chain" and len(drafts) == 2     # the prior: a chain pays
+        proposer.accepted([torch.zeros(1, n, dtype=torch.long) for n in lengths],
+                          list(proposer.context), [torch.zeros(1, n, width) for n in lengths])
+        assert costs.yield_ratio("chain") > 0 and costs.rests("chain") == rests, lengths
+        assert proposer.emitted == list(lengths)

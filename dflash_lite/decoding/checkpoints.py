@@ -167,17 +167,22 @@ NEUTRAL = {"partial_rotary_factor": (1, 1.0), "input_embedding_scale": (1, 1.0),
            "is_causal": (False,), "projector_type": (), "conv_kernel_size": (), "selector_rank": ()}
 
 
+def _public(drafter: DFlashDrafter, what: str) -> DrafterConfig:
+    """The config of a block-diffusion, KV-injection drafter: the only kind that ``what``."""
+    c = drafter.config
+    if c.drafting != "block":
+        raise ValueError(f"only block (DFlash) drafters {what}")
+    if c.conditioning != "kv_injection":
+        raise ValueError(f"only KV-injection drafters {what}; this one uses {c.conditioning}")
+    return c
+
+
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
                   dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``). A drafter
     imported from it writes back every key it was read with (``auto_map``, ...); the keys this
     code owns are rewritten from the drafter's config."""
-    c = drafter.config
-    if c.drafting != "block":
-        raise ValueError("only block (DFlash) drafters have a public DFlash layout")
-    if c.conditioning != "kv_injection":
-        raise ValueError("only KV-injection drafters have this layout; this one uses "
-                         f"{c.conditioning}")
+    c = _public(drafter, "have a public DFlash layout")
     carried = dict(c.public_config)
     sliding = [i for i, t in enumerate(c.layer_types) if t == "sliding_attention"]
     config = {
@@ -279,12 +284,7 @@ def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
     parameters and the same full / sliding-window layers."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
-    c = drafter.config
-    if c.drafting != "block":
-        raise ValueError("only block (DFlash) drafters map onto transformers' DFlash drafter")
-    if c.conditioning != "kv_injection":
-        raise ValueError("only KV-injection drafters have this layout; this one uses "
-                         f"{c.conditioning}")
+    c = _public(drafter, "map onto transformers' DFlash drafter")
     config = MuseGlimmerAssistantConfig(
         hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
         num_hidden_layers=c.num_layers, num_attention_heads=c.num_attention_heads,
