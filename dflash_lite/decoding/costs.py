@@ -130,13 +130,13 @@ class StepCosts:
         """A batch step of ``kind`` committed ``committed`` tokens over its ``rows`` live rows where
         the acceptance estimates expected ``expected``, and cost ``slower`` times a plain step;
         every other kind's record fades (``idle_decay``), so that a kind that lost is tried again
-        some steps later. ``paced``: ``rows`` x what the step moved the batch's laggard on (the row
-        that has emitted the fewest tokens; None: ``committed``), for a batch lasts as long as its
-        laggard: tokens a row commits ahead of it only shrink the batch at its end. Once a kind's
-        record has moved the laggard less than plain decoding would have in the same time (``rows``
-        x ``slower`` a step), it rests for (``slower`` - 1) / :data:`EXPLORE` steps: a try that
-        costs several plain steps (a tree at batch 16) waits long enough that trying again costs
-        at most that share of the batch's time."""
+        some steps later. ``paced``: ``rows`` x what the step gave the batch's laggards (the rows
+        that have emitted the fewest tokens, on average; None: ``committed``), for a batch lasts as
+        long as its laggard: tokens a row commits ahead of it only shrink the batch at its end.
+        Once a kind's record has given the laggards less than plain decoding would have in the same
+        time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) / :data:`EXPLORE` steps:
+        a try that costs several plain steps (a tree at batch 16) waits long enough that trying
+        again costs at most that share of the batch's time."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade

@@ -39,8 +39,8 @@ per row per step costs more, lookup is matched only on steps where it can win, a
 comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
 steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
 again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time. It lost when
-its steps moved the batch's laggard (the row with the fewest tokens so far) on by less than plain
-decoding would have: a batch lasts as long as its laggard."""
+its steps gave the batch's laggards (the rows with the fewest tokens so far) fewer tokens than
+plain decoding would have in the same time: a batch lasts as long as its laggard."""
 from __future__ import annotations
 
 import time
@@ -189,10 +189,10 @@ class CostAwareProposer(DFlashTreeProposer):
             # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
             live = [r for r, b in enumerate(blocks) if b.shape[1] > 0]   # padding commits none
             slower = cost / step_seconds(Choice(1), self.costs, context)
-            lag = min(self.emitted[r] for r in live)     # the batch lasts as long as its laggard
-            paced = min(self.emitted[r] + blocks[r].shape[1] for r in live) - lag
+            lag = min(self.emitted[r] for r in live)     # the batch lasts as long as its laggards
+            laggards = [blocks[r].shape[1] for r in live if self.emitted[r] == lag]
             self.costs.observe_yield(c.kind, committed, self.expected, len(live), slower,
-                                     len(live) * paced)
+                                     len(live) * sum(laggards) / len(laggards))
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
