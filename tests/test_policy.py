@@ -424,33 +424,3 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("plain")
     costs.observe_yield("chain", 30.0, 30.0, rows=8, slower=2.0)  # 30 tokens where plain made 16
     assert not costs.rests("chain")
-
-
-def test_a_batch_kind_is_judged_by_what_it_gives_the_laggards(tiny, random_drafter):
-    """A batch lasts as long as its laggard, so a step is credited with the rows x what it gave the
-    rows with the fewest tokens (on average over them): on a first step every row is level and
-    counts; then the row behind. 8 tokens a row on average that give the row behind one token lose
-    against plain decoding at 1.6 plain steps a step, and the kind rests."""
-    target, _ = tiny
-    width = 5 * target.config.hidden_size
-    costs = StepCosts({1: 1.0, 2: 1.4, 16: 1.4}, {2: 0.2, 16: 0.2}, measured=True)
-    proposer = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size=16), costs)
-    proposer.start(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, width))
-    paced = []
-    observe = costs.observe_yield
-    costs.observe_yield = lambda kind, committed, expected, rows, slower, p: (
-        paced.append((committed, p)), observe(kind, committed, expected, rows, slower, p))
-    for lengths in ((16, 1), (16, 1), (1, 16), (3, 3)):   # emitted after: 16 1, 32 2, 33 18, 36 21
-        proposer.propose(torch.zeros(2, dtype=torch.long), [15, 15])
-        proposer.accepted([torch.zeros(1, k, dtype=torch.long) for k in lengths],
-                          list(proposer.context), [torch.zeros(1, k, width) for k in lengths])
-    assert proposer.emitted == [36, 21]
-    assert paced == [(17, 17.0), (17, 2.0), (17, 32.0), (6, 6.0)]
-    rule = StepCosts({1: 1.0, 16: 1.6}, {16: 0.0}, measured=True)
-    for _ in range(3):
-        rule.observe_yield("chain", 16.0, 16.0, rows=2, slower=1.6, paced=2.0)
-    assert rule.rests("chain")                       # 2 a step where plain decoding made 3.2
-    rule = StepCosts({1: 1.0, 16: 1.6}, {16: 0.0}, measured=True)
-    for _ in range(3):
-        rule.observe_yield("chain", 16.0, 16.0, rows=2, slower=1.6)   # by the mean, it won
-    assert not rule.rests("chain")

@@ -77,9 +77,8 @@ class StepCosts:
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
-        # per kind: decayed tokens its batch steps committed, what the estimates expected, what
-        # they moved the laggard on (x rows) and what plain decoding would have committed in the
-        # same time; then their prior
+        # per kind: decayed tokens its batch steps committed, what the estimates expected and what
+        # plain decoding would have committed in the same time; then their prior
         self.yields: dict[str, list[float]] = {}
         self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
         # per length: the target line (b > 1), the draft line, one target token
@@ -125,26 +124,21 @@ class StepCosts:
         self._ratios.clear()
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
-                      slower: float = 1.0, paced: float | None = None, decay: float = 0.9,
-                      idle_decay: float = 0.98) -> None:
+                      slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
         """A batch step of ``kind`` committed ``committed`` tokens over its ``rows`` live rows where
         the acceptance estimates expected ``expected``, and cost ``slower`` times a plain step;
         every other kind's record fades (``idle_decay``), so that a kind that lost is tried again
-        some steps later. ``paced``: ``rows`` x what the step gave the batch's laggards (the rows
-        that have emitted the fewest tokens, on average; None: ``committed``), for a batch lasts as
-        long as its laggard: tokens a row commits ahead of it only shrink the batch at its end.
-        Once a kind's record has given the laggards less than plain decoding would have in the same
-        time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) / :data:`EXPLORE` steps:
-        a try that costs several plain steps (a tree at batch 16) waits long enough that trying
-        again costs at most that share of the batch's time."""
+        some steps later. Once a kind's record has committed fewer tokens than plain decoding would
+        have in the same time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) /
+        :data:`EXPLORE` steps: a try that costs several plain steps (a tree at batch 16) waits long
+        enough that trying again costs at most that share of the batch's time."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade
-                sums[:4] = [x * idle_decay for x in sums[:4]]
-        sums = self.yields.setdefault(kind, [0.0] * 4 + [2.0 * expected])  # prior: 2 steps of 1
-        step = (committed, expected, committed if paced is None else paced, rows * slower)
-        sums[:4] = [x * decay + y for x, y in zip(sums, step)]
-        if sums[2] < sums[3]:
+                sums[:3] = [x * idle_decay for x in sums[:3]]
+        sums = self.yields.setdefault(kind, [0.0, 0.0, 0.0, 2.0 * expected])  # prior: 2 steps of 1
+        sums[:3] = [x * decay + y for x, y in zip(sums, (committed, expected, rows * slower))]
+        if sums[0] < sums[2]:
             self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE)
 
     def rests(self, kind: str) -> bool:
@@ -154,7 +148,7 @@ class StepCosts:
     def yield_ratio(self, kind: str) -> float:
         """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
         prior of two steps' worth (1 before any)."""
-        committed, expected, *_, prior = self.yields.get(kind, (0.0, 0.0, 1.0))
+        committed, expected, _, prior = self.yields.get(kind, (0.0, 0.0, 0.0, 1.0))
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:

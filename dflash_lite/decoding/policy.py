@@ -38,9 +38,8 @@ judges it even when the step ran something else (:func:`chain_accepted`). In a b
 per row per step costs more, lookup is matched only on steps where it can win, and its estimate
 comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
 steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
-again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time. It lost when
-its steps gave the batch's laggards (the rows with the fewest tokens so far) fewer tokens than
-plain decoding would have in the same time: a batch lasts as long as its laggard."""
+again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time.
+"""
 from __future__ import annotations
 
 import time
@@ -105,7 +104,6 @@ class CostAwareProposer(DFlashTreeProposer):
         # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
-        self.emitted = [0] * rows                  # per row: tokens committed (who lags)
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
         self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
@@ -187,12 +185,9 @@ class CostAwareProposer(DFlashTreeProposer):
         self.timed = (c.kind, self.started, predicted) if whole else None
         if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
             # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
-            live = [r for r, b in enumerate(blocks) if b.shape[1] > 0]   # padding commits none
+            live = sum(b.shape[1] > 0 for b in blocks)      # rows kept as padding commit none
             slower = cost / step_seconds(Choice(1), self.costs, context)
-            lag = min(self.emitted[r] for r in live)     # the batch lasts as long as its laggards
-            laggards = [blocks[r].shape[1] for r in live if self.emitted[r] == lag]
-            self.costs.observe_yield(c.kind, committed, self.expected, len(live), slower,
-                                     len(live) * sum(laggards) / len(laggards))
+            self.costs.observe_yield(c.kind, committed, self.expected, live, slower)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
@@ -207,7 +202,6 @@ class CostAwareProposer(DFlashTreeProposer):
                 self.waiting[r].append(hidden)
             self.waited[r] += hidden.shape[1]
             self.context[r] = position + n + 1
-            self.emitted[r] += n + 1
         if self.lookup is not None:
             self.lookup.accepted(blocks, positions, features)
         self._reset(len(blocks))
@@ -246,8 +240,7 @@ class CostAwareProposer(DFlashTreeProposer):
             if r not in kept:
                 _judge(items, None)
         super().keep(index)
-        for name in ("waiting", "waiting_start", "waited", "context", "emitted", "pending",
-                     "continuations"):
+        for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations"):
             setattr(self, name, [getattr(self, name)[i] for i in index])
         if self.lookup is not None:
             self.lookup.keep(index)
