@@ -103,15 +103,24 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
     assert runs["eager"][1] == 0 and runs["fixed"] == runs["eager"]
 
 
+def _graph_inputs(shapes):
+    """Every cache tensor a compiled forward reads or writes: keys, values, write positions, ends."""
+    return [t for cache in shapes.caches.values()
+            for t in (cache.ends, *(t for x in cache.layers for t in (x.keys, x.values, x.at)))]
+
+
 def test_fixed_caches_are_allocated_once_and_kept(tiny, shipped_drafter, quick_cases):
+    """The same addresses from request to request, each marked static: a CUDA graph writes into
+    them in place (inductor skips the graph for an unmarked input that a forward mutates)."""
     target, tokenizer = tiny
     shapes = FixedShapes(256)
     generate(target, DFlashProposer(shipped_drafter, target, shapes=shapes), quick_cases[0][0], 8)
-    buffers = [layer.keys.data_ptr() for cache in shapes.caches.values() for layer in cache.layers]
+    buffers = [t.data_ptr() for t in _graph_inputs(shapes)]
     for ids, _ in quick_cases:
         generate(target, DFlashProposer(shipped_drafter, target, shapes=shapes), ids, MAX_NEW,
                  stop_token_ids=stop_token_ids(target, tokenizer))
-    assert buffers == [layer.keys.data_ptr() for cache in shapes.caches.values() for layer in cache.layers]
+    assert buffers == [t.data_ptr() for t in _graph_inputs(shapes)]
+    assert all(getattr(t, "_dynamo_static_input_type", None) for t in _graph_inputs(shapes))
     assert all(layer.keys.shape[2] == shapes.slots for layer in shapes.caches["target"].layers)
 
 
@@ -215,6 +224,7 @@ def test_compiled_forwards_give_the_targets_tokens_on_a_cpu(tiny, shipped_drafte
 def test_cuda_graphs_give_the_targets_tokens():
     """On CUDA: the fixed-shape loop with its forwards recorded as CUDA graphs, plain, a chain,
     a tree and the default policy, against the target's own greedy output."""
+    from torch._dynamo.utils import counters
     from dflash_lite import load_pretrained
 
     target, tokenizer = load_pretrained("tiny", device="cuda")
@@ -227,6 +237,7 @@ def test_cuda_graphs_give_the_targets_tokens():
                          DFlashTreeProposer(drafter, target, 16, shapes=shapes),
                          CostAwareProposer(drafter, target, DEFAULT_OPTIONS, shapes=shapes)):
             assert generate(target, proposer, ids, MAX_NEW, stop_token_ids=stops).tokens == expected
+    assert counters["inductor"]["cudagraph_skips"] == 0      # every forward was recorded as a graph
 
 
 # ----------------------------------------------------------------------------- Engine and bench

@@ -138,6 +138,9 @@ class SlotCache(Cache):
         empty = torch.empty(self.rows, kv_heads, 0, head_dim, dtype=dtype, device=self.device)
         for layer in self.layers:
             layer.lazy_initialization(empty, empty)
+        if self.fixed:      # the same addresses every call, so a CUDA graph may write into them
+            for t in (self.ends, *(t for x in self.layers for t in (x.keys, x.values, x.at))):
+                torch._dynamo.mark_static_address(t)
 
     @property
     def position(self) -> int:
@@ -169,8 +172,12 @@ class SlotCache(Cache):
             if self.fixed:
                 for layer in self.layers:
                     layer.at.copy_(value)
-            self.ends = (value if end is None else torch.as_tensor(end, device=self.device)
-                         ).expand(self.rows).clone()
+            ends = (value if end is None else torch.as_tensor(end, device=self.device)
+                    ).expand(self.rows)
+            if self.fixed:
+                self.ends.copy_(ends)           # in place: its address is a graph's input
+            else:
+                self.ends = ends.clone()
 
     def keep_path(self, position: int, path: list[int]) -> None:
         """The K/V of the verify rows ``path`` (written from slot ``position``, root first) move to
