@@ -74,6 +74,16 @@ CLAIMS = [
     ("11_batching_and_serving", "and sits above the measurement",
      r"DFlash B=\d+ +batch +\d+: predicted [\d.]+x, measured [\d.]+x \((\d+)% of it\)",
      lambda v: statistics.median(v) < 100),
+    ("11_batching_and_serving", "What falls is the **steps ratio**",      # the H200 block, before the CPU's
+     r"DFlash B=16 +[\d.]+x = +([\d.]+) x +[\d.]+\n(?=[\s\S]*\ncpu +batch)",
+     lambda v: len(v) == 4 and v[0] > v[1] > v[2]),
+    ("11_batching_and_serving", "The step-time ratio moves much less",
+     r"DFlash B=16 +[\d.]+x = +[\d.]+ x +([\d.]+)\n(?=[\s\S]*\ncpu +batch)",
+     lambda v: len(v) == 4 and max(v) / min(v) < 1.5),
+    ("11_batching_and_serving", "the step-time ratio carries the fall on",  # CPU: last two batches
+     r"\ncpu +batch[^\n]*\n([\s\S]*)",
+     lambda v: (lambda s: s[-1][0] == s[-2][0] and float(s[-1][1]) < float(s[-2][1]))(
+         re.findall(r"DFlash B=16 +[\d.]+x = +([\d.]+) x +([\d.]+)", v[0]))),
     ("03_block_diffusion_drafter", "both drafters rarely get past the first positions",
      r"code\s+\S+\s+tau [\d.]+ over +\d+ steps; "
      r"share of steps with draft j accepted: 1: [\d.]+, 2: ([\d.]+)",
