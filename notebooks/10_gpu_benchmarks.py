@@ -391,8 +391,12 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   (section 2 prints both ratios), because its time is launch overhead: a few microseconds of host
 #   work per operator.
 # * CUDA graphs replay a recorded sequence of kernels with one launch, which needs fixed shapes and
-#   addresses. The one decode loop runs that way in its fixed-shape mode (`dflash_lite/decoding/shapes.py`);
-#   `tools/gpu_bench.sh` measures it compiled against the eager mode on a GPU.
+#   addresses. The one decode loop asks for them in its fixed-shape mode
+#   (`dflash_lite/decoding/shapes.py`), and `tools/gpu_bench.sh` measures it compiled against the
+#   eager mode on a GPU. The first such run (`results/gpu/h200-2026-12-04/README.md`) found that
+#   inductor had recorded no graphs: the caches are written in place, and a graph may write only
+#   into inputs marked as static addresses. The caches are marked now; a GPU run still has to
+#   confirm that graphs are recorded.
 # * With the paper-scale costs, the cost model at the paper's tau predicts a speedup close to the
 #   paper's measurement.
 # * All of this is one request at a time. A server batches requests, which spends the same idle
