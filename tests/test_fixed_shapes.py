@@ -227,6 +227,7 @@ def test_cuda_graphs_give_the_targets_tokens():
     from torch._dynamo.utils import counters
     from dflash_lite import load_pretrained
 
+    counters.clear()                                          # counted from here on
     target, tokenizer = load_pretrained("tiny", device="cuda")
     drafter = load_drafter(default_drafter_path("tiny")).to("cuda").eval()
     stops, shapes = stop_token_ids(target, tokenizer), FixedShapes(256, compile=True, buckets=(1, 2, 4, 8, 16, 17, 32))
