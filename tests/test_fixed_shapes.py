@@ -104,9 +104,7 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
 
 
 def _graph_inputs(shapes):
-    """Every cache tensor a compiled forward reads or writes: keys, values, write positions, ends."""
-    return [t for cache in shapes.caches.values()
-            for t in (cache.ends, *(t for x in cache.layers for t in (x.keys, x.values, x.at)))]
+    return [t for cache in shapes.caches.values() for t in cache.buffers()]
 
 
 def test_fixed_caches_are_allocated_once_and_kept(tiny, shipped_drafter, quick_cases):

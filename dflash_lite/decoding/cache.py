@@ -139,8 +139,13 @@ class SlotCache(Cache):
         for layer in self.layers:
             layer.lazy_initialization(empty, empty)
         if self.fixed:      # the same addresses every call, so a CUDA graph may write into them
-            for t in (self.ends, *(t for x in self.layers for t in (x.keys, x.values, x.at))):
+            for t in self.buffers():
                 torch._dynamo.mark_static_address(t)
+
+    def buffers(self) -> list[torch.Tensor]:
+        """Every tensor a forward reads and writes in place: mask ends, then per layer K, V and
+        write positions."""
+        return [self.ends, *(t for x in self.layers for t in (x.keys, x.values, x.at))]
 
     @property
     def position(self) -> int:
