@@ -13,6 +13,7 @@ import torch
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.acceptance import SamplingParams
 from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.measuring import batching
 from dflash_lite.measuring.batching import batches_of, crossover
 from dflash_lite.measuring.benchmark import BenchConfig, bench
 from dflash_lite.decoding.checkpoints import load_drafter
@@ -153,6 +154,27 @@ def test_the_batch_policy_decodes_plainly_where_no_draft_pays(tiny, drafter, pro
         assert [r.tokens for r in results] == alone[:4]
         kinds = {c.kind for c in policy.chosen}
         assert (kinds == {"plain"}) != drafts, kinds
+
+
+def test_the_sweeps_default_is_one_session_across_batch_sizes(tiny, drafter, prompts):
+    """As ``Engine`` keeps it: what the default learned at one batch size (its acceptance
+    estimate) is where the next batch size starts, each size on its own measured costs."""
+    target, _ = tiny
+    ids, alone, stops = prompts
+    session, made = None, []
+    for size, bound in ((2, False), (4, True)):
+        methods = batching.batch_methods(target, drafter, (8,), 12, size=size,
+                                         costs=_costs(bound), session=session)
+        default = next(m for m in methods if m.default)
+        session = default.finish.__self__                  # the PolicySession it finishes into
+        proposer = default.make(ids[:size])
+        assert [r.tokens for r in generate(target, proposer, ids[:size], MAX_NEW,
+                                           stop_token_ids=stops)] == alone[:size]
+        default.finish(proposer)
+        made.append(proposer)
+    assert made[1].estimate is made[0].estimate            # learned at 2, carried on to 4
+    assert made[0].estimate.judged > 0
+    assert made[1].costs is session.batch_costs[4] is not session.batch_costs[2]
 
 
 def test_the_drafters_catch_up_is_not_timed_as_a_step(tiny, drafter, prompts):

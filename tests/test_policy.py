@@ -8,7 +8,7 @@ import torch
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.costs import DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
+from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
@@ -424,3 +424,29 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("plain")
     costs.observe_yield("chain", 30.0, 30.0, rows=8, slower=2.0)  # 30 tokens where plain made 16
     assert not costs.rests("chain")
+
+
+def rest_after_loss(costs: StepCosts, kind: str, slower: float) -> int:
+    """How many batch steps ``kind`` rests once its losing steps (none committed) make it rest,
+    plain steps meanwhile."""
+    while not costs.rests(kind):
+        costs.observe_yield(kind, 0.0, 8.0, rows=8, slower=slower)
+    waited = 0
+    while costs.rests(kind):
+        costs.observe_yield("plain", 8.0, 8.0, rows=8, slower=1.0)
+        waited += 1
+    return waited
+
+
+def test_each_loss_in_a_row_doubles_the_rest_and_a_win_ends_the_run():
+    """Where a kind never pays, its tries cost a vanishing share of a batch's time: each loss in
+    a row doubles its rest, up to 2 ** BACKOFF times the first; one step of it that pays makes the
+    next loss rest the first length again."""
+    costs = StepCosts({1: 1.0, 11: 1.5}, {2: 0.1})
+    base = math.ceil((1.5 - 1) / EXPLORE)
+    rests = [rest_after_loss(costs, "ngram", 1.5) for _ in range(BACKOFF + 2)]
+    assert rests == [base * 2 ** min(i, BACKOFF) for i in range(BACKOFF + 2)]
+    for _ in range(3):                                   # pays: more tokens than plain's 8 x 1.5
+        costs.observe_yield("ngram", 40.0, 40.0, rows=8, slower=1.5)
+    assert not costs.rests("ngram")
+    assert rest_after_loss(costs, "ngram", 1.5) == base

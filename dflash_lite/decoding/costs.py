@@ -25,6 +25,7 @@ EXTRA_CONTEXT = 256          # step_costs' second context length: the prompt's +
 DRIFT_WINDOW = 8             # steps in the running median of measured / predicted step time
 DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
 EXPLORE = 0.05               # in a batch, the most of its time a kind that lost spends trying again
+BACKOFF = 5                  # ... halved after each loss in a row, at most this many times
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -81,6 +82,7 @@ class StepCosts:
         # plain decoding would have committed in the same time; then their prior
         self.yields: dict[str, list[float]] = {}
         self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
+        self.losses: dict[str, int] = {}           # kind -> its tries lost in a row
         # per length: the target line (b > 1), the draft line, one target token
         lines = {n: (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
                      _fit(t_draft), t_target.get(1))
@@ -131,15 +133,21 @@ class StepCosts:
         some steps later. Once a kind's record has committed fewer tokens than plain decoding would
         have in the same time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) /
         :data:`EXPLORE` steps: a try that costs several plain steps (a tree at batch 16) waits long
-        enough that trying again costs at most that share of the batch's time."""
+        enough that trying again costs at most that share of the batch's time. Each loss in a row
+        doubles the rest (at most :data:`BACKOFF` times), so that where a kind never pays its tries
+        cost a vanishing share; a step of it that pays ends the run of losses."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade
                 sums[:3] = [x * idle_decay for x in sums[:3]]
         sums = self.yields.setdefault(kind, [0.0, 0.0, 0.0, 2.0 * expected])  # prior: 2 steps of 1
         sums[:3] = [x * decay + y for x, y in zip(sums, (committed, expected, rows * slower))]
-        if sums[0] < sums[2]:
-            self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE)
+        if sums[0] >= sums[2]:
+            self.losses[kind] = 0
+            return
+        lost = self.losses[kind] = self.losses.get(kind, 0) + 1
+        self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE) * 2 ** min(lost - 1,
+                                                                                     BACKOFF)
 
     def rests(self, kind: str) -> bool:
         """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`)."""

@@ -38,7 +38,8 @@ judges it even when the step ran something else (:func:`chain_accepted`). In a b
 per row per step costs more, lookup is matched only on steps where it can win, and its estimate
 comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
 steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
-again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time.
+again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time, and twice as
+long after each loss in a row, so that where it never pays its tries fade out.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ own work per step (:func:`_with_host`); the default's forwards are the forecast 
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
-step costs measured at each b) and the naive rollback (DFlash at the largest block size, every
+step costs measured at each b, in one session across the sweep as an ``Engine`` keeps it) and the naive rollback (DFlash at the largest block size, every
 row rolled back to the batch's shortest accepted path)."""
 from __future__ import annotations
 
@@ -53,11 +53,12 @@ class BatchMethod:
 
 
 def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
-                  shapes: Shapes = EAGER, size: int = 1,
-                  costs: StepCosts | None = None) -> list[BatchMethod]:
+                  shapes: Shapes = EAGER, size: int = 1, costs: StepCosts | None = None,
+                  session: PolicySession | None = None) -> list[BatchMethod]:
     """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
-    is one policy at every size, in a ``PolicySession`` as ``Engine`` keeps it (on ``costs``,
-    measured at this batch size, for more than one row), each batch handing on what it learned."""
+    is one policy at every size, in one ``PolicySession`` as ``Engine`` keeps it (``session``, kept
+    across the sweep's batch sizes; None: a new one), on ``costs`` measured at this batch size for
+    more than one row, each batch handing on what it learned."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
@@ -71,8 +72,9 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
                                 lambda ids: DFlashTreeProposer(drafter, target, tree_size,
                                                                shapes=shapes), tree_size=tree_size))
-    session = PolicySession(drafter, target, DEFAULT_OPTIONS,
-                            batch_costs={size: costs} if size > 1 and costs else {})
+    session = session or PolicySession(drafter, target, DEFAULT_OPTIONS)
+    if size > 1 and costs:
+        session.batch_costs[size] = costs
     rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
                             lambda ids: session.proposer(ids[0], shapes, rows=len(ids)),
                             default=True, finish=session.finished))
@@ -101,12 +103,14 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     alone = [generate(target, NoDraftProposer(), p, max_new_tokens, sampling, stops).tokens
              for p in prompts]                   # every prompt decoded alone: the reference
     rows, costs = [], {}
+    session = None if drafter is None else PolicySession(drafter, target, DEFAULT_OPTIONS)
     for size in batch_sizes:
         groups = batches_of(list(range(len(prompts))), size)
         policy_costs = None if drafter is None or size == 1 else step_costs(
             target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
             repeats=3, rows=size)
-        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size, policy_costs)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size, policy_costs,
+                                session)
         made: dict[str, list] = {m.name: [] for m in methods}
 
         def run(m: BatchMethod):
