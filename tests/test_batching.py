@@ -271,6 +271,11 @@ def test_bench_batch_sizes_reports_a_row_per_batch_size(tmp_path):
                if r["kind"] in ("dflash", "dflash_tree", "dflash_policy"))
     assert all(r["predicted_with_host"] == pytest.approx(1.0) for r in rows
                if r["kind"] == "autoregressive")
+    # plain decoding timed again, beside the default, is a tie's reading, not a row of its own
+    plain = [r for r in rows if r["kind"] == "autoregressive"]
+    assert [r["batch_size"] for r in plain] == [1, 2] and all(r["again"] > 0 for r in plain)
+    table = batching.format_batch_table(rows)
+    assert f"1 {plain[0]['again']:.2f}x, 2 {plain[1]['again']:.2f}x" in table
 
 
 def test_only_a_whole_batch_times_the_cost_model(tiny, drafter, prompts):
