@@ -401,7 +401,10 @@ for b, a, n, t in zip(batch_sizes, tau_row, tau_naive, thrown):
 # ## 5. Throughput and speedup against the batch size
 #
 # Tokens per second of every method, and the speedup over **batched plain decoding at the same
-# batch size** (the fair baseline: a server would batch plain decoding too).
+# batch size** (the fair baseline: a server would batch plain decoding too). The line under the
+# sweep's table times batched plain decoding once more in every round, in the slot just before the
+# default's: plain decoding against itself, so a method that ties with it reads as that ratio
+# in this run. A speedup that close to 1.00x is a tie, not a loss or a win.
 
 # %%
 names = list(dict.fromkeys(r["name"] for r in rows))

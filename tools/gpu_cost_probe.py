@@ -48,7 +48,6 @@ def build(shape: str, device: str, dtype: torch.dtype):
     """A random target of ``shape`` and its 5-layer drafter, built on the device in ``dtype``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-
     h, inter, layers, heads, kv, hd, vocab = SHAPES[shape]
     config = Qwen3Config(hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
                          num_attention_heads=heads,

@@ -194,13 +194,16 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     return rows
 
 
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.2f}ms"
+
+
 def format_cost_model(rows: list[dict]) -> str:
     lines = [f"{'method':<20} {'tau':>5} {'t_tgt(1)':>9} {'t_tgt(B)':>9} {'t_draft':>8} "
              f"{'predicted':>9} {'measured':>8} {'step':>8} {'overhead':>9}"]
     for r in rows:
-        ms = lambda x: f"{1000 * x:.2f}ms"
-        lines.append(f"{r['name']:<20} {r['tau']:>5.2f} {ms(r['t_target_1']):>9} "
-                     f"{ms(r['t_target_b']):>9} {ms(r['t_draft_b']):>8} "
+        lines.append(f"{r['name']:<20} {r['tau']:>5.2f} {_ms(r['t_target_1']):>9} "
+                     f"{_ms(r['t_target_b']):>9} {_ms(r['t_draft_b']):>8} "
                      f"{r['predicted_speedup']:>8.2f}x {_ratio(r['measured_speedup'], 8)} "
-                     f"{ms(r['step_s']):>8} {ms(r['overhead_per_step_s'] or 0):>9}")
+                     f"{_ms(r['step_s']):>8} {_ms(r['overhead_per_step_s'] or 0):>9}")
     return "\n".join(lines)
