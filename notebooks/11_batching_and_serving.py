@@ -404,7 +404,7 @@ for b, a, n, t in zip(batch_sizes, tau_row, tau_naive, thrown):
 # batch size** (the fair baseline: a server would batch plain decoding too). The line under the
 # sweep's table times batched plain decoding once more in every round, in the slot just before the
 # default's: plain decoding against itself, so a method that ties with it reads as that ratio
-# in this run. A speedup that close to 1.00x is a tie, not a loss or a win.
+# in this run. A speedup that close to one is a tie, not a loss or a win.
 
 # %%
 names = list(dict.fromkeys(r["name"] for r in rows))
@@ -622,9 +622,12 @@ _ = save_figure(fig, "11_published_vs_measured")
 # H200 cell is a single measurement, so read the slope, not a cell; the fp32 sweep in the same
 # folder ranks the rows differently at batch 1.
 #
-# This CPU shows the other half. Where its steps ratio stops falling (at the largest batch the
-# prompts repeat, as on the H200), the step-time ratio carries the fall on: a wider forward costs
-# more here already at small batches (section 2). A server that lets new requests join as others
+# This CPU shows the other half. Its step-time ratio sits below the H200's at every batch size: a
+# wider forward costs more here already at small batches (section 2), so every speculative step
+# costs more plain steps' worth of time than on the GPU. Where its steps ratio stops falling (at the
+# largest batch the prompts repeat, as on the H200), only the step-time ratio can move the speedup
+# further, and in one run of a few repeats it moves with the machine's noise as much as with the
+# batch (the line under the sweep's table says how far a tie can read). A server that lets new requests join as others
 # finish (continuous batching, as vLLM does) does not wait for the slowest row. The loop here
 # lets finished rows leave, but nothing joins, so the batch still ends with its slowest row.
 #

@@ -14,8 +14,9 @@ row's ``again`` (its seconds over the second run's) is what a tie reads as in th
 
 Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
 tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
-step costs measured at each b, in one session across the sweep as an ``Engine`` keeps it) and the naive rollback (DFlash at the largest block size, every
-row rolled back to the batch's shortest accepted path)."""
+step costs measured at each b, in one session across the sweep as an ``Engine`` keeps it) and the
+naive rollback (DFlash at the largest block size, every row rolled back to the batch's shortest
+accepted path)."""
 from __future__ import annotations
 
 import statistics
