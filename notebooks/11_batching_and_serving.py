@@ -402,9 +402,9 @@ for b, a, n, t in zip(batch_sizes, tau_row, tau_naive, thrown):
 #
 # Tokens per second of every method, and the speedup over **batched plain decoding at the same
 # batch size** (the fair baseline: a server would batch plain decoding too). The line under the
-# sweep's table times batched plain decoding once more in every round, in the slot just before the
-# default's: plain decoding against itself, so a method that ties with it reads as that ratio
-# in this run. A speedup that close to one is a tie, not a loss or a win.
+# sweep's table reports batched plain decoding timed once more in every round, in the slot just
+# before the default's: plain decoding against itself. A method that ties with plain decoding
+# reads as that ratio in this run, so a speedup that close to one is a tie, not a loss or a win.
 
 # %%
 names = list(dict.fromkeys(r["name"] for r in rows))
@@ -627,9 +627,10 @@ _ = save_figure(fig, "11_published_vs_measured")
 # costs more plain steps' worth of time than on the GPU. Where its steps ratio stops falling (at the
 # largest batch the prompts repeat, as on the H200), only the step-time ratio can move the speedup
 # further, and in one run of a few repeats it moves with the machine's noise as much as with the
-# batch (the line under the sweep's table says how far a tie can read). A server that lets new requests join as others
-# finish (continuous batching, as vLLM does) does not wait for the slowest row. The loop here
-# lets finished rows leave, but nothing joins, so the batch still ends with its slowest row.
+# batch (the line under the sweep's table says how far a tie can read). A server that lets new
+# requests join as others finish (continuous batching, as vLLM does) does not wait for the slowest
+# row. The loop here lets finished rows leave, but nothing joins, so the batch still ends with its
+# slowest row.
 #
 # ## 8. Still lossless: every row is its prompt decoded alone
 #
