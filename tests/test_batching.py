@@ -21,7 +21,7 @@ from dflash_lite.decoding.costs import StepCosts
 from dflash_lite.decoding.decode import DFlashProposer, PerRow, as_batch, generate
 from dflash_lite.decoding.engine import Engine
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer
+from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer, PolicySession
 from dflash_lite.decoding.shapes import FixedShapes
 from dflash_lite.decoding.target import default_drafter_path
 from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer
@@ -161,12 +161,11 @@ def test_the_sweeps_default_is_one_session_across_batch_sizes(tiny, drafter, pro
     estimate) is where the next batch size starts, each size on its own measured costs."""
     target, _ = tiny
     ids, alone, stops = prompts
-    session, made = None, []
+    session, made = PolicySession(drafter, target, DEFAULT_OPTIONS), []
     for size, bound in ((2, False), (4, True)):
         methods = batching.batch_methods(target, drafter, (8,), 12, size=size,
                                          costs=_costs(bound), session=session)
         default = next(m for m in methods if m.default)
-        session = default.finish.__self__                  # the PolicySession it finishes into
         proposer = default.make(ids[:size])
         assert [r.tokens for r in generate(target, proposer, ids[:size], MAX_NEW,
                                            stop_token_ids=stops)] == alone[:size]

@@ -119,7 +119,7 @@ import json, pathlib, sys
 failed = []
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*_math_*.json")):
     report = json.loads(path.read_text())
-    rows = ({f"{row['name']}" + (f" at batch {row['batch_size']}" if "batch_size" in row else ""):
+    rows = ({row["name"] + (f" at batch {row['batch_size']}" if "batch_size" in row else ""):
              row["identical_to_target"] for row in report["methods"]} if "methods" in report
             else {name: row["identical"] for name, row in report["rows"].items()})
     for name, same in rows.items():
