@@ -133,7 +133,7 @@ fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(range(1, len(latency_ms) + 1), latency_ms, marker=".", lw=1)
 ax.set_xlabel("token index"); ax.set_ylabel("latency (ms)")
 ax.set_title(f"Per-token latency, {target_name} target, autoregressive, {device}")
-ax.set_yscale("log")
+ax.set_ylim(0, None)
 fig.tight_layout()
 path = save_figure(fig, "00_per_token_latency")
 median = sorted(latency_ms[1:])[len(latency_ms[1:]) // 2] if len(latency_ms) > 1 else latency_ms[0]

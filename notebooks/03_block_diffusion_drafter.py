@@ -51,6 +51,7 @@ import json, math, statistics, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -443,6 +444,7 @@ for ax, domain in zip(np.atleast_1d(axes), prompt_ids):
         print(f"{domain:<5} {name:<12} tau {np.mean(ls):.2f} over {len(ls):>3} steps; "
               f"share of steps with draft j accepted: {shown}")
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, 1.25); ax.legend(loc="upper right")
 np.atleast_1d(axes)[0].set_ylabel("share of steps with draft j accepted")
 fig.suptitle("Acceptance by block position")

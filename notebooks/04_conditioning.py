@@ -48,6 +48,7 @@ import json, statistics, textwrap, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import torch
 
@@ -158,7 +159,8 @@ fig, ax = plt.subplots(figsize=(5, 3))
 xs = np.arange(K)
 ax.bar(xs - 0.2, initial, 0.4, label="untrained", color="lightgrey")
 ax.bar(xs + 0.2, norms, 0.4, label="trained")
-ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids]); ax.legend()
+ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids])
+ax.legend(loc="upper left", bbox_to_anchor=(1, 1), frameon=False)        # beside the bars
 ax.set_xlabel("tapped target layer"); ax.set_ylabel("||fc block||"); ax.set_title("What the trained projection reads")
 _ = save_figure(fig, "04_projection_norms")
 
@@ -222,6 +224,7 @@ for ax, (domain, rows) in zip(axes, reads.items()):
     for name, acc in rows.items():
         ax.plot(range(1, len(acc) + 1), acc, marker="o", ms=3, label=name)
     ax.set_title(f"held-out {domain}"); ax.set_xlabel("draft position"); ax.set_ylim(0, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 axes[0].set_ylabel("teacher-forced accuracy")
 fig.legend(*axes[1].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
            ncol=2, frameon=False)

@@ -49,6 +49,7 @@ import json, math, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FormatStrFormatter
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -262,6 +263,8 @@ ax.plot(steps_seen, [h["loss"] for h in history], alpha=0.3, color="tab:blue")
 ax.plot(steps_seen[n - 1:], smooth([h["loss"] for h in history]), color="tab:blue")
 ax.axhline(math.log(config.vocab_size), color="grey", lw=0.6, ls=":", label="ln V (uniform guess)")
 ax.set_yscale("log"); ax.legend()
+for axis_format in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+    axis_format(FormatStrFormatter("%g"))          # 5, 6, 7 rather than 5 x 10^0
 ax.set_xlabel("step"); ax.set_ylabel("weighted CE (log scale)"); ax.set_title("training loss")
 acc = np.array([h["accuracy_per_position"] for h in history])
 for j in range(min(4, block_size - 1)):

@@ -147,6 +147,7 @@ for ax, domain in zip(axes, prompt_ids):
         ax.bar(positions, share, bottom=bottom, label=label)
         bottom += share
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 axes[0].set_ylabel("share of the target's tokens")
 fig.legend(*axes[1].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
            ncol=4, frameon=False)

@@ -57,6 +57,7 @@ import statistics
 
 import numpy as np
 import torch
+from matplotlib import colormaps
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.decoding.baselines import NoDraftProposer
@@ -161,12 +162,16 @@ throughput = np.array([[b * w / heat[b]["t_target"][w] for w in heat_widths]
                        for b in cost_batch_sizes])
 
 fig, axes = subplots(1, 2, height=3.6)
-for ax, values, title, fmt in ((axes[0], ratio, "t(b, w) / t(b, 1)", "{:.1f}"),
-                               (axes[1], throughput / 1e3, "thousand tokens per second", "{:.0f}")):
+def one_decimal_below_ten(v):
+    return f"{v:.1f}" if v < 10 else f"{v:.0f}"
+
+
+for ax, values, title in ((axes[0], ratio, "t(b, w) / t(b, 1)"),
+                          (axes[1], throughput / 1e3, "thousand tokens per second")):
     image = ax.imshow(values, cmap="viridis", aspect="auto")
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
-            ax.text(j, i, fmt.format(values[i, j]), ha="center", va="center", fontsize=9,
+            ax.text(j, i, one_decimal_below_ten(values[i, j]), ha="center", va="center", fontsize=9,
                     color="white" if values[i, j] < values.max() / 2 else "black")
     ax.set_xticks(range(len(heat_widths)), heat_widths)
     ax.set_yticks(range(len(cost_batch_sizes)), cost_batch_sizes)
@@ -457,13 +462,14 @@ print("greedy rows identical to each prompt decoded alone:",
 # %%
 fig, ax = subplots(height=3.8)
 chains = [r for r in rows if r["predicted_speedup"] is not None and r["block_size"] not in (None, 1)]
-for name in dict.fromkeys(r["name"] for r in chains):
+for i, name in enumerate(dict.fromkeys(r["name"] for r in chains)):
     xs = [r for r in chains if r["name"] == name]
     ax.plot([r["predicted_speedup"] for r in xs], [r["speedup"] for r in xs], marker="o", ls="-",
             color=colors[name], label=name)
-    for r in xs:
+    for r in xs:                    # each line's labels on its own side, so that they do not collide
         ax.annotate(f"b={r['batch_size']}", (r["predicted_speedup"], r["speedup"]), fontsize=9,
-                    textcoords="offset points", xytext=(4, -10))
+                    textcoords="offset points", xytext=((5, -11), (5, 4), (-30, 4))[i % 3],
+                    color=colors[name])
 top = max(max(r["predicted_speedup"], r["speedup"]) for r in chains) * 1.1
 ax.plot([0, top], [0, top], color="0.5", ls=":", label="measured = predicted")
 ax.set_xlim(0, top); ax.set_ylim(0, top)
@@ -511,12 +517,29 @@ policy_rows = [r for r in rows if r.get("choices")]
 options = sorted({c for r in policy_rows for c in r["choices"]},
                  key=lambda c: (c.startswith(("tree", "ngram")), c.startswith("ngram"),
                                 int(c.split()[-1])))
+
+
+def kind_of(option: str) -> str:                # a choice as the sweep names it: "1", "7", "tree 16", ...
+    if option.isdigit():
+        return "plain" if option == "1" else "chain"
+    return "hybrid" if "+" in option else option.split()[0]
+
+
+# one hue per kind, and within a kind a lighter shade for a smaller block, tree or lookup
+KIND_COLORMAPS = {"plain": "Greys", "chain": "Blues", "tree": "Oranges", "ngram": "Greens",
+                  "hybrid": "Purples"}
+option_colors = {}
+for kind, cmap in KIND_COLORMAPS.items():
+    same = [o for o in options if kind_of(o) == kind]
+    for k, option in enumerate(same):
+        shade = 0.6 if len(same) == 1 else 0.35 + 0.55 * k / (len(same) - 1)
+        option_colors[option] = colormaps[cmap](shade)
 fig, ax = subplots(height=3.4)
 bottom = np.zeros(len(policy_rows))
-for i, option in enumerate(options):
+for option in options:
     share = np.array([r["choices"].get(option, 0) / sum(r["choices"].values()) for r in policy_rows])
     ax.bar([str(r["batch_size"]) for r in policy_rows], share, bottom=bottom,
-           color=COLORBLIND[i % len(COLORBLIND)],
+           color=option_colors[option], edgecolor="white", linewidth=0.5,
            label=option if option[0].isalpha() else "plain (B=1)" if option == "1" else f"chain B={option}")
     bottom += share
 ax.set_xlabel("batch size"); ax.set_ylabel("share of steps")
