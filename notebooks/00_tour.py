@@ -65,10 +65,11 @@ num_parity_prompts = 10
 
 # %%
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
-model, tokenizer = load_pretrained(target_name, device=device)   # defined in dflash_lite/decoding/target.py
+# defined in dflash_lite/decoding/target.py
+model, tokenizer = load_pretrained(target_name, device=device)
 n_params = sum(p.numel() for p in model.parameters())
-print(type(model).__name__, f"{n_params / 1e6:.2f}M parameters,", model.config.num_hidden_layers, "layers,",
-      "hidden", model.config.hidden_size, "| vocab", len(tokenizer))
+print(type(model).__name__, f"{n_params / 1e6:.2f}M parameters,", model.config.num_hidden_layers,
+      "layers,", "hidden", model.config.hidden_size, "| vocab", len(tokenizer))
 assert type(model).__name__ in ("Qwen3ForCausalLM", "LlamaForCausalLM")
 
 # %% [markdown]
@@ -80,10 +81,14 @@ assert type(model).__name__ in ("Qwen3ForCausalLM", "LlamaForCausalLM")
 
 # %%
 card = json.loads((SHIPPED["tiny"] / "card.json").read_text())
-print(f"held-out loss: code {card['held_out_loss']['code']:.3f}, math {card['held_out_loss']['math']:.3f} (nats/token)")
-print(f"math final-answer accuracy: {card['math_final_answer_accuracy']['accuracy']:.1%} of {card['math_final_answer_accuracy']['n']}")
-print(f"code ast.parse rate: {card['code_ast_parse_rate']['rate']:.1%} of {card['code_ast_parse_rate']['n']}")
-print(f"trained {card['training']['steps_done']} steps in {card['training']['train_seconds'] / 60:.0f} min on {card['training']['device']}")
+print(f"held-out loss: code {card['held_out_loss']['code']:.3f}, math "
+      f"{card['held_out_loss']['math']:.3f} (nats/token)")
+print(f"math final-answer accuracy: {card['math_final_answer_accuracy']['accuracy']:.1%} of "
+      f"{card['math_final_answer_accuracy']['n']}")
+print(f"code ast.parse rate: {card['code_ast_parse_rate']['rate']:.1%} of "
+      f"{card['code_ast_parse_rate']['n']}")
+print(f"trained {card['training']['steps_done']} steps in "
+      f"{card['training']['train_seconds'] / 60:.0f} min on {card['training']['device']}")
 assert card["parameters"] == sum(p.numel() for p in load_pretrained("tiny")[0].parameters())
 
 # %% [markdown]
@@ -96,9 +101,11 @@ assert card["parameters"] == sum(p.numel() for p in load_pretrained("tiny")[0].p
 text = "Question: Ava has 3 apples.<|mask|><|mask|>"
 ids = tokenizer(text).input_ids
 print([tokenizer.decode([i]) for i in ids])
-print("mask token:", tokenizer.mask_token, "id", tokenizer.mask_token_id, "| eos:", tokenizer.eos_token, tokenizer.eos_token_id)
+print("mask token:", tokenizer.mask_token, "id", tokenizer.mask_token_id, "| eos:",
+      tokenizer.eos_token, tokenizer.eos_token_id)
 assert ids.count(tokenizer.mask_token_id) == 2
-assert tokenizer.decode(tokenizer("def f(x):\n    return x", add_special_tokens=False).input_ids) == "def f(x):\n    return x"
+assert tokenizer.decode(tokenizer("def f(x):\n    return x",
+                                  add_special_tokens=False).input_ids) == "def f(x):\n    return x"
 
 # %% [markdown]
 # ## A completion, timed
@@ -149,8 +156,10 @@ assert path.stat().st_size > 0
 # the prompts, so it moves by several percent from run to run; notebook 01 measures it with repeats.
 
 # %%
-prompts = [p.prompt for p in corpus.math_problems(num_parity_prompts // 2, split="held_out", start=300)]
-prompts += corpus.function_headers(corpus.stdlib_files("held_out"), num_parity_prompts - len(prompts), seed=5)
+prompts = [p.prompt for p in corpus.math_problems(num_parity_prompts // 2, split="held_out",
+                                                  start=300)]
+prompts += corpus.function_headers(corpus.stdlib_files("held_out"),
+                                   num_parity_prompts - len(prompts), seed=5)
 same, t_ours, t_hf, n_tokens = 0, 0.0, 0.0, 0
 for prompt in prompts:
     ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
@@ -163,7 +172,8 @@ for prompt in prompts:
     same += ours == ref
     t_ours, t_hf, n_tokens = t_ours + t1 - t0, t_hf + t2 - t1, n_tokens + len(ours)
 print(f"identical on {same}/{len(prompts)} prompts; ours {n_tokens / t_ours:.1f} tokens/s, "
-      f"generate {n_tokens / t_hf:.1f} tokens/s, ratio {t_hf / t_ours:.2f}x (one run; see `python -m dflash_lite bench`)")
+      f"generate {n_tokens / t_hf:.1f} tokens/s, ratio {t_hf / t_ours:.2f}x "
+      "(one run; see `python -m dflash_lite bench`)")
 assert same == len(prompts)
 
 # %% [markdown]
@@ -185,13 +195,15 @@ from dflash_lite.decoding.target import default_drafter_path
 drafter = load_drafter(default_drafter_path("tiny")).to(device)
 runs = {"autoregressive": [], "DFlash": []}
 for _ in range(3):
-    runs["autoregressive"].append(generate_autoregressive(model, prompt_ids, max_new_tokens, stop_token_ids=stops))
-    runs["DFlash"].append(generate(model, DFlashProposer(drafter, model), prompt_ids, max_new_tokens,
+    runs["autoregressive"].append(generate_autoregressive(model, prompt_ids, max_new_tokens,
+                                                          stop_token_ids=stops))
+    runs["DFlash"].append(generate(model, DFlashProposer(drafter, model), prompt_ids,
+                                   max_new_tokens,
                                                stop_token_ids=stops))
 ar, sd = (sorted(r, key=lambda x: x.total_time)[1] for r in runs.values())
 print(f"autoregressive {ar.tokens_per_s:.1f} tokens/s; DFlash {sd.tokens_per_s:.1f} tokens/s "
-      f"({sd.tokens_per_s / ar.tokens_per_s:.2f}x), tau {sd.tau:.2f}, {len(sd.acceptance_lengths)} verification steps "
-      f"for {len(sd.tokens)} tokens")
+      f"({sd.tokens_per_s / ar.tokens_per_s:.2f}x), tau {sd.tau:.2f}, "
+      f"{len(sd.acceptance_lengths)} verification steps for {len(sd.tokens)} tokens")
 assert sd.tokens == ar.tokens
 
 # %%

@@ -74,9 +74,11 @@ model, tokenizer = load_pretrained(target_name, device=device)      # dflash_lit
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 prompt = corpus.function_headers(corpus.stdlib_files("held_out"), 40, seed=2)
 text = "".join(prompt)
-context_ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=context_length).input_ids.to(device)
+context_ids = tokenizer(text, return_tensors="pt", truncation=True,
+                        max_length=context_length).input_ids.to(device)
 assert context_ids.shape[1] == context_length
-print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters on {device}")
+print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters "
+      f"on {device}")
 
 
 # %% [markdown]
@@ -93,13 +95,15 @@ print(f"{type(model).__name__}, {sum(p.numel() for p in model.parameters()) / 1e
 # %%
 @torch.inference_mode()
 def step_anatomy(repeats):
-    parts = {"embedding": model.model.embed_tokens, **{f"layer {i}": l for i, l in enumerate(model.model.layers)},
+    parts = {"embedding": model.model.embed_tokens,
+             **{f"layer {i}": l for i, l in enumerate(model.model.layers)},
              "final norm": model.model.norm, "LM head": model.lm_head}
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     times = {name: [] for name in parts}
     linear_time = [0.0]
     starts = {}
-    def before(name):                        # hooks must return None, or they replace the inputs/outputs
+    # hooks must return None, or they replace the inputs/outputs
+    def before(name):
         sync()
         starts[name] = time.perf_counter()
 
@@ -110,7 +114,8 @@ def step_anatomy(repeats):
     hooks = []
     for name, module in parts.items():
         hooks.append(module.register_forward_pre_hook(lambda m, a, name=name: before(name)))
-        hooks.append(module.register_forward_hook(lambda m, a, o, name=name: times[name].append(after(name))))
+        hooks.append(module.register_forward_hook(lambda m, a, o,
+                                                  name=name: times[name].append(after(name))))
     for name, module in linears.items():
         key = "linear " + name
         hooks.append(module.register_forward_pre_hook(lambda m, a, key=key: before(key)))
@@ -143,11 +148,13 @@ outside = step_total - layers - anatomy["LM head"] - anatomy["embedding"] - anat
 print(f"one decode step: {step_total * 1e3:.2f} ms (median of {repeats})")
 for name in ["embedding", "final norm", "LM head"]:
     print(f"  {name:<11} {anatomy[name] * 1e3:6.3f} ms")
-print(f"  {model.config.num_hidden_layers} layers    {layers * 1e3:6.3f} ms ({layers / model.config.num_hidden_layers * 1e3:.3f} ms each)")
+print(f"  {model.config.num_hidden_layers} layers    {layers * 1e3:6.3f} ms "
+      f"({layers / model.config.num_hidden_layers * 1e3:.3f} ms each)")
 print(f"  outside the modules (Python, masks, cache bookkeeping): {outside * 1e3:.2f} ms")
 print(f"in the weight matrices (every nn.Linear, LM head included): {linear_total * 1e3:.2f} ms "
       f"= {linear_total / step_total:.0%} of the step")
-print(f"everything else (attention, norms, RoPE, dispatch, Python): {(step_total - linear_total) * 1e3:.2f} ms "
+print(f"everything else (attention, norms, RoPE, dispatch, Python): "
+      f"{(step_total - linear_total) * 1e3:.2f} ms "
       f"= {1 - linear_total / step_total:.0%} of the step")
 assert all(n == repeats for n in calls.values()), "every module runs once per decode step"
 
@@ -176,7 +183,8 @@ assert all(n == repeats for n in calls.values()), "every module runs once per de
 def forward_times(token_counts, rounds):
     cache = new_cache(model)
     prefill(model, context_ids, cache)
-    blocks = {n: torch.randint(10, len(tokenizer), (1, n), generator=torch.Generator().manual_seed(n)).to(device)
+    blocks = {n: torch.randint(10, len(tokenizer), (1, n),
+                               generator=torch.Generator().manual_seed(n)).to(device)
               for n in token_counts}
 
     def forward(n):
@@ -195,7 +203,8 @@ for n in token_counts:
     print(f"n = {n:3d}: {t[n] * 1e3:7.2f} ms (middle half {q1 * 1e3:.2f}..{q3 * 1e3:.2f})   "
           f"t(n)/t(1) = {t[n] / t[1]:5.2f}   per token {t[n] / n * 1e3:6.3f} ms")
 spread = (quartiles[1][1] - quartiles[1][0]) / t[1]
-print(f"spread of t(1): the middle half of its {len(samples[1])} samples spans {spread:.0%} of its median")
+print(f"spread of t(1): the middle half of its {len(samples[1])} samples spans {spread:.0%} of its "
+      f"median")
 print(f"t(1) = {t[1] * 1e3:.2f} ms here; section 1's decode step (with its hooks) took "
       f"{step_total * 1e3:.2f} ms: {max(t[1], step_total) / min(t[1], step_total):.1f}x apart")
 largest = max(token_counts)
@@ -207,7 +216,8 @@ assert all(len(v) == 3 * repeats for v in samples.values())     # every size tim
 fig, ax = subplots(height=3.8)
 ratio = [t[n] / t[1] for n in token_counts]
 ax.fill_between(token_counts, [quartiles[n][0] / t[1] for n in token_counts],
-                [quartiles[n][1] / t[1] for n in token_counts], alpha=0.25, label="middle half of the samples")
+                [quartiles[n][1] / t[1] for n in token_counts], alpha=0.25,
+                label="middle half of the samples")
 ax.plot(token_counts, ratio, marker="o", label="measured t(n) / t(1), median")
 ax.plot(token_counts, token_counts, ls="--", color="grey", label="n separate decode steps")
 ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)

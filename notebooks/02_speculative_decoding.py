@@ -48,8 +48,10 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
-from dflash_lite.decoding.acceptance import (accept_article_ratio, accept_article_threshold, accept_greedy,
+from dflash_lite import (SamplingParams, corpus, generate_autoregressive, load_pretrained,
+                         stop_token_ids)
+from dflash_lite.decoding.acceptance import (accept_article_ratio, accept_article_threshold,
+                                             accept_greedy,
                                     accept_point_mass, accept_speculative, target_probs)
 from dflash_lite.decoding.decode import PerRow, generate
 from dflash_lite.decoding.baselines import DraftModelProposer
@@ -78,7 +80,8 @@ target, tokenizer = load_pretrained(target_name, device=device)
 draft, _ = load_pretrained(draft_model_path, device=device)       # a 2-layer Qwen3, same tokenizer
 stops = stop_token_ids(target, tokenizer)
 print(f"target {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters, "
-      f"draft {sum(p.numel() for p in draft.parameters()) / 1e6:.1f}M ({draft.config.num_hidden_layers} layers)")
+      f"draft {sum(p.numel() for p in draft.parameters()) / 1e6:.1f}M "
+      f"({draft.config.num_hidden_layers} layers)")
 
 # %% [markdown]
 # ## The picture first: a speculative step on a timeline
@@ -104,16 +107,19 @@ _ = save_figure(diagrams.decoding_timeline(), "02_diagram_timeline")
 problem = corpus.math_problem(corpus.HELD_OUT_SEED + 77)
 ids = tokenizer(problem.prompt, return_tensors="pt").input_ids.to(device)
 with torch.inference_mode():
-    context = torch.cat([ids, target(ids).logits[:, -1:].argmax(-1)], dim=1)     # prompt + first token
+    # prompt + first token
+    context = torch.cat([ids, target(ids).logits[:, -1:].argmax(-1)], dim=1)
     drafted = context
     for _ in range(draft_tokens):                                                 # k draft forwards
         drafted = torch.cat([drafted, draft(drafted).logits[:, -1:].argmax(-1)], dim=1)
     d = drafted[0, context.shape[1]:]
-    scores = target(drafted).logits[0, context.shape[1] - 1:]                     # one target forward, k+1 rows
+    # one target forward, k+1 rows
+    scores = target(drafted).logits[0, context.shape[1] - 1:]
 n, extra = accept_greedy(d, scores)
 print("draft   :", [tokenizer.decode([t]) for t in d.tolist()])
 print("target  :", [tokenizer.decode([t]) for t in scores.argmax(-1).tolist()])
-print(f"accepted {n} of {draft_tokens} drafts, then the target's {tokenizer.decode([extra])!r}: {n + 1} tokens for one target forward")
+print(f"accepted {n} of {draft_tokens} drafts, then the target's {tokenizer.decode([extra])!r}: "
+      f"{n + 1} tokens for one target forward")
 assert 0 <= n <= draft_tokens
 
 # %% [markdown]
@@ -139,7 +145,8 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
     """Greedy speculative decoding: (the committed tokens, the number committed at each step)."""
     ### BEGIN SOLUTION
     cache = DynamicCache(config=target.config)
-    first = target(ids, past_key_values=cache).logits[:, -1:].argmax(-1)   # prefill: cache holds the prompt
+    # prefill: cache holds the prompt
+    first = target(ids, past_key_values=cache).logits[:, -1:].argmax(-1)
     out, steps = [first.item()], []
     while len(out) < max_new_tokens and out[-1] not in stops:
         seq = torch.cat([ids, torch.tensor([out], device=ids.device)], dim=1)
@@ -148,14 +155,19 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
         block = seq[:, -(k + 1):]                                            # [last, d1, ..., dk]
         choice = target(block, past_key_values=cache).logits[0].argmax(-1)  # 2. verify: k+1 choices
         n = 0
-        while n < k and block[0, n + 1] == choice[n]:                        # 3. accept while equal,
+        # 3. accept while equal,
+        while n < k and block[0, n + 1] == choice[n]:
             n += 1
-        new = block[0, 1:n + 1].tolist() + [choice[n].item()]               #    then the target's token
+        #    then the target's token
+        new = block[0, 1:n + 1].tolist() + [choice[n].item()]
         if n < k:
-            cache.crop(n - k)                                                # 4. drop the k - n rejected drafts
-        new = new[:max_new_tokens - len(out)]                                # never past max_new_tokens
+            # 4. drop the k - n rejected drafts
+            cache.crop(n - k)
+        # never past max_new_tokens
+        new = new[:max_new_tokens - len(out)]
         steps.append(len(new))
-        for t in new:                                                        # commit, up to a stop token
+        # commit, up to a stop token
+        for t in new:
             out.append(t)
             if t in stops:
                 break
@@ -165,15 +177,17 @@ def speculative_greedy(target, draft, ids, k, max_new_tokens, stops=()):
 
 # %% nbgrader={"grade": true, "grade_id": "ch02_build_speculative_greedy_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 mine, my_steps = speculative_greedy(target, draft, ids, draft_tokens, max_new_tokens, set(stops))
-package = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), ids, max_new_tokens,
-                   stop_token_ids=stops)
+package = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), ids,
+                   max_new_tokens, stop_token_ids=stops)
 alone = generate_autoregressive(target, ids, max_new_tokens, stop_token_ids=stops)
-print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(package.tokens)} tokens in "
+print(f"ours: {len(mine)} tokens in {len(my_steps)} verify steps; package: {len(package.tokens)} "
+      f"tokens in "
       f"{len(package.acceptance_lengths)} steps; target alone: {len(alone.tokens)} forwards")
 assert mine == package.tokens == alone.tokens
 assert my_steps == package.acceptance_lengths
 from dflash_lite.exercises import ch02, score                   # more prompts (both domains) and k
-score(ch02.check_speculative_greedy(speculative_greedy, target, draft, tokenizer, max_new_tokens), 3)
+score(ch02.check_speculative_greedy(speculative_greedy, target, draft, tokenizer, max_new_tokens),
+      3)
 
 # %% [markdown]
 # Same tokens as the target alone, and the same accepted length at every step as the package's
@@ -192,13 +206,14 @@ prompt_ids = [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in pr
 results, identical = [], 0
 for x in prompt_ids:
     expected = generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
-    r = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), x, max_new_tokens,
-                 stop_token_ids=stops)
+    r = generate(target, PerRow(DraftModelProposer(draft, target, draft_tokens + 1)), x,
+                 max_new_tokens, stop_token_ids=stops)
     identical += r.tokens == expected
     results.append(r)
 lengths = [a for r in results for a in r.acceptance_lengths]
 tau = statistics.mean(lengths)
-print(f"identical on {identical}/{len(prompt_ids)} prompts; tau = {tau:.2f} tokens per target forward")
+print(f"identical on {identical}/{len(prompt_ids)} prompts; tau = {tau:.2f} tokens per target "
+      f"forward")
 assert identical == len(prompt_ids)
 
 # %% [markdown]
@@ -247,10 +262,12 @@ def exact_output(rule):
     if rule == "lossless (min(1, p/q))":
         residual = (p - q).clamp(min=0)
         return torch.minimum(p, q) + (1 - torch.minimum(p, q).sum()) * residual / residual.sum()
-    if rule == "article: p(x) >= q(x)":            # by enumeration of the draft; its formula is exercise 2
+    # by enumeration of the draft; its formula is exercise 2
+    if rule == "article: p(x) >= q(x)":
         out = torch.zeros_like(p)
         for x in range(len(p)):
-            out += q[x] * (torch.nn.functional.one_hot(torch.tensor(x), len(p)).double() if p[x] >= q[x] else p)
+            out += q[x] * (torch.nn.functional.one_hot(torch.tensor(x),
+                                                       len(p)).double() if p[x] >= q[x] else p)
         return out
     if rule == "article: p(x) >= 0.5 (argmax draft)":
         out = p.clone() * 0
@@ -271,7 +288,8 @@ assert tv[rules[0]] < 1e-6 and tv[rules[1]] > 1e-3 and tv[rules[2]] > 1e-3
 # the same, sampled through the acceptance functions of dflash_lite/decoding/acceptance.py (one draft token)
 g = torch.Generator().manual_seed(0)
 counts = {r: np.zeros(len(p)) for r in rules}
-pp, qq = p.float()[None].repeat(2, 1), q.float()[None]      # p at the draft position and the one after
+# p at the draft position and the one after
+pp, qq = p.float()[None].repeat(2, 1), q.float()[None]
 argmax_draft = p.float().argmax().view(1)                    # a good point-mass drafter
 for _ in range(num_samples):
     sampled_draft = torch.multinomial(q.float(), 1, generator=g)
@@ -300,7 +318,8 @@ width = 0.2
 xs = np.arange(len(support))
 ax.bar(xs - 1.5 * width, p[support], width, label="target p", color="black")
 for i, r in enumerate(rules):
-    ax.bar(xs + (i - 0.5) * width, counts[r][support] / num_samples, width, label=f"{r} (TV {tv[r]:.3f})")
+    ax.bar(xs + (i - 0.5) * width, counts[r][support] / num_samples, width,
+           label=f"{r} (TV {tv[r]:.3f})")
 ax.set_xticks(xs, [tokenizer.decode([t]).strip() or repr(tokenizer.decode([t])) for t in support])
 ax.set_xlabel("the target's ten likeliest next tokens")
 ax.set_yscale("log"); ax.set_ylim(0.5 / num_samples, 1)
@@ -310,7 +329,8 @@ ax.set_title("Output distribution of one speculative step")
 _ = save_figure(fig, "02_acceptance_rules")
 pvalues = {r: chi2_against_p(counts[r], num_samples) for r in rules}
 for r, pv in pvalues.items():
-    verdict = "the sample rejects 'distributed as p'" if pv < 0.001 else "the sample cannot tell it from p"
+    verdict = ("the sample rejects 'distributed as p'" if pv < 0.001
+               else "the sample cannot tell it from p")
     print(f"{r:<40} sampled, chi-square p = {pv:.3g}: {verdict}")
 assert pvalues[rules[0]] > 0.001
 
@@ -347,11 +367,14 @@ def emitted_first_token(draft_token, n_samples, seed=0):
         tally[draft_token if n >= 1 else nxt] += 1
     return tally, accepted / n_samples
 
-for name, token in (("the target's argmax", int(p.argmax())), ("the 5th likeliest token", int(p.topk(5).indices[-1]))):
+for name, token in (("the target's argmax", int(p.argmax())),
+                    ("the 5th likeliest token", int(p.topk(5).indices[-1]))):
     tally, rate = emitted_first_token(token, num_samples)
     pv = chi2_against_p(tally, num_samples)
-    print(f"draft = {name:<24} acceptance rate {rate:.3f} (p(d) = {float(p[token]):.3f}); chi-square p = {pv:.3g}")
-    assert pv > 0.001 and abs(rate - float(p[token])) < 4 * (float(p[token]) * (1 - float(p[token])) / num_samples) ** 0.5 + 1e-9
+    print(f"draft = {name:<24} acceptance rate {rate:.3f} (p(d) = {float(p[token]):.3f}); "
+          f"chi-square p = {pv:.3g}")
+    std = (float(p[token]) * (1 - float(p[token])) / num_samples) ** 0.5
+    assert pv > 0.001 and abs(rate - float(p[token])) < 4 * std + 1e-9
 
 # %% [markdown]
 # What to look for: the acceptance rate is `p(d)` (high for the argmax, low for the poor guess),
@@ -408,7 +431,8 @@ schemes = {"plain decoding": NoDraftProposer(),
            "DFlash B=16": DFlashProposer(drafter, target, 16),
            "DFlash tree N=16": DFlashTreeProposer(drafter, target, 16),
            f"draft model k={draft_tokens}, coupled": PerRow(DraftModelProposer(
-               draft, target, draft_tokens + 1, sampling, sample=True, generator=PositionNoise(21)))}
+               draft, target, draft_tokens + 1, sampling, sample=True,
+               generator=PositionNoise(21)))}
 seeded = {name: generate(target, proposer, ids, max_new_tokens, sampling, stops, PositionNoise(21))
           for name, proposer in schemes.items()}
 for name, result in seeded.items():
@@ -430,7 +454,8 @@ answer_rows = list(range(ids.shape[1] - 1, full.shape[1] - 1))
 tv_at, coupled_at = [], []
 for i in answer_rows:
     g = -torch.log(-torch.log(coupling_noise.uniform(draws + 10_000 * i, P.shape[1])))
-    coupled_at.append(float(((P[i].log() + g).argmax(-1) == (Q[i].log() + g).argmax(-1)).double().mean()))
+    same = (P[i].log() + g).argmax(-1) == (Q[i].log() + g).argmax(-1)
+    coupled_at.append(float(same.double().mean()))
     tv_at.append(0.5 * float((P[i] - Q[i]).abs().sum()))
 tv_at, coupled_at = np.array(tv_at), np.array(coupled_at)
 bound = (1 - tv_at) / (1 + tv_at)
@@ -442,7 +467,8 @@ assert np.all(coupled_at >= bound - 0.05) and np.all(coupled_at <= 1 - tv_at + 0
 fig, ax = subplots(height=3.2)
 grid = np.linspace(0, 1, 101)
 ax.plot(grid, 1 - grid, color=COLORBLIND[0], label="min(1, p/q) rule: 1 - TV")
-ax.plot(grid, (1 - grid) / (1 + grid), color=COLORBLIND[1], ls="--", label="coupled, bound: (1 - TV)/(1 + TV)")
+ax.plot(grid, (1 - grid) / (1 + grid), color=COLORBLIND[1], ls="--", label="coupled, bound: (1 - "
+        "TV)/(1 + TV)")
 ax.scatter(tv_at, coupled_at, s=14, color=COLORBLIND[2], label="coupled, measured", zorder=3)
 ax.set_xlabel("TV(p, q) at a position of the answer")
 ax.set_ylabel("P(the draft is accepted)")
@@ -472,8 +498,9 @@ for a_len in lengths:
     reached += min(n + 1, draft_tokens)            # drafts that were looked at
 a = accepted / reached
 predicted = (1 - a ** (draft_tokens + 1)) / (1 - a) if a < 1 else draft_tokens + 1
-print(f"per-token acceptance a = {a:.3f}; predicted tau = {predicted:.2f}, measured tau = {tau:.2f}: "
-      f"the formula {'overestimates' if predicted > tau else 'underestimates'} by {abs(predicted - tau):.2f}")
+verdict = "overestimates" if predicted > tau else "underestimates"
+print(f"per-token acceptance a = {a:.3f}; predicted tau = {predicted:.2f}, measured tau = "
+      f"{tau:.2f}: the formula {verdict} by {abs(predicted - tau):.2f}")
 
 
 # %% [markdown]

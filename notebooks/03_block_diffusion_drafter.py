@@ -89,12 +89,15 @@ drafter = load_drafter(drafter_path).to(device).eval()
 eagle = load_drafter(eagle_path).to(device).eval()
 stops = stop_token_ids(target, tokenizer)
 c = drafter.config
-print(f"drafter: {c.num_layers} layers, block {c.block_size}, taps target layers {c.target_layer_ids} "
-      f"of {c.num_target_layers}, mask token {tokenizer.convert_ids_to_tokens(c.mask_token_id)!r}, "
-      f"{sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M trainable parameters (no embedding, no LM head)")
+print(f"drafter: {c.num_layers} layers, block {c.block_size}, taps target layers "
+      f"{c.target_layer_ids} of {c.num_target_layers}, "
+      f"mask token {tokenizer.convert_ids_to_tokens(c.mask_token_id)!r}, "
+      f"{sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M trainable parameters "
+      "(no embedding, no LM head)")
 print(f"EAGLE-style baseline: {eagle.config.num_layers} layers, block {eagle.config.block_size}, "
       f"taps {eagle.config.target_layer_ids}, drafting {eagle.config.drafting!r}")
-print(f"heads: {c.num_attention_heads} query, {c.num_key_value_heads} key/value, head_dim {c.head_dim}; "
+print(f"heads: {c.num_attention_heads} query, {c.num_key_value_heads} key/value, head_dim "
+      f"{c.head_dim}; "
       f"hidden {c.hidden_size}; RoPE theta {c.rope_theta:g}")
 assert c.drafting == "block" and eagle.config.drafting == "autoregressive"
 
@@ -116,12 +119,15 @@ prompt = corpus.math_problem(corpus.HELD_OUT_SEED + 123).prompt
 ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)           # (1, C)
 with torch.inference_mode():
     out = target(ids, output_hidden_states=True)
-last = out.logits[:, -1:].argmax(-1)                                        # (1, 1) the target's next token
+# (1, 1) the target's next token
+last = out.logits[:, -1:].argmax(-1)
 C, H, eps = ids.shape[1], c.hidden_size, c.rms_norm_eps
-features = context_features(out.hidden_states, c.target_layer_ids)           # the package's (dflash_lite/decoding/target.py)
+# the package's (dflash_lite/decoding/target.py)
+features = context_features(out.hidden_states, c.target_layer_ids)
 
 ### BEGIN SOLUTION
-my_features = torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)   # (1, C, K*H)
+# (1, C, K*H)
+my_features = torch.cat([out.hidden_states[layer + 1] for layer in c.target_layer_ids], dim=-1)
 ### END SOLUTION
 
 
@@ -169,7 +175,8 @@ assert block[0, 0] != c.mask_token_id and (block[0, 1:] == c.mask_token_id).all(
 def rope_cos_sin(positions):
     """cos, sin of shape (T, D) for integer positions (T,)."""
     ### BEGIN SOLUTION
-    inv_freq = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim)
+    inv_freq = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2,
+                                                   dtype=torch.float32) / c.head_dim)
     angles = positions[:, None].float() * inv_freq[None, :]                  # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)                             # (T, D)
     return angles.cos().to(device), angles.sin().to(device)
@@ -220,16 +227,21 @@ _ = save_figure(diagrams.kv_injection(), "03_diagram_kv_injection")
 # %% nbgrader={"grade": false, "grade_id": "ch03_build_kv_injection", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_injection_attention(attn, x, context, x_pos, ctx_pos, mask=None):
     """attn: a drafter layer's self_attn (for its weights). x: (1, Q, H) normed block states at
-    positions x_pos (Q,); context: (1, C, H) at ctx_pos (C,). mask: (Q, C+Q) bool, True = may attend."""
+    positions x_pos (Q,); context: (1, C, H) at ctx_pos (C,). mask: (Q, C+Q) bool, True = may
+    attend."""
     ### BEGIN SOLUTION
     nh, nkv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    heads = lambda t, n: t.view(1, t.shape[1], n, d).transpose(1, 2)        # (1, T, n*D) -> (1, n, T, D)
+    # (1, T, n*D) -> (1, n, T, D)
+    heads = lambda t, n: t.view(1, t.shape[1], n, d).transpose(1, 2)
     kv_in = torch.cat([context, x], dim=1)                                   # (1, C+Q, H)
     kv_pos = torch.cat([ctx_pos, x_pos])
-    q = rotate(rms_norm(heads(attn.q_proj(x), nh), attn.q_norm.weight), *rope_cos_sin(x_pos))       # (1, nh, Q, D)
-    k = rotate(rms_norm(heads(attn.k_proj(kv_in), nkv), attn.k_norm.weight), *rope_cos_sin(kv_pos))  # (1, nkv, C+Q, D)
+    # (1, nh, Q, D)
+    q = rotate(rms_norm(heads(attn.q_proj(x), nh), attn.q_norm.weight), *rope_cos_sin(x_pos))
+    # (1, nkv, C+Q, D)
+    k = rotate(rms_norm(heads(attn.k_proj(kv_in), nkv), attn.k_norm.weight), *rope_cos_sin(kv_pos))
     v = heads(attn.v_proj(kv_in), nkv)                                       # (1, nkv, C+Q, D)
-    k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)  # GQA: share K/V heads
+    # GQA: share K/V heads
+    k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)                          # (1, nh, Q, C+Q)
     if mask is not None:
         scores = scores.masked_fill(~mask.to(scores.device), float("-inf"))
@@ -245,9 +257,11 @@ with torch.inference_mode():
     mine = kv_injection_attention(layer0.self_attn, x, context, block_pos, ctx_pos)
     rope_b = drafter.rotary_emb(x, block_pos[None].to(device))
     rope_c = drafter.rotary_emb(context, ctx_pos[None].to(device))
-    ref = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)      # dflash_lite/decoding/drafter.py
+    # dflash_lite/decoding/drafter.py
+    ref = layer0.self_attn(x, context, rope_b, rope_c, cache=None, layer=0)
 torch.testing.assert_close(mine, ref)
-print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = {(mine - ref).abs().max():.2e}")
+print(f"layer 0 attention output {tuple(mine.shape)}: max |mine - package| = "
+      f"{(mine - ref).abs().max():.2e}")
 
 # %% [markdown]
 # ### 1e. The whole drafter
@@ -267,7 +281,8 @@ def my_draft_logits(block_ids, features, block_pos, ctx_pos, mask=None):
         x = x + kv_injection_attention(layer.self_attn, rms_norm(x, layer.input_layernorm.weight),
                                        context, block_pos, ctx_pos, mask)
         h = rms_norm(x, layer.post_attention_layernorm.weight)
-        x = x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))   # SwiGLU
+        # SwiGLU
+        x = x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
     return target.get_output_embeddings()(rms_norm(x, drafter.norm.weight))          # (1, Q, V)
     ### END SOLUTION
 
@@ -311,7 +326,8 @@ def my_block_mask(anchors, T, B):
 # %% nbgrader={"grade": true, "grade_id": "ch03_build_block_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 anchors = torch.tensor([3, 6, 9])
 mask = my_block_mask(anchors, 12, 4)
-assert torch.equal(mask, block_attention_mask(anchors, 12, 4))      # defined in dflash_lite/training/train.py
+# defined in dflash_lite/training/train.py
+assert torch.equal(mask, block_attention_mask(anchors, 12, 4))
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.imshow(mask.int(), cmap="Greys", aspect="auto")
 ax.axvline(11.5, color="red", lw=1)
@@ -333,20 +349,24 @@ score(check_block_mask(my_block_mask), 2)
 # %%
 from dflash_lite.exercises import yours_or_ours                # the package's while yours is blank
 from dflash_lite.exercises.ch03 import package_draft_logits
-masked_forward = yours_or_ours("my_draft_logits", my_draft_logits, package_draft_logits(drafter, target),
-                               "DFlashDrafter forward")
+masked_forward = yours_or_ours("my_draft_logits", my_draft_logits,
+                               package_draft_logits(drafter, target), "DFlashDrafter forward")
 training_mask = yours_or_ours("my_block_mask", my_block_mask, block_attention_mask)
 
 anchors = torch.tensor([C // 4, C // 2, C - 2])
 blocks = torch.full((1, len(anchors) * B), c.mask_token_id, device=device)
-blocks[0, ::B] = ids[0, anchors]                                            # [x_a, MASK x (B-1)] per anchor
-positions = (anchors[:, None] + torch.arange(B)[None]).flatten()             # block j sits at a_j .. a_j+B-1
+# [x_a, MASK x (B-1)] per anchor
+blocks[0, ::B] = ids[0, anchors]
+# block j sits at a_j .. a_j+B-1
+positions = (anchors[:, None] + torch.arange(B)[None]).flatten()
 with torch.inference_mode():
-    together = masked_forward(blocks, features, positions, torch.arange(C), training_mask(anchors, C, B))
+    together = masked_forward(blocks, features, positions, torch.arange(C),
+                              training_mask(anchors, C, B))
     for j, a in enumerate(anchors.tolist()):
         alone = drafter.draft_logits(target, blocks[:, j * B:(j + 1) * B], features[:, :a], start=0)
         torch.testing.assert_close(together[:, j * B + 1:(j + 1) * B], alone, rtol=1e-4, atol=1e-4)
-print(f"{len(anchors)} blocks at anchors {anchors.tolist()}: one masked forward == {len(anchors)} separate forwards")
+print(f"{len(anchors)} blocks at anchors {anchors.tolist()}: one masked forward == {len(anchors)} "
+      f"separate forwards")
 
 # %% [markdown]
 # From here on we use the package: `DFlashDrafter.draft_logits` for a block, `DFlashProposer` in the
@@ -421,18 +441,21 @@ print(f"draft {block_size - 1} tokens: DFlash {t_dflash * 1e3:.2f} ms (1 forward
 # %%
 n_math = num_prompts // 2
 math_prompts = [p.prompt for p in corpus.math_problems(n_math, split="held_out", start=4000)]
-code_prompts = corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts - n_math, seed=31)
+code_prompts = corpus.function_headers(corpus.stdlib_files("held_out"), num_prompts - n_math,
+                                       seed=31)
 prompt_ids = {domain: [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in ps]
               for domain, ps in (("math", math_prompts), ("code", code_prompts))}
 makers = {"DFlash": lambda: DFlashProposer(drafter, target, block_size),
-          "EAGLE-style": lambda: PerRow(EagleProposer(eagle, target, block_size))}   # drafts one request
+          "EAGLE-style": lambda: PerRow(EagleProposer(eagle, target,
+                                                      block_size))}   # drafts one request
 lengths = {(name, domain): [] for name in makers for domain in prompt_ids}
 for domain, xs in prompt_ids.items():
     for x in xs:
         expected = generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
         for name, make in makers.items():
             r = generate(target, make(), x, max_new_tokens, stop_token_ids=stops)
-            assert r.tokens == expected                                   # lossless, token for token
+            # lossless, token for token
+            assert r.tokens == expected
             lengths[name, domain] += r.acceptance_lengths
 fig, axes = subplots(1, len(prompt_ids), height=3.6, sharey=True)
 for ax, domain in zip(np.atleast_1d(axes), prompt_ids):
@@ -450,7 +473,8 @@ np.atleast_1d(axes)[0].set_ylabel("share of steps with draft j accepted")
 fig.suptitle("Acceptance by block position")
 save_figure(fig, "03_acceptance_by_position")
 pooled = {name: np.mean([a for d in prompt_ids for a in lengths[name, d]]) for name in makers}
-print("pooled over both domains (misleading): " + ", ".join(f"{n} tau {t:.2f}" for n, t in pooled.items()))
+print("pooled over both domains (misleading): "
+      "" + ", ".join(f"{n} tau {t:.2f}" for n, t in pooled.items()))
 for domain in prompt_ids:
     print(f"higher tau on {domain}: {max(makers, key=lambda n: np.mean(lengths[n, domain]))}")
 for name, path in (("DFlash", drafter_path), ("EAGLE-style", eagle_path)):
@@ -644,5 +668,6 @@ answer_5 = None   # your answer: the class (not an instance)
 
 # %% nbgrader={"grade": true, "grade_id": "ch03_exercise_5_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from dflash_lite.exercises import score
-score(check_unmasking_proposer(answer_5, drafter, target, prompt_ids["math"], block_size, max_new_tokens, stops), 3)
+score(check_unmasking_proposer(answer_5, drafter, target, prompt_ids["math"], block_size,
+                               max_new_tokens, stops), 3)
 

@@ -61,7 +61,8 @@ from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.measuring.plotting import repo_dir, save_figure, subplots
 from dflash_lite.decoding.timing import interleaved
 from dflash_lite.decoding.variants import make_drafter
-from dflash_lite.decoding.target import SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features, tapped_layer_ids
+from dflash_lite.decoding.target import (SHIPPED_BASELINES, SHIPPED_DRAFTERS, context_features,
+                                         tapped_layer_ids)
 from dflash_lite.training.data import regenerate
 from dflash_lite.training.train import position_accuracy
 
@@ -89,7 +90,8 @@ stops = stop_token_ids(target, tokenizer)
 N = target.config.num_hidden_layers
 for n, k in ((N, 5), (28, 5), (36, 5), (36, 3), (36, 1)):
     print(f"N={n:>2} layers, K={k}: taps {tapped_layer_ids(n, k)}")
-print(f"shipped drafter: {drafter.config.num_layers} layers, block size {drafter.config.block_size}, "
+print(f"shipped drafter: {drafter.config.num_layers} layers, block size "
+      f"{drafter.config.block_size}, "
       f"taps {drafter.config.target_layer_ids} of the target's {N}")
 assert drafter.config.target_layer_ids == tapped_layer_ids(N, 5)
 
@@ -114,9 +116,11 @@ with torch.inference_mode():
     for t in texts:
         ids = tokenizer(t, return_tensors="pt").input_ids.to(device)
         out = target(ids, output_hidden_states=True)
-        final = out.logits[0].argmax(-1)                                     # the target's next-token choice
+        # the target's next-token choice
+        final = out.logits[0].argmax(-1)
         for layer, h in enumerate(out.hidden_states):
-            h = h if layer == N else target.model.norm(h)                    # the last entry is already normed
+            # the last entry is already normed
+            h = h if layer == N else target.model.norm(h)
             guess = target.lm_head(h)[0].argmax(-1)
             current[layer] += (guess == ids[0]).sum().item()
             nxt[layer] += (guess == final).sum().item()
@@ -161,7 +165,9 @@ ax.bar(xs - 0.2, initial, 0.4, label="untrained", color="lightgrey")
 ax.bar(xs + 0.2, norms, 0.4, label="trained")
 ax.set_xticks(xs, [str(l) for l in drafter.config.target_layer_ids])
 ax.legend(loc="upper left", bbox_to_anchor=(1, 1), frameon=False)        # beside the bars
-ax.set_xlabel("tapped target layer"); ax.set_ylabel("||fc block||"); ax.set_title("What the trained projection reads")
+ax.set_xlabel("tapped target layer")
+ax.set_ylabel("||fc block||")
+ax.set_title("What the trained projection reads")
 _ = save_figure(fig, "04_projection_norms")
 
 
@@ -187,7 +193,8 @@ for name, cls in (("with features", DFlashProposer), ("features zeroed", NoFeatu
     lengths = []
     for x in ids:
         r = generate(target, cls(drafter, target), x, max_new_tokens, stop_token_ids=stops)
-        assert r.tokens == generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
+        assert r.tokens == generate_autoregressive(target, x, max_new_tokens,
+                                                   stop_token_ids=stops).tokens
         lengths += r.acceptance_lengths
     taus[name] = float(np.mean(lengths))
     print(f"{name:<16} tau {taus[name]:.2f}")
@@ -207,15 +214,19 @@ assert taus["features zeroed"] < taus["with features"]
 
 # %%
 eagle_path = SHIPPED_BASELINES.get(target_name, {}).get("eagle")
-eagle = load_drafter(eagle_path).to(device) if eagle_path and drafter_path == str(SHIPPED_DRAFTERS["tiny"]) else None
+shipped_pair = drafter_path == str(SHIPPED_DRAFTERS["tiny"])
+eagle = load_drafter(eagle_path).to(device) if eagle_path and shipped_pair else None
 reads = {}
 for domain in ("math", "code"):
-    data = regenerate(target, tokenizer, corpus.prompts("held_out", domain, accuracy_prompts), max_new_tokens)
+    data = regenerate(target, tokenizer, corpus.prompts("held_out", domain, accuracy_prompts),
+                      max_new_tokens)
     reads[domain] = {"DFlash": position_accuracy(drafter, target, data, tokenizer.pad_token_id),
-                     "DFlash, MASK in slot 0": position_accuracy(drafter, target, data, tokenizer.pad_token_id,
+                     "DFlash, MASK in slot 0": position_accuracy(drafter, target, data,
+                                                                 tokenizer.pad_token_id,
                                                                   anchor_token=False)}
     if eagle is not None:
-        reads[domain]["EAGLE-style (same budget)"] = position_accuracy(eagle, target, data, tokenizer.pad_token_id)
+        reads[domain]["EAGLE-style (same budget)"] = position_accuracy(eagle, target, data,
+                                                                       tokenizer.pad_token_id)
     print(f"{domain}, accuracy of draft position 1: " +
           ", ".join(f"{name} {acc[0]:.2f}" for name, acc in reads[domain].items()))
 
@@ -258,7 +269,8 @@ v = ablations["variants"]
 names = {"reference": "KV injection, 5 taps (DFlash)", "input_fusion": "input fusion, 5 taps",
          "no_target_features": "no target features", "taps_3": "KV injection, 3 taps",
          "taps_1": "KV injection, 1 tap"}
-print(f"budget: {v['reference']['steps']} steps each; tau on {v['reference']['eval']['prompts_per_domain']} "
+print(f"budget: {v['reference']['steps']} steps each; tau on "
+      f"{v['reference']['eval']['prompts_per_domain']} "
       f"held-out prompts per domain, B=16")
 print(f"{'variant':<32} {'taps':<16} {'final loss':>10} {'tau math':>9} {'tau code':>9}")
 for key, label in names.items():
@@ -269,22 +281,27 @@ for key, label in names.items():
     print(f"{label:<32} {taps:<16} {r['final_loss']:>10.3f} {t['math']:>9.2f} {t['code']:>9.2f}")
 fig, (ax, bx) = subplots(2, 1, height=7.4)
 xs = np.arange(len(names))
-ax.bar(xs - 0.2, [v[k]["tau_by_inference_block_size"]["16"]["math"] for k in names], 0.4, label="math")
-ax.bar(xs + 0.2, [v[k]["tau_by_inference_block_size"]["16"]["code"] for k in names], 0.4, label="code")
+ax.bar(xs - 0.2, [v[k]["tau_by_inference_block_size"]["16"]["math"] for k in names], 0.4,
+       label="math")
+ax.bar(xs + 0.2, [v[k]["tau_by_inference_block_size"]["16"]["code"] for k in names], 0.4,
+       label="code")
 ax.set_xticks(xs, [textwrap.fill(n.replace(",", ""), 13) for n in names.values()])
 ax.set_ylabel("tau (held-out, B=16)")
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
 ax.set_title("Conditioning variants, equal budget")
-window = 5                                   # trailing mean of 5 logged points: no padding, no look-ahead
+# trailing mean of 5 logged points: no padding, no look-ahead
+window = 5
 for k, label in names.items():
     steps, losses = zip(*v[k]["loss_curve"])
-    bx.plot(steps[window - 1:], np.convolve(losses, np.ones(window) / window, mode="valid"), label=label)
+    bx.plot(steps[window - 1:], np.convolve(losses, np.ones(window) / window, mode="valid"),
+            label=label)
 bx.set_xlabel("step"); bx.set_ylabel(f"training loss\n(mean of last {window} logs)")
 bx.legend(loc="upper right", frameon=False)
 bx.set_title("Training loss of each variant")
 save_figure(fig, "04_conditioning_variants")
 ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
-assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math   # see below
+# see below
+assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math
 
 # %% [markdown]
 # **The loss rises in the second half.** In the right panel every curve falls to a low point and
@@ -301,11 +318,13 @@ assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.
 logged_steps = [step for step, _ in v["reference"]["loss_curve"]][window - 1:]
 lowest_steps = set()
 for k, label in names.items():
-    smoothed = np.convolve([loss for _, loss in v[k]["loss_curve"]], np.ones(window) / window, mode="valid")
+    smoothed = np.convolve([loss for _, loss in v[k]["loss_curve"]], np.ones(window) / window,
+                           mode="valid")
     low = int(smoothed.argmin())
     lowest_steps.add(logged_steps[low])
     print(f"{label:<32} lowest {smoothed[low]:.2f} at step {logged_steps[low]}, "
-          f"then up to {smoothed[low:].max():.2f} (at step {logged_steps[low + int(smoothed[low:].argmax())]})")
+          f"then up to {smoothed[low:].max():.2f} "
+          f"(at step {logged_steps[low + int(smoothed[low:].argmax())]})")
 print("steps where the variants' curves are lowest:", sorted(lowest_steps))
 
 # %% [markdown]
@@ -326,17 +345,22 @@ long = {name: json.loads((COMMITTED / f"budget_1500s_{name}.json").read_text())
 fig, ax = plt.subplots(figsize=(6, 3.4))
 for name, run in long.items():
     curve = run["tau_curve"]
-    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-", label=f"{name}: math")
-    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--", label=f"{name}: code")
+    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-",
+            label=f"{name}: math")
+    ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--",
+            label=f"{name}: code")
     final = curve[-1]
     print(f"{name:<20} {run['training']['steps']} steps: final tau math {final['tau_math']:.2f}, "
-          f"code {final['tau_code']:.2f}; minutes to tau >= 5 on math: {run['training']['minutes_to_tau_5']['math']}")
+          f"code {final['tau_code']:.2f}; minutes to tau >= 5 on math: "
+          f"{run['training']['minutes_to_tau_5']['math']}")
 ax.axhline(5, color="grey", lw=0.6, ls=":")
-ax.set_xlabel("training minutes (1 CPU thread, probes excluded)"); ax.set_ylabel("tau (held-out, B=16)")
+ax.set_xlabel("training minutes (1 CPU thread, probes excluded)")
+ax.set_ylabel("tau (held-out, B=16)")
 ax.legend(); ax.set_title("With and without the target's features, shipped budget")
 save_figure(fig, "04_features_at_full_budget")
 finals = {name: run["tau_curve"][-1]["tau_math"] for name, run in long.items()}
-assert finals["no_target_features"] > 0.8 * finals["kv_injection"]                           # see below
+# see below
+assert finals["no_target_features"] > 0.8 * finals["kv_injection"]
 
 # %% [markdown]
 # ## 5. What each variant costs per draft

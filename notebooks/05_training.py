@@ -59,7 +59,8 @@ from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
 from dflash_lite.measuring.plotting import cache_dir, repo_dir, save_figure, subplots
 from dflash_lite.training.data import IGNORE, epoch_batches, make_batch, regenerate, sample_anchors
 from dflash_lite.prompts import training_prompts
-from dflash_lite.training.train import drafter_loss, labelled_logits, loss_gamma, position_weights, tau_probe
+from dflash_lite.training.train import (drafter_loss, labelled_logits, loss_gamma, position_weights,
+                                        tau_probe)
 from dflash_lite.training.trainer import TrainConfig, Trainer
 
 from dflash_lite.course import chapter_clock
@@ -95,12 +96,14 @@ for p in target.parameters():
 # name once it is complete, so an interrupted run is never mistaken for a finished one.
 
 # %%
-prompts = training_prompts(num_prompts - num_prompts // 3, num_prompts // 3, seed=0)   # train split only
+# train split only
+prompts = training_prompts(num_prompts - num_prompts // 3, num_prompts // 3, seed=0)
 t0 = time.perf_counter()
 data = regenerate(target, tokenizer, prompts, max_new_tokens, batch_size=16,
                   cache_dir=cache_dir())       # a second run reads the cache
+responses = [len(s) - p for s, p in zip(data.sequences, data.prompt_lengths)]
 print(f"{len(data)} sequences in {time.perf_counter() - t0:.1f} s; "
-      f"mean response {np.mean([len(s) - p for s, p in zip(data.sequences, data.prompt_lengths)]):.1f} tokens")
+      f"mean response {np.mean(responses):.1f} tokens")
 i = 0
 print("prompt:  ", repr(tokenizer.decode(data.sequences[i][: data.prompt_lengths[i]])))
 print("response:", repr(tokenizer.decode(data.sequences[i][data.prompt_lengths[i]:])))
@@ -126,12 +129,14 @@ ax.imshow(mask, cmap="Greys", aspect="auto", interpolation="nearest")
 ax.axvline(len(seq) - 0.5, color="red", lw=1)
 for a in anchors.tolist():
     ax.axvline(a - 0.5, color="tab:blue", lw=0.6, ls=":")
-ax.set_xlabel(f"keys: {len(seq)} context positions | {3 * block_size} block tokens"); ax.set_ylabel("block queries")
+ax.set_xlabel(f"keys: {len(seq)} context positions | {3 * block_size} block tokens")
+ax.set_ylabel("block queries")
 ax.set_title("Block attention mask of one training sequence\n"
              "(black = may attend; dotted = anchors)")
 save_figure(fig, "05_anchors_and_mask")
 assert (anchors >= plen).all() and (anchors <= len(seq) - 2).all()
-for j, a in enumerate(anchors.tolist()):                         # block j sees exactly the context before it
+# block j sees exactly the context before it
+for j, a in enumerate(anchors.tolist()):
     assert mask[j * block_size, :a].all() and not mask[j * block_size, a:len(seq)].any()
 
 # %% [markdown]
@@ -152,10 +157,11 @@ for j, a in enumerate(anchors.tolist()):                         # block j sees 
 # builds that forward).
 
 # %% nbgrader={"grade": false, "grade_id": "ch05_build_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
-config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=block_size)
+config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+                                   block_size=block_size)
 drafter = DFlashDrafter(config).to(device).train()
-batch = make_batch(data.sequences[:batch_size], data.prompt_lengths[:batch_size], block_size, num_anchors,
-                   tokenizer, torch.Generator().manual_seed(0))
+batch = make_batch(data.sequences[:batch_size], data.prompt_lengths[:batch_size], block_size,
+                   num_anchors, tokenizer, torch.Generator().manual_seed(0))
 with torch.no_grad():
     logits, labels, k = labelled_logits(drafter, target, batch, block_size)    # (M, V), (M,), (M,)
 logits = logits.float()
@@ -197,7 +203,8 @@ print(f"weighted CE, by hand {my_loss.item():.4f}, package {loss.item():.4f}")
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
 for b in (8, 10, 16):
     wb = position_weights(b)
-    ax.plot(range(1, b), (wb / wb.sum()).numpy(), marker="o", label=f"B={b}, gamma={loss_gamma(b):g}")
+    ax.plot(range(1, b), (wb / wb.sum()).numpy(), marker="o",
+            label=f"B={b}, gamma={loss_gamma(b):g}")
 ax.set_xlabel("block position k"); ax.set_ylabel("normalised weight"); ax.legend()
 ax.set_title("w_k = exp(-(k-1)/gamma) / sum w")
 save_figure(fig, "05_loss_weights")
@@ -220,8 +227,10 @@ print(f"B=16: w_8 / w_1 = {(w16[7] / w16[0]).item():.2f}; "
 # %%
 with torch.no_grad():                                        # the package's loss on the same batch
     untrained_loss, _ = drafter_loss(drafter, target, batch, position_weights(block_size))
-print(f"vocabulary V = {config.vocab_size}: ln V = {math.log(config.vocab_size):.2f} (uniform guess)")
-margin = logits.max(-1).values - logits.gather(-1, labels[:, None])[:, 0]      # (M,) top logit - label's
+print(f"vocabulary V = {config.vocab_size}: ln V = {math.log(config.vocab_size):.2f} "
+      f"(uniform guess)")
+# (M,) top logit - label's
+margin = logits.max(-1).values - logits.gather(-1, labels[:, None])[:, 0]
 print(f"untrained drafter: logits std over the vocabulary {logits.std(-1).mean().item():.2f}, "
       f"top logit minus the label's logit {margin.mean().item():.2f} on average, "
       f"weighted CE {untrained_loss.item():.2f}")
@@ -248,7 +257,8 @@ history = trainer.run()
 train_s = time.perf_counter() - t0
 tau_after = measure(drafter)
 below_uniform = next((h["step"] for h in history if h["loss"] < math.log(config.vocab_size)), None)
-print(f"{steps} steps in {train_s:.1f} s; loss {history[0]['loss']:.2f} -> {history[-1]['loss']:.2f} "
+print(f"{steps} steps in {train_s:.1f} s; loss {history[0]['loss']:.2f} -> "
+      f"{history[-1]['loss']:.2f} "
       f"(ln V = {math.log(config.vocab_size):.2f}, first below it at step {below_uniform})")
 print(f"tau (held-out, B={block_size}): math {tau_before['math']:.2f} -> {tau_after['math']:.2f}, "
       f"code {tau_before['code']:.2f} -> {tau_after['code']:.2f}")
@@ -257,7 +267,8 @@ assert history[-1]["loss"] < history[0]["loss"]
 # %%
 fig, (ax, bx) = subplots(1, 2, height=3.6)
 n = min(5, len(history))
-smooth = lambda v: np.convolve(v, np.ones(n) / n, mode="valid")                 # trailing n-step mean
+# trailing n-step mean
+smooth = lambda v: np.convolve(v, np.ones(n) / n, mode="valid")
 steps_seen = [h["step"] for h in history]
 ax.plot(steps_seen, [h["loss"] for h in history], alpha=0.3, color="tab:blue")
 ax.plot(steps_seen[n - 1:], smooth([h["loss"] for h in history]), color="tab:blue")
@@ -291,14 +302,18 @@ print("accuracy over the last", n, "steps by position:",
 run = json.loads((COMMITTED / "budget_1500s_kv_injection.json").read_text())
 curve = run["tau_curve"]
 print(run["training"]["command"])
-print(f"budget: {run['training']['time_budget_s'] / 60:.0f} minutes of training on {run['training']['threads']} CPU "
+print(f"budget: {run['training']['time_budget_s'] / 60:.0f} minutes of training on "
+      f"{run['training']['threads']} CPU "
       f"thread(s), {run['training']['steps']} steps; tau probed on held-out prompts every "
       f"{curve[1]['step'] - curve[0]['step']} steps, probe time excluded from the clock")
 fig, ax = plt.subplots(figsize=(6, 3.4))
-ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-", label="math (held-out)")
-ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--", label="code (held-out)")
+ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-",
+        label="math (held-out)")
+ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--",
+        label="code (held-out)")
 ax.axhline(5, color="grey", lw=0.6, ls=":")
-ax.set_xlabel(f"training minutes ({run['training']['threads']} CPU thread)"); ax.set_ylabel("tau, B=16"); ax.legend()
+ax.set_xlabel(f"training minutes ({run['training']['threads']} CPU thread)")
+ax.set_ylabel("tau, B=16"); ax.legend()
 ax.set_title(f"tau during training ({run['training']['steps']} steps)")
 save_figure(fig, "05_tau_vs_training_time")
 print(f"minutes of training to tau >= 5: {run['training']['minutes_to_tau_5']}")
@@ -329,9 +344,10 @@ assert curve[-1]["tau_math"] >= 5 > curve[-1]["tau_code"]
 # %%
 ablations = json.loads((COMMITTED / "ablations.json").read_text())
 v = ablations["variants"]
-print(f"budget per variant: {v['reference']['steps']} steps x batch {ablations['common']['batch_size']} x "
-      f"{ablations['common']['num_anchors']} anchors; tau on {v['reference']['eval']['prompts_per_domain']} "
-      f"held-out prompts per domain, {v['reference']['eval']['max_new_tokens']} tokens")
+print(f"budget per variant: {v['reference']['steps']} steps x batch "
+      f"{ablations['common']['batch_size']} x {ablations['common']['num_anchors']} anchors; "
+      f"tau on {v['reference']['eval']['prompts_per_domain']} held-out prompts per domain, "
+      f"{v['reference']['eval']['max_new_tokens']} tokens")
 rows = [("random anchors (reference), B=16", v["reference"]["tau_by_inference_block_size"]["16"]),
         ("fixed block boundaries, B=16", v["fixed_anchors"]["tau_by_inference_block_size"]["16"]),
         ("trained B=16, run at B=8", v["reference"]["tau_by_inference_block_size"]["8"]),
@@ -351,7 +367,8 @@ ax.set_title("Anchors and block sizes at an equal training budget")
 save_figure(fig, "05_ablations")
 anchor_gap = rows[0][1]["math"] - rows[1][1]["math"]
 size_gaps = [rows[0][1]["math"] - rows[2][1]["math"], rows[3][1]["math"] - rows[4][1]["math"]]
-print(f"math: random - fixed anchors {anchor_gap:+.2f}; trained 16, run 16 - run 8 {size_gaps[0]:+.2f}; "
+print(f"math: random - fixed anchors {anchor_gap:+.2f}; trained 16, run 16 - run 8 "
+      f"{size_gaps[0]:+.2f}; "
       f"trained 8, run 8 - run 16 {size_gaps[1]:+.2f}")
 assert anchor_gap > 0 and max(map(abs, size_gaps)) < anchor_gap
 
@@ -359,7 +376,8 @@ assert anchor_gap > 0 and max(map(abs, size_gaps)) < anchor_gap
 starts = {name: np.mean([len(sample_anchors(p, len(s), 10_000, torch.Generator().manual_seed(0), b))
                          for s, p in zip(data.sequences, data.prompt_lengths)])
           for name, b in (("random", None), ("fixed", 16))}
-print(f"possible anchors per response here: random {starts['random']:.1f}, fixed boundaries {starts['fixed']:.1f}")
+print(f"possible anchors per response here: random {starts['random']:.1f}, fixed boundaries "
+      f"{starts['fixed']:.1f}")
 
 # %%
 _ = clock.report()                        # run time at this run's parameters, and the hardware

@@ -50,10 +50,11 @@ import matplotlib.pyplot as plt
 import torch
 
 from dflash_lite.measuring.benchmark import bench
-from dflash_lite.measuring.report import (DFLASH_KINDS, TRANSFORMERS_KINDS, Kind, format_cost_model, format_table,
-                               row_of, rows_of)
-from dflash_lite.measuring.plotting import (hardware_label, plot_benchmark_block_sizes, plot_benchmark_cost_model,
-                                  plot_benchmark_histogram, plot_benchmark_speedup, results_dir)
+from dflash_lite.measuring.report import (DFLASH_KINDS, TRANSFORMERS_KINDS, Kind, format_cost_model,
+                                          format_table, row_of, rows_of)
+from dflash_lite.measuring.plotting import (hardware_label, plot_benchmark_block_sizes,
+                                            plot_benchmark_cost_model, plot_benchmark_histogram,
+                                            plot_benchmark_speedup, results_dir)
 
 from dflash_lite.course import chapter_clock
 
@@ -77,11 +78,12 @@ sampled_temperature = 1.0
 # %%
 device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
 report = bench(target=target_name, prompts=prompts_file, domain=domain, num_prompts=num_prompts,
-               max_new_tokens=max_new_tokens, block_sizes=tuple(block_sizes), repeats=repeats, device=device,
-               tree_sizes=tuple(tree_sizes), adaptive=True, quiet=True,
+               max_new_tokens=max_new_tokens, block_sizes=tuple(block_sizes), repeats=repeats,
+               device=device, tree_sizes=tuple(tree_sizes), adaptive=True, quiet=True,
                json_out=str(RESULTS / f"06_benchmark_{device}.json"))
 print(format_table(report))
-assert all(r["identical_to_target"] for r in report["methods"] if r["error"] is None), "a greedy method diverged"
+assert all(r["identical_to_target"] for r in report["methods"]
+           if r["error"] is None), "a greedy method diverged"
 
 # %% [markdown]
 # ## Figures
@@ -154,7 +156,8 @@ _ = plot_benchmark_cost_model(report, prefix=f"06_{device}")
 cost = report["cost_model"]
 print(format_cost_model(cost["rows"]))
 t = cost["costs"]["t_target"]
-print(f"\nt_target(B)/t_target(1): " + ", ".join(f"B={b}: {t[str(b)] / t['1']:.2f}" for b in block_sizes))
+print(f"\nt_target(B)/t_target(1): " + ", ".join(f"B={b}: {t[str(b)] / t['1']:.2f}"
+                                                 for b in block_sizes))
 ar = row_of(report, Kind.AUTOREGRESSIVE)
 per_token = 1 / ar["tokens_per_s"]
 print(f"autoregressive loop: {per_token * 1e3:.2f} ms per token (prefill included) against "
@@ -175,7 +178,8 @@ for r in cost["rows"]:
           f"{with_prefill:>8.2f}x {with_baseline:>8.2f}x {measured:>8.2f}x "
           f"{measured / with_baseline:>6.0%}")
 for r in cost["rows"]:
-    assert abs(r["predicted_speedup"] - r["tau"] * t["1"] / (r["t_target_b"] + r["t_draft_b"])) < 1e-9
+    forwards_only = r["tau"] * t["1"] / (r["t_target_b"] + r["t_draft_b"])
+    assert abs(r["predicted_speedup"] - forwards_only) < 1e-9
 
 # %% [markdown]
 # ## Choosing the block size: fixed, adaptive, cost-aware, trees
@@ -208,11 +212,14 @@ dflash = [r for r in rows_of(report, *DFLASH_KINDS) if r["error"] is None and r[
 fixed = {r["block_size"]: r for r in dflash if r["kind"] == Kind.DFLASH}
 best_fixed = max(fixed.values(), key=lambda r: r["speedup"])
 for r in dflash:
-    print(f"{r['name']:<28} {r['speedup']:5.2f}x  tau {r['tau']:5.2f}" + ("   <- default" if r.get("default") else ""))
+    print(f"{r['name']:<28} {r['speedup']:5.2f}x  tau {r['tau']:5.2f}"
+          + ("   <- default" if r.get("default") else ""))
 default = next(r for r in dflash if r.get("default"))
-print(f"\ncost-aware default / best fixed (B={best_fixed['block_size']}): {default['speedup'] / best_fixed['speedup']:.2f}")
+print(f"\ncost-aware default / best fixed (B={best_fixed['block_size']}): "
+      f"{default['speedup'] / best_fixed['speedup']:.2f}")
 for n in tree_sizes:
-    print(f"t_target({n + 1})/t_target(1) = {t[str(n + 1)] / t['1']:.2f}: the verify a tree of {n} drafts pays")
+    print(f"t_target({n + 1})/t_target(1) = {t[str(n + 1)] / t['1']:.2f}: the verify a tree of "
+          f"{n} drafts pays")
 
 # %% [markdown]
 # ## Temperature 1
@@ -225,15 +232,18 @@ for n in tree_sizes:
 
 # %%
 sampled = bench(target=target_name, prompts=prompts_file, domain=domain, num_prompts=num_prompts,
-                max_new_tokens=max_new_tokens, block_sizes=(max(block_sizes),), repeats=repeats, device=device,
-                temperature=sampled_temperature, baselines=False, hf_dflash=False, quiet=True,
-                tree_sizes=tuple(tree_sizes), json_out=str(RESULTS / f"06_benchmark_{device}_t{sampled_temperature:g}.json"))
+                max_new_tokens=max_new_tokens, block_sizes=(max(block_sizes),), repeats=repeats,
+                device=device, temperature=sampled_temperature, baselines=False, hf_dflash=False,
+                quiet=True, tree_sizes=tuple(tree_sizes),
+                json_out=str(RESULTS / f"06_benchmark_{device}_t{sampled_temperature:g}.json"))
 print(format_table(sampled))
 greedy_tau = fixed[max(block_sizes)]["tau"]
 sampled_tau = row_of(sampled, Kind.DFLASH, block_size=max(block_sizes))["tau"]
-print(f"tau at B={max(block_sizes)}: greedy {greedy_tau:.2f}, temperature {sampled_temperature:g}: {sampled_tau:.2f}")
+print(f"tau at B={max(block_sizes)}: greedy {greedy_tau:.2f}, temperature {sampled_temperature:g}: "
+      f"{sampled_tau:.2f}")
 ours = [r for r in sampled["methods"] if Kind(r["kind"]) not in TRANSFORMERS_KINDS]
-print(f"identical to plain decoding's seeded sample: {sum(r['identical_to_target'] is True for r in ours)} "
+print(f"identical to plain decoding's seeded sample: "
+      f"{sum(r['identical_to_target'] is True for r in ours)} "
       f"of {len(ours)} rows of our loop")
 assert all(r["identical_to_target"] is True for r in ours)
 assert all(r["identical_to_target"] is None for r in sampled["methods"] if r not in ours)
@@ -300,7 +310,8 @@ score(ch06.check_break_even(answer_2, report), 1)
 
 # %% nbgrader={"grade": false, "grade_id": "ch06_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-code_report, answer_3 = None, None   # code_report = bench(..., domain="code", ...); answer_3 = the row's name
+# code_report = bench(..., domain="code", ...); answer_3 = the row's name
+code_report, answer_3 = None, None
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "ch06_exercise_3_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -56,7 +56,8 @@ from dflash_lite.measuring.benchmark import bench
 from dflash_lite.decoding.costs import measure_costs
 from dflash_lite.measuring.report import Kind, format_cost_model, format_table, row_of
 from dflash_lite.decoding.checkpoints import load_drafter
-from dflash_lite.measuring.plotting import hardware_label, repo_dir, results_dir, save_figure, subplots
+from dflash_lite.measuring.plotting import (hardware_label, repo_dir, results_dir, save_figure,
+                                            subplots)
 from dflash_lite.decoding.target import default_drafter_path, load_pretrained
 
 from dflash_lite.course import chapter_clock
@@ -66,12 +67,15 @@ clock = chapter_clock()                  # prints the hardware; clock.report() n
 
 # %% tags=["parameters"]
 # Parameters
-target = "tiny"              # "tiny", a local Hugging Face directory, or a hub id (e.g. "Qwen/Qwen3-4B")
-drafter = None               # None: the target's shipped drafter (dflash_lite/models/tiny-dflash); or a directory / hub id
+# "tiny", a local Hugging Face directory, or a hub id (e.g. "Qwen/Qwen3-4B")
+target = "tiny"
+# None: the target's shipped drafter (dflash_lite/models/tiny-dflash); or a directory / hub id
+drafter = None
 device = "cpu"               # "cuda" on an NVIDIA GPU
 dtype = "float32"            # "bfloat16" is how real models are served on a GPU
 dataset = None               # gsm8k, math500, humaneval, mbpp or mt-bench (needs the network)
-prompts_file = None          # or a JSONL file with a "prompt" (or "turns") field; None and no dataset: built-in
+# or a JSONL file with a "prompt" (or "turns") field; None and no dataset: built-in
+prompts_file = None
 num_prompts = 2
 max_new_tokens = 32
 block_size = 16
@@ -93,17 +97,20 @@ if device == "cuda" and not torch.cuda.is_available():
 drafter_source = drafter if drafter is not None else str(default_drafter_path(target) or "")
 if not drafter_source:
     raise ValueError(f"no shipped drafter for {target!r}: pass -p drafter DIRECTORY_OR_HUB_ID")
-slug = f"08_{str(target).rstrip('/').split('/')[-1]}_{dataset or ('prompts' if prompts_file else 'builtin')}_{device}_{dtype}"
-report = bench(target=target, drafter=drafter_source, prompts=prompts_file, dataset=dataset, domain="math",
-               num_prompts=num_prompts, max_new_tokens=max_new_tokens, block_sizes=(block_size,), repeats=repeats,
-               device=device, dtype=dtype, baselines=target == "tiny", quiet=True, cost_repeats=3,
+source = dataset or ("prompts" if prompts_file else "builtin")
+slug = f"08_{str(target).rstrip('/').split('/')[-1]}_{source}_{device}_{dtype}"
+report = bench(target=target, drafter=drafter_source, prompts=prompts_file, dataset=dataset,
+               domain="math", num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+               block_sizes=(block_size,), repeats=repeats, device=device, dtype=dtype,
+               baselines=target == "tiny", quiet=True, cost_repeats=3,
                json_out=str(results_dir() / f"{slug}.json"))
 print(format_table(report))
 print()
 print(format_cost_model(report["cost_model"]["rows"]))
 ours = row_of(report, Kind.DFLASH, block_size=block_size)
 assert ours["error"] is None, ours["error"]
-if dtype == "float32":       # in bf16 a near tie may round differently in a B-token verify (README, Benchmarks)
+# in bf16 a near tie may round differently in a B-token verify (README, Benchmarks)
+if dtype == "float32":
     assert ours["identical_to_target"], "DFlash diverged from the target's greedy output"
 
 # %% [markdown]
@@ -136,7 +143,8 @@ print(f"{'':<10} {'target':<20} {'data':<10} {'speedup / tau':<20}")
 print(f"{'paper':<10} {target:<20} {str(dataset):<10} "
       f"{'no row' if row is None else f'{row[0]:.2f}x / tau {row[1]:.2f}':<20}")
 print(f"{'measured':<10} {target:<20} {str(dataset):<10} {measured:<20} "
-      f"({hardware_label(report['env'])}, {dtype}, {num_prompts} prompts x {max_new_tokens} tokens)")
+      f"({hardware_label(report['env'])}, {dtype}, "
+      f"{num_prompts} prompts x {max_new_tokens} tokens)")
 
 # %% [markdown]
 # ## What a verify costs on this device
@@ -152,8 +160,8 @@ print(f"{'measured':<10} {target:<20} {str(dataset):<10} {measured:<20} "
 # %%
 model, tokenizer = load_pretrained(target, device=device, dtype=dtype)
 draft = load_drafter(drafter_source, dtype=dtype).to(device)
-prompt_ids = tokenizer("Question: " + "How many legs do 3 spiders have?" + "\nAnswer:", return_tensors="pt",
-                       add_special_tokens=False).input_ids.to(device)
+prompt_ids = tokenizer("Question: " + "How many legs do 3 spiders have?" + "\nAnswer:",
+                       return_tensors="pt", add_special_tokens=False).input_ids.to(device)
 costs = measure_costs(model, draft, prompt_ids, block_sizes=tuple(token_counts), repeats=5)
 t = costs["t_target"]
 ratio_here = {n: t[str(n)] / t["1"] for n in token_counts}
@@ -165,7 +173,8 @@ def committed_curves() -> dict:
     """label -> {n: t(n)/t(1)} from benchmark JSON committed under results/ (CPU and GPU)."""
     curves = {}
     committed = repo_dir() / "results"
-    for path in [committed / "06_benchmark_cpu.json", *sorted((committed / "gpu").rglob("bench_math_*.json"))]:
+    for path in [committed / "06_benchmark_cpu.json",
+                 *sorted((committed / "gpu").rglob("bench_math_*.json"))]:
         if path.is_file():
             report_ = json.loads(path.read_text())
             tt = report_.get("cost_model", {}).get("costs", {}).get("t_target", {})
@@ -176,7 +185,8 @@ def committed_curves() -> dict:
 
 
 fig, ax = plt.subplots(figsize=(7, 4))
-ax.plot(list(ratio_here), list(ratio_here.values()), "o-", label=f"this run: {target} ({hardware_label(report['env'])})")
+ax.plot(list(ratio_here), list(ratio_here.values()), "o-", label=f"this run: {target} "
+        f"({hardware_label(report['env'])})")
 for label, curve in committed_curves().items():
     ns = sorted(curve)
     ax.plot(ns, [curve[n] for n in ns], "s--", alpha=0.7, label=label)
@@ -210,13 +220,15 @@ for name, into in (("math", real), ("code", real), ("math_trees", more)):
     if path.is_file():
         into[name] = json.loads(path.read_text())
 for name, rep in {**real, **more}.items():
-    print(f"== SmolLM2-135M-Instruct, held-out {name.replace('_', ', ')} ({hardware_label(rep['env'])})")
+    print(f"== SmolLM2-135M-Instruct, held-out {name.replace('_', ', ')} "
+          f"({hardware_label(rep['env'])})")
     print(format_table(rep))
     print(format_cost_model(rep["cost_model"]["rows"]))
     print()
 if real:
     names = [r["name"] for r in next(iter(real.values()))["methods"]
-             if r["error"] is None and r["speedup"] is not None and r["kind"] != Kind.AUTOREGRESSIVE]
+             if r["error"] is None and r["speedup"] is not None
+             and r["kind"] != Kind.AUTOREGRESSIVE]
     fig, ax = subplots(height=3.8)
     width = 0.8 / len(real)
     for i, (domain, rep) in enumerate(real.items()):

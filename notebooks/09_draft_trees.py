@@ -61,7 +61,8 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import torch
 
-from dflash_lite import SamplingParams, corpus, generate_autoregressive, load_pretrained, stop_token_ids
+from dflash_lite import (SamplingParams, corpus, generate_autoregressive, load_pretrained,
+                         stop_token_ids)
 from dflash_lite.decoding.checkpoints import load_drafter
 from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, prefill
@@ -94,11 +95,14 @@ target, tokenizer = load_pretrained(target_name, device=device)
 drafter = load_drafter(drafter_path).to(device).eval()
 stops = stop_token_ids(target, tokenizer)
 B = drafter.config.block_size
-prompt_ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
-                       for p in corpus.prompts("held_out", domain, num_prompts)] for domain in ("math", "code")}
-greedy = {domain: [generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens for x in xs]
+prompt_ids = {domain: [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids
+                       .to(device) for p in corpus.prompts("held_out", domain, num_prompts)]
+              for domain in ("math", "code")}
+greedy = {domain: [generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
+                   for x in xs]
           for domain, xs in prompt_ids.items()}
-print(f"drafter: block {B} ({B - 1} drafts per forward); {num_prompts} held-out prompts per domain, "
+print(f"drafter: block {B} ({B - 1} drafts per forward); {num_prompts} held-out "
+      f"prompts per domain, "
       f"{max_new_tokens} new tokens each")
 
 # %% [markdown]
@@ -121,29 +125,36 @@ class RecordingProposer(DFlashProposer):
 
     def block_logits(self, last, depths):                   # the one drafter forward of each step
         block, logits = super().block_logits(last, depths)
-        self.records.append((self.new_context_start[0] + self.new_context.shape[1], logits[0]))   # where `last` sits
+        # where `last` sits
+        self.records.append((self.new_context_start[0] + self.new_context.shape[1], logits[0]))
         return block, logits
 
 
-ranks = {domain: [[] for _ in range(B - 1)] for domain in prompt_ids}            # per domain, per position j
+# per domain, per position j
+ranks = {domain: [[] for _ in range(B - 1)] for domain in prompt_ids}
 for domain, xs in prompt_ids.items():
     for x, expected in zip(xs, greedy[domain]):
         proposer = RecordingProposer(drafter, target, B)
-        assert generate(target, proposer, x, max_new_tokens, stop_token_ids=stops).tokens == expected
+        assert generate(target, proposer, x, max_new_tokens,
+                        stop_token_ids=stops).tokens == expected
         full = x[0].tolist() + expected
         for position, logits in proposer.records:
             for j in range(1, logits.shape[0] + 1):
-                if position + j < len(full):                   # the target's token at block position j
+                # the target's token at block position j
+                if position + j < len(full):
                     truth = full[position + j]
-                    ranks[domain][j - 1].append(int((logits[j - 1] > logits[j - 1, truth]).sum()) + 1)
+                    above = int((logits[j - 1] > logits[j - 1, truth]).sum())
+                    ranks[domain][j - 1].append(above + 1)
 
-buckets = [("rank 1 (the chain)", 1, 1), ("rank 2", 2, 2), ("rank 3-4", 3, 4), ("rank 5+", 5, 10 ** 9)]
+buckets = [("rank 1 (the chain)", 1, 1), ("rank 2", 2, 2), ("rank 3-4", 3, 4),
+           ("rank 5+", 5, 10 ** 9)]
 fig, axes = subplots(1, 2, height=3.8, sharey=True)
 for ax, domain in zip(axes, prompt_ids):
     positions = [j for j in range(1, B) if ranks[domain][j - 1]]
     bottom = np.zeros(len(positions))
     for label, lo, hi in buckets:
-        share = np.array([np.mean([lo <= r <= hi for r in ranks[domain][j - 1]]) for j in positions])
+        share = np.array([np.mean([lo <= r <= hi for r in ranks[domain][j - 1]])
+                          for j in positions])
         ax.bar(positions, share, bottom=bottom, label=label)
         bottom += share
     ax.set_xlabel("block position j"); ax.set_title(f"{domain} (held-out)")
@@ -156,7 +167,8 @@ _ = save_figure(fig, "09_target_token_rank")
 for domain in prompt_ids:
     first = ranks[domain][0]
     print(f"{domain}: position 1 -- rank 1 {np.mean([r == 1 for r in first]):.2f}, "
-          f"rank 2-4 {np.mean([2 <= r <= 4 for r in first]):.2f}, rank 5+ {np.mean([r >= 5 for r in first]):.2f} "
+          f"rank 2-4 {np.mean([2 <= r <= 4 for r in first]):.2f}, "
+          f"rank 5+ {np.mean([r >= 5 for r in first]):.2f} "
           f"(over {len(first)} steps)")
 
 # %% [markdown]
@@ -186,9 +198,11 @@ with torch.inference_mode():
     root = logits0.argmax(dim=-1)                               # (1,) the target's first token
     block = torch.full((1, B), drafter.config.mask_token_id, device=device)
     block[0, 0] = root                                          # [root, MASK x (B-1)]
-    draft_logits = drafter.draft_logits(target, block, features, 0, SlotCache(drafter.config.num_layers))[0]
+    draft_logits = drafter.draft_logits(target, block, features, 0,
+                                        SlotCache(drafter.config.num_layers))[0]
     logprobs = torch.log_softmax(draft_logits.float(), dim=-1)  # (B-1, V)
-top_logp, top_ids = logprobs.topk(demo_tree_size, dim=-1)      # (B-1, N): each position's candidates, sorted
+# (B-1, N): each position's candidates, sorted
+top_logp, top_ids = logprobs.topk(demo_tree_size, dim=-1)
 
 
 def best_paths(top_logp, top_ids, budget):
@@ -211,7 +225,8 @@ def best_paths(top_logp, top_ids, budget):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ch09_build_best_paths_check", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-tree = build_tree(root, logprobs, demo_tree_size)                               # dflash_lite/decoding/tree.py
+# dflash_lite/decoding/tree.py
+tree = build_tree(root, logprobs, demo_tree_size)
 
 
 def node_path(tree, i):
@@ -224,9 +239,11 @@ def node_path(tree, i):
 
 mine = best_paths(top_logp, top_ids, demo_tree_size)
 assert set(mine) == {node_path(tree, i) for i in range(1, len(tree))}
-assert all(len(p) == 1 or p[:-1] in set(mine) for p in mine)                   # closed under prefixes
+# closed under prefixes
+assert all(len(p) == 1 or p[:-1] in set(mine) for p in mine)
 print(f"{len(mine)} paths, depths {sorted({len(p) for p in mine})}; the same set as build_tree's")
-print("the chain (top token at each position):", repr(tokenizer.decode([int(t) for t in top_ids[:6, 0]])), "...")
+print("the chain (top token at each position):",
+      repr(tokenizer.decode([int(t) for t in top_ids[:6, 0]])), "...")
 
 # %% [markdown]
 # Drawn with the root on the left, each column a block position. Node labels are tokens; the
@@ -240,7 +257,8 @@ def draw_tree(tree, ax, title):
         kids[p].append(i)
     y, leaves = {}, [0]
 
-    def place(i):                                              # leaves in depth-first order, parents centred
+    # leaves in depth-first order, parents centred
+    def place(i):
         if not kids[i]:
             y[i] = leaves[0]; leaves[0] += 1
         else:
@@ -254,7 +272,8 @@ def draw_tree(tree, ax, title):
     for i in range(len(tree)):
         label = tokenizer.decode([int(tree.tokens[i])]).replace("\n", "\\n") or "·"
         ax.text(tree.depths[i], -y[i], f" {label} ", ha="center", va="center", fontsize=10,
-                zorder=2, bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue", ec="0.5"))
+                zorder=2, bbox=dict(boxstyle="round", fc="lightyellow" if i else "lightblue",
+                                    ec="0.5"))
     ax.set_xlim(-0.5, max(tree.depths) + 0.5); ax.set_ylim(-leaves[0] + 0.5, 0.5)
     ax.set_xlabel("depth = block position"); ax.set_yticks([]); ax.set_title(title)
 
@@ -297,7 +316,8 @@ _ = save_figure(fig, "09_tree_mask")
 # %%
 with torch.inference_mode():
     tree_logits, tree_features = verify_tree(target, tree, cache, drafter.config.target_layer_ids)
-    cache.rewind(P)                                        # forget the tree again: the next write starts at P
+    # forget the tree again: the next write starts at P
+    cache.rewind(P)
     worst = 0.0
     for i in range(len(tree)):
         path = torch.tensor([int(root)] + list(node_path(tree, i)), device=device)[None]
@@ -326,7 +346,8 @@ from dflash_lite.decoding.tree import add_branch
 history = torch.cat([x[0], root.view(1)]).tolist()             # the prompt and the root token
 branch = ngram_continuation(history, max_ngram=3, k=6) or tree.chain[:1] + [int(root)] * 5
 hybrid = add_branch(tree, branch)
-print(f"prompt lookup proposes {len(branch)} tokens; the tree grows from {len(tree)} to {len(hybrid)} nodes "
+print(f"prompt lookup proposes {len(branch)} tokens; the tree grows from {len(tree)} to "
+      f"{len(hybrid)} nodes "
       f"({hybrid.path_length(branch)} of them on the branch's path)")
 assert hybrid.path_length(branch) == len(branch) and len(hybrid) <= len(tree) + len(branch)
 
@@ -363,14 +384,18 @@ _ = save_figure(diagrams.attention_masks(), "09_diagram_masks")
 with torch.inference_mode():
     path, bonus = accept_tree(tree, tree_logits)
     chain = [int(t) for t in top_ids[:, 0]]
-    accepted, _ = chain_accepted([int(tree.tokens[i]) for i in path[1:]], chain, tree.path_length(chain))
-    verify_tree(target, tree, cache, drafter.config.target_layer_ids)     # again: the cache holds the tree
+    accepted, _ = chain_accepted([int(tree.tokens[i]) for i in path[1:]], chain,
+                                 tree.path_length(chain))
+    # again: the cache holds the tree
+    verify_tree(target, tree, cache, drafter.config.target_layer_ids)
     cache.keep_path(P, path)
     assert cache.get_seq_length() == P + len(path)
     expected = greedy["code"][0]
-    committed = [int(tree.tokens[i]) for i in path] + [bonus]           # root, accepted drafts, bonus
+    # root, accepted drafts, bonus
+    committed = [int(tree.tokens[i]) for i in path] + [bonus]
     assert committed[: len(expected)] == expected[: len(committed)]
-print(f"accepted path: {len(path) - 1} drafts {tokenizer.decode(committed[1:-1])!r}, then the bonus "
+print(f"accepted path: {len(path) - 1} drafts {tokenizer.decode(committed[1:-1])!r}, "
+      f"then the bonus "
       f"{tokenizer.decode([bonus])!r}; the chain alone would have kept {accepted}")
 
 # %% [markdown]
@@ -384,7 +409,8 @@ print(f"accepted path: {len(path) - 1} drafts {tokenizer.decode(committed[1:-1])
 for domain, xs in prompt_ids.items():
     for x_, expected in zip(xs, greedy[domain]):
         for n in tree_sizes:
-            got = generate(target, DFlashTreeProposer(drafter, target, n), x_, max_new_tokens, stop_token_ids=stops).tokens
+            got = generate(target, DFlashTreeProposer(drafter, target, n), x_, max_new_tokens,
+                           stop_token_ids=stops).tokens
             assert got == expected, f"tree N={n} diverged on a {domain} prompt"
 print(f"trees of {tree_sizes} nodes: identical to greedy on all {2 * num_prompts} prompts")
 
@@ -405,12 +431,15 @@ sampling = SamplingParams(temperature=sampled_temperature)
 for domain, xs in prompt_ids.items():
     taus_t = {}
     for label, make in (("chain B=16", lambda: DFlashProposer(drafter, target, B)),
-                        (f"tree N={DEFAULT_TREE_SIZES[0]}", lambda: DFlashTreeProposer(drafter, target, DEFAULT_TREE_SIZES[0]))):
+                        (f"tree N={DEFAULT_TREE_SIZES[0]}",
+                         lambda: DFlashTreeProposer(drafter, target, DEFAULT_TREE_SIZES[0]))):
         g = torch.Generator().manual_seed(0)
-        lengths = [a for x_ in xs for a in generate(target, make(), x_, max_new_tokens, sampling, stop_token_ids=stops,
-                                                    generator=g).acceptance_lengths]
+        lengths = [a for x_ in xs
+                   for a in generate(target, make(), x_, max_new_tokens, sampling,
+                                     stop_token_ids=stops, generator=g).acceptance_lengths]
         taus_t[label] = float(np.mean(lengths))
-    print(f"{domain}, temperature {sampled_temperature:g}: " + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
+    print(f"{domain}, temperature {sampled_temperature:g}: "
+          + ", ".join(f"{k} tau {v:.2f}" for k, v in taus_t.items()))
 
 # %% [markdown]
 # Verification of a tree, drawn (`dflash_lite/measuring/diagrams.py`; the tokens are made up). What to look
@@ -434,41 +463,55 @@ _ = save_figure(diagrams.tree_verification(), "09_diagram_tree_verification")
 # `python -m dflash_lite bench --tree-sizes 16,32,64` measures the real speed.
 
 # %%
-costs = measure_step_costs(target, drafter, prompt_ids["math"][0], [1, B] + [n + 1 for n in tree_sizes], [B],
-                           repeats=timing_repeats)
+costs = measure_step_costs(target, drafter, prompt_ids["math"][0],
+                           [1, B] + [n + 1 for n in tree_sizes], [B], repeats=timing_repeats)
 t, t_draft = costs["t_target"], costs["t_draft"][B]
 taus = {}
 for domain, xs in prompt_ids.items():
     for label, make in [("chain", lambda: DFlashProposer(drafter, target, B))] + \
             [(n, lambda n=n: DFlashTreeProposer(drafter, target, n)) for n in tree_sizes]:
-        lengths = [a for x_ in xs for a in generate(target, make(), x_, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
+        lengths = [a for x_ in xs
+                   for a in generate(target, make(), x_, max_new_tokens,
+                                     stop_token_ids=stops).acceptance_lengths]
         taus[domain, label] = float(np.mean(lengths))
-predicted = {(d, label): taus[d, label] * t[1] / ((t[B] if label == "chain" else t[label + 1]) + t_draft)
+predicted = {(d, label): taus[d, label] * t[1] / ((t[B] if label == "chain"
+                                                   else t[label + 1]) + t_draft)
              for d, label in taus}
 print(f"{'':<10}" + "".join(f"{str(label):>10}" for label in ["chain"] + tree_sizes))
 print(f"{'verify':<10}" + "".join(f"{(t[B] if label == 'chain' else t[label + 1]) / t[1]:>9.2f}x"
                                   for label in ["chain"] + tree_sizes) + "   of t_target(1)")
 for domain in prompt_ids:
-    print(f"{domain + ' tau':<10}" + "".join(f"{taus[domain, label]:>10.2f}" for label in ["chain"] + tree_sizes))
-    print(f"{domain + ' pred':<10}" + "".join(f"{predicted[domain, label]:>9.2f}x" for label in ["chain"] + tree_sizes))
-for domain in prompt_ids:                                      # does each step up in N add less tau?
+    print(f"{domain + ' tau':<10}" + "".join(f"{taus[domain, label]:>10.2f}"
+                                             for label in ["chain"] + tree_sizes))
+    print(f"{domain + ' pred':<10}" + "".join(f"{predicted[domain, label]:>9.2f}x"
+                                              for label in ["chain"] + tree_sizes))
+# does each step up in N add less tau?
+for domain in prompt_ids:
     gains = [taus[domain, b] - taus[domain, a] for a, b in zip(tree_sizes, tree_sizes[1:])]
     shrinking = all(g2 <= g1 for g1, g2 in zip(gains, gains[1:]))
-    print(f"{domain}: tau gain per step up in N " + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in
-          zip(zip(tree_sizes, tree_sizes[1:]), gains)) + f" ({'diminishing' if shrinking else 'not diminishing'})")
+    steps_up = zip(zip(tree_sizes, tree_sizes[1:]), gains)
+    print(f"{domain}: tau gain per step up in N "
+          + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in steps_up)
+          + f" ({'diminishing' if shrinking else 'not diminishing'})")
 
 fig, axes = subplots(1, 3, height=3.6)
 for domain in prompt_ids:
-    axes[0].plot(tree_sizes, [taus[domain, n] for n in tree_sizes], marker="o", label=f"{domain}: tree")
-    axes[0].axhline(taus[domain, "chain"], ls="--", color=axes[0].lines[-1].get_color(), label=f"{domain}: chain B={B}")
-    axes[2].plot(tree_sizes, [predicted[domain, n] for n in tree_sizes], marker="o", label=f"{domain}: tree")
-    axes[2].axhline(predicted[domain, "chain"], ls="--", color=axes[2].lines[-1].get_color(), label=f"{domain}: chain")
+    axes[0].plot(tree_sizes, [taus[domain, n] for n in tree_sizes], marker="o",
+                 label=f"{domain}: tree")
+    axes[0].axhline(taus[domain, "chain"], ls="--", color=axes[0].lines[-1].get_color(),
+                    label=f"{domain}: chain B={B}")
+    axes[2].plot(tree_sizes, [predicted[domain, n] for n in tree_sizes], marker="o",
+                 label=f"{domain}: tree")
+    axes[2].axhline(predicted[domain, "chain"], ls="--", color=axes[2].lines[-1].get_color(),
+                    label=f"{domain}: chain")
 widths = sorted({1, B, *(n + 1 for n in tree_sizes)})
 axes[1].plot(widths, [t[b] / t[1] for b in widths], marker="o")
 axes[1].set_xlabel("tokens in the verify"); axes[1].set_ylabel("t_target / t_target(1)")
 axes[1].set_title("What the verify costs")
 axes[0].set_xlabel("tree size N"); axes[0].set_ylabel("tau"); axes[0].set_title("Tokens per step")
-axes[2].set_xlabel("tree size N"); axes[2].set_ylabel("predicted speedup"); axes[2].set_title("The cost model")
+axes[2].set_xlabel("tree size N")
+axes[2].set_ylabel("predicted speedup")
+axes[2].set_title("The cost model")
 for ax in axes[[0, 2]]:
     ax.set_xscale("log", base=2)
 fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
@@ -476,7 +519,8 @@ fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anc
 _ = save_figure(fig, "09_tree_tau_and_cost")
 for domain in prompt_ids:
     best = max(["chain"] + tree_sizes, key=lambda label: predicted[domain, label])
-    print(f"{domain}: the cost model's pick is {'the chain' if best == 'chain' else f'the tree of {best}'}")
+    print(f"{domain}: the cost model's pick is "
+          f"{'the chain' if best == 'chain' else f'the tree of {best}'}")
 
 # %% [markdown]
 # What to look for:
@@ -519,7 +563,8 @@ for ax, domain in zip(axes, prompt_ids):
     policy = default_policy(drafter, target)
     r = generate(target, policy, x_, max_new_tokens, stop_token_ids=stops)
     assert r.tokens == greedy[domain][0]
-    choices = policy.chosen                                    # a Choice per step that had room for a draft
+    # a Choice per step that had room for a draft
+    choices = policy.chosen
     labels = [f"B={c.block_size}" if c.kind in ("plain", "chain") else str(c) for c in choices]
     seen |= {c.kind for c in choices}
     steps_ = range(1, len(choices) + 1)
@@ -532,7 +577,8 @@ for ax, domain in zip(axes, prompt_ids):
     print(f"{domain}: " + ", ".join(f"{c} x{k}" for c, k in counts.items()) + f"; tau {r.tau:.2f}")
     plain = sum(c.kind == "plain" for c in choices)
     print(f"{domain}: {plain} of {len(choices)} steps were plain decoding (B=1)")
-print(f"the prior: acceptance {policy.options.prior}, a tree expected to commit {policy.options.tree_prior_gain}x the chain's tokens")
+print(f"the prior: acceptance {policy.options.prior}, a tree expected to commit "
+      f"{policy.options.tree_prior_gain}x the chain's tokens")
 
 kinds = [k for k in KIND_COLORS if k in seen]                  # the legend lists the kinds chosen
 fig.legend([plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in kinds],

