@@ -285,7 +285,8 @@ for r in rules:
 assert tv[rules[0]] < 1e-6 and tv[rules[1]] > 1e-3 and tv[rules[2]] > 1e-3
 
 # %%
-# the same, sampled through the acceptance functions of dflash_lite/decoding/acceptance.py (one draft token)
+# the same, sampled through the acceptance functions of dflash_lite/decoding/acceptance.py
+# (one draft token)
 g = torch.Generator().manual_seed(0)
 counts = {r: np.zeros(len(p)) for r in rules}
 # p at the draft position and the one after

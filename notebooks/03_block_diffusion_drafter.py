@@ -421,8 +421,8 @@ def time_eagle():
     p = EagleProposer(eagle, target, block_size); p.start(ids, features)
     t0 = time.perf_counter(); p.propose(last[0, 0], block_size - 1); return time.perf_counter() - t0
 
-# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then the two in turn; each run
-# returns the seconds of its draft alone (the proposer's start is not timed)
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then the two in turn;
+# each run returns the seconds of its draft alone (the proposer's start is not timed)
 timed = interleaved({"DFlash": time_dflash, "EAGLE-style": time_eagle}, repeats=timing_repeats,
                     warmup=1, device=device)
 t_dflash, t_eagle = (statistics.median(r for _, r in timed[name])
@@ -526,7 +526,8 @@ def run_passes(n_passes):
             for domain, x in all_prompts]
 
 
-# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then every pass count in turn
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then every pass count
+# in turn
 timed = interleaved({n: (lambda n=n: run_passes(n)) for n in passes}, repeats=3, warmup=1,
                     device=device)
 rows = []

@@ -179,7 +179,8 @@ ce = torch.logsumexp(logits, dim=-1) - logits.gather(-1, labels[:, None])[:, 0] 
 w_slot = w.to(device)[k - 1]                                                   # (M,) slot k -> w_k
 my_loss = (w_slot * ce).sum() / w_slot.sum()
 
-# and the per-position accuracy the trainer logs: the fraction of slot j's labels that are the argmax
+# and the per-position accuracy the trainer logs: the fraction of slot j's labels that are the
+# argmax
 hit = logits.argmax(-1) == labels
 my_accuracy = [hit[k == j].float().mean().item() for j in range(1, block_size)]
 ### END SOLUTION

@@ -172,7 +172,8 @@ for b in (8, 16):
     rows.append((b, article, honest, measured[b]["speedup"]))
     print(f"B={b}: article formula {article:.2f}x | cost model per step {per_step:.2f}x, "
           f"with prefill {honest:.2f}x | measured {measured[b]['speedup']:.2f}x")
-# the article's own table, recomputed from its own inputs, to show it comes from the formula, not a run
+# the article's own table, recomputed from its own inputs, to show it comes from the formula,
+# not a run
 table = {4: 0.92, 6: 0.85, 8: 0.78, 10: 0.72, 12: 0.68, 16: 0.65}
 print("article table from its formula:",
       {k: round(k * a / (k * a * 0.15 + 1), 2) for k, a in table.items()})

@@ -513,14 +513,15 @@ for r in rows:
         print(f"{r['name']:<24} batch {r['batch_size']:>2}: with host work predicted "
               f"{r['predicted_with_host']:.2f}x, measured {r['speedup']:.2f}x "
               f"({r['speedup'] / r['predicted_with_host']:.0%} of it)")
-#
+
+# %% [markdown]
 # ## 6. What the policy picks at each batch size, and why smaller blocks win at higher concurrency
 #
-# The default policy (`dflash_lite.decoding.policy.CostAwareProposer`, the same class that serves one
-# request: one request is a batch of one) chooses one option per step for the whole batch: plain
-# decoding, a chain of b - 1 drafts, a tree, or prompt lookup's continuation, by expected tokens
-# per second (SmartSpec's goodput rule), from step costs measured at that batch
-# size and the acceptance pooled over the rows. The sweep records its choices.
+# The default policy (`dflash_lite.decoding.policy.CostAwareProposer`, the same class that serves
+# one request: one request is a batch of one) chooses one option per step for the whole batch:
+# plain decoding, a chain of b - 1 drafts, a tree, or prompt lookup's continuation, by expected
+# tokens per second (SmartSpec's goodput rule), from step costs measured at that batch size and the
+# acceptance pooled over the rows. The sweep records its choices.
 
 # %%
 policy_rows = [r for r in rows if r.get("choices")]

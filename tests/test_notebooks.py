@@ -123,6 +123,30 @@ def test_committed_outputs_are_clean(notebook):
         assert " at 0x" not in text, f"{notebook.name} cell {i} prints an object's address: {text[:120]!r}"
 
 
+CODE_COLUMNS = 100      # the package's limit; JupyterLab clips a longer line in a narrow window
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_lines_fit_the_cell(notebook):
+    """Every line of every code cell is within CODE_COLUMNS columns, so a student reads it whole."""
+    nb = nbformat.read(notebook, as_version=4)
+    long = [(i, line) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for line in cell.source.splitlines() if len(line) > CODE_COLUMNS]
+    assert not long, (f"{notebook.name}: {len(long)} code lines over {CODE_COLUMNS} columns, the "
+                      f"first in cell {long[0][0]}: {long[0][1][:80]!r}...")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_headings_are_markdown(notebook):
+    """A section heading written as a comment in a code cell (a missing ``# %% [markdown]`` in the
+    jupytext script) shows as grey code, not as a heading, and drops out of the outline."""
+    nb = nbformat.read(notebook, as_version=4)
+    hidden = [(i, line) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+              for line in cell.source.splitlines()
+              if re.match(r"#\s*#+ ", line) and "SOLUTION" not in line]
+    assert not hidden, f"{notebook.name}: a heading inside code cell {hidden[0][0]}: {hidden[0][1]!r}"
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_saved_figure_is_shown(notebook):
     """Each cell that saves a figure shows at least one image inline."""
