@@ -156,8 +156,8 @@ assert path.stat().st_size > 0
 # the prompts, so it moves by several percent from run to run; notebook 01 measures it with repeats.
 
 # %%
-prompts = [p.prompt for p in corpus.math_problems(num_parity_prompts // 2, split="held_out",
-                                                  start=300)]
+prompts = [p.prompt
+           for p in corpus.math_problems(num_parity_prompts // 2, split="held_out", start=300)]
 prompts += corpus.function_headers(corpus.stdlib_files("held_out"),
                                    num_parity_prompts - len(prompts), seed=5)
 same, t_ours, t_hf, n_tokens = 0, 0.0, 0.0, 0
@@ -195,11 +195,11 @@ from dflash_lite.decoding.target import default_drafter_path
 drafter = load_drafter(default_drafter_path("tiny")).to(device)
 runs = {"autoregressive": [], "DFlash": []}
 for _ in range(3):
-    runs["autoregressive"].append(generate_autoregressive(model, prompt_ids, max_new_tokens,
-                                                          stop_token_ids=stops))
-    runs["DFlash"].append(generate(model, DFlashProposer(drafter, model), prompt_ids,
-                                   max_new_tokens,
-                                               stop_token_ids=stops))
+    runs["autoregressive"].append(
+        generate_autoregressive(model, prompt_ids, max_new_tokens, stop_token_ids=stops))
+    runs["DFlash"].append(
+        generate(model, DFlashProposer(drafter, model), prompt_ids, max_new_tokens,
+                 stop_token_ids=stops))
 ar, sd = (sorted(r, key=lambda x: x.total_time)[1] for r in runs.values())
 print(f"autoregressive {ar.tokens_per_s:.1f} tokens/s; DFlash {sd.tokens_per_s:.1f} tokens/s "
       f"({sd.tokens_per_s / ar.tokens_per_s:.2f}x), tau {sd.tau:.2f}, "

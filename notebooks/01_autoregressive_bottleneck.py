@@ -114,8 +114,8 @@ def step_anatomy(repeats):
     hooks = []
     for name, module in parts.items():
         hooks.append(module.register_forward_pre_hook(lambda m, a, name=name: before(name)))
-        hooks.append(module.register_forward_hook(lambda m, a, o,
-                                                  name=name: times[name].append(after(name))))
+        hooks.append(module.register_forward_hook(
+            lambda m, a, o, name=name: times[name].append(after(name))))
     for name, module in linears.items():
         key = "linear " + name
         hooks.append(module.register_forward_pre_hook(lambda m, a, key=key: before(key)))

@@ -51,8 +51,8 @@ from scipy.stats import chisquare
 from dflash_lite import (SamplingParams, corpus, generate_autoregressive, load_pretrained,
                          stop_token_ids)
 from dflash_lite.decoding.acceptance import (accept_article_ratio, accept_article_threshold,
-                                             accept_greedy,
-                                    accept_point_mass, accept_speculative, target_probs)
+                                             accept_greedy, accept_point_mass, accept_speculative,
+                                             target_probs)
 from dflash_lite.decoding.decode import PerRow, generate
 from dflash_lite.decoding.baselines import DraftModelProposer
 from dflash_lite.decoding.target import SHIPPED_BASELINES
@@ -266,8 +266,8 @@ def exact_output(rule):
     if rule == "article: p(x) >= q(x)":
         out = torch.zeros_like(p)
         for x in range(len(p)):
-            out += q[x] * (torch.nn.functional.one_hot(torch.tensor(x),
-                                                       len(p)).double() if p[x] >= q[x] else p)
+            point = torch.nn.functional.one_hot(torch.tensor(x), len(p)).double()
+            out += q[x] * (point if p[x] >= q[x] else p)
         return out
     if rule == "article: p(x) >= 0.5 (argmax draft)":
         out = p.clone() * 0

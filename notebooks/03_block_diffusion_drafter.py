@@ -175,8 +175,8 @@ assert block[0, 0] != c.mask_token_id and (block[0, 1:] == c.mask_token_id).all(
 def rope_cos_sin(positions):
     """cos, sin of shape (T, D) for integer positions (T,)."""
     ### BEGIN SOLUTION
-    inv_freq = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2,
-                                                   dtype=torch.float32) / c.head_dim)
+    exponents = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
+    inv_freq = 1.0 / c.rope_theta ** exponents
     angles = positions[:, None].float() * inv_freq[None, :]                  # (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)                             # (T, D)
     return angles.cos().to(device), angles.sin().to(device)
@@ -446,8 +446,8 @@ code_prompts = corpus.function_headers(corpus.stdlib_files("held_out"), num_prom
 prompt_ids = {domain: [tokenizer(p, return_tensors="pt").input_ids.to(device) for p in ps]
               for domain, ps in (("math", math_prompts), ("code", code_prompts))}
 makers = {"DFlash": lambda: DFlashProposer(drafter, target, block_size),
-          "EAGLE-style": lambda: PerRow(EagleProposer(eagle, target,
-                                                      block_size))}   # drafts one request
+          # drafts one request
+          "EAGLE-style": lambda: PerRow(EagleProposer(eagle, target, block_size))}
 lengths = {(name, domain): [] for name in makers for domain in prompt_ids}
 for domain, xs in prompt_ids.items():
     for x in xs:

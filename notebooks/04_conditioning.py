@@ -220,13 +220,12 @@ reads = {}
 for domain in ("math", "code"):
     data = regenerate(target, tokenizer, corpus.prompts("held_out", domain, accuracy_prompts),
                       max_new_tokens)
-    reads[domain] = {"DFlash": position_accuracy(drafter, target, data, tokenizer.pad_token_id),
-                     "DFlash, MASK in slot 0": position_accuracy(drafter, target, data,
-                                                                 tokenizer.pad_token_id,
-                                                                  anchor_token=False)}
+    pad = tokenizer.pad_token_id
+    reads[domain] = {"DFlash": position_accuracy(drafter, target, data, pad),
+                     "DFlash, MASK in slot 0": position_accuracy(drafter, target, data, pad,
+                                                                 anchor_token=False)}
     if eagle is not None:
-        reads[domain]["EAGLE-style (same budget)"] = position_accuracy(eagle, target, data,
-                                                                       tokenizer.pad_token_id)
+        reads[domain]["EAGLE-style (same budget)"] = position_accuracy(eagle, target, data, pad)
     print(f"{domain}, accuracy of draft position 1: " +
           ", ".join(f"{name} {acc[0]:.2f}" for name, acc in reads[domain].items()))
 

@@ -20,6 +20,12 @@ def test_every_notebook_with_exercises_has_solutions():
     assert notebooks <= {p.stem for p in SOLUTIONS}, f"missing solutions: {sorted(notebooks - {p.stem for p in SOLUTIONS})}"
 
 
+@pytest.mark.parametrize("script", SOLUTIONS, ids=lambda p: p.stem)
+def test_solution_lines_fit_100_columns(script):
+    long = [n for n, line in enumerate(script.read_text().splitlines(), 1) if len(line) > 100]
+    assert not long, f"{script.name}: lines over 100 columns: {long}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SOLUTIONS, ids=lambda p: p.stem)
 def test_solution_runs_and_checks_pass(script, tmp_path):

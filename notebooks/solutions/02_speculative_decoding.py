@@ -1,4 +1,5 @@
-"""Worked solutions to the exercises of notebook 02 (run: python notebooks/solutions/02_speculative_decoding.py)."""
+"""Worked solutions to the exercises of notebook 02, run with
+``python notebooks/solutions/02_speculative_decoding.py``."""
 import statistics
 
 import torch

@@ -13,12 +13,14 @@ from dflash_lite.decoding.target import SHIPPED_DRAFTERS, context_features
 from dflash_lite.training.data import block_attention_mask
 
 torch.manual_seed(0)
-block_size, max_new_tokens = 16, 24                      # smaller than the notebook, to run in seconds
+# smaller than the notebook, to run in seconds
+block_size, max_new_tokens = 16, 24
 target, tokenizer = load_pretrained("tiny")
 drafter = load_drafter(SHIPPED_DRAFTERS["tiny"]).eval()
 stops = stop_token_ids(target, tokenizer)
 c = drafter.config
-ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 123).prompt, return_tensors="pt").input_ids
+ids = tokenizer(corpus.math_problem(corpus.HELD_OUT_SEED + 123).prompt,
+                return_tensors="pt").input_ids
 math_ids = [tokenizer(p.prompt, return_tensors="pt").input_ids
             for p in corpus.math_problems(1, split="held_out", start=4000)]
 
@@ -62,14 +64,17 @@ assert ch03.check_second_pass(answer_3, drafter, target, ids, block_size)
 
 # 4. The B=16 drafter at B=8: pool every step's acceptance length, one mean.
 mixed_ids = math_ids + [tokenizer(p, return_tensors="pt").input_ids
-                        for p in corpus.function_headers(corpus.stdlib_files("held_out"), 1, seed=31)]
+                        for p in corpus.function_headers(corpus.stdlib_files("held_out"), 1,
+                                                         seed=31)]
 lengths = [a for x in mixed_ids for a in generate(
-    target, DFlashProposer(drafter, target, 8), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
+    target, DFlashProposer(drafter, target, 8), x, max_new_tokens,
+    stop_token_ids=stops).acceptance_lengths]
 answer_4 = sum(lengths) / len(lengths)
 assert ch03.check_tau_at_block_size(answer_4, drafter, target, mixed_ids, 8, max_new_tokens, stops)
 
 
-# 5. Two-step, MDLM-style: keep the confident half of the first pass, re-mask the rest, predict again.
+# 5. Two-step, MDLM-style: keep the confident half of the first pass, re-mask the rest, predict
+#    again.
 class ConfidenceUnmasking(DFlashProposer):
     def propose(self, last, depths):                 # one request: last (1,), depths [k]
         k, start = depths[0], self.new_context_start[0]
@@ -80,12 +85,14 @@ class ConfidenceUnmasking(DFlashProposer):
         confidence, draft = logits[0].softmax(-1).max(-1)
         keep = confidence.topk((k + 1) // 2).indices
         block[0, 1 + keep] = draft[keep]
-        again = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], where_last, self.cache)[0]
+        again = self.drafter.draft_logits(self.target, block, self.new_context[:, :0], where_last,
+                                          self.cache)[0]
         tokens = again.argmax(-1)
         tokens[keep] = draft[keep]
         return [ChainDraft(tokens)]
 
 
 answer_5 = ConfidenceUnmasking
-assert ch03.check_unmasking_proposer(answer_5, drafter, target, math_ids, block_size, max_new_tokens, stops)
+assert ch03.check_unmasking_proposer(answer_5, drafter, target, math_ids, block_size,
+                                     max_new_tokens, stops)
 print("all notebook 03 solutions check")

@@ -38,12 +38,14 @@ assert check_cache_numbers((cached, drafter.config.num_context_features))
 
 # 3. `train_drafter` (and `--num-taps`) only spread taps evenly, so build the two drafters with
 #    DrafterConfig(target_layer_ids=...) and train them with the package's own pieces, alike.
-#    A budget this short (the shipped drafter trained for over an hour) keeps the solution quick, but
-#    leaves both drafters near tau 1: the check then compares their held-out accuracy. For a real answer,
-#    raise `steps` into the thousands and the prompts into the hundreds (tens of minutes on a CPU).
+#    A budget this short (the shipped drafter trained for over an hour) keeps the solution quick,
+#    but leaves both drafters near tau 1: the check then compares their held-out accuracy. For a
+#    real answer, raise `steps` into the thousands and the prompts into the hundreds (tens of
+#    minutes on a CPU).
 for p in target.parameters():
     p.requires_grad_(False)
-data = regenerate(target, tokenizer, training_prompts(32, 8), max_new_tokens=64, cache_dir=cache_dir())
+data = regenerate(target, tokenizer, training_prompts(32, 8), max_new_tokens=64,
+                  cache_dir=cache_dir())
 drafters = {}
 for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     torch.manual_seed(0)
@@ -59,11 +61,13 @@ for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     print(f"{name} taps {layer_ids}: loss {history[0]['loss']:.2f} -> {history[-1]['loss']:.2f}")
     drafters[name] = d.eval()
 
-from dflash_lite.exercises.ch04 import held_out_accuracy, tau_of  # noqa: E402  (the check's measures)
+# the check's measures
+from dflash_lite.exercises.ch04 import held_out_accuracy, tau_of  # noqa: E402
 
 taus = {name: tau_of(d) for name, d in drafters.items()}
 print("tau:", {k: round(v, 2) for k, v in taus.items()})
-if abs(taus["deep"] - taus["shallow"]) < 0.05:                 # a tie at this budget: the finer measure
+# a tie at this budget: the finer measure
+if abs(taus["deep"] - taus["shallow"]) < 0.05:
     taus = {name: held_out_accuracy(d) for name, d in drafters.items()}
     print("held-out accuracy:", {k: round(v, 3) for k, v in taus.items()})
 assert check_taps_experiment(min(taus, key=taus.get), drafters["deep"], drafters["shallow"])

@@ -38,11 +38,13 @@ tokens = [t for s, p in zip(data.sequences, data.prompt_lengths) for t in s[p:]]
 counts = torch.tensor(list(Counter(tokens).values()), dtype=torch.float64)
 probs = counts / counts.sum()
 answer_3 = float(-(probs * probs.log()).sum())
-print(f"unigram baseline {answer_3:.2f} nats, uniform ln V = {math.log(target.config.vocab_size):.2f}")
+print(f"unigram baseline {answer_3:.2f} nats, uniform ln V = "
+      f"{math.log(target.config.vocab_size):.2f}")
 assert ch05.check_unigram_loss(answer_3, data)
 
 
-# 4. Autoregressive drafting: slot j predicts token j+1 and gets weights[j]; the last slot gets nothing.
+# 4. Autoregressive drafting: slot j predicts token j+1 and gets weights[j]; the last slot gets
+#    nothing.
 def ar_loss(logits, labels, slots, weights):
     w = torch.cat([weights, torch.zeros(1)]).to(logits.device)[slots]       # (M,)
     ce = F.cross_entropy(logits.float(), labels, reduction="none")
@@ -56,7 +58,8 @@ assert ch05.check_ar_loss(answer_4, target, data, tokenizer)
 # 5. A seeded training function: same weights and seed -> the same drafter.
 def train(weights, seed, steps):
     torch.manual_seed(seed)
-    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2, block_size=block_size)
+    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=2,
+                                       block_size=block_size)
     drafter = DFlashDrafter(config).train()
     generator = torch.Generator().manual_seed(seed)
     trainer = Trainer(drafter, lambda m, b: drafter_loss(m, target, b, weights),

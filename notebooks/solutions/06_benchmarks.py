@@ -1,4 +1,5 @@
-"""Worked solutions to the exercises of notebook 06 (run: python notebooks/solutions/06_benchmarks.py).
+"""Worked solutions to the exercises of notebook 06, run with
+``python notebooks/solutions/06_benchmarks.py``.
 
 Small runs (one or three prompts, short answers) so that it stays quick; the checks read whatever
 report they are given, so the same code answers the exercises at the notebook's full size.
@@ -11,7 +12,8 @@ from dflash_lite.measuring.benchmark import bench
 from dflash_lite.measuring.report import Kind, row_of
 from dflash_lite.exercises import ch06
 
-small = dict(max_new_tokens=24, repeats=1, baselines=False, hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=3)
+small = dict(max_new_tokens=24, repeats=1, baselines=False, hf_dflash=False, tree_sizes=(),
+             quiet=True, cost_repeats=3)
 report = bench(domain="math", num_prompts=1, block_sizes=(8, 16), **small)
 
 # 1. the cost model by hand, for B = 16
@@ -32,7 +34,8 @@ assert ch06.check_fastest_method(max(rows, key=lambda r: r["speedup"])["name"], 
 with tempfile.TemporaryDirectory() as folder:
     own = Path(folder) / "own.jsonl"
     questions = ["Question: A box holds 6 eggs. How many eggs are in 7 boxes?\nAnswer:",
-                 "Question: Tom has 40 stamps and gives away 15. How many stamps are left?\nAnswer:",
+                 "Question: Tom has 40 stamps and gives away 15. How many stamps are left?"
+                 "\nAnswer:",
                  "def count_words(text):\n"]
     own.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in questions))
     own_report = bench(prompts=str(own), num_prompts=3, block_sizes=(16,), **small)

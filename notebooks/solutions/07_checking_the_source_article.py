@@ -1,4 +1,5 @@
-"""Worked solutions to the exercises of notebook 07 (run: python notebooks/solutions/07_checking_the_source_article.py)."""
+"""Worked solutions to the exercises of notebook 07, run with
+``python notebooks/solutions/07_checking_the_source_article.py``."""
 import statistics
 
 import torch

@@ -1,4 +1,5 @@
-"""Worked solutions to the exercises of notebook 08 (run: python notebooks/solutions/08_real_models.py)."""
+"""Worked solutions to the exercises of notebook 08, run with
+``python notebooks/solutions/08_real_models.py``."""
 import tempfile
 
 from dflash_lite.measuring.benchmark import bench
@@ -8,8 +9,8 @@ from dflash_lite.decoding.checkpoints import export_dflash, load_drafter
 from dflash_lite.exercises import ch08
 from dflash_lite.decoding.target import default_drafter_path, load_pretrained
 
-settings = dict(domain="math", num_prompts=1, max_new_tokens=24, block_sizes=(16,), repeats=1, baselines=False,
-                hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=2)
+settings = dict(domain="math", num_prompts=1, max_new_tokens=24, block_sizes=(16,), repeats=1,
+                baselines=False, hf_dflash=False, tree_sizes=(), quiet=True, cost_repeats=2)
 
 # 1. the curve of this machine, measured as the notebook does
 target, tokenizer = load_pretrained("tiny")

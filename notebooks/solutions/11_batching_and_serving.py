@@ -1,4 +1,5 @@
-"""Worked solutions to the exercises of notebook 11 (run: python notebooks/solutions/11_batching_and_serving.py)."""
+"""Worked solutions to the exercises of notebook 11, run with
+``python notebooks/solutions/11_batching_and_serving.py``."""
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.decoding.checkpoints import load_drafter
 from dflash_lite.decoding.costs import measure_step_costs
@@ -23,7 +24,8 @@ assert ch11.check_visible_pairs(pairs, at, B)
 lengths = [n for x in prompt_ids
            for n in generate(target, DFlashProposer(drafter, target, B), x, 40,
                              stop_token_ids=stops).acceptance_lengths]
-expected = sum((sum(n >= k for n in lengths) / len(lengths)) ** 4 for k in range(1, max(lengths) + 1))
+expected = sum((sum(n >= k for n in lengths) / len(lengths)) ** 4
+               for k in range(1, max(lengths) + 1))
 assert ch11.check_naive_tau(expected, lengths, 4)
 
 # 3. tau * t(b, 1) / (t(b, B) + t_draft(b, B)) = 1 at b = 16
