@@ -21,24 +21,19 @@
 # inside the block, and every layer also attends to the target's hidden states at all accepted
 # positions (KV injection). The B-1 masked positions are filled at once by the target's own LM head.
 #
-# In this notebook you:
-#
-# 1. **build the drafter's forward yourself**: the masked block, RoPE, the KV-injection attention,
-#    a whole drafter layer, the training mask, and check each against `dflash_lite/decoding/drafter.py`;
-# 2. see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
-#    a single step;
-# 3. measure one forward for B-1 tokens against B-1 forwards of the EAGLE-style drafter
-#    ([EAGLE](../docs/glossary.md#eagle): drafters that also read the target's hidden states but
-#    guess one token per forward, autoregressively);
-# 4. measure what the drafter gets right at each block position, per domain;
-# 5. run the multi-step denoising experiment: does re-feeding the draft for a 2nd or 3rd pass pay?
-
-# %% [markdown]
 # **In this chapter you will**
 #
-# * build one drafter forward by hand: [block](../docs/glossary.md#block-size), RoPE, [KV injection](../docs/glossary.md#kv-injection), the [block mask](../docs/glossary.md#block-mask);
-# * compare one block forward with the per-token forwards of an [EAGLE](../docs/glossary.md#eagle)-style drafter;
-# * measure per-position accuracy and whether a second denoising pass pays.
+# * **build the drafter's forward yourself**: the masked [block](../docs/glossary.md#block-size),
+#   RoPE, the [KV-injection](../docs/glossary.md#kv-injection) attention, a whole drafter layer and
+#   the training [block mask](../docs/glossary.md#block-mask), each checked against
+#   `dflash_lite/decoding/drafter.py`;
+# * see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
+#   a single step;
+# * compare one forward for B-1 tokens with the B-1 forwards of an
+#   [EAGLE](../docs/glossary.md#eagle)-style drafter (one that also reads the target's hidden
+#   states but guesses one token per forward, autoregressively);
+# * measure what the drafter gets right at each block position, per domain, and whether re-feeding
+#   the draft for a second or third denoising pass pays.
 #
 # **Prerequisites:** chapters 02.
 #

@@ -28,23 +28,18 @@
 # therefore choose the depth per step from measured costs and the acceptance seen so far; this
 # project's default does the same (`dflash_lite.decoding.policy`), and may pick a tree.
 #
-# In this notebook you:
-#
-# 1. measure where the target's token sits in the drafter's ranking, per block position: the case for a tree;
-# 2. **build the tree yourself** (best-first by the product of per-position probabilities) and match `build_tree`;
-# 3. build the tree attention mask and check that **one** forward over the tree gives, at every
-#    node, exactly the logits of the chain along that node's path;
-# 4. accept the longest path the target agrees with, keep its cache entries, and check that tree
-#    decoding is identical to the target's greedy output; then sample with it, still losslessly;
-# 5. measure tau and the verify's cost against the tree size N: does a tree pay on this machine?
-# 6. watch the cost-aware policy choose a block size or a tree, step by step.
-
-# %% [markdown]
 # **In this chapter you will**
 #
-# * build a best-first [draft tree](../docs/glossary.md#draft-tree) from one drafter forward;
-# * build the [tree mask](../docs/glossary.md#tree-mask) and check one forward against a forward per path;
-# * measure when a tree pays, and how the cost-aware [policy](../docs/glossary.md#policy) chooses per step.
+# * measure where the target's token sits in the drafter's ranking, per block position: the case
+#   for a tree;
+# * **build a best-first [draft tree](../docs/glossary.md#draft-tree) yourself** from one drafter
+#   forward (by the product of per-position probabilities) and match `build_tree`;
+# * build the [tree mask](../docs/glossary.md#tree-mask) and check that **one** forward over the
+#   tree gives, at every node, exactly the logits of the chain along that node's path;
+# * accept the longest path the target agrees with, keep its cache entries, and check that tree
+#   decoding is identical to the target's greedy output; then sample with it, still losslessly;
+# * measure tau and the verify's cost against the tree size N (does a tree pay on this machine?),
+#   and watch the cost-aware [policy](../docs/glossary.md#policy) choose per step.
 #
 # **Prerequisites:** chapters 02, 03, 06.
 #

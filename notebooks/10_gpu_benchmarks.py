@@ -25,24 +25,16 @@
 # commands, versions and commit); with one (`device = "cuda"`) it measures the same things again.
 # Either way it measures this machine live, small, for comparison.
 #
-# In this notebook you:
-#
-# 1. compare t(b)/t(1), the cost of a forward over b tokens relative to one, on this CPU, on the
-#    H200 with the tiny target, and on the H200 with a target of Qwen3-8B's shape;
-# 2. compute the **memory-bandwidth floor** of a forward, and see that the tiny target on a GPU is
-#    nowhere near it: its time is **launch overhead**;
-# 3. count the kernels one forward launches, and see what **CUDA graphs** do about them;
-# 4. read the tokens/s and speedups of the H200 run, and what the loop around the forwards costs;
-# 5. put the paper-scale costs into the cost model and compare with the paper's Table 1.
-
-# %% [markdown]
 # **In this chapter you will**
 #
-# * see why a verify of 16 tokens costs about as much as a forward of 1 on a GPU, and why it does
-#   not on this CPU;
-# * tell a forward bound by memory bandwidth from one bound by kernel launches, and what CUDA
-#   graphs change;
-# * predict a speedup from measured costs and check it against the measured one.
+# * compare t(b)/t(1), the cost of a forward over b tokens relative to one, on this CPU, on the
+#   H200 with the tiny target, and on the H200 with a target of Qwen3-8B's shape: why a verify of
+#   16 tokens costs about as much as a forward of 1 on a GPU, and not on this CPU;
+# * compute the **memory-bandwidth floor** of a forward, and see that the tiny target on a GPU is
+#   nowhere near it: its time is **launch overhead**;
+# * count the kernels one forward launches, and see what **CUDA graphs** do about them;
+# * read the tokens/s and speedups of the H200 run, and what the loop around the forwards costs;
+# * put the paper-scale costs into the cost model and compare with the paper's Table 1.
 #
 # **Prerequisites:** chapters 01 (the cost of a forward) and 06 (the [cost model](../docs/glossary.md#cost-model));
 # [CUDA graphs](../docs/glossary.md#cuda-graphs) are explained here.
