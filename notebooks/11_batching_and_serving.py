@@ -524,19 +524,18 @@ for r in rows:
 # acceptance pooled over the rows. The sweep records its choices.
 
 # %%
-policy_rows = [r for r in rows if r.get("choices")]
-options = sorted({c for r in policy_rows for c in r["choices"]},
-                 key=lambda c: (c.startswith(("tree", "ngram")), c.startswith("ngram"),
-                                int(c.split()[-1])))
-
-
-# a choice as the sweep names it: "1", "7", "tree 16", ...
+# a choice as the sweep names it: "1", "7", "tree 16", "tree 16 + ngram 9", "ngram 5"
 def kind_of(option: str) -> str:
     if option.isdigit():
         return "plain" if option == "1" else "chain"
     return "hybrid" if "+" in option else option.split()[0]
 
 
+# chains by block size, then trees (hybrids among them), then prompt lookup, each by its last size
+GROUP = {"plain": 0, "chain": 0, "tree": 1, "hybrid": 1, "ngram": 2}
+policy_rows = [r for r in rows if r.get("choices")]
+options = sorted({c for r in policy_rows for c in r["choices"]},
+                 key=lambda c: (GROUP[kind_of(c)], int(c.split()[-1])))
 # one hue per kind, and within a kind a lighter shade for a smaller block, tree or lookup
 KIND_COLORMAPS = {"plain": "Greys", "chain": "Blues", "tree": "Oranges", "ngram": "Greens",
                   "hybrid": "Purples"}
@@ -553,8 +552,8 @@ for option in options:
                       for r in policy_rows])
     ax.bar([str(r["batch_size"]) for r in policy_rows], share, bottom=bottom,
            color=option_colors[option], edgecolor="white", linewidth=0.5,
-           label=(option if option[0].isalpha() else "plain (B=1)" if option == "1"
-                  else f"chain B={option}"))
+           label={"plain": "plain (B=1)", "chain": f"chain B={option}"}.get(kind_of(option),
+                                                                            option))
     bottom += share
 ax.set_xlabel("batch size"); ax.set_ylabel("share of steps")
 ax.set_title("The policy's choice per step")
