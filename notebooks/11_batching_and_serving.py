@@ -521,7 +521,10 @@ for r in rows:
 # one request: one request is a batch of one) chooses one option per step for the whole batch:
 # plain decoding, a chain of b - 1 drafts, a tree, or prompt lookup's continuation, by expected
 # tokens per second (SmartSpec's goodput rule), from step costs measured at that batch size and the
-# acceptance pooled over the rows. The sweep records its choices.
+# acceptance pooled over the rows. A batch that nothing joins lasts as long as its last row, so a
+# row's tokens count only while the row is not far ahead of that one
+# ([docs/method.md](../docs/method.md#batches)): prompt lookup's drafts on rows that are already
+# ahead do not make a step worth taking. The sweep records its choices.
 
 # %%
 # a choice as the sweep names it: "1", "7", "tree 16", "tree 16 + ngram 9", "ngram 5"

@@ -8,6 +8,7 @@ import torch
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.choice import LEAD
 from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
@@ -19,6 +20,7 @@ from dflash_lite.decoding.policy import (
     chain_accepted,
     choose,
     default_policy,
+    counted,
     step_seconds,
 )
 
@@ -308,10 +310,12 @@ def test_choose_takes_the_hybrid_tree_when_both_drafts_are_right_and_the_verify_
     assert choose(estimate, flat, options, continuations=[0])[0].kind == "tree"
 
 
-def test_one_rule_for_a_batch_counts_every_rows_tokens_and_offers_the_hybrid_to_one_row_only():
-    """The rule is the same for one row and for many (issue 39): a batch's expected tokens are
-    the sum over its rows, a row with a shorter continuation counts only what it has, and the
-    hybrid tree (one branch per row) is offered to a single row only."""
+def test_one_rule_for_a_batch_counts_the_rows_behind_and_offers_the_hybrid_to_one_row_only():
+    """The rule is the same for one row and for many (issue 39): a batch that nothing joins is as
+    long as its last row, so a step's tokens count on each row only up to LEAD past where its
+    least-advanced row ends (``counted``); level rows count every row's tokens, a row with a
+    shorter continuation counts only what it has, and the hybrid tree (one branch per row) is
+    offered to a single row only."""
     options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
     estimate = AcceptanceEstimate.for_options(options)
     _learned(estimate.ngram, 3, 4)
@@ -320,10 +324,47 @@ def test_one_rule_for_a_batch_counts_every_rows_tokens_and_offers_the_hybrid_to_
     two, expected_two = choose(estimate, flat, options, continuations=[10, 10])
     assert one.kind == "hybrid" and two.kind != "hybrid"
     per_row = estimate.ngram.expected_tokens()
-    _, short = choose(estimate, StepCosts({1: 1.0, 5: 1.0}, {2: 100.0, 16: 100.0}),
-                      PolicyOptions(max_block_size=5, ngram_drafts=4), continuations=[4, 2])
-    assert short == pytest.approx(per_row[4] + per_row[2])    # every row's expectation, summed
+    short_costs = StepCosts({1: 1.0, 5: 1.0}, {2: 100.0, 16: 100.0})
+    short_options = PolicyOptions(max_block_size=5, ngram_drafts=4)
+    _, level = choose(estimate, short_costs, short_options, continuations=[4, 2])
+    assert level == pytest.approx(per_row[4] + per_row[2])    # level rows: every row's tokens
+    _, far = choose(estimate, short_costs, short_options, continuations=[4, 2],
+                    ahead=[LEAD + 5, 0])
+    assert far == pytest.approx(2 * per_row[2])               # the first row is far ahead
     assert expected_two > expected_one > 0
+
+
+def test_prompt_lookup_that_only_rows_far_ahead_would_take_does_not_pay_in_a_batch():
+    """Package functions at batch 8 (issue 39): prompt lookup found long continuations on rows
+    already far ahead, none on the rows behind. Counting every row's tokens, lookup wins; counting
+    what moves the batch's end, it commits one token on the rows that set the batch's length, at
+    more than a plain step's cost, and plain decoding wins. With the drafts on the rows behind, or
+    on rows level with them, lookup wins again."""
+    options = PolicyOptions(max_block_size=16, ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    _learned(estimate, 0, 1)                              # the drafter's first draft always misses
+    _learned(estimate.ngram, 10, 10)                      # prompt lookup's ten are accepted
+    costs = StepCosts({1: 1.0, 2: 1.05, 11: 1.5, 16: 1.75}, {2: 0.45, 16: 0.5})
+    found = [10, 10, 10, 10, 0, 0, 0, 0]
+    far = [LEAD + 1] * 4 + [0] * 4
+    assert choose(estimate, costs, options, found)[0].kind == "ngram"              # level rows
+    assert choose(estimate, costs, options, found, ahead=far)[0].kind == "plain"
+    assert choose(estimate, costs, options, found, ahead=far[::-1])[0].kind == "ngram"
+    finished = [0] * 4 + [math.inf] * 4                   # the others cannot hold it up
+    assert choose(estimate, costs, options, found, ahead=finished)[0].kind == "ngram"
+
+
+def test_counted_tokens_stop_at_lead_past_the_last_row():
+    """A chain's e tokens on every row count e a row wherever the rows are; a row's tokens count
+    up to LEAD past where the least-advanced row ends, and never less than what that row gains."""
+    assert counted([0, 0, 0], [3, 1, 5], lead=16) == 9
+    assert counted([0, 0, 0], [3, 1, 5], lead=0) == 3    # lead 0: rows x the last row's gain
+    assert counted([0, 4, 30], [4, 4, 4], lead=8) == 12   # a chain: e a row
+    assert counted([0, 4, 9], [1, 6, 1], lead=8) == 1 + 5 + 1   # the second row: up to 1 + 8
+    assert counted([0, 4, 9], [1, 6, 1], lead=2) == 1 + 1 + 1   # past 1 + 2: what the last gains
+    assert counted([2, math.inf, 0], [1, 7, 2], lead=0) == 6    # inf: gains what the last gains
+    assert counted([math.inf, math.inf], [2, 3]) == 4
+    assert counted([0, 4, 9], [6, 1, 1], lead=0) == 15    # the first row passed the second: 5
 
 
 def test_the_cost_model_follows_the_context_length():

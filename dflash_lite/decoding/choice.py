@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,15 +87,39 @@ def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = 
             * costs.correction(choice.kind))
 
 
+LEAD = 8    # tokens past the batch's last row that a row's tokens still count for (choice.counted)
+
+
+def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None = None) -> float:
+    """What a step's committed ``tokens`` (per row) are worth to a batch that nothing joins, which
+    runs until its last row is done. ``ahead``: per row, the tokens it has committed beyond the
+    least-advanced row (``math.inf``: a row that cannot hold the batch up, finished or at its last
+    token). Each row counts its own tokens up to ``lead`` (None: :data:`LEAD`) past where the
+    least-advanced row ends the step (a row within reach may be the last one later), and never
+    less than that row's gain. Rows that all commit e tokens count e each, wherever they are; a
+    draft that only rows far ahead accept counts what the last row gains, one token, a row."""
+    low, lead = min(ahead), LEAD if lead is None else lead
+    if low == math.inf:
+        return min(tokens) * len(tokens)
+    ahead = [a - low for a in ahead]                 # the least-advanced row at 0
+    gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
+    return sum(gain if a == math.inf else max(gain, min(a + n, gain + lead) - a)
+               for a, n in zip(ahead, tokens))
+
+
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
            continuations: Sequence[int] = (0,), context_length: int | None = None,
-           depth: int | None = None, new_context: int = 1) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066): the most
-    expected committed tokens over all rows per second of the step (:func:`step_seconds` at
-    ``context_length``, ``costs`` measured at this batch size), and the tokens the estimates expect
-    of it. The options: a chain of b in 1..B (b = 1, plain decoding, is always one), a tree, and
-    where prompt lookup found drafts (``continuations``: how many, per row) its chain of m, or for
-    one row the hybrid tree; a row without a continuation commits one token on a lookup step.
+           depth: int | None = None, new_context: int = 1,
+           ahead: Sequence[float] | None = None) -> tuple[Choice, float]:
+    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066, counted by
+    the rows that set the batch's length): the most expected tokens per second of the step
+    (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
+    tokens the estimates expect of it, as :func:`counted` (``ahead``: per row; None: rows level).
+    A chain or a tree is expected to commit the same on every row; prompt lookup only on rows
+    where it found drafts, so lookup pays only where those rows are not far ahead. The options: a
+    chain of b in 1..B (b = 1, plain decoding, is always one), a tree, and where prompt lookup found
+    drafts (``continuations``: how many, per row) its chain of m, or for one row the hybrid tree; a
+    row without a continuation commits one token on a lookup step.
     ``depth``: the most drafts this step may hold (None: the chain's depth). ``new_context``: the
     positions the drafter would take in (the widest row's), priced as a run of such steps would take
     them in, at most the tokens a row is expected to commit (a catch-up after plain steps, charged
@@ -103,12 +128,14 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     (``costs.rests``). Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
+    ahead = [0.0] * rows if ahead is None else ahead
     candidates = [(rows * e, Choice(b))
                   for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
     if most:
         expected = estimate.ngram.expected_tokens()
-        candidates += [(sum(expected[min(m, c)] for c in continuations), Choice(m + 1, None, m))
+        candidates += [(counted(ahead, [expected[min(m, c)] for c in continuations]),
+                        Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
     for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
         candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),

@@ -127,15 +127,16 @@ class StepCosts:
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
                       slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
-        """A batch step of ``kind`` committed ``committed`` tokens over its ``rows`` live rows where
-        the acceptance estimates expected ``expected``, and cost ``slower`` times a plain step;
-        every other kind's record fades (``idle_decay``), so that a kind that lost is tried again
-        some steps later. Once a kind's record has committed fewer tokens than plain decoding would
-        have in the same time (``rows`` x ``slower`` a step), it rests for (``slower`` - 1) /
-        :data:`EXPLORE` steps: a try that costs several plain steps (a tree at batch 16) waits long
-        enough that trying again costs at most that share of the batch's time. Each loss in a row
-        doubles the rest (at most :data:`BACKOFF` times), so that where a kind never pays its tries
-        cost a vanishing share; a step of it that pays ends the run of losses."""
+        """A batch step of ``kind`` moved its ``rows`` rows by ``committed`` tokens
+        (``choice.counted``) where the estimates expected ``expected``, and cost ``slower`` times a
+        plain step; every other kind's record fades (``idle_decay``), so that a kind that lost is
+        tried again some steps later. Once a kind's record has moved the batch less than plain
+        decoding would have in the same time (``rows`` x ``slower`` a step), it rests for
+        (``slower`` - 1) / :data:`EXPLORE` steps: a try that costs several plain steps (a tree at
+        batch 16) waits long enough that trying again costs at most that share of the batch's time.
+        Each loss in a row doubles the rest (at most :data:`BACKOFF` times), so that where a kind
+        never pays its tries cost a vanishing share; a step of it that pays ends the run of
+        losses."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade

@@ -43,12 +43,13 @@ long after each loss in a row, so that where it never pays its tries fade out.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from .choice import Choice, PolicyOptions, choose, step_seconds  # noqa: F401 (public)
+from .choice import Choice, PolicyOptions, choose, counted, step_seconds  # noqa: F401 (public)
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
@@ -105,6 +106,7 @@ class CostAwareProposer(DFlashTreeProposer):
         # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
         self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
+        self.emitted = [0] * rows                  # per row, the tokens committed so far
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
         self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
@@ -115,6 +117,7 @@ class CostAwareProposer(DFlashTreeProposer):
     def _reset(self, rows: int) -> None:
         """Before each step: one that never reaches :meth:`propose` (no room to draft) is plain."""
         self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
+        self.ahead = [0.0] * rows                  # per row, tokens past the batch's last row
         self.continuations: list[list[int]] = [[] for _ in range(rows)]
 
     def propose(self, last, depths):
@@ -127,9 +130,11 @@ class CostAwareProposer(DFlashTreeProposer):
         self.observe_pending(lasts)                # each row's last token judges its pending drafts
         context = sum(self.context) // len(self.context)
         waiting = max(self.waited)          # what a drafter forward would take in: the widest row
+        # the rows that can hold the batch up: not finished, not at their last token
+        self.ahead = [e if d else math.inf for e, d in zip(self.emitted, depths)]
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
-                                  max(depths), waiting)
+                                  max(depths), waiting, self.ahead)
         # for a batch, prompt lookup is matched only where it can win: if it loses with every
         # row's longest continuation, it loses with any, and the choice stands as made. One row
         # matches every step (cheap there): the target's next token then judges its draft
@@ -138,7 +143,7 @@ class CostAwareProposer(DFlashTreeProposer):
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
             c, self.expected = choose(self.estimate, self.costs, self.options,
                                       [len(x) for x in self.continuations], context, max(depths),
-                                      waiting)
+                                      waiting, self.ahead)
         # plain decoding, the line every draft must beat, is timed once in a batch's session: a
         # kind never timed borrows the others' measured / predicted ratio, and a batch whose host
         # work per step grows with its drafts would then rate plain decoding too dear to try
@@ -177,18 +182,18 @@ class CostAwareProposer(DFlashTreeProposer):
         cost = step_seconds(c, self.costs, context, taken)
         predicted = cost / self.costs.correction(c.kind)
         self.forecast.append(predicted)
-        committed = sum(b.shape[1] for b in blocks)
         # the step against the model, timed whole (the loop's host work around the forwards
         # too) when the next one starts, if the batch is whole: the costs are the whole batch's,
         # and a step after rows left would make its kind (prompt lookup, late) look cheap
         whole = self.started is not None and self.costs.measured and len(blocks) == self.rows \
             and not (c.uses_drafter and self.catching_up)
         self.timed = (c.kind, self.started, predicted) if whole else None
-        if self.rows > 1 and self.costs.measured:   # a pooled estimate against what the rows
-            # committed; one row's estimate is that row's own counts (a ratio on it lowered tau)
-            live = sum(b.shape[1] > 0 for b in blocks)      # rows kept as padding commit none
+        if self.rows > 1 and self.costs.measured:   # what the step moved the batch, against what
+            # the estimates expected; one row's estimate is that row's own counts (a ratio on it
+            # lowered tau)
+            moved = counted(self.ahead, [b.shape[1] for b in blocks])
             slower = cost / step_seconds(Choice(1), self.costs, context)
-            self.costs.observe_yield(c.kind, committed, self.expected, live, slower)
+            self.costs.observe_yield(c.kind, moved, self.expected, len(blocks), slower)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
@@ -203,6 +208,7 @@ class CostAwareProposer(DFlashTreeProposer):
                 self.waiting[r].append(hidden)
             self.waited[r] += hidden.shape[1]
             self.context[r] = position + n + 1
+            self.emitted[r] += n + 1
         if self.lookup is not None:
             self.lookup.accepted(blocks, positions, features)
         self._reset(len(blocks))
@@ -241,7 +247,8 @@ class CostAwareProposer(DFlashTreeProposer):
             if r not in kept:
                 _judge(items, None)
         super().keep(index)
-        for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations"):
+        for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations",
+                     "emitted"):
             setattr(self, name, [getattr(self, name)[i] for i in index])
         if self.lookup is not None:
             self.lookup.keep(index)
