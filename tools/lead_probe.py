@@ -17,6 +17,7 @@ least-advanced row gains.
 """
 from __future__ import annotations
 
+import argparse
 import copy
 from collections import Counter
 
@@ -26,18 +27,17 @@ from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.measuring.batching import batches_of
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
-from dflash_lite.validate import POS, Parser
+from dflash_lite.validate import POS, Parser, block_sizes_arg
 
 
-def numbers(text: str, flag: str, kind=float) -> list:
-    """``"1,2,4"`` as numbers of ``kind``, each >= 0 (batch sizes >= 1), or a one-line error."""
+def leads_arg(text: str) -> list[float]:
+    """``"1e9,8"``: the LEAD values, each a number >= 0."""
     try:
-        values = [kind(x) for x in text.split(",")]
+        values = [float(x) for x in text.split(",")]
     except ValueError:
         values = []
-    if not values or any(v < (1 if kind is int else 0) for v in values):
-        raise SystemExit(f"lead_probe: error: {flag} takes comma-separated "
-                         f"{'integers >= 1' if kind is int else 'numbers >= 0'}, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"comma-separated numbers >= 0, got {text!r}")
     return values
 
 
@@ -46,24 +46,23 @@ def main() -> None:
     parser.add_argument("--prompts", help="JSONL prompts (default: held-out math)")
     parser.add_argument("--num-prompts", type=POS, default=8)
     parser.add_argument("--max-new-tokens", type=POS, default=48)
-    parser.add_argument("--batch-sizes", default="1,2,4,8")
-    parser.add_argument("--leads", default="1e9,8")
+    parser.add_argument("--batch-sizes", type=block_sizes_arg, default=(1, 2, 4, 8))
+    parser.add_argument("--leads", type=leads_arg, default=[1e9, 8.0])
     parser.add_argument("--requests", type=POS, default=3)
     args = parser.parse_args()
-    sizes = numbers(args.batch_sizes, "--batch-sizes", int)
-    leads = numbers(args.leads, "--leads")
     setup = resolve(BenchConfig(prompts=args.prompts, num_prompts=args.num_prompts,
                                 max_new_tokens=args.max_new_tokens))
     target, drafter, prompts = setup.target, setup.drafter, setup.prompts
     measured = {size: step_costs(target, drafter, prompts[0], drafter.config.block_size,
                                  DEFAULT_OPTIONS.tree_sizes, repeats=5, rows=size)
-                for size in sizes}
+                for size in args.batch_sizes}
     StepCosts.observe = lambda self, *timed, **options: None     # every kind at its model
-    for lead in leads:
+    for lead in args.leads:
         choice.LEAD = lead
-        session = PolicySession(drafter, target, DEFAULT_OPTIONS)
-        for size in sizes:
-            session._keep(size, copy.deepcopy(measured[size]))
+        session = PolicySession(drafter, target, DEFAULT_OPTIONS, copy.deepcopy(measured.get(1)),
+                                batch_costs={size: copy.deepcopy(costs)
+                                             for size, costs in measured.items() if size > 1})
+        for size in args.batch_sizes:
             plain = measured[size].target(1) * args.max_new_tokens * len(batches_of(prompts, size))
             speedups, kinds = [], Counter()
             for _ in range(args.requests):
