@@ -1,6 +1,7 @@
 """The cost-aware block size: lossless whatever it chooses, falls to plain decoding when drafts miss,
 comes back when they would be accepted, and is the default of Engine.generate."""
 import math
+import random
 
 import pytest
 import torch
@@ -365,6 +366,12 @@ def test_counted_tokens_stop_at_lead_past_the_last_row():
     assert counted([2, math.inf, 0], [1, 7, 2], lead=0) == 6    # inf: gains what the last gains
     assert counted([math.inf, math.inf], [2, 3]) == 4
     assert counted([0, 4, 9], [6, 1, 1], lead=0) == 15    # the first row passed the second: 5
+    # choose prices level prompt-lookup drafts (every row as far) as rows x each, without counted
+    rng = random.Random(0)
+    for _ in range(200):
+        ahead = [rng.choice([math.inf, rng.randint(0, 40)]) for _ in range(rng.randint(1, 33))]
+        n, lead = rng.uniform(1, 11), rng.choice([0, 1, 8, 100])
+        assert counted(ahead, [n] * len(ahead), lead) == pytest.approx(n * len(ahead))
 
 
 def test_the_cost_model_follows_the_context_length():

@@ -8,7 +8,8 @@ corrections are off (every kind at its modelled cost), and decoding is greedy, s
 that differs between two values is the steps they choose. For each value, one ``PolicySession``
 runs the batch sizes in order (as ``bench --batch-sizes`` keeps it), ``--requests`` times each,
 and prints per request the modelled speedup: batched plain decoding's modelled seconds (its
-steps at the first prompt's context) over the sum of the policy's step forecasts. A huge value
+steps, a batch's longest row's to the target's EOS, at the first prompt's context) over the sum
+of the policy's step forecasts. A huge value
 (1e9) counts every row's tokens, the rule before ``counted``; 0 counts only what the
 least-advanced row gains.
 
@@ -22,9 +23,11 @@ import copy
 from collections import Counter
 
 import dflash_lite.decoding.choice as choice
+from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.costs import StepCosts, step_costs
 from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.target import stop_token_ids
 from dflash_lite.measuring.batching import batches_of
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser, block_sizes_arg
@@ -53,6 +56,10 @@ def main() -> None:
     setup = resolve(BenchConfig(prompts=args.prompts, num_prompts=args.num_prompts,
                                 max_new_tokens=args.max_new_tokens))
     target, drafter, prompts = setup.target, setup.drafter, setup.prompts
+    n = args.max_new_tokens
+    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
+    lengths = [len(generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens)
+               for p in prompts]                         # plain decoding's steps per prompt
     measured = {size: step_costs(target, drafter, prompts[0], drafter.config.block_size,
                                  DEFAULT_OPTIONS.tree_sizes, repeats=5, rows=size)
                 for size in args.batch_sizes}
@@ -63,13 +70,14 @@ def main() -> None:
                                 batch_costs={size: copy.deepcopy(costs)
                                              for size, costs in measured.items() if size > 1})
         for size in args.batch_sizes:
-            plain = measured[size].target(1) * args.max_new_tokens * len(batches_of(prompts, size))
+            plain = measured[size].target(1) * sum(max(lengths[i] for i in group) for group
+                                                   in batches_of(list(range(len(prompts))), size))
             speedups, kinds = [], Counter()
             for _ in range(args.requests):
                 forecast = 0.0
                 for group in batches_of(prompts, size):
                     proposer = session.proposer(rows=len(group))
-                    generate(target, proposer, group, args.max_new_tokens)
+                    generate(target, proposer, group, n, stop_token_ids=stops)
                     session.finished(proposer)
                     forecast += sum(proposer.forecast)
                     kinds.update(c.kind for c in proposer.chosen)

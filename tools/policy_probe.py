@@ -17,6 +17,7 @@ from collections import Counter
 from dflash_lite.decoding.costs import step_costs
 from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.target import stop_token_ids
 from dflash_lite.measuring.batching import batch_methods, batches_of
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser
@@ -33,6 +34,7 @@ def main() -> None:
     setup = resolve(BenchConfig(prompts=args.prompts, num_prompts=args.num_prompts,
                                 max_new_tokens=args.max_new_tokens))
     target, drafter, prompts = setup.target, setup.drafter, setup.prompts
+    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
     session = PolicySession(drafter, target, DEFAULT_OPTIONS)
     warm_up = [b for b in (1, 2, 4, 8, 16) if b < args.batch_size]
     for size in warm_up + [args.batch_size]:
@@ -45,7 +47,7 @@ def main() -> None:
             chosen, forecast, started = Counter(), 0.0, time.perf_counter()
             for group in batches_of(prompts, size):
                 proposer = default.make(group)
-                generate(target, proposer, group, args.max_new_tokens)
+                generate(target, proposer, group, args.max_new_tokens, stop_token_ids=stops)
                 default.finish(proposer)
                 chosen.update(c.kind for c in proposer.chosen)
                 forecast += sum(proposer.forecast)

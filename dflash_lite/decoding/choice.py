@@ -132,9 +132,11 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     candidates = [(rows * e, Choice(b))
                   for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
-    if most:
+    if most and not costs.rests("ngram"):
         expected = estimate.ngram.expected_tokens()
-        candidates += [(counted(ahead, [expected[min(m, c)] for c in continuations]),
+        level = min(continuations) >= most           # every row as far: counted is rows x each
+        candidates += [(rows * expected[m] if level else
+                        counted(ahead, [expected[min(m, c)] for c in continuations]),
                         Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
     for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
@@ -144,7 +146,8 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
             m = min(most, estimate.ngram.depth)
             candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
                                Choice(depth + 1, n, m)))
-    rates = [0.0 if costs.rests(c.kind) else e * costs.yield_ratio(c.kind)
+    candidates = [(e, c) for e, c in candidates if c.block_size == 1 or not costs.rests(c.kind)]
+    rates = [e * costs.yield_ratio(c.kind)
              / step_seconds(c, costs, context_length, min(new_context, max(1, round(e / rows))))
              for e, c in candidates]
     expected, choice = candidates[rates.index(max(rates))]

@@ -64,10 +64,10 @@ class NgramProposer:
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
-            tokens, at = torch.cat([b for _, b in self.blocks]).tolist(), 0
+            tokens, at = torch.cat([b for _, b in self.blocks], dim=1)[0].tolist(), 0
             for position, block in self.blocks:
-                self.history[position:] = tokens[at: at + len(block)]
-                at += len(block)
+                self.history[position:] = tokens[at: at + block.shape[1]]
+                at += block.shape[1]
             self.blocks = []
         return ngram_continuation(self.history + [last_token], self.max_ngram, k)
 
@@ -76,5 +76,6 @@ class NgramProposer:
         return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
-        # `last` sat at `position`; it and the n accepted drafts are committed now
-        self.blocks.append((position, block[0, : n + 1]))
+        # `last` sat at `position`; it and the n accepted drafts are committed now, read in at the
+        # next match (the block is (1, n+1) in the decode loop: no slice to take)
+        self.blocks.append((position, block if block.shape[1] == n + 1 else block[:, : n + 1]))

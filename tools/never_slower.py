@@ -1,0 +1,92 @@
+"""Is the default policy ever slower than batched plain decoding? Many interleaved rounds of just
+the two, so the answer is not lost in the machine's noise.
+
+``bench --batch-sizes`` times nine methods a round, so it affords few rounds, and its speedups move
+by 10-20% between runs on this CPU. Here each round times batched plain decoding, plain decoding
+again and the default policy, in turn (the order rotating), at each batch size. The default keeps
+one ``PolicySession`` across the sizes and its step costs measured at each, as the sweep does.
+Per batch size it prints the median of the rounds' paired ratios (plain's seconds over the
+default's, in the same round) with their quartiles, the median over the last half of the rounds
+(a kind of draft that keeps losing is tried less and less often: ``StepCosts.observe_yield``), and
+the same for plain against itself: what a tie reads as. Every row is checked against its prompt
+decoded alone.
+
+    python tools/package_prompts.py --out pkg.jsonl --num 8
+    python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9
+    python tools/never_slower.py --domain code --max-new-tokens 64 --repeats 9
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from dflash_lite.decoding.baselines import NoDraftProposer
+from dflash_lite.decoding.costs import step_costs
+from dflash_lite.decoding.decode import generate
+from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.target import stop_token_ids
+from dflash_lite.decoding.timing import interleaved
+from dflash_lite.measuring.batching import batch_methods, batches_of
+from dflash_lite.measuring.benchmark import BenchConfig, resolve
+from dflash_lite.validate import POS, Parser, block_sizes_arg
+
+
+def quartiles(values: list[float]) -> str:
+    low, mid, high = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return f"{mid:.3f}x [{low:.3f}, {high:.3f}]"
+
+
+def main() -> None:
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", help="JSONL prompts (default: the built-in held-out --domain)")
+    parser.add_argument("--domain", choices=("math", "code", "mixed"), default="math")
+    parser.add_argument("--num-prompts", type=POS, default=8)
+    parser.add_argument("--max-new-tokens", type=POS, default=64)
+    parser.add_argument("--batch-sizes", type=block_sizes_arg, default=(1, 2, 4, 8, 16, 32))
+    parser.add_argument("--repeats", type=POS, default=9)
+    args = parser.parse_args()
+    setup = resolve(BenchConfig(prompts=args.prompts, domain=args.domain,
+                                num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
+                                batch_sizes=args.batch_sizes))
+    target, drafter, prompts, n = setup.target, setup.drafter, setup.prompts, args.max_new_tokens
+    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
+    alone = [generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens
+             for p in prompts]
+    session = PolicySession(drafter, target, DEFAULT_OPTIONS)
+    for size in args.batch_sizes:
+        costs = None if size == 1 else step_costs(target, drafter, prompts[0],
+                                                  drafter.config.block_size,
+                                                  DEFAULT_OPTIONS.tree_sizes, repeats=3, rows=size)
+        plain, default = (m for m in batch_methods(target, drafter, size=size, costs=costs,
+                                                   session=session) if m.name == "plain (batched)"
+                          or m.default)
+        groups = batches_of(list(range(len(prompts))), size)
+        chosen: Counter = Counter()
+
+        def run(method, record=False):
+            same = True
+            for group in groups:
+                batch = [prompts[i] for i in group]
+                proposer = method.make(batch)
+                results = generate(target, proposer, batch, n, stop_token_ids=stops)
+                same &= all(r.tokens == alone[i] for r, i in zip(results, group))
+                if method.finish is not None:
+                    method.finish(proposer)
+                if record:
+                    chosen.update(c.kind for c in proposer.chosen)
+            return same
+        timed = interleaved({"plain": lambda: run(plain), "again": lambda: run(plain),
+                             "default": lambda: run(default, True)}, args.repeats, 1)
+        seconds = {k: [t for t, _ in v] for k, v in timed.items()}
+        same = all(ok for v in timed.values() for _, ok in v)
+        paired = {k: [p / t for p, t in zip(seconds["plain"], seconds[k])]
+                  for k in ("default", "again")}
+        late = statistics.median(paired["default"][len(paired["default"]) // 2:])
+        print(f"batch {size:>2}: default {quartiles(paired['default'])} (its last half of the "
+              f"rounds {late:.3f}x), plain again {quartiles(paired['again'])}; "
+              f"plain {statistics.median(seconds['plain']):.2f} s a round; "
+              f"default's steps {dict(chosen)}; identical {same}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
