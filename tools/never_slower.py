@@ -8,8 +8,8 @@ one ``PolicySession`` across the sizes and its step costs measured at each, as t
 Per batch size it prints the median of the rounds' paired ratios (plain's seconds over the
 default's, in the same round) with their quartiles, the median over the last half of the rounds
 (a kind of draft that keeps losing is tried less and less often: ``StepCosts.observe_yield``), and
-the same for plain against itself: what a tie reads as. Every row is checked against its prompt
-decoded alone.
+the same for plain against itself: what a tie reads as; then the kinds of the default's steps
+(over the warm-up and every round) and whether every row equals its prompt decoded alone.
 
     python tools/package_prompts.py --out pkg.jsonl --num 8
     python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9
