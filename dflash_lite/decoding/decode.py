@@ -312,13 +312,14 @@ class Batch:
         (1, n+1), where it sat, and its features."""
         lasts, positions = self.last.tolist(), [r.position for r in self.rows]    # one read
         sizes, device = [len(path) for path in paths], self.last.device
-        # every row's block, and its path's features, as views of one tensor each: (1, n_r + 1)
+        # every row's block (1, n_r + 1) as a view of one tensor; its path's features as a view
+        # where the path is a chain (a slice costs less than gathering every row at once)
         blocks = list(torch.tensor([[t for last, path, tokens in zip(lasts, paths, new) if path
                                      for t in [last] + tokens[: len(path) - 1]]],
                                    dtype=torch.long, device=device).split(sizes, dim=1))
-        kept = [None] * len(paths) if features is None else list(features.flatten(0, 1)[None, [
-            r * features.shape[1] + i for r, path in enumerate(paths) for i in path]].split(
-                sizes, dim=1))
+        kept = [None if features is None else features[r: r + 1, : len(path)]
+                if path == list(range(len(path))) else features[r: r + 1, path]
+                for r, path in enumerate(paths)]
         for request, path, tokens in zip(self.rows, paths, new):
             request.path, request.new, request.position = path, tokens, request.position + len(path)
         self.last = torch.tensor([t[-1] if t else last for t, last in zip(new, lasts)],
