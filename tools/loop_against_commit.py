@@ -38,8 +38,10 @@ def load_then(commit: str, into: Path):
         tar.extractall(into, filter="data")
     (into / "dflash_lite").rename(into / "dflash_lite_then")
     sys.path.insert(0, str(into))
-    return {name: importlib.import_module(f"dflash_lite_then.{name}")
-            for name in ("decode", "baselines", "policy", "checkpoints")}
+    # the decoding modules moved into dflash_lite/decoding/ (a commit before that has them on top)
+    layer = "decoding." if (into / "dflash_lite_then" / "decoding").is_dir() else ""
+    return {name: importlib.import_module(f"dflash_lite_then.{layer}{name}")
+            for name in ("decode", "baselines", "policy", "checkpoints", "acceptance")}
 
 
 def main() -> int:
@@ -75,7 +77,7 @@ def main() -> int:
         d, b, p = then["decode"], then["baselines"], then["policy"]
         sampled = args.temperature > 0
         stream = torch.Generator().manual_seed(0)
-        then_sampling = importlib.import_module("dflash_lite_then.acceptance").SamplingParams
+        then_sampling = then["acceptance"].SamplingParams
         sampling = {d.generate: then_sampling(args.temperature),
                     generate: SamplingParams(args.temperature)}
 
