@@ -27,7 +27,6 @@ from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.costs import StepCosts, step_costs
 from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
-from dflash_lite.decoding.target import stop_token_ids
 from dflash_lite.measuring.batching import batches_of
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser, block_sizes_arg
@@ -57,7 +56,7 @@ def main() -> None:
                                 max_new_tokens=args.max_new_tokens))
     target, drafter, prompts = setup.target, setup.drafter, setup.prompts
     n = args.max_new_tokens
-    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
+    stops = setup.stops                                  # rows end at the target's EOS, as in bench
     lengths = [len(generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens)
                for p in prompts]                         # plain decoding's steps per prompt
     measured = {size: step_costs(target, drafter, prompts[0], drafter.config.block_size,

@@ -21,12 +21,10 @@ import statistics
 from collections import Counter
 
 from dflash_lite.decoding.baselines import NoDraftProposer
-from dflash_lite.decoding.costs import step_costs
 from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
-from dflash_lite.decoding.target import stop_token_ids
 from dflash_lite.decoding.timing import interleaved
-from dflash_lite.measuring.batching import batch_methods, batches_of
+from dflash_lite.measuring.batching import batch_methods, batches_of, policy_costs
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser, block_sizes_arg
 
@@ -49,14 +47,12 @@ def main() -> None:
                                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
                                 batch_sizes=args.batch_sizes))
     target, drafter, prompts, n = setup.target, setup.drafter, setup.prompts, args.max_new_tokens
-    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
+    stops = setup.stops                                  # rows end at the target's EOS, as in bench
     alone = [generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens
              for p in prompts]
     session = PolicySession(drafter, target, DEFAULT_OPTIONS)
     for size in args.batch_sizes:
-        costs = None if size == 1 else step_costs(target, drafter, prompts[0],
-                                                  drafter.config.block_size,
-                                                  DEFAULT_OPTIONS.tree_sizes, repeats=3, rows=size)
+        costs = policy_costs(target, drafter, prompts[0], size)
         plain, default = (m for m in batch_methods(target, drafter, size=size, costs=costs,
                                                    session=session) if m.name == "plain (batched)"
                           or m.default)

@@ -14,11 +14,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from dflash_lite.decoding.costs import step_costs
 from dflash_lite.decoding.decode import generate
 from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
-from dflash_lite.decoding.target import stop_token_ids
-from dflash_lite.measuring.batching import batch_methods, batches_of
+from dflash_lite.measuring.batching import batch_methods, batches_of, policy_costs
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser
 
@@ -34,13 +32,11 @@ def main() -> None:
     setup = resolve(BenchConfig(prompts=args.prompts, num_prompts=args.num_prompts,
                                 max_new_tokens=args.max_new_tokens))
     target, drafter, prompts = setup.target, setup.drafter, setup.prompts
-    stops = stop_token_ids(target, setup.tokenizer)      # rows end at the target's EOS, as in bench
+    stops = setup.stops                                  # rows end at the target's EOS, as in bench
     session = PolicySession(drafter, target, DEFAULT_OPTIONS)
     warm_up = [b for b in (1, 2, 4, 8, 16) if b < args.batch_size]
     for size in warm_up + [args.batch_size]:
-        costs = None if size == 1 else step_costs(target, drafter, prompts[0],
-                                                  drafter.config.block_size,
-                                                  DEFAULT_OPTIONS.tree_sizes, repeats=3, rows=size)
+        costs = policy_costs(target, drafter, prompts[0], size)
         default = next(m for m in batch_methods(target, drafter, size=size, costs=costs,
                                                 session=session) if m.default)
         for request in range(args.requests if size == args.batch_size else 2):

@@ -88,6 +88,15 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
     return rows
 
 
+def policy_costs(target, drafter, prompt, size: int, repeats: int = 3) -> StepCosts | None:
+    """The default policy's step costs at batch ``size``, measured at ``prompt`` (None at batch 1,
+    where the policy measures its own, or without a drafter)."""
+    if drafter is None or size == 1:
+        return None
+    return step_costs(target, drafter, prompt, drafter.config.block_size,
+                      DEFAULT_OPTIONS.tree_sizes, repeats=repeats, rows=size)
+
+
 def batches_of(prompts: list, size: int) -> list[list]:
     """``prompts`` in batches of ``size``, cycled to fill the last one (so every batch size
     decodes every prompt, and a batch larger than the list repeats it)."""
@@ -109,11 +118,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     session = None if drafter is None else PolicySession(drafter, target, DEFAULT_OPTIONS)
     for size in batch_sizes:
         groups = batches_of(list(range(len(prompts))), size)
-        policy_costs = None if drafter is None or size == 1 else step_costs(
-            target, drafter, prompts[0], drafter.config.block_size, DEFAULT_OPTIONS.tree_sizes,
-            repeats=3, rows=size)
-        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size, policy_costs,
-                                session)
+        methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
+                                policy_costs(target, drafter, prompts[0], size), session)
         # plain decoding once more, in the slot before the default's: what a tie reads as here
         again = BatchMethod("plain (batched, again)", Kind.AUTOREGRESSIVE, methods[0].make, 1)
         methods.insert(next((i for i, m in enumerate(methods) if m.default), len(methods)), again)

@@ -129,6 +129,7 @@ class Setup:
     drafter: Any = None  # the DFlash drafter (None: no DFlash rows, no cost model)
     settings: dict = field(default_factory=dict)
     tokenizer: Any = None
+    stops: list[int] = field(default_factory=list)   # the target's stop tokens: a row ends there
 
 
 @dataclass
@@ -240,7 +241,8 @@ def resolve(config: BenchConfig) -> Setup:
                 "chat_template": bool(c.chat_template
                                       and getattr(tokenizer, "chat_template", None)),
                 "prompt_template": c.prompt_template}
-    return Setup(c, methods, ids, model, draft, settings, tokenizer)
+    return Setup(c, methods, ids, model, draft, settings, tokenizer,
+                 stop_token_ids(model, tokenizer))
 
 
 def run(setup: Setup) -> Measured:
@@ -268,7 +270,6 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     """The batch sweep (:func:`dflash_lite.measuring.batching.sweep`), eager, and with ``compile``
     on compiled fixed shapes too, sized for the longest prompt."""
     c = setup.config
-    stops = stop_token_ids(setup.target, setup.tokenizer)
     tree = c.tree_sizes[0] if c.tree_sizes else None
     shapes = [EAGER]
     if c.compile:
@@ -278,8 +279,9 @@ def _sweep(setup: Setup, sampling: SamplingParams) -> Measured:
     rows, costs = [], {}
     for s in shapes:
         result = batching.sweep(setup.target, setup.drafter, setup.prompts, c.max_new_tokens,
-                                c.batch_sizes, c.block_sizes, tree, sampling, stops, c.repeats,
-                                c.cost_repeats, c.device, s, None if c.quiet else print)
+                                c.batch_sizes, c.block_sizes, tree, sampling, setup.stops,
+                                c.repeats, c.cost_repeats, c.device, s,
+                                None if c.quiet else print)
         for row in result["rows"]:
             row["compiled"] = s.compiled
             if s.compiled:
