@@ -83,7 +83,7 @@ def test_a_policy_switching_widths_commits_the_same_steps_on_both_modes(tiny, sh
     taken = []
 
     def scripted(estimate, costs, options, continuations=(0,), context_length=None, depth=None, new_context=1,
-                 ahead=None):
+                 ahead=None, drafter=True):
         c = script[len(taken) % len(script)]
         c = c if (not c.ngram or min(continuations) >= c.ngram) else Choice(1)
         c = c if depth is None or c.block_size - 1 <= depth else Choice(1)

@@ -474,6 +474,37 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("chain")
 
 
+def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(tiny, random_drafter):
+    """Where chains and trees both lost at a batch size and rest, the next request there runs
+    without the drafter: no features tapped, kept or drafted from, only plain and lookup steps, and
+    every row its own greedy output. Once one of them rests no more and its first step would draft,
+    the next request taps again; when that try loses too, it stops tapping for the rest."""
+    target, tokenizer = tiny
+    ids = [tokenizer(t, return_tensors="pt").input_ids for t in ("def f(x):", "import os\n")]
+    alone = [generate_autoregressive(target, x, 12).tokens for x in ids]
+    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10,
+                            prior=0.99, prior_weight=1000.0)       # drafting looks like it pays
+    for kind in ("chain", "tree"):
+        rest_after_loss(costs, kind, 3.0)
+        costs.observe_yield(kind, 0.0, 8.0, rows=2, slower=3.0)    # and rests again, long
+    assert costs.rests("chain") and costs.rests("tree")
+    resting = CostAwareProposer(random_drafter, target, options, costs)
+    assert resting.layer_ids is None
+    results = generate(target, resting, ids, 12)
+    assert [r.tokens for r in results] == alone
+    assert resting.chosen and not any(c.uses_drafter for c in resting.chosen)
+    assert all(not w for w in resting.waiting)                       # no features kept
+    while costs.rests("chain"):
+        costs.observe_yield("plain", 2.0, 2.0, rows=2, slower=1.0)
+    trying = CostAwareProposer(random_drafter, target, options, costs)
+    assert trying.layer_ids == random_drafter.config.target_layer_ids
+    assert [r.tokens for r in generate(target, trying, ids, 12)] == alone
+    assert trying.chosen[0].kind == "chain" and costs.rests("chain")     # tried first; it lost
+    assert trying.layer_ids is None and all(not w for w in trying.waiting)   # then no more taps
+    assert not any(c.uses_drafter for c in trying.chosen[1:])
+
+
 def rest_after_loss(costs: StepCosts, kind: str, slower: float) -> int:
     """How many batch steps ``kind`` rests once its losing steps (none committed) make it rest,
     plain steps meanwhile."""

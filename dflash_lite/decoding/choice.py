@@ -110,7 +110,7 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
            continuations: Sequence[int] = (0,), context_length: int | None = None,
            depth: int | None = None, new_context: int = 1,
-           ahead: Sequence[float] | None = None) -> tuple[Choice, float]:
+           ahead: Sequence[float] | None = None, drafter: bool = True) -> tuple[Choice, float]:
     """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066, counted by
     the rows that set the batch's length): the most expected tokens per second of the step
     (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
@@ -125,12 +125,14 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     them in, at most the tokens a row is expected to commit (a catch-up after plain steps, charged
     in full, would keep the batch plain for good). Each kind's expectation is scaled by what its
     steps committed against it so far (``costs.yield_ratio``); a kind that lost in a batch rests
-    (``costs.rests``). Ties go to the cheaper kind."""
+    (``costs.rests``). ``drafter=False``: the drafter cannot run (no features were tapped), so
+    only plain decoding and prompt lookup are options. Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     ahead = [0.0] * rows if ahead is None else ahead
     candidates = [(rows * e, Choice(b))
-                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1], 1)]
+                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1 if drafter else 1],
+                                        1)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
     if most and not costs.rests("ngram"):
         expected = estimate.ngram.expected_tokens()
@@ -139,7 +141,7 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                         counted(ahead, [expected[min(m, c)] for c in continuations]),
                         Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
-    for n in options.tree_sizes if depth else ():     # one drafter forward at the step's full depth
+    for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
         candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
                            Choice(depth + 1, n)))
         if most and rows == 1:                        # the tree with lookup's draft as a branch

@@ -154,6 +154,15 @@ class StepCosts:
         """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`)."""
         return self.steps < self.resting.get(kind, 0)
 
+    def lost(self, kinds) -> bool:
+        """Whether the last batch step of any of ``kinds`` lost."""
+        return any(self.losses.get(kind, 0) for kind in kinds)
+
+    def rests_all(self, kinds) -> bool:
+        """Whether every one of ``kinds`` that ran in a batch lost and rests (and one did)."""
+        ran = [kind for kind in kinds if kind in self.yields]
+        return bool(ran) and all(self.rests(kind) for kind in ran)
+
     def yield_ratio(self, kind: str) -> float:
         """committed / expected tokens of the batch steps of ``kind`` so far, pulled towards 1 by a
         prior of two steps' worth (1 before any)."""

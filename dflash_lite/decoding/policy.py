@@ -39,7 +39,10 @@ per row per step costs more, lookup is matched only on steps where it can win, a
 comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
 steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
 again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time, and twice as
-long after each loss in a row, so that where it never pays its tries fade out.
+long after each loss in a row, so that where it never pays its tries fade out. The drafter's
+features cost even steps that do not draft (the target taps them, and they wait for its next
+forward), so where its last try at a batch size lost, a request keeps the drafter only if its first
+step would run it, and drops it (no more taps) once every kind that ran the drafter rests.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ from .ngram import NgramProposer
 from .proposers import DFlashProposer, PerRow, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
+
+DRAFTER_KINDS = ("chain", "tree", "hybrid")     # the options that run the drafter
 
 
 def _judge(pending: list[tuple], token: int | None) -> None:
@@ -83,6 +88,13 @@ class CostAwareProposer(DFlashTreeProposer):
                          options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size)
         self.costs, self.estimate = costs, estimate
+        # where the drafter's last try at this batch size lost, a request keeps it (the target's
+        # features tapped, and kept until a drafter forward) only if its first step would run it
+        first = estimate or AcceptanceEstimate.for_options(self.options)
+        self.drafting = costs is None or not costs.lost(DRAFTER_KINDS) \
+            or choose(first, costs, self.options, depth=self.block_size - 1)[0].uses_drafter
+        if not self.drafting:
+            self.layer_ids = None
 
     @property
     def tree_sizes(self) -> tuple[int, ...]:
@@ -104,7 +116,8 @@ class CostAwareProposer(DFlashTreeProposer):
             self.lookup.start(ids, None, lengths)
         # per row: the features no drafter forward has seen yet, where they start, where the row's
         # last token sits, and how many positions wait
-        self.waiting = [[features[r: r + 1, :n]] for r, n in enumerate(lengths)]
+        self.waiting = [[features[r: r + 1, :n]] if self.drafting else []
+                        for r, n in enumerate(lengths)]
         self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
         self.emitted = [0] * rows                  # per row, the tokens committed so far
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
@@ -134,7 +147,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.ahead = [e if d else math.inf for e, d in zip(self.emitted, depths)]
         c, self.expected = choose(self.estimate, self.costs, self.options,
                                   [min(d, self.options.ngram_drafts) for d in depths], context,
-                                  max(depths), waiting, self.ahead)
+                                  max(depths), waiting, self.ahead, self.drafting)
         # for a batch, prompt lookup is matched only where it can win: if it loses with every
         # row's longest continuation, it loses with any, and the choice stands as made. One row
         # matches every step (cheap there): the target's next token then judges its draft
@@ -143,7 +156,7 @@ class CostAwareProposer(DFlashTreeProposer):
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
             c, self.expected = choose(self.estimate, self.costs, self.options,
                                       [len(x) for x in self.continuations], context, max(depths),
-                                      waiting, self.ahead)
+                                      waiting, self.ahead, self.drafting)
         # plain decoding, the line every draft must beat, is timed once in a batch's session: a
         # kind never timed borrows the others' measured / predicted ratio, and a batch whose host
         # work per step grows with its drafts would then rate plain decoding too dear to try
@@ -204,13 +217,16 @@ class CostAwareProposer(DFlashTreeProposer):
                 self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
                 self.waiting[r], self.waiting_start[r], self.waited[r] = [hidden], position, 0
-            else:                                   # no drafter forward: the features wait
+            elif self.drafting:                     # no drafter forward: the features wait
                 self.waiting[r].append(hidden)
-            self.waited[r] += hidden.shape[1]
+            self.waited[r] += n + 1
             self.context[r] = position + n + 1
             self.emitted[r] += n + 1
         if self.lookup is not None:
             self.lookup.accepted(blocks, positions, features)
+        if self.drafting and self.costs.rests_all(DRAFTER_KINDS):   # it lost, and rests: it will
+            self.drafting, self.layer_ids = False, None              # not run in this request
+            self.waiting = [[] for _ in self.waiting]
         self._reset(len(blocks))
 
     def _observe(self, r: int, path: list[int], n: int) -> list[tuple]:

@@ -177,6 +177,7 @@ class DFlashProposer:
 
     def keep(self, rows: list[int]) -> None:
         self.cache.keep(rows)
-        self.new_context = self.new_context[rows]
+        if self.new_context is not None:            # None: a policy's request that never drafts
+            self.new_context = self.new_context[rows]
         self.new_context_start = [self.new_context_start[i] for i in rows]
         self.new_context_lengths = [self.new_context_lengths[i] for i in rows]
