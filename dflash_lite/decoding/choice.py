@@ -46,6 +46,9 @@ class PolicyOptions:
         object.__setattr__(self, "tree_sizes", tuple(sorted(self.tree_sizes)))
 
 
+DRAFTER_KINDS = ("chain", "tree", "hybrid")     # the kinds of step that run the drafter
+
+
 @dataclass(frozen=True)
 class Choice:
     """One step's choice: ``block_size`` tokens per target forward for a chain (1: plain decoding;
@@ -64,7 +67,7 @@ class Choice:
 
     @property
     def uses_drafter(self) -> bool:
-        return self.kind in ("chain", "tree", "hybrid")
+        return self.kind in DRAFTER_KINDS
 
     @property
     def verify_width(self) -> int:

@@ -52,7 +52,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .choice import Choice, PolicyOptions, choose, counted, step_seconds  # noqa: F401 (public)
+from .choice import (DRAFTER_KINDS, Choice, PolicyOptions, choose, counted,  # noqa: F401
+                     step_seconds)
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
@@ -60,8 +61,6 @@ from .ngram import NgramProposer
 from .proposers import DFlashProposer, PerRow, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
-
-DRAFTER_KINDS = ("chain", "tree", "hybrid")     # the options that run the drafter
 
 
 def _judge(pending: list[tuple], token: int | None) -> None:
@@ -79,7 +78,8 @@ class CostAwareProposer(DFlashTreeProposer):
     are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
     for the next drafter forward. Steps are timed against the model (``costs.observe``, the drift
     check; a batch also ``costs.observe_yield``); the target's token after a step judges the drafts
-    the step did not hold (``pending``)."""
+    the step did not hold (``pending``). Where the drafter lost at this batch size, a request may
+    run without it (``layer_ids`` None: no features tapped; see the module's docstring)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -90,7 +90,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.costs, self.estimate = costs, estimate
         # where the drafter's last try at this batch size lost, a request keeps it (the target's
         # features tapped, and kept until a drafter forward) only if its first step would run it
-        first = estimate or AcceptanceEstimate.for_options(self.options)
+        first = estimate if estimate is not None else AcceptanceEstimate.for_options(self.options)
         self.drafting = costs is None or not costs.lost(DRAFTER_KINDS) \
             or choose(first, costs, self.options, depth=self.block_size - 1)[0].uses_drafter
         if not self.drafting:

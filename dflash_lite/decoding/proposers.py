@@ -20,8 +20,9 @@ from .shapes import EAGER, Shapes
 
 class Proposer(Protocol):
     """What :func:`dflash_lite.decoding.decode.steps` asks of a drafter, for a batch of R rows.
-    ``layer_ids``: the target layers whose features it reads (None: none); ``block_size``: the
-    most tokens per target forward it wants next (1: no draft)."""
+    ``layer_ids``: the target layers whose features it reads (None: none), read at the prefill and
+    at every verify (a proposer that will draft no more may set it to None mid-request);
+    ``block_size``: the most tokens per target forward it wants next (1: no draft)."""
     layer_ids: list[int] | None
     block_size: int
 
