@@ -145,18 +145,21 @@ class CostAwareProposer(DFlashTreeProposer):
         waiting = max(self.waited)          # what a drafter forward would take in: the widest row
         # the rows that can hold the batch up: not finished, not at their last token
         self.ahead = [e if d else math.inf for e, d in zip(self.emitted, depths)]
-        c, self.expected = choose(self.estimate, self.costs, self.options,
-                                  [min(d, self.options.ngram_drafts) for d in depths], context,
-                                  max(depths), waiting, self.ahead, self.drafting)
-        # for a batch, prompt lookup is matched only where it can win: if it loses with every
-        # row's longest continuation, it loses with any, and the choice stands as made. One row
-        # matches every step (cheap there): the target's next token then judges its draft
-        if self.lookup is not None and (c.ngram or self.rows == 1):
+
+        def rate(continuations):
+            return choose(self.estimate, self.costs, self.options, continuations, context,
+                          max(depths), waiting, self.ahead, self.drafting)
+        # one row matches prompt lookup every step (cheap there): the target's next token then
+        # judges its draft. A batch matches only where lookup can win: if it loses with every
+        # row's longest continuation, it loses with any, and the choice stands as made
+        matched = self.lookup is not None and self.rows == 1
+        if not matched:
+            c, self.expected = rate([min(d, self.options.ngram_drafts) for d in depths])
+            matched = self.lookup is not None and c.ngram > 0
+        if matched:
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
-            c, self.expected = choose(self.estimate, self.costs, self.options,
-                                      [len(x) for x in self.continuations], context, max(depths),
-                                      waiting, self.ahead, self.drafting)
+            c, self.expected = rate([len(x) for x in self.continuations])
         # plain decoding, the line every draft must beat, is timed once in a batch's session: a
         # kind never timed borrows the others' measured / predicted ratio, and a batch whose host
         # work per step grows with its drafts would then rate plain decoding too dear to try
