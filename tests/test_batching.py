@@ -48,6 +48,30 @@ def prompts(tiny):
     return ids, alone, stops
 
 
+def test_a_padded_prefill_gives_each_rows_own_last_logits_and_features(tiny, drafter, prompts):
+    """The prefill of prompts of different lengths, padded on the right, runs the head over each
+    row's last position only: those logits, and the tapped features of every real position, equal
+    each prompt's own forward."""
+    from dflash_lite.decoding.cache import SlotCache
+    from dflash_lite.decoding.decode import prefill, stack_padded
+    from dflash_lite.decoding.target import context_features
+
+    target, _ = tiny
+    ids, layers = prompts[0], drafter.config.target_layer_ids
+    lengths = [x.shape[1] for x in ids]
+    batch = stack_padded([x[..., None] for x in ids])[..., 0]
+    cache = SlotCache.for_target(target, max(lengths) + 1, len(ids))
+    logits, features = prefill(target, batch, cache, layers, lengths)
+    assert logits.shape == (len(ids), target.config.vocab_size)
+    for r, x in enumerate(ids):
+        with torch.inference_mode():
+            alone = target(x, output_hidden_states=True)
+        torch.testing.assert_close(logits[r], alone.logits[0, -1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(features[r, : lengths[r]],
+                                   context_features(alone.hidden_states, layers)[0],
+                                   rtol=1e-4, atol=1e-4)
+
+
 LIMITS = (MAX_NEW, 20, MAX_NEW, 9, MAX_NEW, 26)     # rows that finish early, each at its own step
 
 
