@@ -165,30 +165,25 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
     last = torch.tensor(lengths, device=ids.device) - 1
     logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last, lengths=last + 1)
     cache.rewind(list(lengths))
-    return logits, features
+    return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
 
 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
            logits_to_keep=0, depths: torch.Tensor | None = None,
            ancestors: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
     """One target forward over ``block`` (R, W), each row written at its own write position: logits
-    (R, W, V) (the last ``logits_to_keep`` when an int; a tensor (R,): each row's one position, as
-    (R, V)) and the tapped features (R, W, K*H) or None. A chain by default; a tree gives
-    ``depths`` ((W,) or (R, W)) and ``ancestors`` ((W, W) or (R, W, W)). ``lengths``: a padded
-    prompt batch (:meth:`SlotCache.verify_mask`)."""
+    (R, W, V) (the last ``logits_to_keep`` when given) and the tapped features (R, W, K*H) or None.
+    A chain by default; a tree gives ``depths`` ((W,) or (R, W)) and ``ancestors`` ((W, W) or
+    (R, W, W)). ``lengths``: a padded prompt batch (:meth:`SlotCache.verify_mask`)."""
     window = getattr(target.config, "sliding_window", None) \
         if "sliding_attention" in (getattr(target.config, "layer_types", None) or ()) else None
     masks = cache.verify_mask(block.shape[1], ancestors, depths, window, lengths)
-    one_each = torch.is_tensor(logits_to_keep)   # the head over those R positions only, not R x R
-    out = (target.get_decoder() if one_each else target)(
-        block, attention_mask=masks if window is not None else masks["full_attention"],
-        position_ids=cache.positions(block.shape[1], depths), past_key_values=cache,
-        use_cache=True, **({} if one_each else {"logits_to_keep": logits_to_keep}),
-        output_hidden_states=[i + 1 for i in layer_ids] if layer_ids is not None else False)
+    out = target(block, attention_mask=masks if window is not None else masks["full_attention"],
+                 position_ids=cache.positions(block.shape[1], depths),
+                 past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep,
+                 output_hidden_states=([i + 1 for i in layer_ids] if layer_ids is not None
+                                       else False))
     features = context_features(out.hidden_states, layer_ids) if layer_ids is not None else None
-    if one_each:
-        rows = torch.arange(block.shape[0], device=block.device)
-        return target.get_output_embeddings()(out.last_hidden_state[rows, logits_to_keep]), features
     return out.logits, features
 
 
