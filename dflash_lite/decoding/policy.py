@@ -90,9 +90,9 @@ class CostAwareProposer(DFlashTreeProposer):
         self.costs, self.estimate = costs, estimate
         # where the drafter's last try at this batch size lost, a request keeps it (the target's
         # features tapped, and kept until a drafter forward) only if its first step would run it
-        first = estimate if estimate is not None else AcceptanceEstimate.for_options(self.options)
-        self.drafting = costs is None or not costs.lost(DRAFTER_KINDS) \
-            or choose(first, costs, self.options, depth=self.block_size - 1)[0].uses_drafter
+        self.drafting = costs is None or not costs.lost(DRAFTER_KINDS) or choose(
+            estimate if estimate is not None else AcceptanceEstimate.for_options(self.options),
+            costs, self.options, depth=self.block_size - 1)[0].uses_drafter
         if not self.drafting:
             self.layer_ids = None
 
