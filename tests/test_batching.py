@@ -48,28 +48,38 @@ def prompts(tiny):
     return ids, alone, stops
 
 
-def test_a_padded_prefill_gives_each_rows_own_last_logits_and_features(tiny, drafter, prompts):
-    """The prefill of prompts of different lengths, padded on the right, runs the head over each
-    row's last position only: those logits, and the tapped features of every real position, equal
-    each prompt's own forward."""
+def test_a_padded_prefill_gives_each_rows_own_last_logits_and_features(tiny, drafter, prompts,
+                                                                        monkeypatch, request):
+    """The prefill of prompts of different lengths, padded on the right: each row's logits at its
+    last position, and the tapped features of every real position, equal the prompt's own forward:
+    with the head applied to the final norm's output at each row's last position, for prompts of
+    one length, and for a target without a ``norm`` to hook (the head at every row's last
+    position). Each prefill is one forward of the target."""
     from dflash_lite.decoding.cache import SlotCache
     from dflash_lite.decoding.decode import prefill, stack_padded
     from dflash_lite.decoding.target import context_features
 
     target, _ = tiny
-    ids, layers = prompts[0], drafter.config.target_layer_ids
-    lengths = [x.shape[1] for x in ids]
-    batch = stack_padded([x[..., None] for x in ids])[..., 0]
-    cache = SlotCache.for_target(target, max(lengths) + 1, len(ids))
-    logits, features = prefill(target, batch, cache, layers, lengths)
-    assert logits.shape == (len(ids), target.config.vocab_size)
-    for r, x in enumerate(ids):
-        with torch.inference_mode():
-            alone = target(x, output_hidden_states=True)
-        torch.testing.assert_close(logits[r], alone.logits[0, -1], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(features[r, : lengths[r]],
-                                   context_features(alone.hidden_states, layers)[0],
-                                   rtol=1e-4, atol=1e-4)
+    layers, shortest = drafter.config.target_layer_ids, min(x.shape[1] for x in prompts[0])
+    even = [x[:, :shortest] for x in prompts[0]]
+    calls = []
+    counting = target.register_forward_pre_hook(lambda module, args: calls.append(1))
+    request.addfinalizer(counting.remove)
+    for ids, hooked in ((prompts[0], True), (even, True), (prompts[0], False)):
+        if not hooked:
+            monkeypatch.setattr(target, "get_decoder", lambda: None)
+        lengths, before = [x.shape[1] for x in ids], len(calls)
+        batch = stack_padded([x[..., None] for x in ids])[..., 0]
+        cache = SlotCache.for_target(target, max(lengths) + 1, len(ids))
+        logits, features = prefill(target, batch, cache, layers, lengths)
+        assert logits.shape == (len(ids), target.config.vocab_size) and len(calls) == before + 1
+        for r, x in enumerate(ids):
+            with torch.inference_mode():
+                alone = target(x, output_hidden_states=True)
+            torch.testing.assert_close(logits[r], alone.logits[0, -1], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(features[r, : lengths[r]],
+                                       context_features(alone.hidden_states, layers)[0],
+                                       rtol=1e-4, atol=1e-4)
 
 
 LIMITS = (MAX_NEW, 20, MAX_NEW, 9, MAX_NEW, 26)     # rows that finish early, each at its own step

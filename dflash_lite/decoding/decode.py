@@ -161,11 +161,29 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
     last position (R, V), the tapped features of every position (R, T, K*H) when ``layer_ids``
     asks, and each row's write position at its length."""
     cache.rewind(0)
-    lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
+    rows, width = ids.shape
+    lengths = [width] * rows if lengths is None else lengths
     last = torch.tensor(lengths, device=ids.device) - 1
-    logits, features = verify(target, ids, cache, layer_ids, logits_to_keep=last, lengths=last + 1)
+    # the head over each row's own last position only: the target's own head at the last position,
+    # and for rows that end earlier, applied to the final norm's output (a hook) of the same forward
+    ragged = min(lengths) < width
+    decoder = target.get_decoder() if ragged and hasattr(target, "get_decoder") else None
+    norm = getattr(decoder, "norm", None)
+    normed = []
+    hook = None if norm is None else norm.register_forward_hook(
+        lambda module, args, out: normed.append(out))
+    try:            # without a norm to hook: every row at each last position, (R, R, V)
+        logits, features = verify(target, ids, cache, layer_ids,
+                                  logits_to_keep=last if ragged and hook is None else 1,
+                                  lengths=last + 1)
+    finally:
+        if hook is not None:
+            hook.remove()
     cache.rewind(list(lengths))
-    return logits[torch.arange(len(lengths)), torch.arange(len(lengths))], features
+    index = torch.arange(rows, device=ids.device)
+    if hook is not None:
+        return target.get_output_embeddings()(normed[-1][index, last]).to(logits.dtype), features
+    return (logits[index, index] if ragged else logits[:, -1]), features
 
 
 def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] | None,
