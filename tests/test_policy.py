@@ -505,6 +505,35 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
     assert not any(c.uses_drafter for c in trying.chosen[1:])
 
 
+def test_a_larger_batch_starts_where_the_drafter_stood_at_the_next_smaller_one(tiny, random_drafter):
+    """A batch size's first request takes over the drafter's record at the largest smaller batch
+    size that ran steps: where chains and trees lost at batch 2 (their run of losses, what is left
+    of their rest, their yield), a first request at batch 4 taps no features. Prompt lookup's
+    record is not carried (its tries cost little), and a batch size with steps of its own keeps
+    its record."""
+    target, _ = tiny
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+
+    def measured():
+        return StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    small, large, other = measured(), measured(), measured()
+    for kind in ("chain", "tree"):
+        small.observe_yield(kind, 2.0, 8.0, rows=2, slower=3.0)      # lost at batch 2: rests
+    small.observe_yield("ngram", 1.0, 4.0, rows=2, slower=1.2)       # lost too
+    other.observe_yield("plain", 8.0, 8.0, rows=8, slower=1.0)       # batch 8 has its own steps
+    before = {kind: list(sums) for kind, sums in other.yields.items()}
+    session = PolicySession(random_drafter, target, options)
+    session.batch_costs.update({2: small, 4: large, 8: other})
+    proposer = session.proposer(rows=4)
+    assert proposer.costs is large and proposer.layer_ids is None and not proposer.drafting
+    assert large.lost(("chain",)) and large.rests("chain") and large.rests("tree")
+    assert large.yield_ratio("chain") == pytest.approx(small.yield_ratio("chain"))
+    assert large.yield_ratio("chain") < 1.0
+    assert large.yield_ratio("ngram") == 1.0 and not large.rests("ngram")   # not carried
+    assert session.proposer(rows=8).drafting and other.yields == before
+    assert CostAwareProposer(random_drafter, target, options, measured()).drafting  # no carry
+
+
 def rest_after_loss(costs: StepCosts, kind: str, slower: float) -> int:
     """How many batch steps ``kind`` rests once its losing steps (none committed) make it rest,
     plain steps meanwhile."""

@@ -150,6 +150,19 @@ class StepCosts:
         self.resting[kind] = self.steps + math.ceil((slower - 1) / EXPLORE) * 2 ** min(lost - 1,
                                                                                      BACKOFF)
 
+    def carry(self, smaller: StepCosts, kinds, scale: float) -> None:
+        """Start this batch size's record of ``kinds`` where ``smaller`` (a smaller batch size's
+        costs, its steps observed) left it: their yields (scaled by ``scale``, rows here over rows
+        there), their runs of losses and what is left of their rests. A draft's verify costs more
+        plain steps in a larger batch, and the least-advanced of more rows sets the pace, so a kind
+        that lost there is taken to lose here, without a first try, until a step of it pays."""
+        self.yields = {k: [x * scale for x in sums] for k, sums in smaller.yields.items()
+                       if k in kinds}
+        self.losses = {k: n for k, n in smaller.losses.items() if k in kinds}
+        self.resting = {k: max(0, step - smaller.steps) for k, step in smaller.resting.items()
+                        if k in kinds}
+        self.steps = 0
+
     def rests(self, kind: str) -> bool:
         """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`)."""
         return self.steps < self.resting.get(kind, 0)

@@ -42,7 +42,9 @@ again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's t
 long after each loss in a row, so that where it never pays its tries fade out. The drafter's
 features cost even steps that do not draft (the target taps them, and they wait for its next
 forward), so where its last try at a batch size lost, a request keeps the drafter only if its first
-step would run it, and drops it (no more taps) once every kind that ran the drafter rests.
+step would run it, and drops it (no more taps) once every kind that ran the drafter rests. A
+larger batch size starts from the drafter's record at the next smaller one (a draft pays less in a
+larger batch), so where it lost at batch 8 it is not tried first at batch 16.
 """
 from __future__ import annotations
 
@@ -278,7 +280,10 @@ class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
     the step costs of each batch size (measured at its first request; for one row, again between
     requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
-    request left, where the next one starts at any batch size (acceptance does not depend on it)."""
+    request left, where the next one starts at any batch size (acceptance does not depend on it).
+    A batch size's first request starts from the drafter's record at the next smaller batch size
+    that ran (``StepCosts.carry``): where the drafter lost at batch 8, batch 16 does not try it
+    first."""
     drafter: object
     target: object
     options: PolicyOptions
@@ -297,8 +302,13 @@ class PolicySession:
         batch size are measured at ``prompt_ids`` (one prompt) the first time."""
         if prompt_ids is not None and self.costs_for(rows) is None:
             self._measure(prompt_ids, rows=rows)
-        return CostAwareProposer(self.drafter, self.target, self.options, self.costs_for(rows),
-                                 self.estimate, shapes)
+        costs = self.costs_for(rows)
+        if rows > 1 and costs is not None and not costs.steps:   # a batch size's first request:
+            below = [n for n, c in self.batch_costs.items() if n < rows and c.steps]
+            if below:                  # the drafter as it stood at the next smaller batch size
+                costs.carry(self.batch_costs[max(below)], DRAFTER_KINDS, rows / max(below))
+        return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
+                                 shapes)
 
     def finished(self, proposer: CostAwareProposer,
                  sequence_ids: torch.Tensor | None = None) -> None:
