@@ -507,10 +507,10 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
 
 def test_a_larger_batch_starts_where_the_drafter_stood_at_the_next_smaller_one(tiny, random_drafter):
     """A batch size's first request takes over the drafter's record at the largest smaller batch
-    size that ran steps: where chains and trees lost at batch 2 (their run of losses, what is left
-    of their rest, their yield), a first request at batch 4 taps no features. Prompt lookup's
-    record is not carried (its tries cost little), and a batch size with steps of its own keeps
-    its record."""
+    size that ran steps, for each kind whose last step there lost: where chains and trees lost at
+    batch 2 (their run of losses, what is left of their rest, their yield), a first request at
+    batch 4 taps no features. A kind that paid, and prompt lookup, start afresh; a batch size with
+    steps of its own keeps its record."""
     target, _ = tiny
     options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
 
@@ -532,6 +532,11 @@ def test_a_larger_batch_starts_where_the_drafter_stood_at_the_next_smaller_one(t
     assert large.yield_ratio("ngram") == 1.0 and not large.rests("ngram")   # not carried
     assert session.proposer(rows=8).drafting and other.yields == before
     assert CostAwareProposer(random_drafter, target, options, measured()).drafting  # no carry
+    paid, fresh = measured(), measured()
+    paid.observe_yield("tree", 30.0, 24.0, rows=2, slower=3.0)       # the tree paid at batch 2
+    paid.observe_yield("chain", 2.0, 8.0, rows=2, slower=3.0)
+    fresh.carry(paid, ("chain", "tree"), 2.0)
+    assert fresh.rests("chain") and fresh.yield_ratio("tree") == 1.0 and not fresh.lost(("tree",))
 
 
 def rest_after_loss(costs: StepCosts, kind: str, slower: float) -> int:

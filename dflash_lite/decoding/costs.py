@@ -151,16 +151,16 @@ class StepCosts:
                                                                                      BACKOFF)
 
     def carry(self, smaller: StepCosts, kinds, scale: float) -> None:
-        """Start this batch size's record of ``kinds`` where ``smaller`` (a smaller batch size's
-        costs, its steps observed) left it: their yields (scaled by ``scale``, rows here over rows
-        there), their runs of losses and what is left of their rests. A draft's verify costs more
-        plain steps in a larger batch, and the least-advanced of more rows sets the pace, so a kind
-        that lost there is taken to lose here, without a first try, until a step of it pays."""
-        self.yields = {k: [x * scale for x in sums] for k, sums in smaller.yields.items()
-                       if k in kinds}
-        self.losses = {k: n for k, n in smaller.losses.items() if k in kinds}
-        self.resting = {k: max(0, step - smaller.steps) for k, step in smaller.resting.items()
-                        if k in kinds}
+        """Start this batch size's record of those of ``kinds`` whose last step lost in
+        ``smaller`` (a smaller batch size's costs, its steps observed) where it stands there: their
+        yields (scaled by ``scale``, rows here over rows there), their runs of losses and what is
+        left of their rests. A draft's verify costs more plain steps in a larger batch, and the
+        least-advanced of more rows sets the pace, so a kind that lost there is taken to lose here,
+        without a first try, until a step of it pays; one that paid is measured here afresh."""
+        lost = [k for k in kinds if smaller.losses.get(k)]
+        self.yields = {k: [x * scale for x in smaller.yields[k]] for k in lost}
+        self.losses = {k: smaller.losses[k] for k in lost}
+        self.resting = {k: max(0, smaller.resting[k] - smaller.steps) for k in lost}
         self.steps = 0
 
     def rests(self, kind: str) -> bool:

@@ -43,8 +43,9 @@ long after each loss in a row, so that where it never pays its tries fade out. T
 features cost even steps that do not draft (the target taps them, and they wait for its next
 forward), so where its last try at a batch size lost, a request keeps the drafter only if its first
 step would run it, and drops it (no more taps) once every kind that ran the drafter rests. A
-larger batch size starts from the drafter's record at the next smaller one (a draft pays less in a
-larger batch), so where it lost at batch 8 it is not tried first at batch 16.
+larger batch size starts from the record, at the next smaller one, of each drafter kind that lost
+there (a draft pays less in a larger batch): where it lost at batch 8, batch 16 does not try it
+first.
 """
 from __future__ import annotations
 
@@ -281,9 +282,9 @@ class PolicySession:
     the step costs of each batch size (measured at its first request; for one row, again between
     requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
     request left, where the next one starts at any batch size (acceptance does not depend on it).
-    A batch size's first request starts from the drafter's record at the next smaller batch size
-    that ran (``StepCosts.carry``): where the drafter lost at batch 8, batch 16 does not try it
-    first."""
+    A batch size's first request starts from the record of each drafter kind that lost at the next
+    smaller batch size that ran (``StepCosts.carry``): where the drafter lost at batch 8, batch 16
+    does not try it first."""
     drafter: object
     target: object
     options: PolicyOptions
