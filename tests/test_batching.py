@@ -82,6 +82,27 @@ def test_a_padded_prefill_gives_each_rows_own_last_logits_and_features(tiny, dra
                                        rtol=1e-4, atol=1e-4)
 
 
+def test_one_prompts_prefill_leaves_the_mask_to_sdpas_causal_flag(tiny, prompts, request):
+    """A prefill of one prompt hands the target no mask (SDPA's causal flag covers it, cheaper
+    than a T x T mask); a ragged batch hands it one that hides each row's padding."""
+    from dflash_lite.decoding.cache import SlotCache
+    from dflash_lite.decoding.decode import prefill, stack_padded
+
+    target, _ = tiny
+    masks = []
+    spy = target.register_forward_pre_hook(
+        lambda module, args, kwargs: masks.append(kwargs.get("attention_mask")), with_kwargs=True)
+    request.addfinalizer(spy.remove)
+    one = prompts[0][0]
+    prefill(target, one, SlotCache.for_target(target, one.shape[1] + 1), None, [one.shape[1]])
+    ragged = prompts[0][:2]
+    lengths = [x.shape[1] for x in ragged]
+    assert lengths[0] != lengths[1]
+    prefill(target, stack_padded([x[..., None] for x in ragged])[..., 0],
+            SlotCache.for_target(target, max(lengths) + 1, 2), None, lengths)
+    assert masks[0] is None and masks[1] is not None and not bool(masks[1].all())
+
+
 LIMITS = (MAX_NEW, 20, MAX_NEW, 9, MAX_NEW, 26)     # rows that finish early, each at its own step
 
 

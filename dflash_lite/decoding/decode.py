@@ -175,7 +175,7 @@ def prefill(target, ids: torch.Tensor, cache: SlotCache, layer_ids: list[int] | 
     try:            # without a norm to hook: every row at each last position, (R, R, V)
         logits, features = verify(target, ids, cache, layer_ids,
                                   logits_to_keep=last if ragged and hook is None else 1,
-                                  lengths=last + 1)
+                                  lengths=last + 1 if ragged else None)
     finally:
         if hook is not None:
             hook.remove()
