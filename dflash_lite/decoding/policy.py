@@ -305,9 +305,10 @@ class PolicySession:
             self._measure(prompt_ids, rows=rows)
         costs = self.costs_for(rows)
         if rows > 1 and costs is not None and not costs.steps:   # a batch size's first request:
-            below = [n for n, c in self.batch_costs.items() if n < rows and c.steps]
+            below = max((n for n, c in self.batch_costs.items() if n < rows and c.steps),
+                        default=None)
             if below:                  # the drafter as it stood at the next smaller batch size
-                costs.carry(self.batch_costs[max(below)], DRAFTER_KINDS, rows / max(below))
+                costs.carry(self.batch_costs[below], DRAFTER_KINDS, rows / below)
         return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
                                  shapes)
 
