@@ -30,18 +30,23 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_then(commit: str, into: Path):
-    """The package at ``commit`` as the importable package ``dflash_lite_then``."""
+def load_then(commit: str, into: Path,
+              names=("decode", "baselines", "policy", "checkpoints", "acceptance")):
+    """The package at ``commit`` as the importable package ``dflash_lite_then``: its modules
+    ``names``, by name."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "dflash_lite"],
-                             capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+                             capture_output=True)
+    if archive.returncode != 0:
+        reason = archive.stderr.decode(errors="replace").strip().splitlines() or ["git failed"]
+        raise SystemExit(f"--commit {commit}: {reason[0]}")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     (into / "dflash_lite").rename(into / "dflash_lite_then")
     sys.path.insert(0, str(into))
     # the decoding modules moved into dflash_lite/decoding/ (a commit before that has them on top)
     layer = "decoding." if (into / "dflash_lite_then" / "decoding").is_dir() else ""
     return {name: importlib.import_module(f"dflash_lite_then.{layer}{name}")
-            for name in ("decode", "baselines", "policy", "checkpoints", "acceptance")}
+            for name in names}
 
 
 def main() -> int:
