@@ -46,6 +46,22 @@ def test_costs_are_fitted_and_one_token_is_its_own_point():
     assert costs.draft(1) == 0.0 and costs.draft(2) == costs.draft(16)                 # slope clamped at 0
 
 
+def test_a_calibration_taken_under_load_never_prices_a_forward_below_the_fastest_measured():
+    """Timings taken while other work shares the cores can be convex in b (the wide forwards hit
+    the contention hardest), and the least-squares line through them then crosses zero at a small
+    block: a chain of two priced below one token, or below nothing, would be chosen for free. No
+    forward over b tokens costs less than one token's, and none less than the fastest measured."""
+    loaded = StepCosts({1: 10.0, 2: 10.5, 4: 11.0, 8: 12.0, 16: 40.0, 32: 120.0},
+                       {2: 1.0, 4: 1.0, 16: 40.0})
+    for b in range(2, 33):
+        assert loaded.target(b) >= loaded.target(1) == 10.0
+        assert loaded.draft(b) >= 1.0
+    assert loaded.target(32) > loaded.target(16) > loaded.target(2)   # the fit still rises in b
+    shorter = StepCosts.by_context({100: ({1: 4.0, 16: 6.0}, {16: 2.0}),
+                                    300: ({1: 12.0, 16: 30.0}, {16: 9.0})})
+    assert shorter.target(1, 0) == 4.0 and shorter.target(16, 0) >= 4.0 and shorter.draft(16, 0) == 2.0
+
+
 def test_expected_tokens_from_pooled_then_per_position_acceptance():
     estimate = AcceptanceEstimate(depth=15, prior=0.5, prior_weight=1.0)
     assert estimate.acceptance() == 0.5

@@ -46,13 +46,14 @@ class StepCosts:
     across lengths, the line's intercept and slope are themselves lines in the context length
     (attention reads every cached position, so a longer context costs more per forward, and more per
     token of a wide verify). One target token (b = 1) is its own point at each length: a
-    single-token forward takes a lighter path (no causal mask). ``per_position``: what each new
-    context position past the first adds to a drafter forward (a step's drafter takes in the n + 1
-    positions the last step committed, a catch-up more). ``calibration_seconds``: what measuring
-    took; ``drift``: the :class:`DriftMonitor` of the steps run with this model; :meth:`correction`:
-    each kind of step's measured / predicted time. Only ``measured`` costs (seconds on this machine,
-    from :func:`step_costs`) learn from timed steps; hand-written ones (in other units, as in the
-    tests) are taken as they are."""
+    single-token forward takes a lighter path (no causal mask). No prediction goes below the
+    fastest forward of its model measured, nor a wider verify below one token's. ``per_position``:
+    what each new context position past the first adds to a drafter forward (a step's drafter takes
+    in the n + 1 positions the last step committed, a catch-up more). ``calibration_seconds``:
+    what measuring took; ``drift``: the :class:`DriftMonitor` of the steps run with this model;
+    :meth:`correction`: each kind of step's measured / predicted time. Only ``measured`` costs
+    (seconds on this machine, from :func:`step_costs`) learn from timed steps; hand-written ones (in
+    other units, as in the tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -92,6 +93,10 @@ class StepCosts:
         self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
         ones = {n: line[2] for n, line in lines.items() if line[2] is not None}
         self._one = _fit(ones) if ones else None
+        # the fastest forward of each model measured: no prediction goes below it (a line fitted
+        # to timings taken on a loaded machine can cross zero at a small block or context)
+        self._floor = [min((x for tables in self.tables.values() for x in tables[i].values()),
+                           default=0.0) for i in (0, 1)]
 
     @property
     def t_target(self) -> dict[int, float]:
@@ -113,10 +118,11 @@ class StepCosts:
         """Seconds of one target forward over b tokens after ``context`` cached positions (None:
         the shortest length measured)."""
         n = self._at(context)
-        if b == 1 and self._one is not None:
-            return self._one[0] + self._one[1] * n
+        one = None if self._one is None else max(self._one[0] + self._one[1] * n, self._floor[0])
+        if b == 1 and one is not None:
+            return one
         (a0, a1), (s0, s1) = self._target
-        return (a0 + a1 * n) + (s0 + s1 * n) * b
+        return max((a0 + a1 * n) + (s0 + s1 * n) * b, self._floor[0] if one is None else one)
 
     def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
@@ -200,7 +206,8 @@ class StepCosts:
             return 0.0
         n = self._at(context)
         (a0, a1), (s0, s1) = self._draft
-        return (a0 + a1 * n) + (s0 + s1 * n) * b + self.per_position * (new - 1)
+        line = max((a0 + a1 * n) + (s0 + s1 * n) * b, self._floor[1])
+        return line + self.per_position * (new - 1)
 
 
 class DriftMonitor:
