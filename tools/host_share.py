@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from loop_against_commit import load_then
+from never_slower import load_setup, prompt_options
 
 from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.decode import DFlashProposer, generate
@@ -31,8 +32,6 @@ from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.decoding.timing import interleaved
 from dflash_lite.decoding.tree import DFlashTreeProposer
 from dflash_lite.measuring.batching import batches_of, policy_costs
-from dflash_lite.measuring.benchmark import BenchConfig, resolve
-from dflash_lite.validate import POS, Parser, block_sizes_arg
 
 
 class ForwardClock:
@@ -62,23 +61,14 @@ class ForwardClock:
 
 
 def main() -> None:
-    parser = Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", help="JSONL prompts (default: the built-in held-out --domain)")
-    parser.add_argument("--domain", choices=("math", "code", "mixed"), default="math")
-    parser.add_argument("--num-prompts", type=POS, default=8)
-    parser.add_argument("--max-new-tokens", type=POS, default=64)
-    parser.add_argument("--batch-sizes", type=block_sizes_arg, default=(1, 4, 8))
-    parser.add_argument("--repeats", type=POS, default=5)
+    parser = prompt_options(__doc__.split("\n\n")[0], (1, 4, 8), 5)
     parser.add_argument("--commit", help="also run plain decoding, DFlash and the tree as the "
                                          "package was at this commit")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         then = load_then(args.commit, Path(tmp), ("decode", "baselines", "tree", "checkpoints")) \
             if args.commit else None                    # a commit git does not know: one line
-        setup = resolve(BenchConfig(prompts=args.prompts, domain=args.domain,
-                                    num_prompts=args.num_prompts,
-                                    max_new_tokens=args.max_new_tokens,
-                                    batch_sizes=args.batch_sizes))
+        setup = load_setup(args)
         target, drafter, prompts = setup.target, setup.drafter, setup.prompts
         n, block = args.max_new_tokens, drafter.config.block_size
         session = PolicySession(drafter, target, DEFAULT_OPTIONS)

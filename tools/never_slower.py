@@ -34,18 +34,29 @@ def quartiles(values: list[float]) -> str:
     return f"{mid:.3f}x [{low:.3f}, {high:.3f}]"
 
 
-def main() -> None:
-    parser = Parser(description=__doc__.split("\n\n")[0])
+def prompt_options(description: str, batch_sizes: tuple[int, ...], repeats: int) -> Parser:
+    """The options of a batch measurement here (this tool, ``host_share.py``): the prompts, their
+    new tokens, the batch sizes and the rounds; :func:`load_setup` loads what they name."""
+    parser = Parser(description=description)
     parser.add_argument("--prompts", help="JSONL prompts (default: the built-in held-out --domain)")
     parser.add_argument("--domain", choices=("math", "code", "mixed"), default="math")
     parser.add_argument("--num-prompts", type=POS, default=8)
     parser.add_argument("--max-new-tokens", type=POS, default=64)
-    parser.add_argument("--batch-sizes", type=block_sizes_arg, default=(1, 2, 4, 8, 16, 32))
-    parser.add_argument("--repeats", type=POS, default=9)
-    args = parser.parse_args()
-    setup = resolve(BenchConfig(prompts=args.prompts, domain=args.domain,
-                                num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
-                                batch_sizes=args.batch_sizes))
+    parser.add_argument("--batch-sizes", type=block_sizes_arg, default=batch_sizes)
+    parser.add_argument("--repeats", type=POS, default=repeats)
+    return parser
+
+
+def load_setup(args):
+    """The target, the shipped drafter, the tokenized prompts and the stop tokens, as bench."""
+    return resolve(BenchConfig(prompts=args.prompts, domain=args.domain,
+                               num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
+                               batch_sizes=args.batch_sizes))
+
+
+def main() -> None:
+    args = prompt_options(__doc__.split("\n\n")[0], (1, 2, 4, 8, 16, 32), 9).parse_args()
+    setup = load_setup(args)
     target, drafter, prompts, n = setup.target, setup.drafter, setup.prompts, args.max_new_tokens
     stops = setup.stops                                  # rows end at the target's EOS, as in bench
     alone = [generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens
