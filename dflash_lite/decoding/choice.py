@@ -102,7 +102,7 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
     less than that row's gain. Rows that all commit e tokens count e each, wherever they are; a
     draft that only rows far ahead accept counts what the last row gains, one token, a row."""
     low, lead = min(ahead), LEAD if lead is None else lead
-    if low == math.inf:
+    if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): e a row
         return min(tokens) * len(tokens)
     ahead = [a - low for a in ahead]                 # the least-advanced row at 0
     gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
@@ -133,9 +133,9 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     ahead = [0.0] * rows if ahead is None else ahead
+    chain = depth if drafter and not costs.rests("chain") else 0    # a kind that rests: no option
     candidates = [(rows * e, Choice(b))
-                  for b, e in enumerate(estimate.expected_tokens()[: depth + 1 if drafter else 1],
-                                        1)]
+                  for b, e in enumerate(estimate.expected_tokens()[: chain + 1], 1)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
     if most and not costs.rests("ngram"):
         expected = estimate.ngram.expected_tokens()
@@ -145,13 +145,15 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                         Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
     for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
-        candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
-                           Choice(depth + 1, n)))
-        if most and rows == 1:                        # the tree with lookup's draft as a branch
+        if not costs.rests("tree"):
+            candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
+                               Choice(depth + 1, n)))
+        if most and rows == 1 and not costs.rests("hybrid"):   # lookup's draft as a branch
             m = min(most, estimate.ngram.depth)
             candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
                                Choice(depth + 1, n, m)))
-    candidates = [(e, c) for e, c in candidates if c.block_size == 1 or not costs.rests(c.kind)]
+    if len(candidates) == 1:                           # plain decoding alone: nothing to rate
+        return candidates[0][1], candidates[0][0]
     rates = [e * costs.yield_ratio(c.kind)
              / step_seconds(c, costs, context_length, min(new_context, max(1, round(e / rows))))
              for e, c in candidates]

@@ -211,7 +211,8 @@ class CostAwareProposer(DFlashTreeProposer):
             # the estimates expected; one row's estimate is that row's own counts (a ratio on it
             # lowered tau)
             moved = counted(self.ahead, [b.shape[1] for b in blocks])
-            slower = cost / step_seconds(Choice(1), self.costs, context)
+            slower = 1.0 if c.kind == "plain" else cost / step_seconds(Choice(1), self.costs,
+                                                                         context)
             self.costs.observe_yield(c.kind, moved, self.expected, len(blocks), slower)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
