@@ -490,6 +490,25 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("chain")
 
 
+
+def test_a_batch_where_every_draft_rests_steps_plain_without_pricing_an_option():
+    """Where every draft on offer rests (the usual state of a large batch whose drafts lost), the
+    choice is plain decoding, made without pricing anything: the step's policy work is the same
+    as plain decoding's, whatever the costs say. A kind that rests is no option at all."""
+    class Unpriced(StepCosts):
+        def target(self, b, context=None):
+            raise AssertionError("an option was priced")
+
+    costs = Unpriced({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.4, 27: 1.6}, {2: 0.1, 16: 0.2})
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+    estimate = AcceptanceEstimate.for_options(options)
+    for kind in ("chain", "tree", "ngram"):
+        costs.observe_yield(kind, 0.0, 40.0, rows=8, slower=3.0)
+    assert choose(estimate, costs, options, [10] * 8) == (Choice(1), 8.0)
+    del costs.resting["ngram"]                           # lookup rests no more: priced, chosen
+    with pytest.raises(AssertionError, match="priced"):
+        choose(estimate, costs, options, [10] * 8)
+
 def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(tiny, random_drafter):
     """Where chains and trees both lost at a batch size and rest, the next request there runs
     without the drafter: no features tapped, kept or drafted from, only plain and lookup steps, and
