@@ -490,7 +490,6 @@ def test_a_batch_kind_that_lost_rests_so_that_trying_again_costs_little():
     assert not costs.rests("chain")
 
 
-
 def test_a_batch_where_every_draft_rests_steps_plain_without_pricing_an_option():
     """Where every draft on offer rests (the usual state of a large batch whose drafts lost), the
     choice is plain decoding, made without pricing anything: the step's policy work is the same
@@ -508,6 +507,7 @@ def test_a_batch_where_every_draft_rests_steps_plain_without_pricing_an_option()
     del costs.resting["ngram"]                           # lookup rests no more: priced, chosen
     with pytest.raises(AssertionError, match="priced"):
         choose(estimate, costs, options, [10] * 8)
+
 
 def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(tiny, random_drafter):
     """Where chains and trees both lost at a batch size and rest, the next request there runs

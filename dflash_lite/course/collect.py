@@ -3,7 +3,10 @@
 Before each graded test cell of the (throwaway) copy that is executed, a collector cell
 (:func:`collector_cell`) is inserted. It prints the values the test cell reads as data, marked
 with :data:`MARK`; :func:`collected` reads them back from the executed notebook. The collector runs
-in the student's kernel and imports nothing from this package, which the student may have patched.
+in the student's kernel and imports nothing from this package, which the student may have patched,
+but the drafter's saver (``checkpoints.save_drafter``), and only when an answer is a drafter: the
+one format a drafter is written in. That import sits in the collector's source, a string run in the
+kernel, not in a function of this module.
 """
 from __future__ import annotations
 

@@ -144,8 +144,9 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                         counted(ahead, [expected[min(m, c)] for c in continuations]),
                         Choice(m + 1, None, m))
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
+    tree = not costs.rests("tree")
     for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
-        if not costs.rests("tree"):
+        if tree:
             candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
                                Choice(depth + 1, n)))
         if most and rows == 1 and not costs.rests("hybrid"):   # lookup's draft as a branch

@@ -228,8 +228,7 @@ class DriftMonitor:
         self.recent.append(measured / predicted)
         if len(self.recent) < self.recent.maxlen:
             return False
-        ordered = sorted(self.recent)                  # the median (statistics' is slower)
-        median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+        median = statistics.median(self.recent)
         if self.reference is None:
             self.reference = median
             return False
