@@ -321,7 +321,7 @@ def my_block_mask(anchors, T, B):
 # %% nbgrader={"grade": true, "grade_id": "ch03_build_block_mask_check", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 anchors = torch.tensor([3, 6, 9])
 mask = my_block_mask(anchors, 12, 4)
-# defined in dflash_lite/training/train.py
+# defined in dflash_lite/training/data.py
 assert torch.equal(mask, block_attention_mask(anchors, 12, 4))
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.imshow(mask.int(), cmap="Greys", aspect="auto")

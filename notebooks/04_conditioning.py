@@ -303,7 +303,7 @@ ref_math = v["reference"]["tau_by_inference_block_size"]["16"]["math"]
 assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.8 * ref_math
 
 # %% [markdown]
-# **The loss rises in the second half.** In the right panel every curve falls to a low point and
+# **The loss rises in the second half.** In the lower panel every curve falls to a low point and
 # then climbs again for about a hundred steps; the cell below prints where. Every variant does it,
 # including the one without the target's features, and at the same steps. That points at the data
 # rather than at the model: the runs share a seed, so they see the same batches in the same order,
@@ -355,7 +355,7 @@ for name, run in long.items():
 ax.axhline(5, color="grey", lw=0.6, ls=":")
 ax.set_xlabel("training minutes (1 CPU thread, probes excluded)")
 ax.set_ylabel("tau (held-out, B=16)")
-ax.legend(); ax.set_title("With and without the target's features, shipped budget")
+ax.legend(); ax.set_title("With and without the target's features, 25-minute budget")
 save_figure(fig, "04_features_at_full_budget")
 finals = {name: run["tau_curve"][-1]["tau_math"] for name, run in long.items()}
 # see below
@@ -415,7 +415,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # * But on this target it did not **need** them. Trained from scratch at an equal budget, a drafter
 #   that only sees the context's token embeddings does as well as one conditioned on five target
 #   layers (compare the rows of section 4 and the finals of section 4b), at the ablation budget and
-#   at the shipped drafter's; input fusion and 1/3/5 taps are within the noise of the few held-out
+#   at the longer one; input fusion and 1/3/5 taps are within the noise of the few held-out
 #   prompts per domain too.
 # * This does **not** reproduce the paper's ablations (KV injection over input fusion, 5 taps over
 #   3, and about a third of tau lost without target features). The likely reason is the target:

@@ -184,8 +184,8 @@ for r in cost["rows"]:
 # %% [markdown]
 # ## Choosing the block size: fixed, adaptive, cost-aware, trees
 #
-# A longer block can commit more tokens, but its verify costs more (the `t_target(B)/t_target(1)`
-# ratios printed above, above 1 on this CPU) and the drafts late in a block are rarely accepted.
+# A longer block can commit more tokens, but its verify costs more than a one-token forward (the
+# `t_target(B)/t_target(1)` ratios printed above) and the drafts late in a block are rarely accepted.
 # Four ways to choose, all lossless and all in the table above:
 #
 # * **fixed B**: the paper's setting;
@@ -343,4 +343,5 @@ score(ch06.check_own_prompts(answer_4, own_file, own_report), 2)
 # 5. Why does a longer block not always pay, even when tau grows?
 # 6. What does the cost-aware policy do on prompts where drafts are rarely accepted, and how does it come back?
 # 7. What does a draft tree buy, and what does it cost in the verify?
-# 8. Why is there no identity check at temperature 1, and how is losslessness tested instead?
+# 8. At temperature 1, what does each row of our loop have to equal token for token, why do transformers'
+#    rows get no such check, and where is losslessness in distribution tested?

@@ -42,7 +42,7 @@
 # [glossary](../docs/glossary.md) at first use.
 
 # %%
-import importlib.util, statistics, tempfile, time
+import importlib.util, itertools, statistics, tempfile, textwrap, time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -398,9 +398,12 @@ verdicts.append(("vllm.assets.dflash / use_dflash=True", "does not exist",
 # ## The verdicts
 
 # %%
-print(f"{'claim':<44} {'what is known':<42} {'measured here':<58} verdict")
-for claim, known, evidence, verdict in verdicts:
-    print(f"{claim:<44} {known:<42} {evidence:<58} {verdict}")
+widths = (34, 30, 44, 16)          # each column wrapped to its width, a space between columns
+for row in [("claim", "what is known", "measured here", "verdict"), *verdicts]:
+    cells = [textwrap.wrap(text, width) for text, width in zip(row, widths)]
+    for line in itertools.zip_longest(*cells, fillvalue=""):
+        print(" ".join(f"{part:<{width}}" for part, width in zip(line, widths)).rstrip())
+    print()
 assert len(verdicts) == 9
 
 # %%
@@ -413,7 +416,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # conditioning on the target, verifying losslessly), but its numbers are typed in, its speedup
 # formula does not reproduce its own table, two of its acceptance rules are biased, its training
 # objective and multi-step denoising are not DFlash, and its serving API does not exist. Everything
-# in the right-hand column above was measured in this notebook.
+# in the "measured here" column above was measured in this notebook.
 #
 # ## Exercises
 #

@@ -38,7 +38,7 @@
 # * run the same loop on a real Hugging Face model when one is available offline;
 # * predict the speedup from the measured forward-time curve ([cost model](../docs/glossary.md#cost-model));
 # * see what a GPU changes: the forward-time curve on this device next to the committed H200
-#   curves ([CUDA graphs](../docs/glossary.md#cuda-graphs) are notebook 10's subject).
+#   measurements ([CUDA graphs](../docs/glossary.md#cuda-graphs) are notebook 10's subject).
 #
 # **Prerequisites:** chapters 01, 06.
 #
@@ -90,6 +90,8 @@ token_counts = [1, 2, 4, 8, 16, 32]     # forward sizes for the t(n)/t(1) curve
 # target, DFlash here and transformers' DFlash path with the same weights, interleaved over
 # repeats after a warm-up, with every greedy output checked against the target's in the same run.
 # A tokenizer with a chat template gets each prompt as a user turn (thinking off for Qwen3).
+# The second table is notebook 06's cost model; its overhead column can come out negative, which
+# notebook 06 explains (the two forwards are timed at one context length, the loop's steps at all).
 
 # %%
 if device == "cuda" and not torch.cuda.is_available():

@@ -521,7 +521,7 @@ for domain in prompt_ids:
 # What to look for:
 #
 # * **tau grows with N**: more paths hold the target's token more often. Whether the returns
-#   diminish is for the printed gains per doubling of N to say; each extra node is a less likely
+#   diminish is for the printed gain of each step up in N to say; each extra node is a less likely
 #   path, but a deeper tree can also reach tokens a shallow one cannot. A tree
 #   smaller than the block cannot go as deep as the chain (N = 4 holds at most 4 drafts), so where
 #   chains run long it can lose to the chain.
@@ -529,7 +529,8 @@ for domain in prompt_ids:
 #   forward, and the `verify` row prints it. A 16-node tree is verified over 17 tokens, the
 #   chain at B = 16 over 16: the same width, nearly the same cost, but the tree holds the likely
 #   siblings the chain throws away. That is why the default policy's tree has 16 nodes. Bigger
-#   trees add tau, and on this CPU they add verify cost almost in proportion.
+#   trees add tau, and each costs more to verify on this CPU: the cost model's pick, printed per
+#   domain, weighs the two.
 # * **On a GPU** a forward over 64 tokens costs about what one token costs (the weights are read
 #   once either way), which is why DDTree's reported gains are GPU gains; notebook 08 and
 #   `tools/gpu_bench.sh` measure that curve on real hardware. Notebook 10 shows it measured on an NVIDIA H200.
@@ -591,8 +592,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 # to commit `tree_prior_gain` times the chain's tokens, printed above); after that the observed
 # steps speak. Where drafts are rarely accepted it can shorten the block, down to plain decoding
 # (B = 1), and then now and then tries a draft again, since its counts decay back towards the
-# prior. The cell above prints how many steps of each prompt were plain decoding: it can be none,
-# on prompts whose drafts are accepted often enough. Exercise 4 finds prompts where it does.
+# prior. The policy's cell (before the run time) prints how many steps of each prompt were plain
+# decoding: it can be none, on prompts whose drafts are accepted often enough. Exercise 4 finds
+# prompts where it does.
 #
 # ## Summary
 #

@@ -391,12 +391,17 @@ ax.set_xlabel("tau (tokens committed per step)")
 ax.set_ylabel("speedup over autoregressive decoding")
 ax.legend()
 _ = save_figure(fig, "10_cost_model_paper_scale")
+on_line = predicted_speedup(tiny["tau"], tiny["t_target_1"], tiny["t_target_b"], tiny["t_draft_b"])
+print(f"the tiny pair: tau {tiny['tau']:.2f} (the paper's {PAPER_TAU}); measured "
+      f"{tiny['measured_speedup']:.2f}x, its cost model at that tau {on_line:.2f}x")
 
 # %% [markdown]
 # The model's prediction at the paper's tau lands close to, and a little above, the paper's
 # measured average: a real serving loop adds some overhead per step beyond its two forwards, as
-# section 3 measured for this project's loop. The tiny pair reaches a higher tau on its own narrow
-# domain, but its measured point sits below its cost-model line by the loop overhead.
+# section 3 measured for this project's loop. The tiny pair's point (the red square) is read against
+# its own line: the last printed line gives its tau next to the paper's, and its measured speedup
+# next to what its cost model predicts at that tau; the gap between those two is the loop's
+# overhead per step on this GPU.
 
 # %%
 _ = clock.report()                        # run time at this run's parameters, and the hardware
@@ -409,9 +414,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   arithmetic: the premise of
 #   speculative decoding holds there, measured, not assumed.
 # * The bandwidth floor (weights' bytes / bandwidth) is what a forward cannot beat. The 8B-shaped
-#   target is within a small factor of it; the tiny target is orders of magnitude above it
-#   (section 2 prints both ratios), because its time is launch overhead: a few microseconds of host
-#   work per operator.
+#   target comes far closer to it than the tiny target (section 2 prints both ratios), whose time
+#   is launch overhead: host work for each of the hundreds of operators a forward dispatches
+#   (section 3 prints their count and the time per operator).
 # * CUDA graphs replay a recorded sequence of kernels with one launch, which needs fixed shapes and
 #   addresses. The one decode loop asks for them in its fixed-shape mode
 #   (`dflash_lite/decoding/shapes.py`), and `tools/gpu_bench.sh` measures it compiled against the

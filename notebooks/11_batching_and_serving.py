@@ -492,10 +492,13 @@ for r in chains:
           f"measured {r['speedup']:.2f}x ({r['speedup'] / r['predicted_speedup']:.0%} of it)")
 
 # %% [markdown]
-# The model follows the trend, and sits above the measurement: it counts the two forwards of a
-# step and nothing else, while the loop also builds blocks, accepts, moves cache entries and, in a
-# batch, pads every row's draft to the widest and gathers the rows' paths. That per-step work is
-# done once per row on the host, so it grows with b while the forwards share their cost.
+# The model follows the trend. Where it predicts a gain it sits above the measurement: it counts
+# the two forwards of a step and nothing else, while the loop also builds blocks, accepts, moves
+# cache entries and, in a batch, pads every row's draft to the widest and gathers the rows' paths.
+# That per-step work is done once per row on the host, so it grows with b while the forwards share
+# their cost. Where it predicts a loss (the naive rollback at the larger batches, if the printed
+# ratios show one), the measurement can come out above it instead: plain decoding's steps pay
+# host work too, and the same work added to both sides of a ratio below 1 moves it towards 1.
 #
 # The sweep also measures what the forwards leave out: the prompts' prefill P (the same for every
 # method), and the loop's own work per step h, read off batched plain decoding (its time is
@@ -650,7 +653,9 @@ ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
 _ = save_figure(fig, "11_published_vs_measured")
 
 # %% [markdown]
-# All of them fall. The split shows why the H200 curve falls, even though that GPU is far from
+# From batch 1 to the largest batch they fall. (The H200's DFlash B=16 climbs back at batch 64:
+# its steps ratio stops falling there, as the last paragraph explains, and each H200 cell is one
+# measurement.) The split shows why the H200 curve falls, even though that GPU is far from
 # full with the tiny pair: its forwards cost about the same at every batch and width of this
 # sweep, from one token to the widest verify at batch 64 (the run's `cost_model`; notebook 10
 # says why), so a wide verify stays nearly free.
@@ -785,7 +790,8 @@ fig.suptitle("The same drafter and prompts in vLLM and in this loop (one core ea
 _ = save_figure(fig, "11_vllm_vs_ours")
 
 # %% [markdown]
-# Every row's tokens are identical: vLLM serves the export as this loop decodes it. The two taus
+# For the tiny pair every row's tokens are identical, in both dtypes: vLLM serves the export as
+# this loop decodes it. The two taus
 # differ a little because they count differently: vLLM always drafts 15 tokens and counts what it
 # accepts past the stop token or the budget, while this loop drafts at most the budget left.
 #
@@ -796,8 +802,8 @@ _ = save_figure(fig, "11_vllm_vs_ours")
 # attention metadata, and the outputs travel back. On one core those processes take turns. This
 # loop is one Python process, but it does its bookkeeping per row (accept, cut at the stop, keep
 # the cache paths), so its overhead grows with the rows, while vLLM's step is batched. The last
-# column of the table shows the consequence: ours ahead at batch 1, vLLM ahead at the largest
-# batch.
+# column of the tiny pair's table shows the consequence: ours ahead at batch 1, vLLM ahead at the
+# largest batch.
 #
 # **The real pair** (SmolLM2-135M-Instruct and the drafter chapter 08 trained for it) tells another
 # story. In float32 every row is again identical, and the two taus nearly meet (the budget rule
@@ -829,7 +835,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 #   batch grows; keeping each row's path (per-row write positions, `SlotCache.keep_paths`) keeps tau
 #   where it is alone.
 # * On this CPU the speedup over batched plain decoding falls quickly with the batch; the cost
-#   model at batch b follows the trend from above. Smaller blocks win (and, at batches past this
+#   model at batch b follows the trend, from above where it predicts a gain. Smaller blocks win (and, at batches past this
 #   sweep, plain decoding: `bench --batch-sizes` shows where) as the batch grows, and the batch
 #   policy chooses accordingly from costs measured at each b.
 # * Every batched greedy row is its prompt decoded alone, token for token.
@@ -846,7 +852,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 # 5. Why does the speedup of this chapter compare with batched plain decoding at the same batch
 #    size, not with plain decoding of one request?
 # 6. Why do smaller blocks win at higher concurrency?
-# 7. Why does the cost model at batch b predict more than the sweep measures?
+# 7. Why does the cost model at batch b predict more than the sweep measures where drafting gains,
+#    and why can it predict less where drafting loses?
 #
 # ## Exercises
 #

@@ -407,3 +407,15 @@ def test_an_option_the_config_lacks_is_refused_when_the_parser_is_built():
                           (("--flag",), {"action": "store_true"})):    # a switch that changes nothing
         with pytest.raises(TypeError):
             Options(Parser(prog="x"), Config).add(*flags, **kwargs)
+
+
+def test_figures_name_the_cpu_model_as_the_chapters_clock_does(report):
+    from dflash_lite.course.commands import hardware
+    from dflash_lite.measuring.plotting import hardware_label
+
+    if report["env"].get("gpu") is None:          # a report measured here names this CPU
+        assert hardware_label(report["env"]) == hardware()
+    # an older report, without the model name, still gets a label
+    assert hardware_label({"machine": "x86_64", "threads": 2}) == "CPU x86_64, 2 threads"
+    assert hardware_label({"cpu": "Some CPU", "machine": "x86_64", "threads": 4}) == \
+        "CPU Some CPU, 4 threads"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -38,15 +37,11 @@ def hardware() -> str:
     """The device the notebooks run on: the GPU's name, or the CPU's model and torch's threads."""
     import torch
 
+    from ..measuring.harness import cpu_name
+
     if torch.cuda.is_available():
         return f"GPU {torch.cuda.get_device_name(0)}"
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                 platform.processor() or platform.machine())
-    return f"CPU {model}, {torch.get_num_threads()} threads"
+    return f"CPU {cpu_name()}, {torch.get_num_threads()} threads"
 
 
 @dataclass

@@ -41,7 +41,7 @@ def not_attempted(exercise: str, what: str) -> None:
 
 
 def correct(exercise: str, detail: str = "") -> bool:
-    print(f"{exercise}: correct. {detail}".rstrip())
+    print(f"{exercise}: correct. {detail[:1].upper()}{detail[1:]}".rstrip())
     return True
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import transformers
@@ -26,10 +27,20 @@ class MethodStats:
     error: str | None = None
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` says of it."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor() or platform.machine())
+
+
 def environment(device: str) -> dict:
     env = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
            "threads": torch.get_num_threads(), "python": platform.python_version(),
-           "machine": platform.machine(), "processor": platform.processor()}
+           "machine": platform.machine(), "processor": platform.processor(), "cpu": cpu_name()}
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env

@@ -126,10 +126,12 @@ def save_figure(fig, name: str, out_dir: str | Path | None = None, dpi: int = FI
 
 
 def hardware_label(env: dict) -> str:
-    """E.g. 'NVIDIA H200' or 'CPU x86_64, 2 threads'."""
+    """E.g. 'NVIDIA H200' or 'CPU AMD EPYC, 2 threads' (the CPU's model name where the report has
+    it, as the chapters' clock prints it; older reports: the machine, 'x86_64')."""
     if env.get("gpu"):
         return env["gpu"]
-    return f"CPU {env.get('machine', '')}, {env.get('threads', '?')} threads".replace("  ", " ")
+    cpu = env.get("cpu") or env.get("machine", "")
+    return f"CPU {cpu}, {env.get('threads', '?')} threads".replace("  ", " ")
 
 
 def plot_benchmark(report: dict, out_dir: str | Path | None = None,
