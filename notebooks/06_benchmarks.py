@@ -204,8 +204,9 @@ for r in cost["rows"]:
 #   lookup's continuation as a branch (notebook 09).
 #
 # What to look for: whether the cost-aware row gets close to the best fixed size on these prompts
-# (where acceptance is high, the best fixed size is the long block, and the policy can only lose
-# a little by being cautious), and whether a tree's higher tau pays for its wider verify.
+# (where acceptance is high, the best fixed size is the long block; the policy may lose a little
+# to it by being cautious, or beat it where it picks a tree), and whether a tree's higher tau pays
+# for its wider verify.
 
 # %%
 dflash = [r for r in rows_of(report, *DFLASH_KINDS) if r["error"] is None and r["tau"] is not None]
@@ -266,7 +267,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # * These numbers are the toy's: a 7M-parameter target on text of the project's own, where its
 #   drafter is right far more often than on anyone else's text. Notebook 08 shows the same table on
 #   a real public model (SmolLM2-135M and the drafter trained for it here), where tau is lower and
-#   the default's gain comes mostly from knowing when not to draft.
+#   the default's edge over the fixed blocks comes mostly from knowing when not to draft.
 # * Every run here decodes one request at a time. Notebook 11 runs the same methods on batches of
 #   requests (`bench --batch-sizes`) and finds where speculation stops paying as the batch grows.
 #

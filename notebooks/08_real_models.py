@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 08 · A real model: a published drafter, its target, and the paper's Table 1
 #
-# Everything so far ran on the shipped 7M-parameter target, where a 16-token verify costs well over
+# Everything so far ran on the shipped 7M-parameter target, where a 16-token verify costs more than
 # a 1-token forward and the paper's "about 5x" cannot show. This chapter runs the same benchmark on
 # any target and drafter you name, by parameters only: a Qwen3 model from the hub with a published
 # DFlash drafter in the public layout (read by `dflash_lite.decoding.checkpoints.load_drafter`, rope scaling
@@ -152,8 +152,9 @@ print(f"{'measured':<10} {target:<20} {str(dataset):<10} {measured:<20} "
 # ## What a verify costs on this device
 #
 # The speedup is roughly `tau * t(1) / (t(B) + t_draft(B))` (notebook 06). On a CPU a target
-# forward over n tokens costs more and more as n grows; on a GPU a forward is bound by reading the
-# weights, so t(n)/t(1) stays near 1 up to large n and tau turns into speed almost one for one.
+# forward over n tokens costs more the wider it is (timing noise can swap two neighbours); on a
+# GPU a forward is bound by reading the weights, so t(n)/t(1) stays near 1 up to large n and tau
+# turns into speed almost one for one.
 # Here the target is timed at the prompt's context length for each n in `token_counts`
 # (`measure_costs`, median of interleaved repeats), next to the curves committed in `results/`
 # (the CPU run of notebook 06, and the GPU runs of `tools/gpu_bench.sh` under `results/gpu/`).
@@ -212,7 +213,7 @@ _ = save_figure(fig, f"08_forward_cost_{device}")
 # the draft tree and the hybrid tree (`smollm2_math_trees.json`, its command in the closing lines of
 # `tools/real_model_bench.sh`). The cost model's rows show what the
 # measured forwards allow at the measured tau. Read the tau column first: a drafter trained for an
-# hour on two cores is far from the paper's, and on a CPU, where a verify of 16 tokens costs well over
+# hour on two cores is far from the paper's, and on a CPU, where a verify of 16 tokens costs more than
 # a single-token forward (the cost model prints both), a low tau buys little.
 
 # %%
