@@ -55,6 +55,18 @@ def _cpu_step_time_below_the_h200s(split: str) -> bool:
     return all(ratios) and max(ratios[1]) < min(ratios[0])
 
 
+def _each_speedup_lower_at_the_largest_batch(split: str) -> bool:
+    """In the split of notebook 11 (an H200 block, then the CPU's): every method's speedup at its
+    largest batch size below its speedup at batch 1."""
+    lower = []
+    for block in re.split(r"\n(?=cpu +batch)", split):
+        speedups: dict[str, list[float]] = {}
+        for name, speedup in re.findall(r"^ +\d+  (\S.*?) +([\d.]+)x =", block, re.MULTILINE):
+            speedups.setdefault(name, []).append(float(speedup))
+        lower += [v[-1] < v[0] for v in speedups.values()]
+    return len(lower) >= 4 and all(lower)
+
+
 # (notebook stem, a phrase of its markdown, a regex over its outputs with one number group per
 # match, what the numbers must satisfy). A phrase that is no longer in the prose fails the test,
 # so that the table is kept next to the prose it checks.
@@ -92,6 +104,9 @@ CLAIMS = [
      lambda v: len(v) == 4 and max(v) / min(v) < 1.5),
     ("11_batching_and_serving", "Its step-time ratio sits below the H200's at every batch size",
      r"(H200 +batch[\s\S]*?\ncpu +batch[\s\S]*?)\n\n", lambda v: _cpu_step_time_below_the_h200s(v[0])),
+    ("11_batching_and_serving", "From batch 1 to the largest batch they fall",
+     r"(H200 +batch[\s\S]*?\ncpu +batch[\s\S]*?)\n\n",
+     lambda v: _each_speedup_lower_at_the_largest_batch(v[0])),
     ("03_block_diffusion_drafter", "both drafters rarely get past the first positions",
      r"code\s+\S+\s+tau [\d.]+ over +\d+ steps; "
      r"share of steps with draft j accepted: 1: [\d.]+, 2: ([\d.]+)",
