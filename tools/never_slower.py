@@ -9,7 +9,9 @@ Per batch size it prints the median of the rounds' paired ratios (plain's second
 default's, in the same round) with their quartiles, the median over the last half of the rounds
 (a kind of draft that keeps losing is tried less and less often: ``StepCosts.observe_yield``), and
 the same for plain against itself: what a tie reads as; then the kinds of the default's steps
-(over the warm-up and every round) and whether every row equals its prompt decoded alone.
+(over the warm-up and every round) and whether every row equals its prompt decoded alone. Last,
+the default's rounds apart: those whose every step was plain (what the policy's own work costs)
+and those that drafted (what its tries cost).
 
     python tools/package_prompts.py --out pkg.jsonl --num 8
     python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9
@@ -71,7 +73,7 @@ def main() -> None:
         chosen: Counter = Counter()
 
         def run(method, record=False):
-            same = True
+            same, drafted = True, False
             for group in groups:
                 batch = [prompts[i] for i in group]
                 proposer = method.make(batch)
@@ -81,11 +83,12 @@ def main() -> None:
                     method.finish(proposer)
                 if record:
                     chosen.update(c.kind for c in proposer.chosen)
-            return same
+                    drafted |= any(c.kind != "plain" for c in proposer.chosen)
+            return same, drafted
         timed = interleaved({"plain": lambda: run(plain), "again": lambda: run(plain),
                              "default": lambda: run(default, True)}, args.repeats, 1)
         seconds = {k: [t for t, _ in v] for k, v in timed.items()}
-        same = all(ok for v in timed.values() for _, ok in v)
+        same = all(ok for v in timed.values() for _, (ok, _) in v)
         paired = {k: [p / t for p, t in zip(seconds["plain"], seconds[k])]
                   for k in ("default", "again")}
         late = statistics.median(paired["default"][len(paired["default"]) // 2:])
@@ -93,6 +96,11 @@ def main() -> None:
               f"rounds {late:.3f}x), plain again {quartiles(paired['again'])}; "
               f"plain {statistics.median(seconds['plain']):.2f} s a round; "
               f"default's steps {dict(chosen)}; identical {same}", flush=True)
+        for label, drafting in (("only plain steps", False), ("a draft step", True)):
+            part = [r for r, (_, (_, d)) in zip(paired["default"], timed["default"])
+                    if d == drafting]
+            print(f"          rounds with {label}: {len(part)}"
+                  + (f", default {quartiles(part)}" if part else ""), flush=True)
 
 
 if __name__ == "__main__":
