@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from ..files import atomic_write_text
+from ..measuring.harness import cpu_name
 from ..outputs import guard_output_file, refusal
 from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
@@ -36,8 +37,6 @@ ASSIGNMENT = "dflash_lite"          # the nbgrader assignment that holds every c
 def hardware() -> str:
     """The device the notebooks run on: the GPU's name, or the CPU's model and torch's threads."""
     import torch
-
-    from ..measuring.harness import cpu_name
 
     if torch.cuda.is_available():
         return f"GPU {torch.cuda.get_device_name(0)}"
