@@ -10,7 +10,7 @@ from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
 from dflash_lite.decoding.ngram import NgramProposer
 from dflash_lite.decoding.choice import LEAD
-from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
+from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, RETIME, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
     DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
@@ -509,6 +509,46 @@ def test_a_batch_where_every_draft_rests_steps_plain_without_pricing_an_option()
         choose(estimate, costs, options, [10] * 8)
 
 
+def test_lookup_is_rated_only_where_its_best_case_beats_plain_and_the_choice_is_the_same(monkeypatch):
+    """choose spares rating each length of prompt lookup's chain where even its best case (every
+    row's longest continuation, the cheapest verify) loses to plain decoding. The bound must never
+    change the choice: over random estimates, costs (flat, rising and falling verify lines),
+    continuations and batches, choose with the bound equals choose rating every length, and the
+    bound does spare the rating on some of them."""
+    from dflash_lite.decoding import choice as rule
+    rng = random.Random(0)
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,), ngram_drafts=10)
+    bounded = rule._lookup_may_win
+    spared = 0
+    for _ in range(1500):
+        estimate = AcceptanceEstimate.for_options(options)
+        reach = rng.choice([0, 1, 10])                   # lookup: always wrong, at most one, any
+        for _ in range(rng.randint(0, 30)):
+            accepted = rng.randint(0, reach)
+            estimate.ngram.observe_chain(accepted, min(10, accepted + 1))
+            accepted = rng.randint(0, 15)
+            estimate.observe_chain(accepted, min(15, accepted + 1))
+        slope = rng.uniform(-0.2, 0.2)
+        costs = StepCosts({b: max(0.1, 1.0 + slope * b + rng.uniform(-0.1, 0.1))
+                           for b in (1, 2, 4, 8, 16, 17)}, {2: 0.2, 16: 0.3}, measured=True)
+        costs.observe("ngram", rng.uniform(1.0, 3.0), 1.0)
+        if rng.random() < 0.5:
+            costs.observe_yield("ngram", rng.uniform(0, 20), 10, 8, 1.5)
+        if rng.random() < 0.7:
+            costs.resting = {"chain": 10**9, "tree": 10**9}
+        rows = rng.choice([1, 2, 8])
+        continuations = [rng.randint(0, 10) for _ in range(rows)]
+        args = (estimate, costs, options, continuations, None, rng.randint(1, 15), 1,
+                [float(rng.randint(0, 10)) for _ in range(rows)], rng.random() < 0.5)
+        monkeypatch.setattr(rule, "_lookup_may_win", bounded)
+        choice = choose(*args)
+        spared += max(continuations) > 0 and not bounded(estimate, costs, min(max(continuations),
+                                                                              args[5]), rows, None)
+        monkeypatch.setattr(rule, "_lookup_may_win", lambda *a: True)
+        assert choose(*args) == choice
+    assert spared > 50
+
+
 def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(tiny, random_drafter):
     """Where chains and trees both lost at a batch size and rest, the next request there runs
     without the drafter: no features tapped, kept or drafted from, only plain and lookup steps, and
@@ -538,6 +578,33 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
     assert trying.chosen[0].kind == "chain" and costs.rests("chain")     # tried first; it lost
     assert trying.layer_ids is None and all(not w for w in trying.waiting)   # then no more taps
     assert not any(c.uses_drafter for c in trying.chosen[1:])
+
+
+def test_a_batch_times_plain_decoding_afresh_once_its_timing_is_stale(tiny, random_drafter):
+    """One slow timing of plain decoding (the machine busy for that one step) would price it out
+    for good: every draft then looks cheap, pays by the yield record, and plain decoding is never
+    chosen, so never timed again. A batch times it afresh after RETIME steps untimed, and from then
+    on decodes plainly where the drafts do not pay (a random drafter); every row its greedy output."""
+    target, tokenizer = tiny
+    ids = [tokenizer(t, return_tensors="pt").input_ids for t in ("def f(x):", "import os\n")]
+    n = RETIME + 30
+    alone = [generate_autoregressive(target, x, n).tokens for x in ids]
+    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    costs.observe("chain", 1.0, 1.0)                     # a draft timed as the model says
+    costs.observe("plain", 1000.0, 1.0)                  # plain once, a thousand times that
+    policy = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size=16), costs)
+    assert [r.tokens for r in generate(target, policy, ids, n)] == alone
+    kinds = [c.kind for c in policy.chosen]
+    assert "plain" not in kinds[:RETIME] and kinds[RETIME:].count("plain") > 5
+    assert costs.correction("plain") < 10 * costs.correction("chain")
+    usual = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    usual.observe("chain", 1.2, 1.0)
+    usual.observe("plain", 1.1, 1.0)                     # below the draft's ratio, as usual
+    for _ in range(RETIME + 1):
+        usual.observe_yield("chain", 30.0, 30.0, rows=8, slower=2.0)    # the drafts pay
+    assert not usual.plain_stale()                        # so no plain step is forced
+    usual.observe("chain", 0.1, 1.0)                      # plain's old ratio now the dearest
+    assert usual.plain_stale() and CHEAP.plain_stale()   # or never taken at all
 
 
 def test_a_larger_batch_starts_where_the_drafter_stood_at_the_next_smaller_one(tiny, random_drafter):

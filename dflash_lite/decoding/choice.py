@@ -80,14 +80,22 @@ class Choice:
                     self.kind, str(self.block_size))
 
 
+PLAIN = Choice(1)                 # plain decoding: no draft, one target token
+
+
 def step_seconds(choice: Choice, costs: StepCosts, context_length: int | None = None,
                  new_context: int = 1) -> float:
     """What the cost model says ``choice``'s step costs: the verify, plus a drafter forward over the
     full block, taking in ``new_context`` positions, if the drafter runs."""
-    drafting = costs.draft(choice.block_size, context_length, new_context) \
-        if choice.uses_drafter else 0.0
-    return ((costs.target(choice.verify_width, context_length) + drafting)
-            * costs.correction(choice.kind))
+    return _seconds(costs, choice.kind, choice.verify_width, choice.block_size, context_length,
+                    new_context)
+
+
+def _seconds(costs: StepCosts, kind: str, width: int, block_size: int, context: int | None,
+             new_context: int) -> float:
+    """:func:`step_seconds` of a step of ``kind`` verifying ``width`` tokens."""
+    drafting = costs.draft(block_size, context, new_context) if kind in DRAFTER_KINDS else 0.0
+    return (costs.target(width, context) + drafting) * costs.correction(kind)
 
 
 LEAD = 8    # tokens past the batch's last row that a row's tokens still count for (choice.counted)
@@ -101,13 +109,36 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
     least-advanced row ends the step (a row within reach may be the last one later), and never
     less than that row's gain. Rows that all commit e tokens count e each, wherever they are; a
     draft that only rows far ahead accept counts what the last row gains, one token, a row."""
+    return _counter(ahead, lead)(tokens)
+
+
+def _counter(ahead: Sequence[float], lead: float | None = None):
+    """:func:`counted` for one ``ahead``, as a function of the tokens (set up once, asked per
+    option)."""
     low, lead = min(ahead), LEAD if lead is None else lead
-    if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): e a row
-        return min(tokens) * len(tokens)
+    if low == math.inf:
+        return lambda tokens: min(tokens) * len(tokens)
     ahead = [a - low for a in ahead]                 # the least-advanced row at 0
-    gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
-    return sum(gain if a == math.inf else max(gain, min(a + n, gain + lead) - a)
-               for a, n in zip(ahead, tokens))
+
+    def worth(tokens):
+        if min(tokens) == max(tokens):               # level (a plain step): e a row
+            return min(tokens) * len(tokens)
+        gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
+        return sum(gain if a == math.inf else max(gain, min(a + n, gain + lead) - a)
+                   for a, n in zip(ahead, tokens))
+    return worth
+
+
+def _lookup_may_win(estimate: AcceptanceEstimate, costs: StepCosts, most: int, rows: int,
+                    context: int | None) -> bool:
+    """Whether some length of prompt lookup's chain may beat plain decoding: its best case (every
+    row's tokens at the longest, ``most`` drafts, and the cheapest of its verifies, the target's
+    line being monotone in the width) against plain decoding's rate. Where it cannot, rating every
+    length is spared: a batch asks this every step."""
+    top = min(most, estimate.ngram.depth)
+    cheapest = min(_seconds(costs, "ngram", w, w, context, 1) for w in (2, top + 1))
+    best = rows * estimate.ngram.expected_tokens()[top] * costs.yield_ratio("ngram") / cheapest
+    return best > rows * costs.yield_ratio("plain") / _seconds(costs, "plain", 1, 1, context, 1)
 
 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
@@ -132,31 +163,35 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     only plain decoding and prompt lookup are options. Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
-    ahead = [0.0] * rows if ahead is None else ahead
     chain = depth if drafter and not costs.rests("chain") else 0    # a kind that rests: no option
-    candidates = [(rows * e, Choice(b))
-                  for b, e in enumerate(estimate.expected_tokens()[: chain + 1], 1)]
+    # (expected tokens, kind, verify width, block size, tree size, lookup drafts) per option
+    candidates = [(float(rows), "plain", 1, 1, None, 0)]            # plain decoding: one token
+    chains = estimate.expected_tokens()[1: chain + 1] if chain else ()
+    candidates += [(rows * e, "chain", b, b, None, 0) for b, e in enumerate(chains, 2)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
-    if most and not costs.rests("ngram"):
+    if most and not costs.rests("ngram") and _lookup_may_win(estimate, costs, most, rows,
+                                                            context_length):
         expected = estimate.ngram.expected_tokens()
         level = min(continuations) >= most           # every row as far: counted is rows x each
+        worth = None if level else _counter([0.0] * rows if ahead is None else ahead)
         candidates += [(rows * expected[m] if level else
-                        counted(ahead, [expected[min(m, c)] for c in continuations]),
-                        Choice(m + 1, None, m))
+                        worth([expected[min(m, c)] for c in continuations]),
+                        "ngram", m + 1, m + 1, None, m)
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
     tree = not costs.rests("tree")
     for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
         if tree:
-            candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth),
-                               Choice(depth + 1, n)))
+            candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth), "tree",
+                               n + 1, depth + 1, n, 0))
         if most and rows == 1 and not costs.rests("hybrid"):   # lookup's draft as a branch
             m = min(most, estimate.ngram.depth)
-            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth),
-                               Choice(depth + 1, n, m)))
-    if len(candidates) == 1:                           # plain decoding alone: nothing to rate
-        return candidates[0][1], candidates[0][0]
-    rates = [e * costs.yield_ratio(c.kind)
-             / step_seconds(c, costs, context_length, min(new_context, max(1, round(e / rows))))
-             for e, c in candidates]
-    expected, choice = candidates[rates.index(max(rates))]
-    return choice, expected
+            candidates.append((estimate.expected_hybrid_tokens(n, gain, m, depth), "hybrid",
+                               n + 1 + m, depth + 1, n, m))
+    if len(candidates) > 1:                           # else plain decoding alone: nothing to rate
+        ratio = {kind: costs.yield_ratio(kind) for kind in {c[1] for c in candidates}}
+        rates = [e * ratio[kind] / _seconds(costs, kind, width, b, context_length,
+                                            min(new_context, max(1, round(e / rows))))
+                 for e, kind, width, b, *_ in candidates]
+        candidates = [candidates[rates.index(max(rates))]]
+    expected, kind, _, block_size, tree_size, ngram = candidates[0]
+    return PLAIN if kind == "plain" else Choice(block_size, tree_size, ngram), expected

@@ -26,6 +26,7 @@ DRIFT_WINDOW = 8             # steps in the running median of measured / predict
 DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
 EXPLORE = 0.05               # in a batch, the most of its time a kind that lost spends trying again
 BACKOFF = 5                  # ... halved after each loss in a row, at most this many times
+RETIME = 64                  # batch steps before a suspect timing of plain decoding is retaken
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -78,6 +79,7 @@ class StepCosts:
     def _model(self) -> None:
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
+        self.timed_at: dict[str, int] = {}          # per kind: the batch step it was last timed
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
         # per kind: decayed tokens its batch steps committed, what the estimates expected and what
         # plain decoding would have committed in the same time; then their prior
@@ -129,6 +131,24 @@ class StepCosts:
         forwards alone were predicted to take ``predicted``."""
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+        self.timed_at[kind] = self.steps
+        self._ratios.clear()
+
+    def plain_stale(self) -> bool:
+        """Whether plain decoding's timing is to be taken (again): never taken, or not in the last
+        :data:`RETIME` batch steps while its measured / predicted ratio is above every other timed
+        kind's. A plain step carries the least host work of any, so a ratio above theirs is a slow
+        moment's, and where it prices plain decoding out, plain decoding would never run to be
+        timed again."""
+        if "plain" not in self.timed:
+            return True
+        others = [self.correction(k) for k in self.timed if k != "plain"]
+        return (self.steps - self.timed_at.get("plain", 0) > RETIME and bool(others)
+                and self.correction("plain") > max(others))
+
+    def retime(self, kind: str) -> None:
+        """Drop the timing record of ``kind``: its next timed step starts a fresh one."""
+        self.timed.pop(kind, None)
         self._ratios.clear()
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
@@ -142,11 +162,13 @@ class StepCosts:
         batch 16) waits long enough that trying again costs at most that share of the batch's time.
         Each loss in a row doubles the rest (at most :data:`BACKOFF` times), so that where a kind
         never pays its tries cost a vanishing share; a step of it that pays ends the run of
-        losses."""
+        losses. Plain decoding is the line the others are judged against: it keeps no record."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade
                 sums[:3] = [x * idle_decay for x in sums[:3]]
+        if kind == "plain":
+            return
         sums = self.yields.setdefault(kind, [0.0, 0.0, 0.0, 2.0 * expected])  # prior: 2 steps of 1
         sums[:3] = [x * decay + y for x, y in zip(sums, (committed, expected, rows * slower))]
         if sums[0] >= sums[2]:

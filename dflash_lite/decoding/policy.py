@@ -55,8 +55,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .choice import (DRAFTER_KINDS, Choice, PolicyOptions, choose, counted,  # noqa: F401
-                     step_seconds)
+from .choice import (DRAFTER_KINDS, PLAIN, Choice, PolicyOptions, choose,  # noqa: F401
+                     counted, step_seconds)
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
@@ -117,6 +117,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) if o.ngram_drafts else None
         if self.lookup is not None:
             self.lookup.start(ids, None, lengths)
+        self.unread: list[tuple] = []              # steps' blocks lookup has not read in yet
         # per row: the features no drafter forward has seen yet, where they start, where the row's
         # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] if self.drafting else []
@@ -132,18 +133,25 @@ class CostAwareProposer(DFlashTreeProposer):
 
     def _reset(self, rows: int) -> None:
         """Before each step: one that never reaches :meth:`propose` (no room to draft) is plain."""
-        self.choice, self.expected, self.started, self.drafted = Choice(1), float(rows), None, False
+        self.choice, self.expected, self.started, self.drafted = PLAIN, float(rows), None, False
         self.ahead = [0.0] * rows                  # per row, tokens past the batch's last row
-        self.continuations: list[list[int]] = [[] for _ in range(rows)]
+        self.continuations: list[list[int]] = [[]] * rows     # none matched (never appended to)
+
+    def _read_in(self) -> None:
+        """Prompt lookup reads in the steps committed since its last match."""
+        for blocks, positions in self.unread:
+            self.lookup.accepted(blocks, positions, [None] * len(blocks))
+        self.unread = []
 
     def propose(self, last, depths):
         self.started = time.perf_counter()
         if self.timed is not None:                 # the last step, from its start to this one's
             kind, started, predicted = self.timed
             self.costs.observe(kind, self.started - started, predicted)
-            self.drifted |= self.costs.drift.observe(self.started - started, predicted)
-        lasts = last.tolist()
-        self.observe_pending(lasts)                # each row's last token judges its pending drafts
+            if self.rows == 1:                     # one request's costs are measured again on drift
+                self.drifted |= self.costs.drift.observe(self.started - started, predicted)
+        if any(self.pending):                      # each row's last token judges its pending drafts
+            self.observe_pending(last.tolist())
         context = sum(self.context) // len(self.context)
         waiting = max(self.waited)          # what a drafter forward would take in: the widest row
         # the rows that can hold the batch up: not finished, not at their last token
@@ -160,18 +168,21 @@ class CostAwareProposer(DFlashTreeProposer):
             c, self.expected = rate([min(d, self.options.ngram_drafts) for d in depths])
             matched = self.lookup is not None and c.ngram > 0
         if matched:
+            self._read_in()
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
-                                  for p, t, d in zip(self.lookup.proposers, lasts, depths)]
+                                  for p, t, d in zip(self.lookup.proposers, last.tolist(), depths)]
             c, self.expected = rate([len(x) for x in self.continuations])
-        # plain decoding, the line every draft must beat, is timed once in a batch's session: a
-        # kind never timed borrows the others' measured / predicted ratio, and a batch whose host
-        # work per step grows with its drafts would then rate plain decoding too dear to try
-        if 1 < len(lasts) == self.rows and "plain" not in self.costs.timed and self.costs.timed:
-            c, self.expected = Choice(1), float(len(lasts))
+        # plain decoding, the line every draft must beat, is timed in a batch's session: a kind
+        # never timed borrows the others' measured / predicted ratio (a batch whose host work grows
+        # with its drafts would then rate plain decoding too dear to try); and timed afresh where
+        # one slow timing, never renewed, would keep pricing it out (StepCosts.plain_stale)
+        if 1 < len(depths) == self.rows and self.costs.timed and self.costs.plain_stale():
+            c, self.expected = PLAIN, float(len(depths))
+            self.costs.retime("plain")
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
-            return [ChainDraft(last[:0])] * len(lasts)
+            return [ChainDraft(last[:0])] * len(depths)
         if not c.uses_drafter:                     # prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
                     for x in self.continuations]
@@ -210,9 +221,9 @@ class CostAwareProposer(DFlashTreeProposer):
         if self.rows > 1 and self.costs.measured:   # what the step moved the batch, against what
             # the estimates expected; one row's estimate is that row's own counts (a ratio on it
             # lowered tau)
-            moved = counted(self.ahead, [b.shape[1] for b in blocks])
-            slower = 1.0 if c.kind == "plain" else cost / step_seconds(Choice(1), self.costs,
-                                                                         context)
+            plain = c.kind == "plain"              # the line the others are judged against
+            moved = 0.0 if plain else counted(self.ahead, [b.shape[1] for b in blocks])
+            slower = 1.0 if plain else cost / step_seconds(PLAIN, self.costs, context)
             self.costs.observe_yield(c.kind, moved, self.expected, len(blocks), slower)
         looked = e.ngram is not None and any(self.continuations)
         e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
@@ -229,8 +240,8 @@ class CostAwareProposer(DFlashTreeProposer):
             self.waited[r] += n + 1
             self.context[r] = position + n + 1
             self.emitted[r] += n + 1
-        if self.lookup is not None:
-            self.lookup.accepted(blocks, positions, features)
+        if self.lookup is not None:                # read in at its next match
+            self.unread.append((blocks, positions))
         if self.drafting and self.costs.rests_all(DRAFTER_KINDS):   # it lost, and rests: it will
             self.drafting, self.layer_ids = False, None              # not run in this request
             self.waiting = [[] for _ in self.waiting]
@@ -274,6 +285,7 @@ class CostAwareProposer(DFlashTreeProposer):
                      "emitted"):
             setattr(self, name, [getattr(self, name)[i] for i in index])
         if self.lookup is not None:
+            self._read_in()
             self.lookup.keep(index)
 
 
