@@ -109,24 +109,13 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
     least-advanced row ends the step (a row within reach may be the last one later), and never
     less than that row's gain. Rows that all commit e tokens count e each, wherever they are; a
     draft that only rows far ahead accept counts what the last row gains, one token, a row."""
-    return _counter(ahead, lead)(tokens)
-
-
-def _counter(ahead: Sequence[float], lead: float | None = None):
-    """:func:`counted` for one ``ahead``, as a function of the tokens (set up once, asked per
-    option)."""
     low, lead = min(ahead), LEAD if lead is None else lead
-    if low == math.inf:
-        return lambda tokens: min(tokens) * len(tokens)
+    if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): e a row
+        return min(tokens) * len(tokens)
     ahead = [a - low for a in ahead]                 # the least-advanced row at 0
-
-    def worth(tokens):
-        if min(tokens) == max(tokens):               # level (a plain step): e a row
-            return min(tokens) * len(tokens)
-        gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
-        return sum(gain if a == math.inf else max(gain, min(a + n, gain + lead) - a)
-                   for a, n in zip(ahead, tokens))
-    return worth
+    gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
+    return sum(gain if a == math.inf else max(gain, min(a + n, gain + lead) - a)
+               for a, n in zip(ahead, tokens))
 
 
 def _lookup_may_win(estimate: AcceptanceEstimate, costs: StepCosts, most: int, rows: int,
@@ -173,9 +162,9 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                                                             context_length):
         expected = estimate.ngram.expected_tokens()
         level = min(continuations) >= most           # every row as far: counted is rows x each
-        worth = None if level else _counter([0.0] * rows if ahead is None else ahead)
+        ahead = [0.0] * rows if ahead is None else ahead
         candidates += [(rows * expected[m] if level else
-                        worth([expected[min(m, c)] for c in continuations]),
+                        counted(ahead, [expected[min(m, c)] for c in continuations]),
                         "ngram", m + 1, m + 1, None, m)
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
     tree = not costs.rests("tree")
