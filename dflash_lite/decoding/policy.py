@@ -79,10 +79,11 @@ class CostAwareProposer(DFlashTreeProposer):
     ``options.request_decay`` at :meth:`start`; None: the prior), one pooled over the rows. The
     choice is made in :meth:`propose`, where the last tokens, and so prompt lookup's continuations,
     are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
-    for the next drafter forward. Steps are timed against the model (``costs.observe``, the drift
-    check; a batch also ``costs.observe_yield``); the target's token after a step judges the drafts
-    the step did not hold (``pending``). Where the drafter lost at this batch size, a request may
-    run without it (``layer_ids`` None: no features tapped; see the module's docstring)."""
+    for the next drafter forward. Steps are timed against the model (``costs.observe``; one row
+    also the drift check, a batch ``costs.observe_yield``); the target's token after a step judges
+    the drafts the step did not hold (``pending``). Where the drafter lost at this batch size, a
+    request may run without it (``layer_ids`` None: no features tapped; see the module's
+    docstring)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
