@@ -142,9 +142,10 @@ class StepCosts:
         timed again."""
         if "plain" not in self.timed:
             return True
+        if self.steps - self.timed_at.get("plain", 0) <= RETIME:   # the usual case: asked per step
+            return False
         others = [self.correction(k) for k in self.timed if k != "plain"]
-        return (self.steps - self.timed_at.get("plain", 0) > RETIME and bool(others)
-                and self.correction("plain") > max(others))
+        return bool(others) and self.correction("plain") > max(others)
 
     def retime(self, kind: str) -> None:
         """Drop the timing record of ``kind``: its next timed step starts a fresh one."""
