@@ -151,8 +151,9 @@ class CostAwareProposer(DFlashTreeProposer):
             self.costs.observe(kind, self.started - started, predicted)
             if self.rows == 1:                     # one request's costs are measured again on drift
                 self.drifted |= self.costs.drift.observe(self.started - started, predicted)
+        lasts = last.tolist()                      # one host read, for the judging and the match
         if any(self.pending):                      # each row's last token judges its pending drafts
-            self.observe_pending(last.tolist())
+            self.observe_pending(lasts)
         context = sum(self.context) // len(self.context)
         waiting = max(self.waited)          # what a drafter forward would take in: the widest row
         # the rows that can hold the batch up: not finished, not at their last token
@@ -171,7 +172,7 @@ class CostAwareProposer(DFlashTreeProposer):
         if matched:
             self._read_in()
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
-                                  for p, t, d in zip(self.lookup.proposers, last.tolist(), depths)]
+                                  for p, t, d in zip(self.lookup.proposers, lasts, depths)]
             c, self.expected = rate([len(x) for x in self.continuations])
         # plain decoding, the line every draft must beat, is timed in a batch's session: a kind
         # never timed borrows the others' measured / predicted ratio (a batch whose host work grows
