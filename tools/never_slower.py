@@ -13,9 +13,15 @@ the same for plain against itself: what a tie reads as; then the kinds of the de
 the default's rounds apart: those whose every step was plain (what the policy's own work costs)
 and those that drafted (what its tries cost).
 
+The rounds' quartiles are one session's: one calibration of the step costs and one path of tries
+and rests, which later rounds inherit. ``--sessions K`` runs K defaults side by side, each in its
+own session with its own calibration (interleaved with the rest), and prints each one's median and
+their spread: how far two runs of the same commit can read apart.
+
     python tools/package_prompts.py --out pkg.jsonl --num 8
     python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9
     python tools/never_slower.py --domain code --max-new-tokens 64 --repeats 9
+    python tools/never_slower.py --domain math --batch-sizes 4 --repeats 15 --sessions 4
 """
 from __future__ import annotations
 
@@ -57,22 +63,28 @@ def load_setup(args):
 
 
 def main() -> None:
-    args = prompt_options(__doc__.split("\n\n")[0], (1, 2, 4, 8, 16, 32), 9).parse_args()
+    parser = prompt_options(__doc__.split("\n\n")[0], (1, 2, 4, 8, 16, 32), 9)
+    parser.add_argument("--sessions", type=POS, default=1,
+                        help="defaults timed side by side, each in a session of its own")
+    args = parser.parse_args()
     setup = load_setup(args)
     target, drafter, prompts, n = setup.target, setup.drafter, setup.prompts, args.max_new_tokens
     stops = setup.stops                                  # rows end at the target's EOS, as in bench
     alone = [generate(target, NoDraftProposer(), p, n, stop_token_ids=stops).tokens
              for p in prompts]
-    session = PolicySession(drafter, target, DEFAULT_OPTIONS)
+    sessions = [PolicySession(drafter, target, DEFAULT_OPTIONS) for _ in range(args.sessions)]
+    names = ["default"] if args.sessions == 1 else [f"default {k + 1}" for k in range(
+        args.sessions)]
     for size in args.batch_sizes:
-        costs = policy_costs(target, drafter, prompts[0], size)
-        plain, default = (m for m in batch_methods(target, drafter, size=size, costs=costs,
-                                                   session=session) if m.name == "plain (batched)"
-                          or m.default)
+        defaults = {}
+        for name, session in zip(names, sessions):       # each measures its own step costs
+            plain, defaults[name] = (m for m in batch_methods(
+                target, drafter, size=size, costs=policy_costs(target, drafter, prompts[0], size),
+                session=session) if m.name == "plain (batched)" or m.default)
         groups = batches_of(list(range(len(prompts))), size)
-        chosen: Counter = Counter()
+        chosen = {name: Counter() for name in names}
 
-        def run(method, record=False):
+        def run(method, record=None):
             same, drafted = True, False
             for group in groups:
                 batch = [prompts[i] for i in group]
@@ -81,27 +93,30 @@ def main() -> None:
                 same &= all(r.tokens == alone[i] for r, i in zip(results, group))
                 if method.finish is not None:
                     method.finish(proposer)
-                if record:
-                    chosen.update(c.kind for c in proposer.chosen)
+                if record is not None:
+                    record.update(c.kind for c in proposer.chosen)
                     drafted |= any(c.kind != "plain" for c in proposer.chosen)
             return same, drafted
         timed = interleaved({"plain": lambda: run(plain), "again": lambda: run(plain),
-                             "default": lambda: run(default, True)}, args.repeats, 1)
+                             **{name: lambda m=m, name=name: run(m, chosen[name])
+                                for name, m in defaults.items()}}, args.repeats, 1)
         seconds = {k: [t for t, _ in v] for k, v in timed.items()}
         same = all(ok for v in timed.values() for _, (ok, _) in v)
-        paired = {k: [p / t for p, t in zip(seconds["plain"], seconds[k])]
-                  for k in ("default", "again")}
-        late = statistics.median(paired["default"][len(paired["default"]) // 2:])
-        print(f"batch {size:>2}: default {quartiles(paired['default'])} (its last half of the "
-              f"rounds {late:.3f}x), plain again {quartiles(paired['again'])}; "
-              f"plain {statistics.median(seconds['plain']):.2f} s a round; "
-              f"default's steps {dict(chosen)}; identical {same}", flush=True)
-        for label, drafting in (("only plain steps", False), ("a draft step", True)):
-            part = [r for r, (_, (_, d)) in zip(paired["default"], timed["default"])
-                    if d == drafting]
-            print(f"          rounds with {label}: {len(part)}"
-                  + (f", default {quartiles(part)}" if part else ""), flush=True)
-
+        paired = {k: [p / t for p, t in zip(seconds["plain"], seconds[k])] for k in timed}
+        print(f"batch {size:>2}: plain again {quartiles(paired['again'])}; "
+              f"plain {statistics.median(seconds['plain']):.2f} s a round; identical {same}")
+        for name in names:
+            late = statistics.median(paired[name][len(paired[name]) // 2:])
+            print(f"   {name}: {quartiles(paired[name])} (its last half of the rounds "
+                  f"{late:.3f}x); its steps {dict(chosen[name])}", flush=True)
+            for label, drafting in (("only plain steps", False), ("a draft step", True)):
+                part = [r for r, (_, (_, d)) in zip(paired[name], timed[name]) if d == drafting]
+                print(f"      rounds with {label}: {len(part)}"
+                      + (f", {quartiles(part)}" if part else ""), flush=True)
+        if len(names) > 1:
+            medians = sorted(statistics.median(paired[name]) for name in names)
+            print(f"   the {len(names)} sessions' medians: {statistics.median(medians):.3f}x, "
+                  f"from {medians[0]:.3f}x to {medians[-1]:.3f}x", flush=True)
 
 if __name__ == "__main__":
     main()
