@@ -118,5 +118,6 @@ def main() -> None:
             print(f"   the {len(names)} sessions' medians: {statistics.median(medians):.3f}x, "
                   f"from {medians[0]:.3f}x to {medians[-1]:.3f}x", flush=True)
 
+
 if __name__ == "__main__":
     main()
