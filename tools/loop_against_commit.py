@@ -5,7 +5,8 @@ another name, ``dflash_lite_then``, so both versions load side by side; the targ
 and shared, each version loads its own drafter from the same files. Every row runs on the same
 prompts, after a warm-up, interleaved (the one timer), and every row's tokens are checked against
 the first row's. Rows: plain decoding, DFlash B=16 and the default policy, then and now, and the
-default policy now on fixed shapes (eager forwards). Prints tokens/s, tau and the ratios now / then.
+default policy now on fixed shapes (eager forwards); plain decoding now runs twice, so the two
+read off what a tie reads as in this run. Prints tokens/s, tau and the ratios now / then.
 With ``--temperature T`` the rows of now sample seeded per position (prompt i: seed i; every row
 must give plain decoding's tokens), those of then from one ``torch.Generator`` as that loop did
 (their tokens differ from row to row: a sample, not checked).
@@ -106,6 +107,7 @@ def main() -> int:
         runs = {
             "plain, then": each(b.NoDraftProposer, d.generate),
             "plain, now": each(NoDraftProposer, generate),
+            "plain, now, again": each(NoDraftProposer, generate),   # a tie, as this run reads it
             "DFlash B=16, then": each(lambda: d.DFlashProposer(drafter_then, target, 16),
                                       d.generate),
             "DFlash B=16, now": each(lambda: DFlashProposer(drafter, target, 16), generate),
@@ -129,6 +131,8 @@ def main() -> int:
         print(f"{name:<36} {speed[name]:8.1f} tokens/s   tau {sum(lengths) / len(lengths):.2f}")
     for row in ("plain", "DFlash B=16", "default policy"):
         print(f"{row}: now / then = {speed[row + ', now'] / speed[row + ', then']:.3f}")
+    print(f"plain, now against itself (what a tie reads as in this run): "
+          f"{speed['plain, now, again'] / speed['plain, now']:.3f}")
     print(f"default policy, fixed shapes / eager: "
           f"{speed['default policy, now, fixed shapes'] / speed['default policy, now']:.3f}")
     print(f"speedup of the default policy over plain decoding: then "
