@@ -76,11 +76,12 @@ def main() -> None:
     names = ["default"] if args.sessions == 1 else [f"default {k + 1}" for k in range(
         args.sessions)]
     for size in args.batch_sizes:
-        defaults = {}
-        for name, session in zip(names, sessions):       # each measures its own step costs
-            plain, defaults[name] = (m for m in batch_methods(
-                target, drafter, size=size, costs=policy_costs(target, drafter, prompts[0], size),
-                session=session) if m.name == "plain (batched)" or m.default)
+        # each session's methods, on step costs it measures itself; plain decoding from the first
+        methods = [batch_methods(target, drafter, size=size, session=session,
+                                 costs=policy_costs(target, drafter, prompts[0], size))
+                   for session in sessions]
+        plain = next(m for m in methods[0] if m.name == "plain (batched)")
+        defaults = {name: next(m for m in ms if m.default) for name, ms in zip(names, methods)}
         groups = batches_of(list(range(len(prompts))), size)
         chosen = {name: Counter() for name in names}
 
