@@ -272,6 +272,28 @@ def test_a_batch_matches_prompt_lookup_only_where_it_can_win(tiny, random_drafte
         assert bool(matched) == matches, (prior, len(matched))
 
 
+def test_a_batch_verifies_prompt_lookup_only_after_a_step_that_judged_it(tiny, random_drafter):
+    """At batch > 1 a continuation prompt lookup finds first is judged, not verified: that step
+    runs something else, and each row's next token tells the estimate whether its first draft was
+    right (a docstring's closing quotes matched to its opening ones would cost a verify as wide as
+    the drafts, for every row, and commit one token a row). Lookup's drafts run from the step
+    after; one row verifies them at once. Every row keeps its own greedy output."""
+    target, tokenizer = tiny
+    text = "def f(x):\n    return x\n\ndef g(x):\n    return x\n\ndef h(x):"
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    alone = generate_autoregressive(target, ids, 16).tokens
+    options = PolicyOptions(max_block_size=16, ngram_drafts=10, prior=0.99, prior_weight=1000.0)
+    one = CostAwareProposer(random_drafter, target, options, MEASURED_SHAPE)
+    assert generate(target, one, ids, 16).tokens == alone
+    assert one.chosen[0].kind == "ngram"
+    batch = CostAwareProposer(random_drafter, target, options, MEASURED_SHAPE)
+    assert [r.tokens for r in generate(target, batch, [ids, ids], 16)] == [alone, alone]
+    kinds = [c.kind for c in batch.chosen]
+    assert kinds[0] != "ngram" and kinds[1] == "ngram", kinds
+    judged = batch.estimate.ngram.judged_at[0]
+    assert judged >= 2           # the first step's match, judged on both rows
+
+
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
     from dflash_lite.decoding.engine import Engine
 

@@ -30,19 +30,22 @@ its own steps (``time.perf_counter``) and reports ``drifted`` when the costs no 
 (:class:`~dflash_lite.decoding.costs.DriftMonitor`); the session then measures again, between
 requests, at the current context length.
 
-**Coming back from 1.** A step that does not run the drafter observes nothing of it, but its
-counts keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a
-draft is tried again after a number of steps that grows with how clearly drafting lost. Prompt
-lookup needs no such retry: its continuation is known every step, and the target's own next token
-judges it even when the step ran something else (:func:`chain_accepted`). In a batch, where a match
-per row per step costs more, lookup is matched only on steps where it can win, and its estimate
-comes back as the drafter's does. A try costs more there (a tree at batch 16 costs several plain
-steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough that trying it
-again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time, and twice as
-long after each loss in a row, so that where it never pays its tries fade out. The drafter's
-features cost even steps that do not draft (the target taps them, and they wait for its next
-forward), so where its last try at a batch size lost, a request keeps the drafter only if its first
-step would run it, and drops it (no more taps) once every kind that ran the drafter rests. A
+**Coming back from 1.** A step that does not run the drafter observes nothing of it, but its counts
+keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a draft is
+tried again after a number of steps that grows with how clearly drafting lost. Prompt lookup needs
+no such retry: its continuation is known every step, and the target's own next token judges it even
+when the step ran something else (:func:`chain_accepted`). In a batch, where a match per row per
+step costs more, lookup is matched only on steps where it can win, and its estimate comes back as
+the drafter's does. Its drafts run there only on a step after one that matched them: a first match
+is judged by each row's next token, not verified, so a continuation the text does not take (a
+docstring's closing quotes matched to its opening ones, at a request's first step) costs a match,
+not a verify as wide as the drafts for every row. A try costs more there (a tree at batch 16 costs
+several plain steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough
+that trying it again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time,
+and twice as long after each loss in a row, so that where it never pays its tries fade out. The
+drafter's features cost even steps that do not draft (the target taps them, and they wait for its
+next forward), so where its last try at a batch size lost, a request keeps the drafter only if its
+first step would run it, and drops it (no more taps) once every kind that ran the drafter rests. A
 larger batch size starts from the record, at the next smaller one, of each drafter kind that lost
 there (a draft pays less in a larger batch): where it lost at batch 8, batch 16 does not try it
 first.
@@ -127,6 +130,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.emitted = [0] * rows                  # per row, the tokens committed so far
         self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
         self.fed = False                           # whether the drafter has run this request
+        self.judged = False                        # whether the last step matched prompt lookup
         self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
         # per row: (estimate, path, chain, held) that the row's next token judges further
         self.pending: list[list[tuple]] = [[] for _ in lengths]
@@ -173,7 +177,11 @@ class CostAwareProposer(DFlashTreeProposer):
             self._read_in()
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
-            c, self.expected = rate([len(x) for x in self.continuations])
+            # a batch verifies lookup's drafts only on a step after one that matched them: a
+            # first match is only judged (by each row's next token), not verified for every row
+            runs = self.rows == 1 or self.judged
+            c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
+        self.judged = matched
         # plain decoding, the line every draft must beat, is timed in a batch's session: a kind
         # never timed borrows the others' measured / predicted ratio (a batch whose host work grows
         # with its drafts would then rate plain decoding too dear to try); and timed afresh where
