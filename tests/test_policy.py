@@ -290,8 +290,6 @@ def test_a_batch_verifies_prompt_lookup_only_after_a_step_that_judged_it(tiny, r
     assert [r.tokens for r in generate(target, batch, [ids, ids], 16)] == [alone, alone]
     kinds = [c.kind for c in batch.chosen]
     assert kinds[0] != "ngram" and kinds[1] == "ngram", kinds
-    judged = batch.estimate.ngram.judged_at[0]
-    assert judged >= 2           # the first step's match, judged on both rows
 
 
 def test_default_policy_offers_trees_at_every_temperature(tiny, random_drafter):
