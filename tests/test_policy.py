@@ -600,6 +600,35 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
     assert not any(c.uses_drafter for c in trying.chosen[1:])
 
 
+def test_a_batch_request_after_one_that_never_ran_the_drafter_taps_only_to_draft(tiny,
+                                                                                random_drafter):
+    """The drafter's features cost every step of a batch (the target taps them, and they wait for a
+    drafter forward). Where a whole request at a batch size never ran the drafter (so it never
+    lost, and the record of losses says nothing), the next request there taps them only if its
+    first step would run the drafter; after a request that ran it, the next one taps. One row taps
+    as before. Every row is its own greedy output."""
+    target, tokenizer = tiny
+    ids = [tokenizer(t, return_tensors="pt").input_ids for t in ("def f(x):", "import os\n")]
+    alone = [generate_autoregressive(target, x, 8).tokens for x in ids]
+
+    def fresh():
+        return StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft))
+    for prior, drafts in ((0.01, False), (0.99, True)):
+        options = PolicyOptions(max_block_size=16, prior=prior, prior_weight=1000.0)
+        session = PolicySession(random_drafter, target, options, costs=fresh())
+        session.batch_costs[2] = fresh()
+        first = session.proposer(rows=2)
+        assert first.layer_ids is not None                     # nothing known yet: it taps
+        assert [r.tokens for r in generate(target, first, ids, 8)] == alone
+        session.finished(first)
+        assert first.fed == drafts and not session.batch_costs[2].lost(("chain", "tree"))
+        assert (session.proposer(rows=2).layer_ids is not None) == drafts
+        one = session.proposer(rows=1)
+        assert generate(target, one, ids[0], 8).tokens == alone[0]
+        session.finished(one)
+        assert session.proposer(rows=1).layer_ids is not None   # one row: as before
+
+
 def test_a_batch_times_plain_decoding_afresh_once_its_timing_is_stale(tiny, random_drafter):
     """One slow timing of plain decoding (the machine busy for that one step) would price it out
     for good: every draft then looks cheap, pays by the yield record, and plain decoding is never

@@ -86,6 +86,7 @@ class StepCosts:
         self.yields: dict[str, list[float]] = {}
         self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
         self.losses: dict[str, int] = {}           # kind -> its tries lost in a row
+        self.drafter_idle = False                  # the last batch request never ran the drafter
         # per length: the target line (b > 1), the draft line, one target token
         lines = {n: (_fit({b: t for b, t in t_target.items() if b > 1} or t_target),
                      _fit(t_draft), t_target.get(1))

@@ -107,7 +107,8 @@ class Engine:
             return DFlashProposer(self.drafter, self.target, self.block_size, shapes=shapes)
         batch = input_ids if isinstance(input_ids, list) else [input_ids]
         ids = batch[0].to(self.target.device) if batch[0] is not None else None
-        return self.session.proposer(ids, shapes, rows=len(batch))
+        context = sum(x.shape[-1] for x in batch) // len(batch) if ids is not None else None
+        return self.session.proposer(ids, shapes, rows=len(batch), context=context)
 
     def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,

@@ -44,11 +44,11 @@ several plain steps), so a kind that lost in a batch also rests (``StepCosts.res
 that trying it again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time,
 and twice as long after each loss in a row, so that where it never pays its tries fade out. The
 drafter's features cost even steps that do not draft (the target taps them, and they wait for its
-next forward), so where its last try at a batch size lost, a request keeps the drafter only if its
-first step would run it, and drops it (no more taps) once every kind that ran the drafter rests. A
-larger batch size starts from the record, at the next smaller one, of each drafter kind that lost
-there (a draft pays less in a larger batch): where it lost at batch 8, batch 16 does not try it
-first.
+next forward), so where its last try at a batch size lost, or the last request there never ran it, a
+request keeps the drafter only if its first step would run it, and drops it (no more taps) once
+every kind that ran the drafter rests. A larger batch size starts from the record, at the next
+smaller one, of each drafter kind that lost there (a draft pays less in a larger batch): where it
+lost at batch 8, batch 16 does not try it first.
 """
 from __future__ import annotations
 
@@ -84,22 +84,27 @@ class CostAwareProposer(DFlashTreeProposer):
     are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
     for the next drafter forward. Steps are timed against the model (``costs.observe``; one row
     also the drift check, a batch ``costs.observe_yield``); the target's token after a step judges
-    the drafts the step did not hold (``pending``). Where the drafter lost at this batch size, a
-    request may run without it (``layer_ids`` None: no features tapped; see the module's
-    docstring)."""
+    the drafts the step did not hold (``pending``). Where the drafter lost at this batch size, or
+    the last request there never ran it, a request may run without it (``layer_ids`` None: no
+    features tapped; see the module's docstring), as its first step would choose at ``context``
+    (the prompt's length; None: the costs' own)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
-                 estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER):
+                 estimate: AcceptanceEstimate | None = None, shapes: Shapes = EAGER,
+                 context: int | None = None):
         super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
                          options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size)
         self.costs, self.estimate = costs, estimate
-        # where the drafter's last try at this batch size lost, a request keeps it (the target's
-        # features tapped, and kept until a drafter forward) only if its first step would run it
-        self.drafting = costs is None or not costs.lost(DRAFTER_KINDS) or choose(
+        # where the drafter's last try at this batch size lost, or the last request there never
+        # ran it, a request keeps it (the target's features tapped, and kept until a drafter
+        # forward) only if its first step, at the prompt's length, would run it
+        idle = costs is not None and (costs.lost(DRAFTER_KINDS) or costs.drafter_idle)
+        self.drafting = not idle or choose(
             estimate if estimate is not None else AcceptanceEstimate.for_options(self.options),
-            costs, self.options, depth=self.block_size - 1)[0].uses_drafter
+            costs, self.options, context_length=context,
+            depth=self.block_size - 1)[0].uses_drafter
         if not self.drafting:
             self.layer_ids = None
 
@@ -321,9 +326,10 @@ class PolicySession:
         return self.costs if rows == 1 else self.batch_costs.get(rows)
 
     def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER,
-                 rows: int = 1) -> CostAwareProposer:
+                 rows: int = 1, context: int | None = None) -> CostAwareProposer:
         """The next request's policy for a batch of ``rows``, on ``shapes``; the costs of that
-        batch size are measured at ``prompt_ids`` (one prompt) the first time."""
+        batch size are measured at ``prompt_ids`` (one prompt) the first time. ``context``: the
+        batch's mean prompt length, where its first step is priced (None: ``prompt_ids``'s)."""
         if prompt_ids is not None and self.costs_for(rows) is None:
             self._measure(prompt_ids, rows=rows)
         costs = self.costs_for(rows)
@@ -333,7 +339,8 @@ class PolicySession:
             if below:                  # the drafter as it stood at the next smaller batch size
                 costs.carry(self.batch_costs[below], DRAFTER_KINDS, rows / below)
         return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
-                                 shapes)
+                                 shapes, context if context or prompt_ids is None
+                                 else prompt_ids.shape[-1])
 
     def finished(self, proposer: CostAwareProposer,
                  sequence_ids: torch.Tensor | None = None) -> None:
@@ -342,6 +349,8 @@ class PolicySession:
         proposer.observe_pending()
         self.estimate = proposer.estimate
         rows = proposer.rows
+        if rows > 1:                   # a request that never drafted: the next taps only to draft
+            proposer.costs.drafter_idle = not proposer.fed
         if self.costs_for(rows) is None:
             self._keep(rows, proposer.costs)
             self.calibration_seconds += proposer.costs.calibration_seconds
