@@ -87,7 +87,7 @@ class CostAwareProposer(DFlashTreeProposer):
     the drafts the step did not hold (``pending``). Where the drafter lost at this batch size, or
     the last request there never ran it, a request may run without it (``layer_ids`` None: no
     features tapped; see the module's docstring), as its first step would choose at ``context``
-    (the prompt's length; None: the costs' own)."""
+    (the prompts' mean length; None: the costs' own)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -99,7 +99,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.costs, self.estimate = costs, estimate
         # where the drafter's last try at this batch size lost, or the last request there never
         # ran it, a request keeps it (the target's features tapped, and kept until a drafter
-        # forward) only if its first step, at the prompt's length, would run it
+        # forward) only if its first step, at the prompts' mean length, would run it
         idle = costs is not None and (costs.lost(DRAFTER_KINDS) or costs.drafter_idle)
         self.drafting = not idle or choose(
             estimate if estimate is not None else AcceptanceEstimate.for_options(self.options),
