@@ -339,8 +339,8 @@ class PolicySession:
             if below:                  # the drafter as it stood at the next smaller batch size
                 costs.carry(self.batch_costs[below], DRAFTER_KINDS, rows / below)
         return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
-                                 shapes, context if context or prompt_ids is None
-                                 else prompt_ids.shape[-1])
+                                 shapes, context or (prompt_ids.shape[-1] if prompt_ids
+                                                     is not None else None))
 
     def finished(self, proposer: CostAwareProposer,
                  sequence_ids: torch.Tensor | None = None) -> None:
