@@ -419,3 +419,25 @@ def test_figures_name_the_cpu_model_as_the_chapters_clock_does(report):
     assert hardware_label({"machine": "x86_64", "threads": 2}) == "CPU x86_64, 2 threads"
     assert hardware_label({"cpu": "Some CPU", "machine": "x86_64", "threads": 4}) == \
         "CPU Some CPU, 4 threads"
+
+
+def test_paired_ratio_tells_a_slower_run_from_the_noise_of_the_rounds():
+    import numpy as np
+    from dflash_lite.measuring.harness import paired_ratio
+    noise = np.random.default_rng(0)
+    plain = 1.0 + 0.05 * noise.standard_normal(21)           # a noisy machine: 5% from round to round
+    again = plain * (1 + 0.02 * noise.standard_normal(21))  # the same work timed again
+    slower = plain * 1.04 * (1 + 0.02 * noise.standard_normal(21))
+    tie, loss = paired_ratio(plain, again), paired_ratio(plain, slower)
+    assert not tie.slower() and tie.low < 1 < tie.high
+    assert loss.slower() and loss.high < 1 and loss.low < loss.median < loss.high
+    assert abs(loss.median - 1 / 1.04) < 0.01
+    assert paired_ratio(slower, plain).p_slower > 0.5       # the other way round: it is the faster
+    assert str(loss).startswith(f"{loss.median:.3f}x (95% interval")
+    for reference, other in (([1.0, 2.0], [1.0]), ([1.0], [1.0]), ([1.0, -1.0], [1.0, 1.0]),
+                             ([1.0, float("nan")], [1.0, 1.0])):
+        with pytest.raises(ValueError, match="a paired ratio needs two equal-length lists"):
+            paired_ratio(reference, other)
+    with pytest.raises(ValueError, match="confidence must be in"):
+        paired_ratio(plain, again, confidence=1)
+    assert paired_ratio([1.0, 2.0], [1.0, 2.0]).p_slower == 1.0          # every round a tie

@@ -18,6 +18,11 @@ and rests, which later rounds inherit. ``--sessions K`` runs K defaults side by 
 own session with its own calibration (interleaved with the rest), and prints each one's median and
 their spread: how far two runs of the same commit can read apart.
 
+Whether a loss is beyond the noise (``measuring.harness.paired_ratio``): per batch size, the
+default's seconds (with ``--sessions``, each round's geometric mean over them) against plain
+decoding's in the same rounds, the median ratio with a 95% interval and the one-sided Wilcoxon
+p-value that the default is the slower; plain decoding again gets the same test, as a check of it.
+
     python tools/package_prompts.py --out pkg.jsonl --num 8
     python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9
     python tools/never_slower.py --domain code --max-new-tokens 64 --repeats 9
@@ -34,6 +39,7 @@ from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.decoding.timing import interleaved
 from dflash_lite.measuring.batching import batch_methods, batches_of, policy_costs
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
+from dflash_lite.measuring.harness import paired_ratio
 from dflash_lite.validate import POS, Parser, block_sizes_arg
 
 
@@ -118,6 +124,10 @@ def main() -> None:
             medians = sorted(statistics.median(paired[name]) for name in names)
             print(f"   the {len(names)} sessions' medians: {statistics.median(medians):.3f}x, "
                   f"from {medians[0]:.3f}x to {medians[-1]:.3f}x", flush=True)
+        pooled = [statistics.geometric_mean(round_) for round_ in zip(*(seconds[name]
+                                                                        for name in names))]
+        print(f"   beyond noise? the default {paired_ratio(seconds['plain'], pooled)}; "
+              f"plain again {paired_ratio(seconds['plain'], seconds['again'])}", flush=True)
 
 
 if __name__ == "__main__":

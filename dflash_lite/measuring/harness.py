@@ -1,12 +1,15 @@
 """The benchmark's harness (:mod:`dflash_lite.measuring.benchmark` says how it measures): every
 method on every prompt, interleaved after a warm-up, outputs checked against the target's;
-:func:`run_benchmark` summarises it as a report (:func:`dflash_lite.measuring.report.summarise`)."""
+:func:`run_benchmark` summarises it as a report (:func:`dflash_lite.measuring.report.summarise`).
+:func:`paired_ratio` says whether one run is slower than another beyond the machine's noise."""
 from __future__ import annotations
 
+import math
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 
@@ -102,3 +105,49 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
     """:func:`measure` the methods and :func:`summarise` it: the report without a cost model."""
     stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy, seeded)
     return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """A reference's seconds over another run's, timed in the same rounds (> 1: the other is
+    faster): the median of the rounds' ratios, a ``confidence`` interval of that median (a
+    bootstrap over the rounds) and the one-sided p-value (Wilcoxon's signed-rank test) that the
+    other run is the slower one."""
+    median: float
+    low: float
+    high: float
+    p_slower: float
+    confidence: float
+
+    def slower(self, alpha: float = 0.05) -> bool:
+        """Whether the other run is slower beyond the noise of these rounds, at level ``alpha``."""
+        return self.p_slower < alpha
+
+    def __str__(self) -> str:
+        return (f"{self.median:.3f}x ({self.confidence:.0%} interval {self.low:.3f}-"
+                f"{self.high:.3f}), p = {self.p_slower:.3f} that it is slower")
+
+
+def paired_ratio(reference, other, confidence: float = 0.95, seed: int = 0) -> PairedRatio:
+    """:class:`PairedRatio` of ``reference`` over ``other``: their seconds in the same rounds, one
+    of each per round, every one positive (``seed``: the bootstrap's resampling). Rounds are
+    taken as independent; a session that learns as it goes makes later rounds lean on earlier
+    ones, so the interval is that of these rounds, not of another session's."""
+    ref, run = np.asarray(reference, dtype=float), np.asarray(other, dtype=float)
+    if ref.ndim != 1 or ref.shape != run.shape or ref.size < 2 \
+            or not (np.isfinite(ref).all() and np.isfinite(run).all()) \
+            or (ref <= 0).any() or (run <= 0).any():
+        raise ValueError(f"a paired ratio needs two equal-length lists of at least 2 positive "
+                         f"seconds, got {ref.size} and {run.size}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    from scipy import stats                   # a second's import, for the tools that ask
+    logs = np.log(ref / run)
+    if not logs.any():                        # every round tied: nothing to test
+        return PairedRatio(1.0, 1.0, 1.0, 1.0, confidence)
+    interval = stats.bootstrap((logs,), np.median, confidence_level=confidence,
+                               method="percentile", rng=np.random.default_rng(seed))
+    p = float(stats.wilcoxon(logs, alternative="less").pvalue)
+    low, high = interval.confidence_interval
+    return PairedRatio(math.exp(float(np.median(logs))), math.exp(low), math.exp(high), p,
+                       confidence)
