@@ -582,6 +582,7 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
                             prior=0.99, prior_weight=1000.0)       # drafting looks like it pays
     for kind in ("chain", "tree"):
         rest_after_loss(costs, kind, 3.0)
+    for kind in ("chain", "tree"):
         costs.observe_yield(kind, 0.0, 8.0, rows=2, slower=3.0)    # and rests again, long
     assert costs.rests("chain") and costs.rests("tree")
     resting = CostAwareProposer(random_drafter, target, options, costs)
@@ -595,9 +596,11 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
     trying = CostAwareProposer(random_drafter, target, options, costs)
     assert trying.layer_ids == random_drafter.config.target_layer_ids
     assert [r.tokens for r in generate(target, trying, ids, 12)] == alone
-    assert trying.chosen[0].kind == "chain" and costs.rests("chain")     # tried first; it lost
+    kinds = [c.kind for c in trying.chosen]
+    tried = kinds.index("chain")          # plain steps first where a stale plain timing is retaken
+    assert set(kinds[:tried]) <= {"plain"} and costs.rests("chain")     # tried first; it lost
     assert trying.layer_ids is None and all(not w for w in trying.waiting)   # then no more taps
-    assert not any(c.uses_drafter for c in trying.chosen[1:])
+    assert not any(c.uses_drafter for c in trying.chosen[tried + 1:])
 
 
 def test_a_batch_request_after_one_that_never_ran_the_drafter_taps_only_to_draft(tiny,
@@ -714,3 +717,27 @@ def test_each_loss_in_a_row_doubles_the_rest_and_a_win_ends_the_run():
         costs.observe_yield("ngram", 40.0, 40.0, rows=8, slower=1.5)
     assert not costs.rests("ngram")
     assert rest_after_loss(costs, "ngram", 1.5) == base
+
+
+def test_a_batch_tree_waits_while_the_chain_rests_unless_it_paid():
+    """Where the chain lost in a batch and rests, the tree (the same drafter forward, a wider
+    verify) is no option either, though it never ran: its try would be the dearer loss. A tree
+    whose own last step paid keeps its own record; once the chain's rest ends, so does the
+    tree's."""
+    costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.4}, {2: 0.1, 16: 0.2})
+    options = PolicyOptions(max_block_size=16, tree_sizes=(16,))
+    estimate = AcceptanceEstimate.for_options(options)
+    rows = [0] * 8
+    assert choose(estimate, costs, options, rows)[0].kind == "tree"    # the prior: a tree pays
+    costs.observe_yield("chain", 4.0, 30.0, rows=8, slower=2.0)       # 4 tokens where plain made 16
+    assert costs.rests("chain") and costs.rests("tree") and "tree" not in costs.yields
+    chosen = []
+    while costs.rests("chain"):
+        chosen.append(choose(estimate, costs, options, rows)[0].kind)
+        costs.observe_yield("plain", 8.0, 8.0, rows=8, slower=1.0)
+    assert chosen and set(chosen) == {"plain"}
+    assert not costs.rests("tree") and choose(estimate, costs, options, rows)[0].kind == "tree"
+    costs.observe_yield("chain", 4.0, 30.0, rows=8, slower=2.0)       # the chain loses again
+    costs.observe_yield("tree", 40.0, 40.0, rows=8, slower=3.0)       # 40 tokens where plain made 24
+    assert costs.rests("chain") and not costs.rests("tree")
+    assert choose(estimate, costs, options, rows)[0].kind == "tree"

@@ -194,8 +194,12 @@ class StepCosts:
         self.steps = 0
 
     def rests(self, kind: str) -> bool:
-        """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`)."""
-        return self.steps < self.resting.get(kind, 0)
+        """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`). A tree whose
+        last step here did not pay (or that never ran here) also rests while the chain does: it
+        runs the same drafter forward and verifies more, so where the chain loses, a try of the
+        tree is the dearer loss (at a request's first step, twice a chain's at batch 8)."""
+        return self.steps < self.resting.get(kind, 0) or (
+            kind == "tree" and self.losses.get("tree") != 0 and self.rests("chain"))
 
     def lost(self, kinds) -> bool:
         """Whether the last batch step of any of ``kinds`` lost."""

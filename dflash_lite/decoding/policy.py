@@ -42,7 +42,8 @@ docstring's closing quotes matched to its opening ones, at a request's first ste
 not a verify as wide as the drafts for every row. A try costs more there (a tree at batch 16 costs
 several plain steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough
 that trying it again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time,
-and twice as long after each loss in a row, so that where it never pays its tries fade out. The
+and twice as long after each loss in a row, so that where it never pays its tries fade out (a tree
+that has not paid rests while the chain does: it is the dearer try of the same drafter). The
 drafter's features cost even steps that do not draft (the target taps them, and they wait for its
 next forward), so where its last try at a batch size lost, or the last request there never ran it, a
 request keeps the drafter only if its first step would run it, and drops it (no more taps) once
