@@ -582,8 +582,8 @@ def test_a_request_that_starts_while_every_drafter_kind_rests_taps_no_features(t
                             prior=0.99, prior_weight=1000.0)       # drafting looks like it pays
     for kind in ("chain", "tree"):
         rest_after_loss(costs, kind, 3.0)
-    for kind in ("chain", "tree"):
-        costs.observe_yield(kind, 0.0, 8.0, rows=2, slower=3.0)    # and rests again, long
+    for kind, slower in (("chain", 3.0), ("tree", 6.0)):         # and rest again, long: the
+        costs.observe_yield(kind, 0.0, 8.0, rows=2, slower=slower)  # tree longer than the chain
     assert costs.rests("chain") and costs.rests("tree")
     resting = CostAwareProposer(random_drafter, target, options, costs)
     assert resting.layer_ids is None
