@@ -21,7 +21,8 @@ their spread: how far two runs of the same commit can read apart.
 Whether a loss is beyond the noise (``measuring.harness.paired_ratio``): per batch size, the
 default's seconds (with ``--sessions``, each round's geometric mean over them) against plain
 decoding's in the same rounds, the median ratio with a 95% interval and the one-sided Wilcoxon
-p-value that the default is the slower; plain decoding again gets the same test, as a check of it.
+p-value for the default being the slower (small: a loss beyond the noise); plain decoding again
+gets the same test, as a check of it.
 
     python tools/package_prompts.py --out pkg.jsonl --num 8
     python tools/never_slower.py --prompts pkg.jsonl --max-new-tokens 48 --repeats 9

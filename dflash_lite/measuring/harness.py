@@ -111,8 +111,8 @@ def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_to
 class PairedRatio:
     """A reference's seconds over another run's, timed in the same rounds (> 1: the other is
     faster): the median of the rounds' ratios, a ``confidence`` interval of that median (a
-    bootstrap over the rounds) and the one-sided p-value (Wilcoxon's signed-rank test) that the
-    other run is the slower one."""
+    bootstrap over the rounds) and the one-sided p-value of Wilcoxon's signed-rank test against
+    "the other run is no slower" (a small one: it is slower beyond the noise)."""
     median: float
     low: float
     high: float
@@ -125,7 +125,7 @@ class PairedRatio:
 
     def __str__(self) -> str:
         return (f"{self.median:.3f}x ({self.confidence:.0%} interval {self.low:.3f}-"
-                f"{self.high:.3f}), p = {self.p_slower:.3f} that it is slower")
+                f"{self.high:.3f}), one-sided p = {self.p_slower:.3f} for slower")
 
 
 def paired_ratio(reference, other, confidence: float = 0.95, seed: int = 0) -> PairedRatio:
