@@ -92,8 +92,7 @@ def main() -> None:
                                                          c(m, target, block)),
                              f"tree N=16{tag}": (gen, lambda batch, t=tree, m=model:
                                                  t(m, target, 16))})
-            runs["default policy"] = (generate, lambda batch: session.proposer(
-                batch[0], rows=len(batch)))
+            runs["default policy"] = (generate, lambda batch: session.proposer(list(batch)))
 
             def run(name):
                 gen, make = runs[name]

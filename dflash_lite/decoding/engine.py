@@ -106,9 +106,8 @@ class Engine:
         if self.block_size is not None:
             return DFlashProposer(self.drafter, self.target, self.block_size, shapes=shapes)
         batch = input_ids if isinstance(input_ids, list) else [input_ids]
-        ids = batch[0].to(self.target.device) if batch[0] is not None else None
-        context = sum(x.shape[-1] for x in batch) // len(batch) if ids is not None else None
-        return self.session.proposer(ids, shapes, rows=len(batch), context=context)
+        prompts = [x.to(self.target.device) for x in batch] if batch[0] is not None else None
+        return self.session.proposer(prompts, shapes, rows=len(batch))
 
     def generate(self, prompt: str | list[str], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_p: float | None = None, top_k: int | None = None,

@@ -326,22 +326,25 @@ class PolicySession:
     def costs_for(self, rows: int) -> StepCosts | None:
         return self.costs if rows == 1 else self.batch_costs.get(rows)
 
-    def proposer(self, prompt_ids: torch.Tensor | None = None, shapes: Shapes = EAGER,
-                 rows: int = 1, context: int | None = None) -> CostAwareProposer:
-        """The next request's policy for a batch of ``rows``, on ``shapes``; the costs of that
-        batch size are measured at ``prompt_ids`` (one prompt) the first time. ``context``: the
-        batch's mean prompt length, where its first step is priced (None: ``prompt_ids``'s)."""
-        if prompt_ids is not None and self.costs_for(rows) is None:
-            self._measure(prompt_ids, rows=rows)
+    def proposer(self, prompts: torch.Tensor | list[torch.Tensor] | None = None,
+                 shapes: Shapes = EAGER, rows: int | None = None) -> CostAwareProposer:
+        """The next request's policy, on ``shapes``, for ``prompts``: one prompt's ids or a batch's
+        list of them (``rows``: how many where none are given; default 1). A batch size's costs are
+        measured at its first prompt the first time; its first step is priced at the prompts' mean
+        length."""
+        batch = prompts if isinstance(prompts, list) else [] if prompts is None else [prompts]
+        rows = rows or len(batch) or 1
+        if batch and self.costs_for(rows) is None:
+            self._measure(batch[0], rows=rows)
         costs = self.costs_for(rows)
         if rows > 1 and costs is not None and not costs.steps:   # a batch size's first request:
             below = max((n for n, c in self.batch_costs.items() if n < rows and c.steps),
                         default=None)
             if below:                  # the drafter as it stood at the next smaller batch size
                 costs.carry(self.batch_costs[below], DRAFTER_KINDS, rows / below)
+        context = sum(x.shape[-1] for x in batch) // len(batch) if batch else None
         return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
-                                 shapes, context or (prompt_ids.shape[-1] if prompt_ids
-                                                     is not None else None))
+                                 shapes, context)
 
     def finished(self, proposer: CostAwareProposer,
                  sequence_ids: torch.Tensor | None = None) -> None:

@@ -79,9 +79,7 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
     if size > 1 and costs:
         session.batch_costs[size] = costs
     rows.append(BatchMethod("default policy", Kind.DFLASH_POLICY,
-                            lambda ids: session.proposer(
-                                ids[0], shapes, rows=len(ids),
-                                context=sum(x.shape[-1] for x in ids) // len(ids)),
+                            lambda ids: session.proposer(list(ids), shapes),
                             default=True, finish=session.finished))
     largest = max(block_sizes)
     rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
