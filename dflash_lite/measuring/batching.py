@@ -58,19 +58,16 @@ class BatchMethod:
 def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
                   shapes: Shapes = EAGER, size: int = 1, costs: StepCosts | None = None,
                   session: PolicySession | None = None) -> list[BatchMethod]:
-    """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``. The default
-    is one policy at every size, in one ``PolicySession`` as ``Engine`` keeps it (``session``, kept
-    across the sweep's batch sizes; None: a new one), on ``costs`` measured at this batch size for
-    more than one row, each batch handing on what it learned."""
+    """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``; the default
+    runs in ``session`` (None: a new one), kept across the sweep's sizes, on ``costs`` if size > 1."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
                         lambda ids: PerRow(NgramProposer(10, shapes=shapes)))]
     if drafter is None:
         return rows
-    for b in block_sizes:
-        rows.append(BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda ids, b=b: DFlashProposer(
-            drafter, target, b, shapes=shapes), b))
+    rows += [BatchMethod(f"DFlash B={b}", Kind.DFLASH, lambda ids, b=b: DFlashProposer(
+        drafter, target, b, shapes=shapes), b) for b in block_sizes]
     if tree_size:
         rows.append(BatchMethod(f"DFlash tree N={tree_size}", Kind.DFLASH_TREE,
                                 lambda ids: DFlashTreeProposer(drafter, target, tree_size,
@@ -82,10 +79,9 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
                             lambda ids: session.proposer(list(ids), shapes),
                             default=True, finish=session.finished))
     largest = max(block_sizes)
-    rows.append(BatchMethod(f"naive rollback B={largest}", Kind.DFLASH,
-                            lambda ids: DFlashProposer(drafter, target, largest, shapes=shapes),
-                            largest, rollback="shortest"))
-    return rows
+    return rows + [BatchMethod(f"naive rollback B={largest}", Kind.DFLASH, lambda ids:
+                               DFlashProposer(drafter, target, largest, shapes=shapes), largest,
+                               rollback="shortest")]
 
 
 def policy_costs(target, drafter, prompt, size: int, repeats: int = 3) -> StepCosts | None:
@@ -118,32 +114,30 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     session = None if drafter is None else PolicySession(drafter, target, DEFAULT_OPTIONS)
     for size in batch_sizes:
         groups = batches_of(list(range(len(prompts))), size)
+        batches, order = [[prompts[i] for i in g] for g in groups], [i for g in groups for i in g]
         methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
                                 policy_costs(target, drafter, prompts[0], size), session)
         # plain decoding once more, in the slot before the default's: what a tie reads as here
         again = BatchMethod("plain (batched, again)", Kind.AUTOREGRESSIVE, methods[0].make, 1)
         methods.insert(next((i for i, m in enumerate(methods) if m.default), len(methods)), again)
-        made: dict[str, list] = {m.name: [] for m in methods}
+        made: dict[str, list] = {}       # each method's proposers, of its last run
 
         def run(m: BatchMethod):
-            results, proposers = [], []
-            for group in groups:
-                batch = [prompts[i] for i in group]
-                proposers.append(m.make(batch))
-                results += generate(target, proposers[-1], batch, max_new_tokens, sampling,
-                                    stops, rollback=m.rollback)
+            results, made[m.name] = [], []
+            for batch in batches:
+                proposer = m.make(batch)
+                made[m.name].append(proposer)
+                results += generate(target, proposer, batch, max_new_tokens, sampling, stops,
+                                    rollback=m.rollback)
                 if m.finish is not None:
-                    m.finish(proposers[-1])
-            made[m.name] = proposers
+                    m.finish(proposer)
             return results
         timed = interleaved({m.name: (lambda m=m: run(m)) for m in methods}, repeats, 1, device)
-        measured = None if drafter is None else measure_costs(
+        measured = costs[size] = None if drafter is None else measure_costs(
             target, drafter, prompts[0], block_sizes, cost_repeats,
             (tree_size,) if tree_size else (), rows=size)
         if measured is not None:       # what every method pays alike: the prompts through
-            measured["prefill_s"] = prefill_seconds(target, [[prompts[i] for i in g]
-                                                             for g in groups], cost_repeats, device)
-        costs[size] = measured
+            measured["prefill_s"] = prefill_seconds(target, batches, cost_repeats, device)
         plain, first = None, len(rows)
         for m in methods:
             if m is again:
@@ -153,7 +147,6 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             seconds = statistics.median(t for t, _ in calls)
             tokens = sum(len(r.tokens) for r in results)
             lengths = [n for r in results for n in r.acceptance_lengths]
-            order = [i for group in groups for i in group]
             row = {"batch_size": size, "name": m.name, "kind": m.kind.value,
                    "block_size": m.block_size, "tree_size": m.tree_size, "rollback": m.rollback,
                    "default": m.default, "tokens_per_s": tokens / seconds,
