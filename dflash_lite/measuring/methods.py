@@ -83,30 +83,27 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
     """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
     fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
     tokens) of every run; ``shapes``: every proposer's (:mod:`dflash_lite.decoding.shapes`)."""
-    sampling, stops = loop
+    def ours(make):
+        return _spec_run(target, make, *loop)
+
     rows = []
     policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
                 ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False))
     for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
         session = PolicySession(drafter, target, options, recalibrate=False)
-        rows.append(Method(name, _policy_run(target, session, sampling, stops, shapes),
-                           Kind.DFLASH_POLICY, default=default and not shapes.fixed,
-                           session=session))
-    for b in block_sizes:
-        rows.append(Method(f"DFlash (ours) B={b}", _spec_run(target, lambda b=b: DFlashProposer(
-            drafter, target, b, shapes=shapes), sampling, stops), Kind.DFLASH, block_size=b))
+        rows.append(Method(name, _policy_run(target, session, *loop, shapes), Kind.DFLASH_POLICY,
+                           default=default and not shapes.fixed, session=session))
+    rows += [Method(f"DFlash (ours) B={b}", ours(lambda b=b: DFlashProposer(
+        drafter, target, b, shapes=shapes)), Kind.DFLASH, block_size=b) for b in block_sizes]
     if adaptive:
         sizes = "/".join(map(str, sorted(adaptive)))
-        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}", _spec_run(
-            target, lambda: AdaptiveDFlashProposer(drafter, target, adaptive), sampling, stops),
-            Kind.DFLASH_ADAPTIVE))
-    for n in tree_sizes:
-        rows.append(Method(f"DFlash tree N={n}", _spec_run(target, lambda n=n: DFlashTreeProposer(
-            drafter, target, n, shapes=shapes), sampling, stops), Kind.DFLASH_TREE, tree_size=n))
-    for n in tree_sizes:
-        rows.append(Method(f"DFlash hybrid tree N={n} + n-gram", _spec_run(
-            target, lambda n=n: HybridTreeProposer(drafter, target, n, shapes=shapes), sampling,
-            stops), Kind.DFLASH_HYBRID, tree_size=n))
+        rows.append(Method(f"DFlash (ours) adaptive B in {sizes}", ours(
+            lambda: AdaptiveDFlashProposer(drafter, target, adaptive)), Kind.DFLASH_ADAPTIVE))
+    for name, kind, tree in (("DFlash tree N={}", Kind.DFLASH_TREE, DFlashTreeProposer),
+                             ("DFlash hybrid tree N={} + n-gram", Kind.DFLASH_HYBRID,
+                              HybridTreeProposer)):
+        rows += [Method(name.format(n), ours(lambda n=n, tree=tree: tree(
+            drafter, target, n, shapes=shapes)), kind, tree_size=n) for n in tree_sizes]
     return rows
 
 
@@ -119,12 +116,10 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
     is marked ``compiled`` and named so."""
     buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
     shapes = FixedShapes(length, compile=True, buckets=buckets)
-    rows = [Method("autoregressive (ours)",
-                   _spec_run(target, lambda: NoDraftProposer(shapes), sampling, stops),
-                   Kind.AUTOREGRESSIVE, block_size=1),
-            Method("prompt lookup (ours) k=10",
-                   _spec_run(target, lambda: PerRow(NgramProposer(10, shapes=shapes)), sampling,
-                             stops), Kind.NGRAM)]
+    rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes),
+                   sampling, stops), Kind.AUTOREGRESSIVE, block_size=1),
+            Method("prompt lookup (ours) k=10", _spec_run(target, lambda: PerRow(NgramProposer(
+                10, shapes=shapes)), sampling, stops), Kind.NGRAM)]
     if drafter is not None:
         rows += _dflash_methods(target, drafter, block_sizes, tree_sizes, None, True,
                              (sampling, stops), shapes)
