@@ -229,12 +229,10 @@ def resolve(config: BenchConfig) -> Setup:
         methods += compiled_methods(model, draft, c.block_sizes, c.tree_sizes,
                                     max(x.shape[1] for x in ids) + c.max_new_tokens, sampling,
                                     stop_token_ids(model, tokenizer))
-    drafter_path = c.drafter or (None if c.random_drafter_layers
-                                 else default_drafter_path(c.target))
-    drafter_shown = _shown(str(drafter_path) if drafter_path else None)
+    shipped = None if c.random_drafter_layers else default_drafter_path(c.target)
+    untrained = f"random, {c.random_drafter_layers} layers" if c.random_drafter_layers else None
     settings = {"target": c.target, "eagle": _shown(eagle_path), "draft_model": _shown(small_path),
-                "drafter": drafter_shown or (f"random, {c.random_drafter_layers} layers"
-                                             if c.random_drafter_layers else None),
+                "drafter": _shown(c.drafter or shipped) or untrained,
                 "prompts_source": prompts_source, "temperature": c.temperature,
                 "seed": c.seed if c.temperature > 0 else None,
                 "dtype": str(torch_dtype).removeprefix("torch."),
