@@ -168,16 +168,14 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     """Predicted against measured speedup (docs/method.md#the-cost-model) for every fixed-block and
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step
     phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
-    rows = []
+    rows, t, d = [], costs["t_target"], costs["t_draft"]
     for r in [r for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE) if not r.get("compiled")]:
         kind = kind_of(r)                        # a tree: verify N+1 tokens, draft one full block
         b, draft_b = ((r["tree_size"] + 1, costs.get("tree_block_size")) if kind is Kind.DFLASH_TREE
                       else (r["block_size"], r["block_size"]))
-        if r["tau"] is None or str(draft_b) not in costs["t_draft"] \
-                or str(b) not in costs["t_target"]:
+        if r["tau"] is None or str(draft_b) not in d or str(b) not in t:
             continue
-        t1, tb, td = (costs["t_target"]["1"], costs["t_target"][str(b)],
-                      costs["t_draft"][str(draft_b)])
+        t1, tb, td = t["1"], t[str(b)], d[str(draft_b)]
         steps = r.get("steps_per_run") or sum(r["tau_histogram"])
         phases = ({k: v / steps for k, v in r["phase_times"].items() if k != "prefill"}
                   if steps else {})
