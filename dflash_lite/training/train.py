@@ -59,9 +59,8 @@ def check_sizes(c: DrafterTrainConfig) -> None:
                          f"tokens of a response (max_new_tokens): anchors sit on response tokens; "
                          f"lower --num-anchors")
     shape = {k: raw.get(k) for k in validate.SHAPE_KEYS + ("head_dim",)}
-    own_embedding = c.drafting is Drafting.DRAFT_MODEL
     parameters = validate.check_model_shape({**shape, "num_layers": c.layers},
-                                            embeddings=int(own_embedding))
+                                            embeddings=int(c.drafting is Drafting.DRAFT_MODEL))
     validate.check_memory(f"a drafter of {c.layers} layers", parameters * 16, c.device,
                           f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and "
                           f"AdamW state")
@@ -267,15 +266,11 @@ def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: Rege
     causal = c.drafting is Drafting.AUTOREGRESSIVE
     features = (FeatureCache(model, drafter.config.target_layer_ids, data)
                 if c.cache_features else None)
-
-    def loss_fn(m, b):
-        return drafter_loss(m, model, b, weights, features)
-
     tokens = SimpleNamespace(mask_token_id=drafter.config.mask_token_id,
                              pad_token_id=tokenizer.pad_token_id)
-    return Trainer(drafter, loss_fn, lambda: epoch_batches(data, c.batch_size, c.block_size,
-                                                           c.num_anchors, tokens, generator,
-                                                           causal, c.fixed_anchors),
+    return Trainer(drafter, lambda m, b: drafter_loss(m, model, b, weights, features),
+                   lambda: epoch_batches(data, c.batch_size, c.block_size, c.num_anchors, tokens,
+                                         generator, causal, c.fixed_anchors),
                    TrainConfig(steps=c.steps, lr=c.lr, seed=c.seed,
                                checkpoint_every=max(50, c.steps // 10),
                                time_budget_s=c.time_budget_s, autocast_dtype=parse_dtype(c.dtype)),

@@ -180,18 +180,17 @@ class Trainer:
         return self.history
 
     def _loop(self, interrupted: list):
-        bar = tqdm(total=self.config.steps, initial=self.step, desc="train", mininterval=5,
-                   disable=None)
+        c = self.config
+        bar = tqdm(total=c.steps, initial=self.step, desc="train", mininterval=5, disable=None)
         start = time.time()
         data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
-        dtype = self.config.autocast_dtype
-        autocast = (contextlib.nullcontext() if dtype in (None, torch.float32)
-                    else torch.autocast(next(self.model.parameters()).device.type, dtype=dtype))
-        while self.step < self.config.steps and not interrupted:
+        autocast = (contextlib.nullcontext() if c.autocast_dtype in (None, torch.float32) else
+                    torch.autocast(next(self.model.parameters()).device.type, c.autocast_dtype))
+        while self.step < c.steps and not interrupted:
             # progress on steps, or on wall time when there is a budget (whichever is further)
-            progress = self.step / self.config.steps
-            if self.config.time_budget_s:
-                progress = max(progress, (time.time() - start) / self.config.time_budget_s)
+            progress = self.step / c.steps
+            if c.time_budget_s:
+                progress = max(progress, (time.time() - start) / c.time_budget_s)
                 if progress >= 1.0:
                     break
             try:
@@ -205,27 +204,25 @@ class Trainer:
                 continue
             fresh = False
             for group in self.optimizer.param_groups:
-                group["lr"] = cosine_lr(progress, self.step, self.config)
+                group["lr"] = cosine_lr(progress, self.step, c)
             with autocast:
                 loss, metrics = self.loss_fn(self.model, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                                        self.config.grad_clip))
+                                                                        c.grad_clip))
             self.optimizer.step()
             self.step += 1
             metrics.update(step=self.step, lr=self.optimizer.param_groups[0]["lr"],
                            elapsed_s=time.time() - start)
-            if self.step % self.config.log_every == 0 or self.step == self.config.steps or (
-                    self.config.time_budget_s
-                    and metrics["elapsed_s"] >= self.config.time_budget_s):
+            if self.step % c.log_every == 0 or self.step == c.steps or (
+                    c.time_budget_s and metrics["elapsed_s"] >= c.time_budget_s):
                 self.history.append(metrics)
                 bar.set_postfix(postfix(metrics))
             for callback in self.callbacks:
                 callback(self, self.step, metrics)
             bar.update(1)
-            if self.checkpoint_dir and self.config.checkpoint_every \
-                    and self.step % self.config.checkpoint_every == 0:
+            if self.checkpoint_dir and c.checkpoint_every and self.step % c.checkpoint_every == 0:
                 self.save()
         bar.close()
 
