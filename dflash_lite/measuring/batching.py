@@ -59,7 +59,7 @@ def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16
                   shapes: Shapes = EAGER, size: int = 1, costs: StepCosts | None = None,
                   session: PolicySession | None = None) -> list[BatchMethod]:
     """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``; the default
-    runs in ``session`` (None: a new one), kept across the sweep's sizes, on ``costs`` if size > 1."""
+    runs in ``session`` (None: a new one), kept across the sweep, on ``costs`` if size > 1."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,

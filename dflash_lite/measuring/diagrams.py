@@ -67,8 +67,7 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
               fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
               title="below each verify: the drafted guesses (D = one drafter forward)",
               title_fontsize=9)
-    ax.set_xlim(-2.2, committed * target_time + 0.2)
-    ax.set_ylim(-0.5, 3.2)
+    ax.set(xlim=(-2.2, committed * target_time + 0.2), ylim=(-0.5, 3.2))
     # time starts at 0; the row labels sit left of it
     ax.set_xticks(range(0, int(committed * target_time) + 1, 2))
     ax.set_xlabel("time (illustrative units: a target forward = 1)")
@@ -187,8 +186,7 @@ def tree_verification() -> plt.Figure:
             fontsize=10, bbox=dict(boxstyle="round", fc=BONUS, ec="0.3"), color="white")
     _arrow(ax, (depth[end] + 0.25, rows[end]), (depth[end] + 0.78, rows[end]), color=BONUS)
     ax.text(depth[end] + 1, rows[end] - 0.4, "bonus", ha="center", fontsize=9, color=BONUS)
-    ax.set_xlim(-0.5, max(depth) + 1.6)
-    ax.set_ylim(-1.6, 2.1)
+    ax.set(xlim=(-0.5, max(depth) + 1.6), ylim=(-1.6, 2.1))
     depths = ["root"] + [f"depth {d}" for d in range(1, max(depth) + 2)]
     ax.set_xticks(range(max(depth) + 2), depths, fontsize=9)
     ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]

@@ -72,8 +72,7 @@ def code_parse_rate(model, tokenizer, n: int = 100,
 
 def write_card(path: str | Path, n_math: int = 200, n_code: int = 100) -> dict:
     path = Path(path)
-    # read after loading: checked first
-    if not (path / "training_log.json").is_file():
+    if not (path / "training_log.json").is_file():          # read after loading: checked first
         raise ValueError(f"{path}: no training_log.json (a card is written for a target of "
                          f"`python -m dflash_lite.zoo train-target`)")
     outputs.guard_output_dir(path, "card", writes=CARD_FILES)    # before the evaluation, not after
@@ -206,14 +205,12 @@ class DrafterCardConfig:
     block_sizes: tuple[int, ...] = (16, 8)
 
     def check(self) -> DrafterCardConfig:
-        """Every option and the two folders checked (one ValueError line) before any work;
-        returns self."""
+        """Options and both folders checked before any work (one ValueError line); returns self."""
         for name in ("num_prompts", "max_new_tokens"):
             check_int(name, getattr(self, name))
         check_int("repeats", self.repeats, 1, MAX_REPEATS)
         self.path = Path(self.path)
-        # read at the end: checked before any work
-        if not (self.path / "training_curve.json").is_file():
+        if not (self.path / "training_curve.json").is_file():      # read at the end: checked first
             raise ValueError(f"{self.path}: no training_curve.json (a drafter card is written for "
                              "a run of `python -m dflash_lite train`)")
         outputs.guard_output_dir(self.path, "drafter-card", writes=CARD_FILES)   # before any bench
@@ -250,8 +247,7 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
             "final_metrics": curve["curve"][-1] if curve["curve"] else None,
             "benchmarks": reports, "command_train": curve["training"].get("command"),
             "command_card": f"python -m dflash_lite.zoo drafter-card {drafter_dir}"
-                            # a local folder, never recorded
-                            + (" --judges JUDGES" if judges else "")
+                            + (" --judges JUDGES" if judges else "")  # a local folder: not shown
                             + f" --num-prompts {c.num_prompts} "
                               f"--max-new-tokens {c.max_new_tokens} --repeats {c.repeats}"}
     atomic_write_text(drafter_dir / "card.json", json.dumps(card, indent=1))
