@@ -158,8 +158,7 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
         inside, at = pos < len(seq), seq_t[pos.clamp(max=len(seq) - 1)]
         if causal:
             ids = torch.where(inside, at, torch.tensor(mask_token_id))
-            nxt = pos + 1
-            lab = torch.where(nxt < len(seq), seq_t[nxt.clamp(max=len(seq) - 1)],
+            lab = torch.where(pos + 1 < len(seq), seq_t[(pos + 1).clamp(max=len(seq) - 1)],
                               torch.tensor(IGNORE))
         else:
             ids = torch.full((a, block_size), mask_token_id)

@@ -70,9 +70,8 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int,
         if features is not None and batch.rows is not None:
             features = features(batch, dtype).to(device)
         else:
-            out = target.model(seq, output_hidden_states=True)
-            features = context_features(out.hidden_states,                      # (N, T, K*H)
-                                        drafter.config.target_layer_ids).to(dtype)
+            features = context_features(target.model(seq, output_hidden_states=True).hidden_states,
+                                        drafter.config.target_layer_ids).to(dtype)  # (N, T, K*H)
         embeds = target.get_input_embeddings()(batch.block_ids.to(device)).to(dtype)
     context_positions = torch.arange(seq.shape[1], device=device)[None].expand(seq.shape[0], -1)
     hidden = drafter(embeds, features, batch.block_positions.to(device), context_positions, None,
