@@ -106,8 +106,7 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
         ax.text(8.45, y + 0.12, "attention, MLP", ha="center", fontsize=9)
         _arrow(ax, (6.2, 2.45), (7.1, y + 0.9), color=TARGET)
     ax.text(6.55, 4.9, "the same context\nin every layer", ha="center", fontsize=9, color=TARGET)
-    slots = ["last"] + ["MASK"] * (block_size - 1)
-    for k, s in enumerate(slots):
+    for k, s in enumerate(["last"] + ["MASK"] * (block_size - 1)):
         _box(ax, (10.3, 0.6 + k * 0.5, 1.1, 0.42), s, "0.55" if k else ACCEPT, 9)
     _arrow(ax, (10.3, 1.4), (9.95, 1.6))
     ax.text(10.85, 0.7 + block_size * 0.5, "block\n(queries)", ha="center", fontsize=9)

@@ -34,10 +34,10 @@ class Kind(str, enum.Enum):
 BASELINE_KINDS = frozenset({Kind.AUTOREGRESSIVE, Kind.HF_GENERATE})
 DFLASH_KINDS = frozenset({Kind.DFLASH, Kind.DFLASH_POLICY, Kind.DFLASH_ADAPTIVE, Kind.DFLASH_TREE,
                           Kind.DFLASH_HYBRID, Kind.HF_DFLASH})
-OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}
+OUR_DFLASH_KINDS = DFLASH_KINDS - {Kind.HF_DFLASH}          # DFlash in this project's decode loops
 # transformers' own loops (``model.generate``): at temperature > 0 they sample from their own stream
 TRANSFORMERS_KINDS = frozenset({Kind.HF_GENERATE, Kind.HF_DRAFT_MODEL, Kind.PROMPT_LOOKUP,
-                                Kind.HF_DFLASH})          # DFlash in this project's decode loops
+                                Kind.HF_DFLASH})
 
 
 @dataclass
