@@ -114,7 +114,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
     session = None if drafter is None else PolicySession(drafter, target, DEFAULT_OPTIONS)
     for size in batch_sizes:
         groups = batches_of(list(range(len(prompts))), size)
-        batches, order = [[prompts[i] for i in g] for g in groups], [i for g in groups for i in g]
+        batches = [[prompts[i] for i in g] for g in groups]
+        order = [i for g in groups for i in g]
         methods = batch_methods(target, drafter, block_sizes, tree_size, shapes, size,
                                 policy_costs(target, drafter, prompts[0], size), session)
         # plain decoding once more, in the slot before the default's: what a tie reads as here

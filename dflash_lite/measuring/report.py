@@ -168,7 +168,8 @@ def cost_model(report: dict, costs: dict) -> list[dict]:
     """Predicted against measured speedup (docs/method.md#the-cost-model) for every fixed-block and
     draft-tree DFlash row of a report whose forwards were measured, with the measured per-step
     phases; ``overhead_per_step_s`` is what the loop adds beyond the two forwards."""
-    rows, t, d = [], costs["t_target"], costs["t_draft"]
+    rows = []
+    t, d = costs["t_target"], costs["t_draft"]           # seconds by width, as strings
     for r in [r for r in rows_of(report, Kind.DFLASH, Kind.DFLASH_TREE) if not r.get("compiled")]:
         kind = kind_of(r)                        # a tree: verify N+1 tokens, draft one full block
         b, draft_b = ((r["tree_size"] + 1, costs.get("tree_block_size")) if kind is Kind.DFLASH_TREE

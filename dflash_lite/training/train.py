@@ -194,7 +194,8 @@ class TauCurve:
 
     def __init__(self, measure: Callable, drafter, every: int):
         self.measure, self.drafter, self.every = measure, drafter, every
-        self.points, self.seconds = [], 0.0
+        self.points: list[dict] = []
+        self.seconds = 0.0
 
     def add(self, step: int, elapsed_s: float) -> dict:
         tau = self.measure(self.drafter)
