@@ -97,9 +97,8 @@ class FixedShapes(Shapes):
         key = key if rows == 1 else f"{key}:{rows}"
         if key not in self.caches:          # a batch keeps its rows on fixed shapes: one per size
             self.caches[key] = make()
-        cache = self.caches[key]
-        cache.rewind(0)
-        return cache
+        self.caches[key].rewind(0)
+        return self.caches[key]
 
     def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
         if length > self.length:
@@ -157,13 +156,10 @@ class FixedShapes(Shapes):
             else torch.tensor(lengths, device=device)
         # chunks of one width; only the last one's drafts are read, the others only write their
         # context (a row whose context ran out writes padding past its end, which stays hidden)
-        offset = 0
-        while True:
+        for offset in range(0, max(features.shape[1], 1), width):
             chunk = features[:, offset: offset + width]
             chunk = torch.nn.functional.pad(chunk, (0, 0, 0, width - chunk.shape[1]))
             begin = starts + lengths.clamp(max=offset)
             end = starts + lengths.clamp(max=offset + width)
             logits = self._run("draft", forward, block, chunk, begin, end, blocks)
-            offset += width
-            if offset >= features.shape[1]:
-                return logits
+        return logits
