@@ -174,7 +174,7 @@ class CostAwareProposer(DFlashTreeProposer):
             self._read_in()
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
-            # a batch verifies lookup's drafts only on a step after one that matched (and judged) them
+            # a batch verifies lookup's drafts only on a step after one that matched them
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
         self.judged = matched
