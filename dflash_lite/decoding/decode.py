@@ -205,13 +205,11 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
 
 
 class Verified(NamedTuple):
-    """What one verify of every row's draft gives: the tokens it scored (R, W) (each row's layout,
-    padded), the target's logits (R, W, V), the tapped features (R, W, K*H) or None, and each row's
-    own width (its first positions of each)."""
-    ids: torch.Tensor
-    logits: torch.Tensor
-    features: torch.Tensor | None
-    widths: list[int]
+    """What one verify of every row's draft gives (:func:`verify_drafts`)."""
+    ids: torch.Tensor                   # (R, W): the tokens it scored, each row's layout, padded
+    logits: torch.Tensor                # (R, W, V): the target's
+    features: torch.Tensor | None       # (R, W, K*H): the tapped features, or None
+    widths: list[int]                   # each row's own width (its first positions of each)
 
     def greedy_reads(self) -> list[list[int]]:
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
