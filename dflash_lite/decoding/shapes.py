@@ -78,9 +78,8 @@ EAGER = Shapes()
 
 
 class FixedShapes(Shapes):
-    """Every forward at one of a few fixed widths, on caches of ``length`` slots kept across
-    requests; ``compile``: the forwards through ``torch.compile`` (CUDA graphs on CUDA).
-    ``buckets``: the verify widths; ``context_width``: the drafter's new context per forward."""
+    """The module's fixed shapes: caches of ``length`` slots, ``compile``: compiled forwards,
+    ``buckets``: the verify widths, ``context_width``: the drafter's new context per forward."""
     fixed = True
 
     def __init__(self, length: int, compile: bool = False, buckets=BUCKETS,
