@@ -3,10 +3,9 @@
 A step is one drafter forward over a block of b and one target forward over b tokens; it commits tau
 tokens where plain decoding commits one per target forward, so the predicted speedup is
 ``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here: the forwards
-measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (those seconds at one or
-more context lengths, and a model of every other size and length) that the cost-aware policy
-(:mod:`dflash_lite.decoding.policy`) reads, :class:`DriftMonitor` (is the model still right about
-the steps it times?) and :func:`measure_costs`, the benchmark's record of the same forwards.
+measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (a model of every size and
+context length from them) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
+:class:`DriftMonitor` (is it still right?) and :func:`measure_costs`, the benchmark's record.
 """
 from __future__ import annotations
 
