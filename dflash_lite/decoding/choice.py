@@ -15,24 +15,18 @@ from .estimate import AcceptanceEstimate
 
 @dataclass(frozen=True)
 class PolicyOptions:
-    """How the policy chooses. ``max_block_size``: the longest chain (None: the drafter's block
-    size); ``tree_sizes``: the draft trees it may choose; ``ngram_drafts``: the most prompt-lookup
-    drafts (0: no ``ngram`` or ``hybrid`` options), matching up to ``max_ngram`` tokens; ``decay``:
-    the share of its counts an estimate keeps on a step that observed it; ``idle_decay``: the same
-    on a step that did not (closer to 1 retries a losing draft later); ``request_decay``: the same
-    between requests; ``prior``, ``prior_weight``: the Beta prior the estimates start from and decay
-    back to; ``tree_prior_gain``: a tree's expected length before it is tried, as a multiple of the
-    full chain's."""
-    max_block_size: int | None = None
-    tree_sizes: tuple[int, ...] = ()
-    ngram_drafts: int = 0
-    max_ngram: int = 3
+    """How the policy chooses; ``decay``, ``idle_decay``, ``request_decay``: the share of its
+    counts an estimate keeps on a step that observed it, on one that did not, between requests."""
+    max_block_size: int | None = None   # the longest chain (None: the drafter's block size)
+    tree_sizes: tuple[int, ...] = ()    # the draft trees it may choose
+    ngram_drafts: int = 0               # the most prompt-lookup drafts (0: no ngram, no hybrid)
+    max_ngram: int = 3                  # prompt lookup matches up to this many tokens
     decay: float = 0.9
-    idle_decay: float = 0.99
+    idle_decay: float = 0.99            # closer to 1: a losing draft is retried later
     request_decay: float = 0.5
-    prior: float = 0.7
-    prior_weight: float = 3.0
-    tree_prior_gain: float = 1.3
+    prior: float = 0.7                  # with prior_weight, the Beta prior the estimates start
+    prior_weight: float = 3.0           # from and decay back to
+    tree_prior_gain: float = 1.3        # a tree's expected length, untried, x the full chain's
 
     def __post_init__(self):
         if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) \
@@ -51,12 +45,10 @@ DRAFTER_KINDS = ("chain", "tree", "hybrid")     # the kinds of step that run the
 
 @dataclass(frozen=True)
 class Choice:
-    """One step's choice: ``block_size`` tokens per target forward for a chain (1: plain decoding;
-    for prompt lookup, its ``ngram`` drafts + 1), or a draft tree of ``tree_size`` nodes drafted at
-    depth ``block_size - 1``, with a prompt-lookup branch of ``ngram`` drafts for a hybrid tree."""
-    block_size: int
-    tree_size: int | None = None
-    ngram: int = 0
+    """One step's choice, of :func:`choose`."""
+    block_size: int                 # a chain's tokens per forward (1: plain; lookup: ngram + 1)
+    tree_size: int | None = None    # a draft tree's nodes, drafted at depth block_size - 1
+    ngram: int = 0                  # prompt lookup's drafts (for a hybrid tree, its branch)
 
     @property
     def kind(self) -> str:

@@ -3,10 +3,9 @@
 A step is one drafter forward over a block of b and one target forward over b tokens; it commits tau
 tokens where plain decoding commits one per target forward, so the predicted speedup is
 ``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here: the forwards
-measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (those seconds at one or
-more context lengths, and a model of every other size and length) that the cost-aware policy
-(:mod:`dflash_lite.decoding.policy`) reads, :class:`DriftMonitor` (is the model still right about
-the steps it times?) and :func:`measure_costs`, the benchmark's record of the same forwards.
+measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (a model of every size and
+context length from them) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
+:class:`DriftMonitor` (is it still right?) and :func:`measure_costs`, the benchmark's record.
 """
 from __future__ import annotations
 
@@ -59,24 +58,22 @@ class StepCosts:
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
                  measured: bool = False, per_position: float = 0.0):
-        self.tables = {context_length: (dict(sorted(t_target.items())),
-                                        dict(sorted(t_draft.items())))}
         self.calibration_seconds, self.measured = calibration_seconds, measured
         self.per_position = per_position
-        self._model()
+        self._model({context_length: (t_target, t_draft)})
 
     @classmethod
     def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
                    measured: bool = False, per_position: float = 0.0) -> StepCosts:
         """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
-        first, *_ = sorted(tables)
+        first = min(tables)
         costs = cls(*tables[first], first, calibration_seconds, measured, per_position)
-        costs.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
-                        for n, (t, d) in sorted(tables.items())}
-        costs._model()
+        costs._model(tables)
         return costs
 
-    def _model(self) -> None:
+    def _model(self, tables: dict[int, tuple[dict, dict]]) -> None:
+        self.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
+                       for n, (t, d) in sorted(tables.items())}
         self.drift = DriftMonitor()
         self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
         self.timed_at: dict[str, int] = {}          # per kind: the batch step it was last timed
@@ -114,13 +111,10 @@ class StepCosts:
     def context_lengths(self) -> list[int]:
         return list(self.tables)
 
-    def _at(self, context: int | None) -> int:
-        return self.context_lengths[0] if context is None else context
-
     def target(self, b: int, context: int | None = None) -> float:
         """Seconds of one target forward over b tokens after ``context`` cached positions (None:
         the shortest length measured)."""
-        n = self._at(context)
+        n = self.context_lengths[0] if context is None else context
         one = None if self._one is None else max(self._one[0] + self._one[1] * n, self._floor[0])
         if b == 1 and one is not None:
             return one
@@ -232,7 +226,7 @@ class StepCosts:
         for b <= 1: no draft)."""
         if b <= 1:
             return 0.0
-        n = self._at(context)
+        n = self.context_lengths[0] if context is None else context
         (a0, a1), (s0, s1) = self._draft
         line = max((a0 + a1 * n) + (s0 + s1 * n) * b, self._floor[1])
         return line + self.per_position * (new - 1)
@@ -272,14 +266,12 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
     sizes alike; with ``new_context`` > 1, also the largest block taking in that many positions.
     Returns ``{"t_target": {b: s}, "t_draft": {b: s}, "per_position": s}``, the last what each
     new context position past the first added (0 unless measured; never below 0)."""
-    device = target.device
+    device, length = target.device, prompt_ids.shape[1]
     ids = prompt_ids.to(device).expand(rows, -1)
-    length = ids.shape[1]
-    layer_ids = drafter.config.target_layer_ids
+    layer_ids, mask_id = drafter.config.target_layer_ids, drafter.config.mask_token_id
     cache = SlotCache.for_target(target, rows=rows)
     _, features = prefill(target, ids, cache, layer_ids, [length] * rows)
     dcache = SlotCache(drafter.config.num_layers, rows=rows, device=device)
-    mask_id = drafter.config.mask_token_id
     drafter.draft_logits(target, torch.full((rows, 2), mask_id, device=device), features[:, :-1],
                          0, dcache)
 

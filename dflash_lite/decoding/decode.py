@@ -94,9 +94,8 @@ def check_request(model, input_ids: torch.Tensor, max_new_tokens: int) -> None:
     vocab = model.get_input_embeddings().num_embeddings
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= vocab:
-        bad = low if low < 0 else high
-        raise ValueError(f"input_ids holds token id {bad}, outside the target's vocabulary "
-                         f"of {vocab} (0..{vocab - 1})")
+        raise ValueError(f"input_ids holds token id {low if low < 0 else high}, outside the "
+                         f"target's vocabulary of {vocab} (0..{vocab - 1})")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
         raise ValueError(f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens "
@@ -206,13 +205,11 @@ def verify(target, block: torch.Tensor, cache: SlotCache, layer_ids: list[int] |
 
 
 class Verified(NamedTuple):
-    """What one verify of every row's draft gives: the tokens it scored (R, W) (each row's layout,
-    padded), the target's logits (R, W, V), the tapped features (R, W, K*H) or None, and each row's
-    own width (its first positions of each)."""
-    ids: torch.Tensor
-    logits: torch.Tensor
-    features: torch.Tensor | None
-    widths: list[int]
+    """What one verify of every row's draft gives (:func:`verify_drafts`)."""
+    ids: torch.Tensor                   # (R, W): the tokens it scored, each row's layout, padded
+    logits: torch.Tensor                # (R, W, V): the target's
+    features: torch.Tensor | None       # (R, W, K*H): the tapped features, or None
+    widths: list[int]                   # each row's own width (its first positions of each)
 
     def greedy_reads(self) -> list[list[int]]:
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
@@ -269,11 +266,12 @@ class Request:
 
     def emit(self) -> Step:
         """What the last step committed, up to and including a stop token, within the limit."""
-        piece, stopped = cut_at_stop(self.new, self.stops)
+        hit = self.stops & set(self.new)                # the first stop token ends the output
+        piece = self.new[: min(self.new.index(s) for s in hit) + 1] if hit else self.new
         piece = piece[: self.limit - self.emitted]
         self.emitted += len(piece)
-        self.finished = stopped or self.emitted >= self.limit
-        return Step(piece, None if self.path is None else len(self.path), stopped, self.index,
+        self.finished = bool(hit) or self.emitted >= self.limit
+        return Step(piece, None if self.path is None else len(self.path), bool(hit), self.index,
                     self.discarded)
 
 
@@ -308,17 +306,16 @@ class Batch:
         :meth:`ChainDraft.accept_read`); padding rows commit nothing. ``rollback="shortest"``:
         every row keeps the batch's shortest path."""
         reads = verified.greedy_reads() if sampling.greedy else None
-        paths, new = [], []
+        verdicts = []                                   # per row: (path, tokens)
         for r, (request, draft) in enumerate(zip(self.rows, drafts)):
             if request.finished:
-                path, tokens = [], []
+                verdicts.append(([], []))
             elif reads and hasattr(draft, "accept_read") and getattr(draft, "q", None) is None:
-                path, tokens = draft.accept_read(reads[r])
+                verdicts.append(draft.accept_read(reads[r]))
             else:
-                path, tokens = draft.accept(verified.logits[r, : verified.widths[r]], sampling,
-                                            processors, generator, request.position)
-            paths.append(path)
-            new.append(tokens)
+                verdicts.append(draft.accept(verified.logits[r, : verified.widths[r]], sampling,
+                                             processors, generator, request.position))
+        paths, new = zip(*verdicts)
         shortest = min(len(p) for p in paths if p) if rollback == "shortest" else None
         for request, path in zip(self.rows, paths):
             request.discarded = max(len(path) - shortest, 0) if shortest else 0
@@ -402,12 +399,6 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
             paths, new = batch.paths(drafts, verified, sampling, processors, generator, rollback)
             cache.keep_paths([r.position for r in batch.rows], paths)   # both caches keep them
             proposer.accepted(*batch.commit(paths, new, verified.features))
-
-
-def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
-    """``tokens`` up to and including the first stop token, and whether there was one."""
-    hit = stops & set(tokens)
-    return (tokens[: min(tokens.index(s) for s in hit) + 1], True) if hit else (tokens, False)
 
 
 def generate(target, proposer: Proposer, input_ids, max_new_tokens,

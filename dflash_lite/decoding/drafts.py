@@ -30,6 +30,24 @@ def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, proce
     return draft_tokens[:n].tolist() + [next_token]
 
 
+def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
+    """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
+    lays them out on the widest (no per-row work): ids (R, W), depths (R, W), mask (R, W, W) and
+    each row's width. Chains of one width need no depths or mask (None, None: a chain)."""
+    tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
+    widths = [len(d.tokens) + 1 for d in drafts]
+    ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)
+    if min(widths) == max(widths):
+        return ids, None, None, widths
+    width, device = ids.shape[1], ids.device
+    at = torch.arange(width, device=device)
+    inside = at < torch.tensor(widths, device=device)[:, None]                      # (R, W)
+    ids = torch.where(inside, ids, last[:, None])
+    mask = torch.eye(width, dtype=torch.bool, device=device) \
+        | (torch.ones(width, width, dtype=torch.bool, device=device).tril() & inside[:, :, None])
+    return ids, at * inside, mask, widths
+
+
 class ChainDraft(NamedTuple):
     """k drafts in a row after the last committed token, and their distributions (k, V) when they
     were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
@@ -53,33 +71,12 @@ class ChainDraft(NamedTuple):
                         positions)
         return list(range(len(tokens))), tokens
 
-    @staticmethod
-    def layouts(last: torch.Tensor, drafts: list[ChainDraft]):
-        """Every row's :meth:`layout` at once (:func:`chain_layouts`)."""
-        return chain_layouts(last, drafts)
+    layouts = staticmethod(chain_layouts)       # every row's :meth:`layout` at once
 
     def accept_read(self, read: list[int]):
         """:meth:`accept` of a point-mass chain at temperature 0, from the batch's one host read
         (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`): ``read[0]`` drafts agreed."""
         return list(range(read[0] + 1)), read[1: read[0] + 2]
-
-
-def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
-    """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
-    lays them out on the widest (no per-row work): ids (R, W), depths (R, W), mask (R, W, W) and
-    each row's width. Chains of one width need no depths or mask (None, None: a chain)."""
-    tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
-    widths = [len(d.tokens) + 1 for d in drafts]
-    ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)
-    if min(widths) == max(widths):
-        return ids, None, None, widths
-    width, device = ids.shape[1], ids.device
-    at = torch.arange(width, device=device)
-    inside = at < torch.tensor(widths, device=device)[:, None]                      # (R, W)
-    ids = torch.where(inside, ids, last[:, None])
-    mask = torch.eye(width, dtype=torch.bool, device=device) \
-        | (torch.ones(width, width, dtype=torch.bool, device=device).tril() & inside[:, :, None])
-    return ids, at * inside, mask, widths
 
 
 class Draft(Protocol):

@@ -40,23 +40,20 @@ def chain_accepted(path: list[int], chain: list[int], held: int,
 
 @dataclass
 class AcceptanceEstimate:
-    """Decayed counts of drafts the target accepted and judged, pooled and per draft position
-    1..``depth``, and of tokens per step for each tree size, alone and as a hybrid tree; with a
-    Beta prior (``prior``, ``prior_weight``) that the estimates start from and drift back to as
-    the counts decay. ``ngram``: prompt lookup's own chain estimate (None: not offered)."""
-    depth: int
+    """Decayed counts, and a Beta prior the estimates start from and drift back to as they decay."""
+    depth: int                                  # draft positions 1..depth
     tree_sizes: tuple[int, ...] = ()
-    prior: float = 0.7
+    prior: float = 0.7                          # the Beta prior, of weight prior_weight
     prior_weight: float = 3.0
-    accepted: float = 0.0
+    accepted: float = 0.0                       # drafts the target accepted and judged, pooled
     judged: float = 0.0
-    accepted_at: list[float] = field(default_factory=list)
+    accepted_at: list[float] = field(default_factory=list)          # the same per draft position
     judged_at: list[float] = field(default_factory=list)
     tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
     tree_steps: dict[int, float] = field(default_factory=dict)
     hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
     hybrid_steps: dict[int, float] = field(default_factory=dict)
-    ngram: AcceptanceEstimate | None = None
+    ngram: AcceptanceEstimate | None = None     # prompt lookup's chain estimate (None: not offered)
     _expected: list[float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):

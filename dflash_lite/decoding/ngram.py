@@ -51,10 +51,8 @@ class NgramProposer:
     layer_ids = None
 
     def __init__(self, max_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):
-        self.shapes = shapes
-        check_int("max_drafts", max_drafts)
-        check_int("max_ngram", max_ngram)
-        self.block_size, self.max_ngram = max_drafts + 1, max_ngram
+        self.block_size = check_int("max_drafts", max_drafts) + 1
+        self.max_ngram, self.shapes = check_int("max_ngram", max_ngram), shapes
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
         # committed tokens before `last`, and the blocks committed since (position, tokens) that

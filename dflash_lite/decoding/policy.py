@@ -35,21 +35,16 @@ keep decaying (``idle_decay``), so its estimate drifts back to the optimistic pr
 tried again after a number of steps that grows with how clearly drafting lost. Prompt lookup needs
 no such retry: its continuation is known every step, and the target's own next token judges it even
 when the step ran something else (:func:`chain_accepted`). In a batch, where a match per row per
-step costs more, lookup is matched only on steps where it can win, and its estimate comes back as
-the drafter's does. Its drafts run there only on a step after one that matched them: a first match
-is judged by each row's next token, not verified, so a continuation the text does not take (a
-docstring's closing quotes matched to its opening ones, at a request's first step) costs a match,
-not a verify as wide as the drafts for every row. A try costs more there (a tree at batch 16 costs
-several plain steps), so a kind that lost in a batch also rests (``StepCosts.rests``) long enough
-that trying it again costs at most :data:`~dflash_lite.decoding.costs.EXPLORE` of the batch's time,
-and twice as long after each loss in a row, so that where it never pays its tries fade out (a tree
-that has not paid rests while the chain does: it is the dearer try of the same drafter). The
-drafter's features cost even steps that do not draft (the target taps them, and they wait for its
-next forward), so where its last try at a batch size lost, or the last request there never ran it, a
-request keeps the drafter only if its first step would run it, and drops it (no more taps) once
-every kind that ran the drafter rests. A larger batch size starts from the record, at the next
-smaller one, of each drafter kind that lost there (a draft pays less in a larger batch): where it
-lost at batch 8, batch 16 does not try it first.
+step costs more, lookup is matched only on steps where it can win (its estimate comes back as the
+drafter's does), and its drafts run only on a step after one that matched them: a first match is
+judged by each row's next token, not verified, so a continuation the text does not take (a
+docstring's closing quotes matched to its opening ones) costs a match, not a verify as wide as the
+drafts for every row. A try costs more in a batch, so a kind that lost there also rests, longer
+after each loss in a row (``StepCosts.observe_yield``, ``StepCosts.rests``), and a larger batch
+size starts from the smaller one's record (:class:`PolicySession`). The drafter's features cost
+even steps that do not draft (the target taps them, and they wait for its next forward), so a
+request may run without it (:class:`CostAwareProposer`), and drops it (no more taps) once every
+kind that ran the drafter rests.
 """
 from __future__ import annotations
 
@@ -78,17 +73,16 @@ def _judge(pending: list[tuple], token: int | None) -> None:
 
 class CostAwareProposer(DFlashTreeProposer):
     """Each step, the ONE option :func:`choose` rates best for every row of the batch
-    (docs/method.md#batches). ``costs``: a :class:`StepCosts` measured at this batch size (None:
-    measured at the first prompt); ``estimate``: what earlier requests left (decayed by
-    ``options.request_decay`` at :meth:`start`; None: the prior), one pooled over the rows. The
-    choice is made in :meth:`propose`, where the last tokens, and so prompt lookup's continuations,
-    are known; a plain step is an empty draft. Features of steps that ran no drafter wait, per row,
-    for the next drafter forward. Steps are timed against the model (``costs.observe``; one row
-    also the drift check, a batch ``costs.observe_yield``); the target's token after a step judges
-    the drafts the step did not hold (``pending``). Where the drafter lost at this batch size, or
-    the last request there never ran it, a request may run without it (``layer_ids`` None: no
-    features tapped; see the module's docstring), as its first step would choose at ``context``
-    (the prompts' mean length; None: the costs' own)."""
+    (docs/method.md#batches), chosen in :meth:`propose`, where the last tokens, and so prompt
+    lookup's continuations, are known (a plain step is an empty draft). ``costs``: a
+    :class:`StepCosts` measured at this batch size (None: at the first prompt); ``estimate``: what
+    earlier requests left (decayed by ``options.request_decay`` at :meth:`start`; None: the prior),
+    one pooled over the rows. Features of steps that ran no drafter wait, per row, for the next
+    drafter forward. Steps are timed against the model (``costs.observe``; one row also the drift
+    check, a batch ``costs.observe_yield``); the target's token after a step judges the drafts the
+    step did not hold (``pending``). Where the drafter lost at this batch size, or the last request
+    there never ran it, a request runs without it (``layer_ids`` None: no features tapped) unless
+    its first step would choose it at ``context`` (the prompts' mean length; None: the costs')."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -98,9 +92,6 @@ class CostAwareProposer(DFlashTreeProposer):
                          options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size)
         self.costs, self.estimate = costs, estimate
-        # where the drafter's last try at this batch size lost, or the last request there never
-        # ran it, a request keeps it (the target's features tapped, and kept until a drafter
-        # forward) only if its first step, at the prompts' mean length, would run it
         idle = costs is not None and (costs.lost(DRAFTER_KINDS) or costs.drafter_idle)
         self.drafting = not idle or choose(
             estimate if estimate is not None else AcceptanceEstimate.for_options(self.options),
@@ -183,8 +174,7 @@ class CostAwareProposer(DFlashTreeProposer):
             self._read_in()
             self.continuations = [p.continuation(t, min(d, p.block_size - 1))
                                   for p, t, d in zip(self.lookup.proposers, lasts, depths)]
-            # a batch verifies lookup's drafts only on a step after one that matched them: a
-            # first match is only judged (by each row's next token), not verified for every row
+            # a batch verifies lookup's drafts only on a step after one that matched them
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
         self.judged = matched
@@ -357,11 +347,11 @@ class PolicySession:
             proposer.costs.drafter_idle = not proposer.fed
         if self.costs_for(rows) is None:
             self._keep(rows, proposer.costs)
-            self.calibration_seconds += proposer.costs.calibration_seconds
         elif rows == 1 and proposer.drifted and self.recalibrate and sequence_ids is not None:
             self._measure(sequence_ids[:, : proposer.prompt_lengths[0]], sequence_ids, repeats=3)
 
     def _keep(self, rows: int, costs: StepCosts) -> None:
+        self.calibration_seconds += costs.calibration_seconds
         if rows == 1:
             self.costs = costs
         else:
@@ -371,10 +361,8 @@ class PolicySession:
                  repeats: int = 7, rows: int = 1) -> None:
         o = self.options
         block = o.max_block_size or self.drafter.config.block_size
-        costs = step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats, longer,
-                           rows=rows)
-        self._keep(rows, costs)
-        self.calibration_seconds += costs.calibration_seconds
+        self._keep(rows, step_costs(self.target, self.drafter, ids, block, o.tree_sizes, repeats,
+                                    longer, rows=rows))
 
 
 DEFAULT_TREE_SIZES = (16,)      # the tree the default may choose; measured on the probe split

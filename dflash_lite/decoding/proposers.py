@@ -130,9 +130,8 @@ class DFlashProposer:
     def __init__(self, drafter, target, block_size: int | None = None, passes: int = 1,
                  shapes: Shapes = EAGER):
         self.block_size = check_drafter(self, drafter, target, block_size)
-        check_int("passes", passes)
         self.drafter, self.target = drafter, target
-        self.layer_ids, self.passes = drafter.config.target_layer_ids, passes
+        self.layer_ids, self.passes = drafter.config.target_layer_ids, check_int("passes", passes)
         self.shapes = shapes                # what the loop runs this proposer's steps on
 
     def start(self, ids, features, lengths=None) -> None:

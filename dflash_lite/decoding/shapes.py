@@ -78,9 +78,8 @@ EAGER = Shapes()
 
 
 class FixedShapes(Shapes):
-    """Every forward at one of a few fixed widths, on caches of ``length`` slots kept across
-    requests; ``compile``: the forwards through ``torch.compile`` (CUDA graphs on CUDA).
-    ``buckets``: the verify widths; ``context_width``: the drafter's new context per forward."""
+    """The module's fixed shapes: caches of ``length`` slots, ``compile``: compiled forwards,
+    ``buckets``: the verify widths, ``context_width``: the drafter's new context per forward."""
     fixed = True
 
     def __init__(self, length: int, compile: bool = False, buckets=BUCKETS,
@@ -97,9 +96,8 @@ class FixedShapes(Shapes):
         key = key if rows == 1 else f"{key}:{rows}"
         if key not in self.caches:          # a batch keeps its rows on fixed shapes: one per size
             self.caches[key] = make()
-        cache = self.caches[key]
-        cache.rewind(0)
-        return cache
+        self.caches[key].rewind(0)
+        return self.caches[key]
 
     def target_cache(self, target, length: int, rows: int = 1) -> SlotCache:
         if length > self.length:
@@ -157,13 +155,10 @@ class FixedShapes(Shapes):
             else torch.tensor(lengths, device=device)
         # chunks of one width; only the last one's drafts are read, the others only write their
         # context (a row whose context ran out writes padding past its end, which stays hidden)
-        offset = 0
-        while True:
+        for offset in range(0, max(features.shape[1], 1), width):
             chunk = features[:, offset: offset + width]
             chunk = torch.nn.functional.pad(chunk, (0, 0, 0, width - chunk.shape[1]))
             begin = starts + lengths.clamp(max=offset)
             end = starts + lengths.clamp(max=offset + width)
             logits = self._run("draft", forward, block, chunk, begin, end, blocks)
-            offset += width
-            if offset >= features.shape[1]:
-                return logits
+        return logits
