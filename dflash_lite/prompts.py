@@ -10,8 +10,9 @@ import torch
 
 from . import corpus, validate
 
-TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
-TEMPLATE_SECONDS_PER_PROMPT = 0.05          # and the time a batch of prompts adds, per prompt
+# a render's limits: seconds (+ per prompt), output beyond the prompt, memory beyond the parent's
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30
+TEMPLATE_SECONDS_PER_PROMPT = 0.05
 # name -> (hub id, config, split, field): the public sets the DFlash paper reports on
 DATASETS = {
     "gsm8k": ("openai/gsm8k", "main", "test", "question"),
