@@ -1,9 +1,7 @@
-"""The command line: ``python -m dflash_lite demo``, ``bench`` and ``train``.
-
-Parsing lives only here and under ``__main__``; every command is a typed function that notebooks
-can call with its config dataclass, where each default is written (:class:`Options`):
-:class:`DemoConfig`, :class:`~dflash_lite.measuring.benchmark.BenchConfig`,
-:class:`~dflash_lite.training.train.DrafterTrainConfig`."""
+"""The command line, ``python -m dflash_lite demo``, ``bench`` and ``train``: each command is a
+typed function of its config dataclass, whose fields are the flags' defaults (:class:`Options`):
+:class:`DemoConfig`, :class:`~dflash_lite.measuring.benchmark.BenchConfig` and
+:class:`~dflash_lite.training.train.DrafterTrainConfig` (README.md#two-commands)."""
 from __future__ import annotations
 
 import argparse
@@ -73,9 +71,9 @@ class DemoConfig:
 
 
 def demo(config: DemoConfig | None = None, **options) -> dict:
-    """Complete the prompt with the target, then with DFlash when a drafter is there, each an
-    :class:`~dflash_lite.decoding.engine.Engine` timed by the one interleaved timer, and print both
-    with tokens/s, time to first token, speedup and tau."""
+    """Complete the prompt with the target alone and with DFlash (when there is a drafter), timed
+    by the one interleaved timer; print both, and return each one's text, tokens, tokens/s, time to
+    first token and tau by name ("autoregressive", "DFlash")."""
     c = (config or DemoConfig(**options)).check()
     sampling = SamplingParams(c.temperature, c.top_k, c.top_p)
     torch_dtype = parse_dtype(c.dtype)

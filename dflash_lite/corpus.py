@@ -1,27 +1,6 @@
-"""The offline, deterministic corpus: the shipped target's training text, and the named prompt
-splits that drafters are trained, probed and benchmarked on (docs/method.md#data). Two domains:
-
-* **code**: the Python source of the interpreter's standard library, split into a train and a
-  held-out part by a hash of each file's relative path (not by the order the file system lists).
-* **math**: a generator of grade-school word problems (the kind of text GSM8K is) with worked
-  solutions in a fixed ``Question: ... / Answer: ...`` format that ends ``The answer is N.``.
-  Training draws seeds below ``HELD_OUT_SEED`` only; held-out problems use seeds at or above it.
-
-**Prompt splits** (:func:`prompts`): ``train`` (prompts the target answers to make drafter
-training data), ``held_out`` (benchmarks, the tau floor test) and ``probe`` (tau measured during
-training and in the ablations) never share a prompt. Where the math problems' seeds go::
-
-    [0, 120_000)                             the target's pre-training text (dflash_lite.zoo)
-    [500_000, 1_000_000)                     train (the first MAX_TRAIN_MATH of them)
-    [HELD_OUT_SEED, HELD_OUT_SEED + 2000)    the target's own card (held-out loss, accuracy)
-    [HELD_OUT_SEED + 2000, + 3000)           held_out
-    [HELD_OUT_SEED + 3000, + 4000)           probe
-
-The generator's space is small, so seeds can repeat a text: ``held_out`` and ``probe`` leave out any
-prompt an earlier split holds. Code prompts are function headers: ``train`` from the train files;
-``held_out`` and ``probe`` halve the held-out files' headers that no train file has.
-
-Nothing here reads the benchmark judges (GSM8K, HumanEval exports): those stay held out."""
+"""The offline, deterministic corpus (docs/method.md#data): the standard library's Python source and
+generated grade-school word problems, the shipped target's training text, and the named prompt
+splits ``train``, ``held_out`` and ``probe`` (:func:`prompts`)."""
 from __future__ import annotations
 
 import ast
@@ -371,7 +350,8 @@ def code_documents(split: str = "train") -> Iterator[str]:
 
 def manifest(num_math: int) -> dict:
     """What the corpus is made of, and a hash that changes when any byte of it does."""
-    h, files = hashlib.sha256(), 0
+    h = hashlib.sha256()
+    files = 0
     for path in stdlib_files("train"):
         if (text := read_source(path)) is not None:
             h.update(path.relative_to(stdlib_root()).as_posix().encode())

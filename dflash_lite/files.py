@@ -1,9 +1,5 @@
-"""Writing files whole or not at all: the one atomic-write helper every writer in the package uses.
-
-A file is written under a unique temporary name (``tempfile.mkstemp``) in its own directory and
-renamed onto its final name only when complete, so an interrupted run never leaves a file that
-looks finished, and the temporary name can never be a file the user already had. A file that is
-replaced keeps its mode, and a device, FIFO or socket is never replaced."""
+"""Writing files whole or not at all: the one atomic-write helper every writer in the package uses
+(README.md#safety, "Every file")."""
 from __future__ import annotations
 
 import os
@@ -20,9 +16,10 @@ os.umask(_UMASK)                 # read the process umask once, so new files get
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside ``path`` that replaces it when the block ends without an error; else
-    it is removed, with any parent folders this call made (no empty folder after a full disk)."""
+    it is removed, with any parent folders this call made (no empty folder after a full disk). A
+    replaced file keeps its mode; ``ValueError`` when ``path`` is a device, FIFO or socket."""
     path = Path(path)
-    mode = 0o666 & ~_UMASK                  # a new file's usual mode; a replaced one keeps its own
+    mode = 0o666 & ~_UMASK                  # a new file's usual mode
     if os.path.lexists(path):
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):

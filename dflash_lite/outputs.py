@@ -1,17 +1,6 @@
-"""Output directories that are safe to write and to replace: the one place ``train`` and the zoo
-decide where a run may write (README, "Safety"). Only the standard library is used here, so that
-the lock can be taken before anything heavy loads.
-
-* **A marker.** Every output directory a run makes holds :data:`MARKER`; ``--overwrite`` replaces
-  only a directory that has it, so it can never remove something this project did not write.
-* **Refused places** (:func:`refusal`): the package's own folders, system folders (``/usr``,
-  ``/etc``, ``/opt``, ...), ``~/.cache``, and the home, root or working directory (or any folder
-  holding one of them) are never a run's output; the refusal names why.
-* **Replacing last.** With ``--overwrite`` a run writes into a staging directory beside ``--out``
-  (:func:`begin`), swapped in only when finished (:func:`commit`): a failure before that leaves
-  ``--out`` as it was, and the same command resumes an interrupted run's staging directory.
-* **A lock** (:func:`lock`): an exclusive ``flock`` beside ``--out`` for the life of the process
-  refuses a second run into it meanwhile; the system drops it however the process ends."""
+"""Where a run may write and how it replaces a directory: the marker, the refused places, replacing
+last and the lock (README.md#safety, "What --out will touch" to "The lock"). Standard library only,
+so that the lock is taken before anything heavy loads."""
 from __future__ import annotations
 
 import errno
@@ -114,7 +103,7 @@ def guard_output_file(path: str | os.PathLike, name: str = "output file", overwr
     """``path`` as a file a command may write, checked before any work (one ``ValueError`` line):
     nameable, in a writable folder, not a refused place (:func:`refusal`), not a directory, device,
     FIFO or symbolic link, and when it exists this project's own output (``own(path)``), unless
-    ``overwrite``. It is then replaced whole, keeping its mode (:mod:`dflash_lite.files`)."""
+    ``overwrite``."""
     path = check_output_file(path, name)
     if why := refusal(path):
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")

@@ -1,11 +1,6 @@
-"""Prompts, and how they become token ids: JSONL files, public data sets, the built-in splits of
+"""Prompts and how they become token ids: JSONL files, public data sets, the built-in splits of
 :mod:`dflash_lite.corpus`, and the one :func:`encode` that the engine, the demo, the benchmark and
-training all use (docs/method.md#measuring, #training).
-
-**One chat setting.** With ``chat_template`` a prompt becomes a user turn of the tokenizer's chat
-template when it has one (how chat models are served and their drafters trained), with thinking off
-(``enable_thinking=False``: the mode the published Qwen3 DFlash drafters are released for; templates
-without that switch ignore it). The shipped target has none: its prompts are tokenized raw."""
+training all use, through the chat template with thinking off (docs/method.md#data)."""
 from __future__ import annotations
 
 import json
@@ -15,8 +10,9 @@ import torch
 
 from . import corpus, validate
 
-TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30   # a render's limits
-TEMPLATE_SECONDS_PER_PROMPT = 0.05          # and the time a batch of prompts adds, per prompt
+# a render's limits: seconds (+ per prompt), output beyond the prompt, memory beyond the parent's
+TEMPLATE_SECONDS, TEMPLATE_BYTES, TEMPLATE_MEMORY = 5.0, 1 << 20, 1 << 30
+TEMPLATE_SECONDS_PER_PROMPT = 0.05
 # name -> (hub id, config, split, field): the public sets the DFlash paper reports on
 DATASETS = {
     "gsm8k": ("openai/gsm8k", "main", "test", "question"),
@@ -50,10 +46,8 @@ def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
 def check_chat_template(tokenizer, where: str = "the tokenizer") -> None:
     """Render the tokenizer's chat template once (a short user turn) under the limits every render
     has, so a template that raises, includes a file, loops or allocates without bound is one
-    ``ValueError`` line at load, not a hang on the first prompt: a child process with a time limit
-    (:data:`TEMPLATE_SECONDS`, plus :data:`TEMPLATE_SECONDS_PER_PROMPT` per prompt of a batch), a
-    memory limit (:data:`TEMPLATE_MEMORY` more than the parent's) and an output limit
-    (:data:`TEMPLATE_BYTES` beyond the prompt's length; the only one without ``os.fork``)."""
+    ``ValueError`` line at load, not a hang on the first prompt: a child process with a time, a
+    memory and an output limit (the output limit alone where there is no ``os.fork``)."""
     if not getattr(tokenizer, "chat_template", None):
         return
     problem = _render_limited(tokenizer, ["Hello"])
@@ -113,7 +107,8 @@ def _render_limited(tokenizer, prompts: list[str]) -> list[str] | str:
         finally:
             os._exit(code)
     os.close(write)
-    deadline, chunks = time.monotonic() + seconds, []
+    deadline = time.monotonic() + seconds
+    chunks = []
     try:
         while True:
             left = deadline - time.monotonic()

@@ -1,13 +1,5 @@
-"""How the command line stops: Ctrl-C and SIGTERM end a run with one line and a known exit code
-(README, "Safety"). Only the standard library is used: this module is imported before torch.
-
-* ``timeout``, Docker and Slurm stop a job with SIGTERM. Under :func:`handled` it raises
-  :class:`Terminated`, a ``KeyboardInterrupt``, so every place that handles Ctrl-C (the trainer
-  saves a checkpoint first) handles it too; the exit code is 143 (128 + 15) instead of 130.
-* While ``python -m dflash_lite`` spends seconds importing torch, :func:`quiet_until_main` makes
-  Ctrl-C print one line and exit 130 at once, not a traceback; ``main`` puts the handling back.
-* Once a command is stopping, further signals are ignored (:func:`stopping`), so two Ctrl-C in a
-  row still give one line and exit 130, never a traceback from inside the first one's handler."""
+"""How a command stops on Ctrl-C and SIGTERM: one line and exit code 130 or 143 (README.md#safety,
+"Signals"). Standard library only: it is imported before torch."""
 from __future__ import annotations
 
 import os
@@ -20,7 +12,8 @@ SIGINT_EXIT, SIGTERM_EXIT = 130, 143
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be."""
+    """SIGTERM, raised where Ctrl-C would be: a ``KeyboardInterrupt``, so whatever handles Ctrl-C
+    (the trainer saves a checkpoint first) handles it too."""
     signum = signal.SIGTERM
 
 

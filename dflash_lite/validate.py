@@ -1,13 +1,6 @@
-"""One validation layer for every entry point: the CLI's argparse types and the Python API share it.
-
-Each check returns the value when it is acceptable and otherwise raises ``ValueError`` with one
-line that names the argument and the accepted range, before any work is done::
-
-    >>> check_int("repeats", 0)
-    ValueError: repeats must be an integer >= 1, got 0
-
-:func:`arg_type` turns a check into an argparse ``type=`` (the flag is named by argparse itself).
-Output paths are checked here too, so that a run that could not write its result never starts."""
+"""The one validation layer, shared by the CLI's argparse types (:func:`arg_type`) and the Python
+API: each check returns the value or raises ``ValueError`` with one line that names the argument and
+its accepted range, before any work is done (README.md#safety, "Bad input")."""
 from __future__ import annotations
 
 import argparse
@@ -177,7 +170,8 @@ def text_file_stream(value, name: str = "file", max_line: int = MAX_LINE_BYTES):
                     raise ValueError(f"{value}:{number}: a line longer than {max_line >> 20} MiB; "
                                      f"one prompt per line")
                 if number == 1 and raw.startswith(codecs.BOM_UTF8):
-                    raw, offset = raw[3:], 3
+                    raw = raw[3:]
+                    offset = 3
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:

