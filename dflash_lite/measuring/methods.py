@@ -35,12 +35,10 @@ class Rows:
 
 def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
                      rows: Rows | None = None, **options) -> list[Method]:
-    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding
-    with a small draft model, here and in transformers; prompt lookup, there and in our loop; the
-    EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
-    the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
-    the same trees with prompt lookup's branch, and transformers' DFlash path with the same
-    weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
+    """The rows, in order: the baselines (our loop, ``model.generate``), the peers (a small draft
+    model, ours and transformers'; prompt lookup, transformers' and ours; the EAGLE-style drafter),
+    then DFlash (:func:`_dflash_methods`) and transformers' DFlash path with the same weights.
+    ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
     r = rows or Rows(**options)
     sampling, stops = r.sampling, stop_token_ids(target, tokenizer)
 
@@ -125,7 +123,8 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
                              (sampling, stops), shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:
-        row.name, row.compiled = f"{row.name} ({how})", True
+        row.name = f"{row.name} ({how})"
+        row.compiled = True
     return rows
 
 
