@@ -299,7 +299,7 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     out = prepare_out(c.out, c.overwrite, c.run_config())
     torch.manual_seed(c.seed)
     model, tokenizer = load_pretrained(c.target, device=c.device, dtype=parse_dtype(c.dtype))
-    model.requires_grad_(False)                                              # the target is frozen
+    model.requires_grad_(False)
     texts, probe = training_texts(c, tokenizer, own)
     t0 = time.time()
     data = regenerate(model, tokenizer, texts, c.max_new_tokens, c.regenerate_batch_size,
