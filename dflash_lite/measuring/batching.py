@@ -1,22 +1,8 @@
-"""Many requests at once: the batch sweep of ``bench --batch-sizes`` (docs/method.md#batches).
-
-At each batch size b, every method decodes the same prompts in batches of b (:func:`batches_of`),
-in one interleaved timer after a warm-up; every row's output is checked against its prompt decoded
-alone. A row of the report: total new tokens per second, the speedup over batched plain decoding
-at the same b, tau (tokens per target forward, per row), the accepted tokens the naive rollback
-gave back, and two predictions at batch b. ``predicted_speedup`` is the paper's cost model from
-the forwards alone, ``tau * t(b, 1) / (t(b, B) + t_draft(b, B))`` (MagicDec, SmartSpec; a tree of
-N: ``t(b, N+1)``), measured at that batch size (:func:`dflash_lite.decoding.costs.measure_costs`
-with ``rows``); ``predicted_with_host`` adds what every step also costs, the prefill and the loop's
-own work per step (:func:`_with_host`); the default's forwards are the forecast of each step.
-Batched plain decoding runs twice a round, the second time in the slot before the default's: its
-row's ``again`` (its seconds over the second run's) is what a tie reads as in this run.
-
-Methods (:func:`batch_methods`): batched plain decoding, DFlash at each block size, the draft
-tree, prompt lookup, the default policy (:class:`~dflash_lite.decoding.policy.CostAwareProposer`, on
-step costs measured at each b, in one session across the sweep as an ``Engine`` keeps it) and the
-naive rollback (DFlash at the largest block size, every row rolled back to the batch's shortest
-accepted path)."""
+"""The batch sweep of ``bench --batch-sizes`` (docs/method.md#batches, "The cost model at batch
+b"): at each batch size b, every method (:func:`batch_methods`) decodes the same prompts in batches
+of b (:func:`batches_of`), timed interleaved after a warm-up, each row's output checked against its
+prompt decoded alone, and each row beside the cost model's prediction from the forwards alone
+(``predicted_speedup``) and with the prefill and the loop's work per step (:func:`_with_host`)."""
 from __future__ import annotations
 
 import statistics
@@ -58,8 +44,10 @@ class BatchMethod:
 def batch_methods(target, drafter, block_sizes=(16,), tree_size: int | None = 16,
                   shapes: Shapes = EAGER, size: int = 1, costs: StepCosts | None = None,
                   session: PolicySession | None = None) -> list[BatchMethod]:
-    """The sweep's methods (the module's docstring) at batch ``size``, on ``shapes``; the default
-    runs in ``session`` (None: a new one), kept across the sweep, on ``costs`` if size > 1."""
+    """The sweep's methods at batch ``size``, on ``shapes``: batched plain decoding, prompt lookup
+    and, with a drafter, DFlash at each block size, the draft tree, the default policy (in
+    ``session``, None: a new one, kept across the sweep; on ``costs`` if size > 1) and the naive
+    rollback (DFlash at the largest block size, every row rolled back to the batch's shortest)."""
     rows = [BatchMethod("plain (batched)", Kind.AUTOREGRESSIVE,
                         lambda ids: NoDraftProposer(shapes), 1),
             BatchMethod("prompt lookup k=10", Kind.NGRAM,
@@ -105,8 +93,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
           tree_size: int | None = 16, sampling=None, stops=(), repeats: int = 3,
           cost_repeats: int = 5, device: str = "cpu", shapes: Shapes = EAGER,
           progress=print) -> dict:
-    """Every method at every batch size (the module's docstring): ``{"rows": [...], "costs":
-    {b: measured forwards}}``, one row per (batch size, method), each with its ``batch_size``."""
+    """Every method at every batch size: ``{"rows": [...], "costs": {b: measured forwards}}``, one
+    row per (batch size, method), each with its ``batch_size``."""
     sampling = sampling or SamplingParams()
     alone = [generate(target, NoDraftProposer(), p, max_new_tokens, sampling, stops).tokens
              for p in prompts]                   # every prompt decoded alone: the reference
@@ -124,7 +112,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
         made: dict[str, list] = {}       # each method's proposers, of its last run
 
         def run(m: BatchMethod):
-            results, made[m.name] = [], []
+            results = []
+            made[m.name] = []
             for batch in batches:
                 proposer = m.make(batch)
                 made[m.name].append(proposer)
@@ -139,7 +128,8 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             (tree_size,) if tree_size else (), rows=size)
         if measured is not None:       # what every method pays alike: the prompts through
             measured["prefill_s"] = prefill_seconds(target, batches, cost_repeats, device)
-        plain, first = None, len(rows)
+        plain = None
+        first = len(rows)
         for m in methods:
             if m is again:
                 continue
@@ -210,12 +200,9 @@ def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> 
 
 
 def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
-    """The cost model with what the forwards leave out: the prefill P and the loop's own work per
-    step h, read off batched plain decoding in the same sweep (its seconds T = P + S (t(b, 1) + h)
-    over its S steps). A row of S' steps of one verify and one drafter forward each is then
-    predicted at T / (P + S' (t(b, w) + t_draft(b, B) + h)), its drafter taking in the tau
-    positions a step commits (``per_position`` for each past the first); the default at
-    T / (P + its forecast forwards + S' h), the forecast scaled by :func:`_model_scale`."""
+    """``predicted_with_host`` (docs/method.md#batches): T / (P + S' (t(b, w) + t_draft(b, B) + h)),
+    the prefill P and the loop's work per step h read off batched plain decoding (``plain``); the
+    default's forwards are its forecast, scaled by :func:`_model_scale`."""
     if measured is None or row["tau"] is None:
         return None
     prefill_s = measured["prefill_s"]
@@ -232,10 +219,8 @@ def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
 
 
 def _model_scale(costs, measured: dict | None) -> float:
-    """The sweep's measured forwards over what the policy's cost model (``costs``, measured once
-    before its first step) says the same forwards cost at the same context length: a single
-    calibration on this CPU can sit 10-20% off a later one, and the default's prediction should
-    rest on the forwards every fixed row's rests on."""
+    """The sweep's measured forwards over what the policy's ``costs`` (calibrated before its first
+    step) say the same forwards cost at the same context length; 1.0 without either."""
     if measured is None or costs is None:
         return 1.0
     n, t, d = measured["context_length"], measured["t_target"], measured["t_draft"]

@@ -1,26 +1,8 @@
-"""Benchmarks that a reviewer can trust (docs/method.md#measuring, #the-cost-model).
-
-Every method runs on the same prompts, with the same ``max_new_tokens``, after a warm-up, in
-interleaved order (each repeat visits the methods in a rotated order, so drift in machine load hits
-all of them alike). Speed is reported as tokens/s (median over repeats of total tokens / total time)
-and as ratios measured in the same run: ``speedup`` against the project's autoregressive loop (the
-decode loop at block size 1), ``speedup_vs_hf_generate`` against transformers' ``model.generate``.
-Every greedy method's tokens are checked against the target's greedy output in the run itself.
-
-:func:`bench` (``python -m dflash_lite bench``) is three steps a notebook can also take one by
-one: :func:`resolve` (load the target, the drafters and the prompts; build the :class:`Method`
-list), :func:`run` (time them, interleaved, and the cost model's forwards) and :func:`report`
-(the summary below, printed and optionally written as JSON)::
-
-    {"env": {...},
-     "methods": [{"name", "kind", "block_size", "tree_size", "default", "tokens_per_s",
-                  "tokens_per_s_spread", "speedup", "speedup_vs_hf_generate", "tau",
-                  "tau_histogram", "identical_to_target", "error", "phase_times", ...}],
-     "cost_model": {"costs": {...}, "rows": [...]}}
-
-Rows are told apart by ``"kind"`` (a :class:`Kind`) and their fields, never by the display
-``"name"`` (:func:`rows_of`, :func:`row_of`). ``"default": true`` marks the headline DFlash row: the
-cost-aware policy (:mod:`dflash_lite.decoding.policy`) that ``Engine.generate`` runs by default."""
+"""The benchmark, ``python -m dflash_lite bench`` (docs/method.md#measuring, #the-cost-model):
+:func:`bench` is :func:`resolve` (target, drafters, prompts, the :class:`Method` list), :func:`run`
+(every method timed, interleaved, and the cost model's forwards) and :func:`report` (the summary,
+printed and optionally written as JSON), three steps a notebook can also take one by one. Rows are
+told apart by ``"kind"`` (a :class:`Kind`), never by the display ``"name"`` (:func:`rows_of`)."""
 from __future__ import annotations
 
 import json
@@ -52,15 +34,15 @@ IS_BENCH_REPORT = outputs.is_json_with(("env", "methods"))   # what --json repla
 class BenchConfig:
     """Every choice of a benchmark run (``python -m dflash_lite bench`` builds one from its flags).
 
-    The DFlash drafter is ``drafter`` (a local directory or a hub id of a published drafter, public
-    layout), else the target's shipped one, else, with ``random_drafter_layers``, an untrained one
-    of that depth (it measures the loop's overhead, not acceptance). The prompts come from
-    ``prompts`` (JSONL), ``dataset`` (a name in ``prompts.DATASETS``) or the built-in held-out
-    ``domain``. ``dtype`` applies to the target and every drafter alike. With ``chat_template``
-    each prompt becomes a user turn of the tokenizer's chat template when it has one
-    (:func:`dflash_lite.prompts.encode`). ``baselines`` adds the EAGLE-style drafter and the small
-    draft model (``eagle``, ``draft_model``, else the target's shipped ones). ``repeats``: timed
-    rounds per method; ``cost_repeats``: repeats of each timed forward of the cost model."""
+    The DFlash drafter is ``drafter`` (a local directory or a hub id, public layout), else the
+    target's shipped one, else, with ``random_drafter_layers``, an untrained one of that depth (it
+    measures the loop's overhead, not acceptance). Prompts: ``prompts`` (JSONL), ``dataset`` (a
+    name in ``prompts.DATASETS``) or the built-in held-out ``domain``; with ``chat_template``,
+    each a user turn of the tokenizer's chat template when it has one
+    (:func:`dflash_lite.prompts.encode`). ``dtype``: the target's and every drafter's.
+    ``baselines`` adds the EAGLE-style drafter and the small draft model (``eagle``,
+    ``draft_model``, else the target's shipped ones). ``repeats``: timed rounds per method;
+    ``cost_repeats``: repeats of each timed forward of the cost model."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None
@@ -141,8 +123,8 @@ class Measured:
 
 
 def _prompt_texts(config: BenchConfig) -> tuple[list[str], str]:
-    """The prompts, from one of three sources: a JSONL file, a public data set, or the built-in
-    held-out prompts of ``domain``; and how the report names that source."""
+    """The prompt texts (a JSONL file, a public data set or the built-in held-out ``domain``) and
+    how the report names their source."""
     if config.dataset:
         return dataset_prompts(config.dataset, config.num_prompts), f"dataset {config.dataset}"
     if config.prompts:
@@ -311,9 +293,9 @@ def _batch_report(setup: Setup, measured: Measured) -> dict:
 
 
 def report(setup: Setup, measured: Measured) -> dict:
-    """The summary (the JSON at the top of this module): one row per method with its speedups
-    (:func:`summarise`), the cost model's rows next to the measured costs, and the setup's choices
-    in ``"env"``. Printed unless ``quiet``; written whole to ``json_out`` when given."""
+    """The summary (docs/method.md#measuring has its JSON layout): one row per method with its
+    speedups (:func:`summarise`), the cost model's rows next to the measured costs, and the setup's
+    choices in ``"env"``. Printed unless ``quiet``; written whole to ``json_out`` when given."""
     c = setup.config
     if c.batch_sizes:
         return _batch_report(setup, measured)

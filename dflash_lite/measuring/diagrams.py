@@ -1,12 +1,8 @@
-"""Diagrams that explain the method, drawn in code (the notebooks' other figures measure it).
-
-* :func:`decoding_timeline`: the draft-then-verify loop (paper section 2);
-* :func:`kv_injection`: the target's features injected into every drafter layer (section 3);
-* :func:`attention_masks`: causal, training block and draft tree masks (section 3.2);
-* :func:`tree_verification`: one target forward over a draft tree (notebook 09).
-
-Each function returns a matplotlib figure; the notebooks show and save it with
-``plotting.save_figure``. Nothing here reads a model: the examples are small and fixed."""
+"""Diagrams of the method, each a matplotlib figure of a small fixed example (no model is read):
+:func:`decoding_timeline` (the draft-then-verify loop, paper section 2), :func:`kv_injection`
+(section 3; docs/method.md#the-drafter), :func:`attention_masks` (section 3.2;
+docs/method.md#training) and :func:`tree_verification`
+(docs/method.md#verification-and-acceptance)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt

@@ -1,7 +1,6 @@
-"""The benchmark's harness (:mod:`dflash_lite.measuring.benchmark` says how it measures): every
-method on every prompt, interleaved after a warm-up, outputs checked against the target's;
-:func:`run_benchmark` summarises it as a report (:func:`dflash_lite.measuring.report.summarise`).
-:func:`paired_ratio` says whether one run is slower than another beyond the machine's noise."""
+"""The benchmark's harness (docs/method.md#measuring): :func:`measure` times every method on every
+prompt, interleaved, :func:`run_benchmark` summarises it as a report, and :func:`paired_ratio` says
+whether one run is slower than another beyond the machine's noise."""
 from __future__ import annotations
 
 import math
@@ -75,9 +74,10 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
     live = [m for m in methods if stats[m.name].error is None]
     for m in live:
         s = stats[m.name]
-        s.times, s.tokens, s.step_runs = [0.0] * repeats, [0] * repeats, [0] * repeats
+        s.times = [0.0] * repeats
+        s.tokens = [0] * repeats
+        s.step_runs = [0] * repeats
         s.phase_runs = [{} for _ in range(repeats)]
-    # each prompt: the methods interleaved, ``repeats`` rounds
     for ids in prompts:
         calls = interleaved({m.name: (lambda m=m: m.run(ids, max_new_tokens)) for m in live},
                             repeats, 0, device)

@@ -35,12 +35,10 @@ class Rows:
 
 def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
                      rows: Rows | None = None, **options) -> list[Method]:
-    """Baselines (the project's loop, ``model.generate``), the peers (classic speculative decoding
-    with a small draft model, here and in transformers; prompt lookup, there and in our loop; the
-    EAGLE-style drafter), then DFlash here: the default policy (the headline row) and, beside it,
-    the policy without prompt lookup, each fixed block size, draft trees of ``tree_sizes`` nodes,
-    the same trees with prompt lookup's branch, and transformers' DFlash path with the same
-    weights. ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
+    """The rows, in order: the baselines (our loop, ``model.generate``), the peers (a small draft
+    model, ours and transformers'; prompt lookup, transformers' and ours; the EAGLE-style drafter),
+    then DFlash (:func:`_dflash_methods`) and transformers' DFlash path with the same weights.
+    ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
     r = rows or Rows(**options)
     sampling, stops = r.sampling, stop_token_ids(target, tokenizer)
 
@@ -110,8 +108,7 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
 def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
                      sampling: SamplingParams, stops) -> list[Method]:
     """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
-    lookup and, with a drafter, the default policy, each fixed block size, the draft trees and
-    the hybrid trees, all on one :class:`~dflash_lite.decoding.shapes.FixedShapes` of ``length``
+    lookup and, with a drafter, :func:`_dflash_methods`, all on one ``FixedShapes`` of ``length``
     tokens with compiled forwards (CUDA graphs on CUDA), recorded in the untimed warm-up. Each row
     is marked ``compiled`` and named so."""
     buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
@@ -125,7 +122,8 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
                              (sampling, stops), shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:
-        row.name, row.compiled = f"{row.name} ({how})", True
+        row.name = f"{row.name} ({how})"
+        row.compiled = True
     return rows
 
 

@@ -1,15 +1,6 @@
-"""Measure a trained target and write its model card (``MODEL_CARD.md`` + ``card.json``).
-
-Every number on the card is measured here, on held-out data the target never saw:
-
-* final-answer accuracy of greedy completions on 200 generated math problems whose generator
-  seeds lie at or above ``corpus.HELD_OUT_SEED`` (training only draws seeds below it);
-* the fraction of 100 completions of held-out stdlib function headers (files in the held-out
-  split of :func:`corpus.stdlib_files`) that ``ast.parse`` after truncation at the function's end,
-  and, stricter, the fraction that also add a non-empty body;
-* held-out loss per domain, parameters, corpus and training time, copied from ``training_log.json``.
-
-Run it with ``python -m dflash_lite.zoo card DIR`` on a target trained by ``zoo train-target``."""
+"""Model cards (``MODEL_CARD.md`` + ``card.json``), every number measured here on held-out data: a
+target's (:func:`write_card`, ``python -m dflash_lite.zoo card DIR`` on a ``zoo train-target`` run)
+and a drafter's (:func:`write_drafter_card`, ``zoo drafter-card``; docs/method.md#measuring)."""
 from __future__ import annotations
 
 import ast
@@ -41,6 +32,8 @@ def complete(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
 
 
 def math_accuracy(model, tokenizer, n: int = 200, max_new_tokens: int = 128) -> tuple[float, list]:
+    """Final-answer accuracy of greedy completions of ``n`` generated problems with seeds at or
+    above ``corpus.HELD_OUT_SEED`` (training draws below it), and the rows."""
     problems = corpus.math_problems(n, split="held_out")
     rows = []
     for p in tqdm(problems, desc="math", mininterval=5, disable=None):
@@ -52,6 +45,8 @@ def math_accuracy(model, tokenizer, n: int = 200, max_new_tokens: int = 128) -> 
 
 def code_parse_rate(model, tokenizer, n: int = 100,
                     max_new_tokens: int = 160) -> tuple[float, list]:
+    """The share of ``n`` held-out stdlib function headers whose greedy completion ``ast.parse``s
+    once cut at the function's end, and the rows (``parses_with_body``: it also adds a body)."""
     headers = corpus.function_headers(corpus.stdlib_files("held_out"), n)
     if len(headers) < n:
         raise RuntimeError(f"only {len(headers)} held-out function headers available, {n} asked")

@@ -1,6 +1,5 @@
-"""A benchmark report's rows (docs/method.md#measuring, #the-cost-model), as
-:mod:`dflash_lite.measuring.benchmark` measures them: what kind each row is (:class:`Kind`), the
-:class:`Method` that produces one, how to select rows (:func:`rows_of`, :func:`row_of`), the summary
+"""A benchmark report's rows (docs/method.md#measuring, #the-cost-model): their :class:`Kind`, the
+:class:`Method` that produces one, selecting rows (:func:`rows_of`, :func:`row_of`), the summary
 (:func:`summarise`), the printed table, and the cost model's predicted-against-measured rows."""
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Training data for a drafter (steps 1 and 2 of :mod:`dflash_lite.training.train`): the target's
-own answers to the training prompts (:func:`regenerate`, cached on disk and written atomically, so
-an interrupted run never leaves a file that looks complete), and batches of blocks at random
-anchors (:func:`make_batch`) under the block attention mask (:func:`block_attention_mask`)."""
+"""Training data for a drafter (docs/method.md#training): the target's own answers to the training
+prompts (:func:`regenerate`) and batches of blocks at random anchors (:func:`make_batch`) under the
+block attention mask (:func:`block_attention_mask`)."""
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +32,9 @@ class RegeneratedData:
 @torch.inference_mode()
 def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16,
                cache_dir: str | Path | None = None) -> RegeneratedData:
-    """The target's own greedy answers to ``prompts``, cached under ``cache_dir``."""
+    """The target's own greedy answers to ``prompts``, cached under ``cache_dir``, written
+    atomically: only a finished file gets the final name, and an interrupted run resumes from the
+    ``.partial.json`` kept every minute."""
     key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
                                      sum(float(p.float().sum()) for p in target.parameters())])
                          .encode()).hexdigest()[:16]
@@ -50,7 +51,8 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
     pad = tokenizer.pad_token_id
     partial = path.with_name(path.name.replace(".json", ".partial.json")) if path else None
     sequences, prompt_lengths = _partial(partial, key)
-    done_at_start, started, said = len(sequences), time.time(), time.time()
+    done_at_start = len(sequences)
+    started = said = time.time()
     for start in tqdm(range(len(sequences), len(prompts), batch_size), desc="regenerate",
                       mininterval=5, disable=None):
         if partial is not None and start > done_at_start and time.time() - said > 60:

@@ -1,6 +1,6 @@
-"""The drafter's training loss (steps 3 and 4 of :mod:`dflash_lite.training.train`; weights
-:func:`position_weights`), the teacher-forced accuracy of each position
-(:func:`position_accuracy`), and the :class:`FeatureCache` of the frozen target's features."""
+"""The drafter's training loss (docs/method.md#training; weights :func:`position_weights`), the
+teacher-forced accuracy of each position (:func:`position_accuracy`), and the :class:`FeatureCache`
+of the frozen target's features."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -51,7 +51,8 @@ class FeatureCache:
                 found[r] = features[j, :self.lengths[r]].clone()
                 size = found[r].numel() * found[r].element_size()
                 if self.bytes + size <= self.max_bytes:
-                    self.kept[r], self.bytes = found[r], self.bytes + size
+                    self.kept[r] = found[r]
+                    self.bytes += size
         # past a sequence's end is padding, which no block sees
         return torch.stack([F.pad(found[r], (0, 0, 0, seq.shape[1] - found[r].shape[0]))
                             for r in batch.rows]).to(dtype)

@@ -183,7 +183,8 @@ class Trainer:
         c = self.config
         bar = tqdm(total=c.steps, initial=self.step, desc="train", mininterval=5, disable=None)
         start = time.time()
-        data, fresh = self.batches(), True        # fresh: no batch yet from this pass over the data
+        data = self.batches()
+        fresh = True                              # no batch yet from this pass over the data
         autocast = (contextlib.nullcontext() if c.autocast_dtype in (None, torch.float32) else
                     torch.autocast(next(self.model.parameters()).device.type, c.autocast_dtype))
         while self.step < c.steps and not interrupted:
@@ -200,7 +201,8 @@ class Trainer:
                     raise ValueError("the training data gives no batch (no response is long enough "
                                      "for a block); regenerate with more prompts or "
                                      "--max-new-tokens") from None
-                data, fresh = self.batches(), True
+                data = self.batches()
+                fresh = True
                 continue
             fresh = False
             for group in self.optimizer.param_groups:
@@ -266,7 +268,8 @@ class Trainer:
         groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g
                   for g in meta["param_groups"]]
         self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-        self.step, self.history = meta["step"], meta["history"]
+        self.step = meta["step"]
+        self.history = meta["history"]
         torch.set_rng_state(tensors["rng.torch"])
 
 
