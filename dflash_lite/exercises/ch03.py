@@ -173,8 +173,8 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
     """Exercise 4: tau of the drafter run at a block size it was not trained with."""
     if answer is None:
         return not_attempted("Exercise 4", "Give tau as a float.")
-    per_prompt, at_trained = (step_lengths(drafter, target, prompt_ids, b, max_new_tokens, stops)
-                              for b in (block_size, None))
+    per_prompt = step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens, stops)
+    at_trained = step_lengths(drafter, target, prompt_ids, None, max_new_tokens, stops)
     expected, trained = (statistics.mean(a for lengths in runs for a in lengths)
                          for runs in (per_prompt, at_trained))
     mean_of_means = statistics.mean(statistics.mean(lengths) for lengths in per_prompt)
@@ -194,8 +194,8 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: int,
                              max_new_tokens: int, stops) -> bool:
-    """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, two
-    steps)."""
+    """Exercise 5: a proposer class that unmasks the confident half first
+    (MDLM-style, two steps)."""
     if answer is None:
         return not_attempted("Exercise 5",
                              "subclass DFlashProposer and override propose(last, depths).")
@@ -207,8 +207,7 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
     drafts = proposer.propose(last.view(1), [block_size - 1])
     assert isinstance(drafts, list) and len(drafts) == 1 and isinstance(drafts[0], ChainDraft), \
         "propose returns a list of drafts, one ChainDraft per row (one row here)"
-    first = drafts[0].tokens.cpu()
-    assert first.shape == (block_size - 1,), \
+    assert drafts[0].tokens.shape == (block_size - 1,), \
         f"propose must draft B-1 = {block_size - 1} token ids first"
     taus = {}
     for name, cls in (("one pass", DFlashProposer), ("unmasking", answer)):

@@ -49,6 +49,7 @@ def check_unigram_loss(answer, data) -> bool:
     ``data``."""
     if answer is None:
         return not_attempted("Exercise 3", "Give the loss as a float, in nats.")
+
     def entropy(tokens: list) -> float:
         return -sum(n / len(tokens) * math.log(n / len(tokens)) for n in Counter(tokens).values())
 
