@@ -217,12 +217,11 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
             outputs_dir.mkdir(parents=True, exist_ok=True)
             run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
             cells = run["cells"]
-            report[nb.stem] = {
-                "score": sum(c[0] for c in cells.values()),
-                "max_score": sum(c[1] for c in cells.values()),
-                "cells": {g: c[:2] for g, c in cells.items()},
-                "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
+            report[nb.stem] = {"score": sum(c[0] for c in cells.values()),
+                               "max_score": sum(c[1] for c in cells.values()),
+                               "cells": {g: c[:2] for g, c in cells.items()},
+                               "messages": {g: c[2] for g, c in cells.items() if c[2]},
+                               "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
     return report
 
 
@@ -241,9 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", help="also write the scores to this JSON file")
     grade.add_argument("--overwrite", action="store_true",
                        help="let --out replace a file that is not a score report")
-    grade.add_argument("--cell-timeout", type=POS, default=grading.Limits.cell_timeout_s,
-                       help="seconds a cell may run before it is interrupted "
-                            "(default: %(default)s)")
+    grade.add_argument("--cell-timeout", type=POS, default=grading.Limits.cell_timeout_s, help=(
+        "seconds a cell may run before it is interrupted (default: %(default)s)"))
     grade.add_argument("--notebook-timeout", type=POS, default=grading.Limits.notebook_timeout_s,
                        help="seconds a whole notebook may run (default: %(default)s)")
     grade.add_argument("--allow-root", action="store_true",

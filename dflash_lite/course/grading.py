@@ -52,9 +52,8 @@ def restore_locked(submitted, source):
     """``submitted`` with every locked or graded cell of ``source`` put back as the instructor
     wrote it (matched by grade id; one the student deleted is not re-added, and so scores 0), and
     no cell that claims to be a grader's collector (only :func:`grader.instrument` adds those)."""
-    locked = {_nbgrader(c)["grade_id"]: c for c in source.cells
-              if _nbgrader(c).get("grade_id") and (_nbgrader(c).get("locked")
-                                                   or _nbgrader(c).get("grade"))}
+    locked = {_nbgrader(c)["grade_id"]: c for c in source.cells if _nbgrader(c).get("grade_id")
+              and (_nbgrader(c).get("locked") or _nbgrader(c).get("grade"))}
     for i, cell in enumerate(submitted.cells):
         cell.get("metadata", {}).pop(grader.COLLECTOR_KEY, None)
         original = locked.get(_nbgrader(cell).get("grade_id"))
@@ -128,9 +127,8 @@ def _client_class():
             self.kept[cell_index] = kept + size
             if kept + size > self.output_bytes:
                 if kept <= self.output_bytes:
-                    outs.append(nbformat.v4.new_output(
-                        "stream", name="stderr",
-                        text=f"[grader: output past {self.output_bytes // 1024} kB dropped]\n"))
+                    outs.append(nbformat.v4.new_output("stream", name="stderr", text=(
+                        f"[grader: output past {self.output_bytes // 1024} kB dropped]\n")))
                 return None
             return super().output(outs, msg, display_id, cell_index)
 

@@ -48,9 +48,8 @@ def correct(exercise: str, detail: str = "") -> bool:
 def score(result, points: int) -> float:
     """An exercise's autograded score: ``points`` when its check returned True, else 0.
 
-    The notebooks' test cells show this number; nbgrader's autograder reads a number shown by a test
-    cell as the cell's score (a check that raises scores 0 too). See the README, "Teaching with
-    it"."""
+    Test cells show it, and nbgrader's autograder reads a number a test cell shows as the cell's
+    score (a check that raises scores 0 too). See the README, "Teaching with it"."""
     return float(points) if result is True else 0.0
 
 
@@ -58,10 +57,9 @@ def yours_or_ours(name: str, yours, ours, ours_name: str | None = None):
     """What a demonstration uses for ``name``, something you build: ``yours`` when it is done,
     else the package's ``ours``, with one printed line that says so.
 
-    A value is not done while it is None. A function is tried on each call: while it raises
-    (a blank raises ``NotImplementedError``), the call is answered by ``ours``, and the first such
-    call prints the line. ``ours_name`` names the package's version in that line (default: the
-    function's name). Only demonstrations use this; the graded checks never do."""
+    A value is not done while it is None. A function is tried on each call: while it raises (a
+    blank raises ``NotImplementedError``), ``ours`` answers, and the first such call prints the
+    line, naming ``ours_name`` (default: the function's name). Only demonstrations use this."""
     ours_name = ours_name or getattr(ours, "__name__", "version")
 
     def note(why: str) -> None:

@@ -28,11 +28,6 @@ def _tour_prompt_ids():
     return tokenizer(problem.prompt, return_tensors="pt").input_ids
 
 
-def count_target_forwards(model, run) -> int:
-    """How many times ``run()`` calls ``model``'s forward (a hook on the model counts the calls)."""
-    return len(forward_inputs(model, run))
-
-
 def check_target_forwards(answer) -> bool:
     """Exercise 1: ``(autoregressive, dflash)``, the target forwards (prefill included) each method
     makes on the notebook's held-out problem with ``max_new_tokens=64`` and the stop tokens."""
@@ -42,11 +37,11 @@ def check_target_forwards(answer) -> bool:
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
-    ar = count_target_forwards(model, lambda: generate_autoregressive(model, ids,
-                                                                      TOUR_MAX_NEW_TOKENS,
-                                                                      stop_token_ids=stops))
-    sd = count_target_forwards(model, lambda: generate(model, DFlashProposer(drafter, model), ids,
-                                                       TOUR_MAX_NEW_TOKENS, stop_token_ids=stops))
+    # forwards counted by a hook on the target
+    ar = len(forward_inputs(model, lambda: generate_autoregressive(
+        model, ids, TOUR_MAX_NEW_TOKENS, stop_token_ids=stops)))
+    sd = len(forward_inputs(model, lambda: generate(
+        model, DFlashProposer(drafter, model), ids, TOUR_MAX_NEW_TOKENS, stop_token_ids=stops)))
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, \
         "give two numbers: (autoregressive, DFlash)"
     answer = tuple(int(a) for a in answer)
@@ -135,6 +130,5 @@ def check_llama_parity(path) -> bool:
         ref = model.generate(ids, do_sample=False, max_new_tokens=16, eos_token_id=stops,
                              pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
         assert ours == ref, "the project's loop and model.generate disagree on this model"
-    layers = model.config.num_hidden_layers
-    return correct(name, f"a {layers}-layer Llama loads offline and matches model.generate "
-                         f"on {len(prompts)} prompts.")
+    return correct(name, f"a {model.config.num_hidden_layers}-layer Llama loads offline and "
+                         f"matches model.generate on {len(prompts)} prompts.")

@@ -12,11 +12,6 @@ from . import correct, forward_inputs, not_attempted, shipped_target
 CACHE_EXERCISE_NEW_TOKENS = 16
 
 
-def positions_fed(model, run) -> int:
-    """Total token positions ``run()`` feeds through ``model``'s forward (summed over the calls)."""
-    return sum(ids.shape[-1] for ids in forward_inputs(model, run))
-
-
 def check_cache_positions(answer) -> bool:
     """Exercise 1: positions in the target's KV cache after ``generate_autoregressive`` wrote 16
     tokens (``max_new_tokens=16``, no stop tokens) for
@@ -27,8 +22,9 @@ def check_cache_positions(answer) -> bool:
     model, tokenizer = shipped_target()
     prompt = corpus.math_problems(1, split="held_out", start=700)[0].prompt
     ids = tokenizer(prompt, return_tensors="pt").input_ids
-    expected = positions_fed(model,
-                             lambda: generate_autoregressive(model, ids, CACHE_EXERCISE_NEW_TOKENS))
+    # token positions fed through the target's forward, summed over its calls
+    expected = sum(x.shape[-1] for x in forward_inputs(
+        model, lambda: generate_autoregressive(model, ids, CACHE_EXERCISE_NEW_TOKENS)))
     assert int(answer) == expected, (f"{answer} is not the number of positions fed through the "
                                      f"target. Hint: the prompt has {ids.shape[1]} tokens; is the "
                                      "last new token ever fed back?")
@@ -55,11 +51,10 @@ def check_weight_bytes(answer) -> bool:
         return not_attempted(name, "Give the bytes of weights one decode step reads.")
     model, _ = shipped_target()
     expected = weight_bytes_per_step(model)
-    tied = model.config.tie_word_embeddings
     assert abs(float(answer) - expected) <= 0.01 * expected, (
         f"{answer:,} bytes is off by more than 1%. Hint: 4 bytes per float32 weight; the embedding "
         f"lookup reads one row, but is the LM head's weight the same tensor "
-        f"(tie_word_embeddings={tied})?")
+        f"(tie_word_embeddings={model.config.tie_word_embeddings})?")
     return correct(name, f"about {expected / 1e6:.1f} MB per token, whatever the context length.")
 
 

@@ -21,8 +21,7 @@ def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
     """Target forward over ``ids``; returns (features, last token, block [last, MASK x (B-1)])."""
     with torch.inference_mode():
         out = target(ids, output_hidden_states=True)
-    # (1, C, K*H)
-    features = context_features(out.hidden_states, drafter.config.target_layer_ids)
+    features = context_features(out.hidden_states, drafter.config.target_layer_ids)  # (1, C, K*H)
     last = out.logits[0, -1].argmax()
     block = torch.full((1, block_size), drafter.config.mask_token_id, device=ids.device)
     block[0, 0] = last
@@ -56,18 +55,12 @@ def check_rope(rope_cos_sin, rotate, drafter) -> bool:
         cos, sin = rope_cos_sin(positions)
         probe = torch.zeros(1, length, c.hidden_size, device=device)
         ref_cos, ref_sin = drafter.rotary_emb(probe, positions[None].to(device))  # (1, T, D)
-        torch.testing.assert_close(
-            cos, ref_cos[0], msg=f"cos differs at positions {start}..{start + length - 1}"
-        )
-        torch.testing.assert_close(
-            sin, ref_sin[0], msg=f"sin differs at positions {start}..{start + length - 1}"
-        )
+        span = f"positions {start}..{start + length - 1}"
+        torch.testing.assert_close(cos, ref_cos[0], msg=f"cos differs at {span}")
+        torch.testing.assert_close(sin, ref_sin[0], msg=f"sin differs at {span}")
         x = torch.randn(1, c.num_attention_heads, length, c.head_dim, generator=g).to(device)
-        torch.testing.assert_close(
-            rotate(x, cos, sin),
-            apply_rope(x, ref_cos, ref_sin),
-            msg="rotate(x, cos, sin) is not the rotation the drafter applies",
-        )
+        torch.testing.assert_close(rotate(x, cos, sin), apply_rope(x, ref_cos, ref_sin), msg=(
+            "rotate(x, cos, sin) is not the rotation the drafter applies"))
     return correct("Build it", "RoPE as the drafter computes it.")
 
 
@@ -78,12 +71,10 @@ def check_block_mask(my_block_mask) -> bool:
         anchors = torch.tensor(anchors)
         expected = block_attention_mask(anchors, T, B)
         got = torch.as_tensor(my_block_mask(anchors, T, B))
-        assert (
-            got.shape == expected.shape
-        ), f"anchors {anchors.tolist()}, T={T}, B={B}: shape {tuple(got.shape)}"
-        assert torch.equal(
-            got.bool(), expected
-        ), f"anchors {anchors.tolist()}, T={T}, B={B}: {int((got.bool() != expected).sum())} differ"
+        where = f"anchors {anchors.tolist()}, T={T}, B={B}"
+        assert got.shape == expected.shape, f"{where}: shape {tuple(got.shape)}"
+        assert torch.equal(got.bool(), expected), \
+            f"{where}: {int((got.bool() != expected).sum())} differ"
     return correct("Build it", "the training mask on four layouts.")
 
 
@@ -111,9 +102,8 @@ def exercise_prompts(tokenizer) -> list[torch.Tensor]:
     return [tokenizer(t, return_tensors="pt").input_ids for t in texts]
 
 
-def check_least_sure_position(
-    least_sure_position, drafter, target, tokenizer, block_size: int
-) -> bool:
+def check_least_sure_position(least_sure_position, drafter, target, tokenizer,
+                              block_size: int) -> bool:
     """Exercise 2: ``least_sure_position(ids)``, the block position (1..B-1) whose top-1
     probability is lowest, on several prompts (near-ties left out)."""
     prompts = exercise_prompts(tokenizer)
@@ -135,13 +125,10 @@ def check_least_sure_position(
         assert not isinstance(answer, float) and int(torch.as_tensor(answer).numel()) == 1, hint
         answer = int(answer)
         assert 1 <= answer <= block_size - 1, hint
-        assert (
-            answer != expected - 1
-        ), "off by one: position j is the j-th masked slot; slot 0 holds the last token"
-        assert answer == expected, (
-            f"on held-out prompt {checked}, position {answer} is not the one with the "
-            "lowest top-1 probability"
-        )
+        assert answer != expected - 1, \
+            "off by one: position j is the j-th masked slot; slot 0 holds the last token"
+        assert answer == expected, (f"on held-out prompt {checked}, position {answer} is not the "
+                                    "one with the lowest top-1 probability")
         checked += 1
     assert checked >= 3, "internal: too few prompts without a near-tie"
     return correct("Exercise 2", f"the least sure position, on {checked} prompts.")
@@ -174,98 +161,63 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
                    f"the second pass changed {changed} of {block_size - 1} draft tokens.")
 
 
-def measured_tau(proposer_factory, target, prompt_ids, max_new_tokens: int, stops) -> float:
-    """Mean acceptance length over all steps of all prompts (greedy)."""
-    lengths = [a for x in prompt_ids for a in generate(
-        target, proposer_factory(), x, max_new_tokens, stop_token_ids=stops).acceptance_lengths]
-    return sum(lengths) / len(lengths)
+def step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens: int, stops) -> list:
+    """Acceptance lengths of every step, one list per prompt (greedy; ``block_size=None``: the
+    trained one)."""
+    return [generate(target, DFlashProposer(drafter, target, block_size), x, max_new_tokens,
+                     stop_token_ids=stops).acceptance_lengths for x in prompt_ids]
 
 
-def check_tau_at_block_size(
-    answer, drafter, target, prompt_ids, block_size: int, max_new_tokens: int, stops
-) -> bool:
+def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int,
+                            max_new_tokens: int, stops) -> bool:
     """Exercise 4: tau of the drafter run at a block size it was not trained with."""
     if answer is None:
         return not_attempted("Exercise 4", "Give tau as a float.")
-    expected = measured_tau(
-        lambda: DFlashProposer(drafter, target, block_size),
-        target,
-        prompt_ids,
-        max_new_tokens,
-        stops,
-    )
-    trained = measured_tau(
-        lambda: DFlashProposer(drafter, target), target, prompt_ids, max_new_tokens, stops
-    )
-    per_prompt = [
-        statistics.mean(
-            generate(
-                target,
-                DFlashProposer(drafter, target, block_size),
-                x,
-                max_new_tokens,
-                stop_token_ids=stops,
-            ).acceptance_lengths
-        )
-        for x in prompt_ids
-    ]
-    mean_of_means = statistics.mean(per_prompt)
+    per_prompt = step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens, stops)
+    at_trained = step_lengths(drafter, target, prompt_ids, None, max_new_tokens, stops)
+    expected, trained = (statistics.mean(a for lengths in runs for a in lengths)
+                         for runs in (per_prompt, at_trained))
+    mean_of_means = statistics.mean(statistics.mean(lengths) for lengths in per_prompt)
     if abs(trained - expected) > 1e-6:
-        assert (
-            abs(float(answer) - trained) > 1e-6
-        ), f"that is tau at the trained block size {drafter.config.block_size}, not the one asked"
+        assert abs(float(answer) - trained) > 1e-6, \
+            f"that is tau at the trained block size {drafter.config.block_size}, not the one asked"
     if abs(mean_of_means - expected) > 1e-6:
-        assert (
-            abs(float(answer) - mean_of_means) > 1e-6
-        ), "that is a mean of per-prompt means: pool the steps of every prompt, then take one mean"
+        assert abs(float(answer) - mean_of_means) > 1e-6, \
+            "that is a mean of per-prompt means: pool the steps of every prompt, then take one mean"
     else:
         print("(On these prompts the per-prompt means happen to give the same value.)")
-    assert (
-        abs(float(answer) - expected) < 1e-6
-    ), f"{float(answer):.3f} is not what this repository measures"
-    return correct(
-        "Exercise 4",
-        f"tau {expected:.2f} at B={block_size} against {trained:.2f} at the trained "
-        f"B={drafter.config.block_size}.",
-    )
+    assert abs(float(answer) - expected) < 1e-6, \
+        f"{float(answer):.3f} is not what this repository measures"
+    return correct("Exercise 4", f"tau {expected:.2f} at B={block_size} against {trained:.2f} at "
+                                 f"the trained B={drafter.config.block_size}.")
 
 
-def check_unmasking_proposer(
-    answer, drafter, target, prompt_ids, block_size: int, max_new_tokens: int, stops
-) -> bool:
+def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: int,
+                             max_new_tokens: int, stops) -> bool:
     """Exercise 5: a proposer class that unmasks the confident half first
     (MDLM-style, two steps)."""
     if answer is None:
-        return not_attempted(
-            "Exercise 5", "subclass DFlashProposer and override propose(last, depths)."
-        )
-    assert isinstance(answer, type) and issubclass(
-        answer, DFlashProposer
-    ), "answer with the class itself, a subclass of DFlashProposer"
+        return not_attempted("Exercise 5",
+                             "subclass DFlashProposer and override propose(last, depths).")
+    assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
+        "answer with the class itself, a subclass of DFlashProposer"
     features, last, _ = _first_block(drafter, target, prompt_ids[0], block_size)
     proposer = answer(drafter, target, block_size)
     proposer.start(prompt_ids[0], features)
     drafts = proposer.propose(last.view(1), [block_size - 1])
     assert isinstance(drafts, list) and len(drafts) == 1 and isinstance(drafts[0], ChainDraft), \
         "propose returns a list of drafts, one ChainDraft per row (one row here)"
-    first = drafts[0].tokens.cpu()
-    assert first.shape == (
-        block_size - 1,
-    ), f"propose must draft B-1 = {block_size - 1} token ids first"
+    assert drafts[0].tokens.shape == (block_size - 1,), \
+        f"propose must draft B-1 = {block_size - 1} token ids first"
     taus = {}
     for name, cls in (("one pass", DFlashProposer), ("unmasking", answer)):
         lengths, tokens, seconds = [], 0, 0.0
         for x in prompt_ids:
-            r = generate(
-                target, cls(drafter, target, block_size), x, max_new_tokens, stop_token_ids=stops
-            )
+            r = generate(target, cls(drafter, target, block_size), x, max_new_tokens,
+                         stop_token_ids=stops)
             if cls is answer:
-                assert (
-                    r.tokens
-                    == generate_autoregressive(
-                        target, x, max_new_tokens, stop_token_ids=stops
-                    ).tokens
-                )
+                assert r.tokens == generate_autoregressive(target, x, max_new_tokens,
+                                                           stop_token_ids=stops).tokens
             lengths += r.acceptance_lengths
             tokens, seconds = tokens + len(r.tokens), seconds + r.total_time
         taus[name] = (sum(lengths) / len(lengths), tokens / seconds)

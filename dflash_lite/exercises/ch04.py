@@ -43,9 +43,8 @@ def check_tap_indices(answer) -> bool:
 
 
 def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
-    """Numbers the drafter's cache holds per context position, over all its layers (keys and
-    values), measured by drafting once with ``context`` positions and counting what the cache
-    kept."""
+    """Numbers the drafter's cache holds per context position, all layers, keys and values:
+    counted in the cache after drafting once with ``context`` positions."""
     cache = SlotCache(drafter.config.num_layers)
     features = torch.randn(1, context, drafter.config.num_context_features)
     block = torch.full((1, drafter.config.block_size), drafter.config.mask_token_id)
@@ -57,9 +56,8 @@ def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
 
 
 def check_cache_numbers(answer) -> bool:
-    """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position that
-    its ``SlotCache`` holds (all layers, keys and values), and the width of the raw tapped
-    features."""
+    """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position its
+    ``SlotCache`` holds (all layers, keys and values), and the raw tapped features' width."""
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give a pair (numbers cached per position, "
@@ -89,19 +87,12 @@ def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -
     """Mean accuracy of ``drafter`` over the block positions, on the target's own answers to
     held-out prompts of both domains: a finer measure than tau, which short training leaves at 1."""
     target, tokenizer = shipped_target()
-    prompts = corpus.prompts("held_out", "math", num_prompts // 2) + corpus.prompts(
-        "held_out", "code", num_prompts - num_prompts // 2
-    )
+    prompts = (corpus.prompts("held_out", "math", num_prompts // 2)
+               + corpus.prompts("held_out", "code", num_prompts - num_prompts // 2))
     data = regenerate(target, tokenizer, prompts, max_new_tokens)
     block_size = drafter.config.block_size
-    batch = make_batch(
-        data.sequences,
-        data.prompt_lengths,
-        block_size,
-        8,
-        tokenizer,
-        torch.Generator().manual_seed(0),
-    )
+    batch = make_batch(data.sequences, data.prompt_lengths, block_size, 8, tokenizer,
+                       torch.Generator().manual_seed(0))
     with torch.no_grad():
         _, metrics = drafter_loss(drafter.eval(), target, batch, position_weights(block_size))
     return float(sum(metrics["accuracy_per_position"]) / len(metrics["accuracy_per_position"]))
@@ -110,36 +101,28 @@ def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -
 def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
     """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and
     ``answer``, which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out
-    prompts, or, when the two taus tie within ``tie``, the held-out accuracy over the block
-    positions. Drafters that tie on both cannot be told apart, and score nothing: train them
-    longer."""
+    prompts, or, when the taus tie within ``tie``, the held-out accuracy over the block positions.
+    Drafters that tie on both cannot be told apart, and score nothing: train them longer."""
     name = "Exercise 3"
     if answer is None or deep is None or shallow is None:
         return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')
-    assert (
-        deep.config.target_layer_ids == DEEP_TAPS
-    ), f"the deep drafter taps {deep.config.target_layer_ids}"
-    assert (
-        shallow.config.target_layer_ids == SHALLOW_TAPS
-    ), f"the shallow drafter taps {shallow.config.target_layer_ids}"
-    assert (
-        deep.config.num_layers == shallow.config.num_layers
-        and deep.config.block_size == shallow.config.block_size
-    ), "train both with the same shape (layers, block size), or the comparison says nothing"
+    assert deep.config.target_layer_ids == DEEP_TAPS, \
+        f"the deep drafter taps {deep.config.target_layer_ids}"
+    assert shallow.config.target_layer_ids == SHALLOW_TAPS, \
+        f"the shallow drafter taps {shallow.config.target_layer_ids}"
+    assert (deep.config.num_layers == shallow.config.num_layers
+            and deep.config.block_size == shallow.config.block_size), \
+        "train both with the same shape (layers, block size), or the comparison says nothing"
     assert answer in ("deep", "shallow"), 'answer "deep" or "shallow"'
     taus = {"deep": tau_of(deep), "shallow": tau_of(shallow)}
     summary = f"tau deep {taus['deep']:.2f}, shallow {taus['shallow']:.2f}"
     measure = taus
     if abs(taus["deep"] - taus["shallow"]) < tie:
         measure = {"deep": held_out_accuracy(deep), "shallow": held_out_accuracy(shallow)}
-        summary += (
-            f"; held-out accuracy deep {measure['deep']:.3f}, shallow {measure['shallow']:.3f}"
-        )
-        assert (
-            abs(measure["deep"] - measure["shallow"]) >= 0.005
-        ), f"measured here: {summary}. The two drafters cannot be told apart: train them longer"
-    worse = min(measure, key=measure.get)
-    assert (
-        answer == worse
-    ), f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
+        summary += (f"; held-out accuracy deep {measure['deep']:.3f}, "
+                    f"shallow {measure['shallow']:.3f}")
+        assert abs(measure["deep"] - measure["shallow"]) >= 0.005, \
+            f"measured here: {summary}. The two drafters cannot be told apart: train them longer"
+    assert answer == min(measure, key=measure.get), \
+        f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
     return correct(name, f"{summary}.")

@@ -26,9 +26,8 @@ def check_loss_weights(answer) -> bool:
     assert 0 <= answer <= 1, "answer with a fraction between 0 and 1"
     assert abs(answer - float(w[:3].sum() / w.sum())) > 1e-3 or abs(answer - expected) < 1e-3, \
         "that is positions 1-3; the question asks for 1 to 4"
-    assert abs(answer - expected) < 1e-3, (
-        f"{answer:.3f} is not it: the weight of positions 1 to 4, "
-        "as a share of the weight of all 15.")
+    assert abs(answer - expected) < 1e-3, (f"{answer:.3f} is not it: the weight of positions 1 "
+                                           "to 4, as a share of the weight of all 15.")
     return correct("Exercise 1",
                    f"{expected:.3f}: 4 of the 15 positions carry {expected:.0%} of the weight.")
 
@@ -50,35 +49,23 @@ def check_unigram_loss(answer, data) -> bool:
     ``data``."""
     if answer is None:
         return not_attempted("Exercise 3", "Give the loss as a float, in nats.")
+
+    def entropy(tokens: list) -> float:
+        return -sum(n / len(tokens) * math.log(n / len(tokens)) for n in Counter(tokens).values())
+
     tokens = [t for s, p in zip(data.sequences, data.prompt_lengths) for t in s[p:]]
-    counts = Counter(tokens)
-    total = len(tokens)
-    expected = -sum(n / total * math.log(n / total) for n in counts.values())
+    expected = entropy(tokens)
     answer = float(answer)
     assert abs(answer - expected / math.log(2)) > 1e-3, \
         "that is in bits (log base 2); the loss is in nats"
-    every = [t for s in data.sequences for t in s]
-    every_counts = Counter(every)
-    with_prompts = -sum(n / len(every) * math.log(n / len(every)) for n in every_counts.values())
-    assert abs(answer - with_prompts) > 1e-3, \
+    assert abs(answer - entropy([t for s in data.sequences for t in s])) > 1e-3, \
         "that counts the prompts too: the labels are response tokens only"
     assert abs(answer - expected) < 1e-3, (
         f"{answer:.3f} is not it: use the empirical frequency of each token over all response "
         "tokens (one pooled count, not a mean of per-sequence entropies).")
-    return correct("Exercise 3", f"{expected:.2f} nats over {total} response tokens "
-                                 f"({len(counts)} distinct): compare it with ln V and with the "
-                                 "loss at the end of section 4.")
-
-
-def _ar_setup(target, data, tokenizer, block_size: int = 8):
-    """A small autoregressive drafter and one causal batch: (drafter, batch, weights)."""
-    torch.manual_seed(0)
-    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
-                                       block_size=block_size, drafting="autoregressive")
-    drafter = make_drafter(config).to(target.device)
-    batch = make_batch(data.sequences[:2], data.prompt_lengths[:2], block_size, 4, tokenizer,
-                       torch.Generator().manual_seed(0), causal=True)
-    return drafter, batch, position_weights(block_size)
+    return correct("Exercise 3", f"{expected:.2f} nats over {len(tokens)} response tokens "
+                                 f"({len(set(tokens))} distinct): compare it with ln V and with "
+                                 "the loss at the end of section 4.")
 
 
 def check_ar_loss(answer, target, data, tokenizer) -> bool:
@@ -87,8 +74,14 @@ def check_ar_loss(answer, target, data, tokenizer) -> bool:
     if answer is None:
         return not_attempted("Exercise 4", "Write ar_loss(logits, labels, slots, weights) "
                                            "returning a 0-d tensor.")
-    drafter, batch, weights = _ar_setup(target, data, tokenizer)
-    block_size = weights.shape[0] + 1
+    block_size = 8      # a small autoregressive drafter and one causal batch
+    torch.manual_seed(0)
+    config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
+                                       block_size=block_size, drafting="autoregressive")
+    drafter = make_drafter(config).to(target.device)
+    batch = make_batch(data.sequences[:2], data.prompt_lengths[:2], block_size, 4, tokenizer,
+                       torch.Generator().manual_seed(0), causal=True)
+    weights = position_weights(block_size)
     with torch.no_grad():
         logits, labels, slots = labelled_logits(drafter, target, batch, block_size)
         expected, _ = drafter_loss(drafter, target, batch, weights)
@@ -134,9 +127,8 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int,
                        torch.Generator().manual_seed(1))
     shown = []
     for name in ("decay", "uniform"):
-        drafter = runs[name][0]
         with torch.no_grad():
-            _, metrics = drafter_loss(drafter, target, batch, decay)
+            _, metrics = drafter_loss(runs[name][0], target, batch, decay)
         shown.append(f"{name}: "
                      + ", ".join(f"{a:.2f}" for a in metrics["accuracy_per_position"][:4]))
     return correct("Exercise 5", f"reproducible, and the weights reach the loss. Accuracy at "

@@ -39,17 +39,16 @@ def check_break_even(answer, report: dict) -> bool:
         return not_attempted("Exercise 2", "Give {B: break-even tau} for the run's block sizes.")
     costs = _costs(report)
     t, d = costs["t_target"], costs["t_draft"]
-    sizes = sorted(int(b) for b in d if str(b) in t)
-    sizes = [b for b in sizes if rows_of(report, Kind.DFLASH, block_size=b)]
+    sizes = [b for b in sorted(int(b) for b in d if str(b) in t)
+             if rows_of(report, Kind.DFLASH, block_size=b)]
     assert set(map(int, answer)) == set(sizes), \
         f"give one entry per block size of the run: {sizes}"
+    even = {b: (t[str(b)] + d[str(b)]) / t["1"] for b in sizes}
     for b in sizes:
-        expected = (t[str(b)] + d[str(b)]) / t["1"]
         got = float(answer[b] if b in answer else answer[str(b)])
-        assert abs(got - expected) < 1e-6 * expected, \
+        assert abs(got - even[b]) < 1e-6 * even[b], \
             f"B={b}: not the tau at which this block only matches plain decoding"
-    above = [b for b in sizes
-             if row_of(report, Kind.DFLASH, block_size=b)["tau"] > (t[str(b)] + d[str(b)]) / t["1"]]
+    above = [b for b in sizes if row_of(report, Kind.DFLASH, block_size=b)["tau"] > even[b]]
     return correct("Exercise 2", f"blocks whose tau beat break-even here: {above or 'none'}.")
 
 

@@ -19,9 +19,8 @@ def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int,
     if answer is None:
         return not_attempted("Exercise 1", "Give (tau, rate).")
     ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids.to(target.device)
-    result = generate(target, DFlashProposer(drafter, target, block_size), ids, max_new_tokens,
-                                  stop_token_ids=stop_token_ids(target, tokenizer))
-    lengths = result.acceptance_lengths
+    lengths = generate(target, DFlashProposer(drafter, target, block_size), ids, max_new_tokens,
+                       stop_token_ids=stop_token_ids(target, tokenizer)).acceptance_lengths
     tau = statistics.mean(lengths)
     rate = sum(a - 1 for a in lengths) / (len(lengths) * (block_size - 1))
     got_tau, got_rate = (float(v) for v in answer)
@@ -45,26 +44,21 @@ def check_mse_on_probs(mse_on_probs) -> bool:
     for scale in (1.0, 10.0):
         got = torch.as_tensor(mse_on_probs(logits * scale, labels, weights), dtype=torch.float64)
         assert got.shape == (), "return one number (a 0-d tensor)"
-        assert (
-            0 <= float(got) <= 2
-        ), "a mean of squared differences between probabilities lies in [0, 2]"
+        assert 0 <= float(got) <= 2, \
+            "a mean of squared differences between probabilities lies in [0, 2]"
     perfect = torch.nn.functional.one_hot(labels, 11).float() * 60
-    assert (
-        abs(float(mse_on_probs(perfect, labels, weights))) < 1e-6
-    ), "a certain, right prediction must cost 0"
+    assert abs(float(mse_on_probs(perfect, labels, weights))) < 1e-6, \
+        "a certain, right prediction must cost 0"
     weights_first = torch.zeros(5)
     weights_first[0] = 1.0
     a = float(mse_on_probs(logits, labels, weights_first))
     b = float(mse_on_probs(logits[:, :1], labels[:, :1], weights_first[:1]))
     assert abs(a - b) < 1e-6, "a position with weight 0 must not change the loss"
     doubled = float(mse_on_probs(logits, labels, 2 * weights))
-    assert (
-        abs(doubled - float(mse_on_probs(logits, labels, weights))) < 1e-6
-    ), "scaling all weights must not change the loss: divide by their sum"
-    return correct(
-        "Exercise 2",
-        "Each wrong token's error is tiny, so the loss barely moves when the right token gains.",
-    )
+    assert abs(doubled - float(mse_on_probs(logits, labels, weights))) < 1e-6, \
+        "scaling all weights must not change the loss: divide by their sum"
+    return correct("Exercise 2", "Each wrong token's error is tiny, so the loss barely moves when "
+                                 "the right token gains.")
 
 
 def check_harmless_threshold(prompt, target, tokenizer) -> bool:

@@ -23,10 +23,6 @@ def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost
                                  "the gap is the verify's cost.")
 
 
-def _row(report: dict, block_size: int) -> dict:
-    return row_of(report, Kind.DFLASH, block_size=block_size)
-
-
 def check_exported_drafter(answer, directory, exported_report, report,
                            block_size: int = 16) -> bool:
     """Exercise 2: the shipped drafter exported to the public layout and benchmarked from there."""
@@ -44,11 +40,11 @@ def check_exported_drafter(answer, directory, exported_report, report,
     root = Path(__file__).resolve().parents[2]
     assert source is not None and here in (Path(source).resolve(), (root / source).resolve()), \
         "this report was not run on the exported directory: pass drafter=<that directory> to bench"
-    row = _row(exported_report, block_size)
+    row = row_of(exported_report, Kind.DFLASH, block_size=block_size)
     assert row["identical_to_target"], "the exported drafter's output differs from the target's"
     assert abs(float(answer) - row["tau"]) < 1e-9, \
         f"give the tau of the 'DFlash (ours) B={block_size}' row"
-    shipped = _row(report, block_size)["tau"]
+    shipped = row_of(report, Kind.DFLASH, block_size=block_size)["tau"]
     return correct("Exercise 2", f"tau {row['tau']:.2f} from the export, {shipped:.2f} from the "
                    "shipped directory (equal when the same prompts and length are used: same "
                    "weights, greedy).")

@@ -36,8 +36,7 @@ def check_visible_pairs(answer, write_positions: list[int], width: int) -> bool:
         return not_attempted("Exercise 1", "Give the number of visible pairs, an int.")
     cache = SlotCache(1, rows=len(write_positions))
     cache.rewind(list(write_positions))
-    mask = cache.verify_mask(width)["full_attention"]
-    expected = int(mask.sum())
+    expected = int(cache.verify_mask(width)["full_attention"].sum())
     assert int(answer) == expected, ("not the number of True entries of the batch's verify mask "
                                      "(each row: its committed slots, then the causal triangle)")
     one_offset = len(write_positions) * (width * max(write_positions) + width * (width + 1) // 2)
