@@ -3,8 +3,7 @@
 
 Temperature, top-k and top-p are transformers' own logits processors (``TemperatureLogitsWarper``,
 ``TopKLogitsWarper``, ``TopPLogitsWarper``), so a distribution here is the one ``generate`` uses.
-Greedy decoding (temperature 0) is the argmax of the raw logits.
-"""
+Greedy decoding (temperature 0) is the argmax of the raw logits."""
 from __future__ import annotations
 
 import secrets
@@ -56,8 +55,7 @@ class SamplingParams:
 def target_probs(logits: torch.Tensor, params: SamplingParams, processors=None) -> torch.Tensor:
     """Probabilities the target samples from, per row. ``logits``: (N, V) -> (N, V)."""
     processors = params.processors() if processors is None else processors
-    scores = processors(None, logits.float())  # the warpers here never look at input_ids
-    return torch.softmax(scores, dim=-1)
+    return torch.softmax(processors(None, logits.float()), dim=-1)  # warpers ignore input_ids
 
 
 def _signed(c: int) -> int:
@@ -89,9 +87,8 @@ class PositionNoise:
 
     def uniform(self, positions: torch.Tensor, vocab: int) -> torch.Tensor:
         """(N, V) uniforms in (0, 1) for the tokens at ``positions`` (N,)."""
-        device = positions.device
         key = (positions.long() * _POSITION + self._key)[:, None]
-        z = key + torch.arange(vocab, device=device)[None]
+        z = key + torch.arange(vocab, device=positions.device)[None]
         z = (z ^ _shift(z, 30)) * _MIX1
         z = (z ^ _shift(z, 27)) * _MIX2
         z = z ^ _shift(z, 31)

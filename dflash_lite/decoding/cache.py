@@ -13,8 +13,7 @@ forward may see is the cache's business too:
   does no work on empty or stale slots, and a one-token forward needs no mask;
 * **fixed** (``fixed=True``): the whole buffer, under a mask built on the device from the write
   positions, so that every forward of a width has the same shapes (what ``torch.compile`` and CUDA
-  graphs need).
-"""
+  graphs need)."""
 from __future__ import annotations
 
 import torch
@@ -68,9 +67,7 @@ class SlotLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         width = key_states.shape[-2]
         if self.cache.fixed:
-            index = self.at[:, None] + torch.arange(width, device=self.keys.device)
-            _write(self.keys, index, key_states)
-            _write(self.values, index, value_states)
+            self._write(self.at, key_states, value_states)
             self.at.add_(width)
             return self.keys, self.values
         end = max(self.starts) + width
@@ -81,12 +78,19 @@ class SlotLayer(CacheLayerMixin):
             self.keys[:, :, s: s + width] = key_states
             self.values[:, :, s: s + width] = value_states
         else:
-            index = torch.tensor(self.starts, device=self.keys.device)[:, None] \
-                + torch.arange(width, device=self.keys.device)
-            _write(self.keys, index, key_states)
-            _write(self.values, index, value_states)
+            starts = torch.tensor(self.starts, device=self.keys.device)
+            self._write(starts, key_states, value_states)
         self.starts = [s + width for s in self.starts]
         return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def _write(self, starts: torch.Tensor, key_states, value_states) -> None:
+        """Row r's new (kv, W, D) into slots ``starts[r] ..`` of the (rows, kv, L, D) buffers."""
+        index = starts[:, None] + torch.arange(key_states.shape[-2], device=starts.device)
+        for buffer, new in ((self.keys, key_states), (self.values, value_states)):
+            if buffer.shape[0] == 1:
+                buffer.index_copy_(2, index[0], new)
+            else:
+                buffer.scatter_(2, index[:, None, :, None].expand_as(new), new)
 
     def get_seq_length(self) -> int:
         return self.starts[0]
@@ -98,18 +102,9 @@ class SlotLayer(CacheLayerMixin):
         return self.cache.length
 
 
-def _write(buffer: torch.Tensor, index: torch.Tensor, new: torch.Tensor) -> None:
-    """``buffer[r, :, index[r, j]] = new[r, :, j]`` for (rows, kv, L, D) buffers."""
-    if buffer.shape[0] == 1:
-        buffer.index_copy_(2, index[0], new)
-    else:
-        buffer.scatter_(2, index[:, None, :, None].expand_as(new), new)
-
-
 class SlotCache(Cache):
-    """K/V of ``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``, with a
-    write position per row. ``length`` None: an eager cache that starts at :data:`MIN_SLOTS` and
-    doubles when a forward needs more; a fixed cache never grows."""
+    """``num_layers`` layers for ``rows`` sequences in slots ``0 .. length - 1``; ``length`` None:
+    eager, from :data:`MIN_SLOTS` slots, doubling when a forward needs more; fixed never grows."""
 
     def __init__(self, num_layers: int, length: int | None = None, rows: int = 1,
                  fixed: bool = False, device: torch.device | str | None = None):
@@ -143,8 +138,7 @@ class SlotCache(Cache):
                 torch._dynamo.mark_static_address(t)
 
     def buffers(self) -> list[torch.Tensor]:
-        """Every tensor a forward reads and writes in place: mask ends, then per layer K, V and
-        write positions."""
+        """What a forward updates in place: mask ends, then per layer K, V and write positions."""
         return [self.ends, *(t for x in self.layers for t in (x.keys, x.values, x.at))]
 
     @property
@@ -162,31 +156,24 @@ class SlotCache(Cache):
         """The next forward writes from slot ``to`` (an int, a per-row list, or on a fixed cache a
         (rows,) device tensor); the slots before it are the committed ones. ``end``: on a fixed
         cache, where the slots a drafter forward may see end (default: after what it writes)."""
-        if isinstance(to, torch.Tensor) and self.fixed:
+        if not (isinstance(to, torch.Tensor) and self.fixed):
+            to = to.tolist() if isinstance(to, torch.Tensor) else to
+            starts = [int(to)] * self.rows if isinstance(to, int) else [int(v) for v in to]
             for layer in self.layers:
-                layer.at.copy_(to)
-            if end is not None:
-                self.ends.copy_(end)
-            return
-        to = to.tolist() if isinstance(to, torch.Tensor) else to
-        starts = [int(to)] * self.rows if isinstance(to, int) else [int(v) for v in to]
+                layer.starts = list(starts)
+            if not self.fixed:
+                if self.rows > 1 and end is not None:
+                    self.ends = torch.as_tensor(end, device=self.device).expand(self.rows).clone()
+                return
+            to = torch.tensor(starts, device=self.device)
+            end = to if end is None else torch.as_tensor(end, device=self.device)
         for layer in self.layers:
-            layer.starts = list(starts)
-        if self.fixed or (self.rows > 1 and end is not None):
-            value = torch.tensor(starts, device=self.device)
-            if self.fixed:
-                for layer in self.layers:
-                    layer.at.copy_(value)
-            ends = (value if end is None else torch.as_tensor(end, device=self.device)
-                    ).expand(self.rows)
-            if self.fixed:
-                self.ends.copy_(ends)           # in place: its address is a graph's input
-            else:
-                self.ends = ends.clone()
+            layer.at.copy_(to)
+        if end is not None:
+            self.ends.copy_(end)                # in place: its address is a graph's input
 
     def keep_path(self, position: int, path: list[int]) -> None:
-        """The K/V of the verify rows ``path`` (written from slot ``position``, root first) move to
-        slots ``position ..`` of every layer, in place, and the write position follows them."""
+        """:meth:`keep_paths` with the same ``position`` and ``path`` for every row."""
         self.keep_paths([position] * self.rows, [path] * self.rows)
 
     def keep_paths(self, positions: list[int], paths: list[list[int]]) -> None:
@@ -257,15 +244,13 @@ class SlotCache(Cache):
     def _window(self, mask, depths, window: int) -> torch.Tensor:
         """True where a key is within ``window`` positions before the query (transformers' rule)."""
         rows, _, width, slots = mask.shape
-        device = mask.device
         at = self.write_positions()
-        depths = torch.arange(width, device=device) if depths is None else depths
-        query = at[:, None] + (depths if depths.ndim == 2 else depths[None])            # (R, W)
-        key = torch.arange(slots, device=device)[None].expand(rows, -1).clone()         # (R, L)
+        depths = torch.arange(width, device=mask.device) if depths is None else depths
+        query = at[:, None] + depths.expand(rows, -1)                                   # (R, W)
+        key = torch.arange(slots, device=mask.device)[None].expand(rows, -1)            # (R, L)
         relative = key - at[:, None]
         inside = (relative >= 0) & (relative < width)
-        where = relative.clamp(0, width - 1)
-        depth = depths[where] if depths.ndim == 1 else depths.gather(1, where)
+        depth = depths.expand(rows, -1).gather(1, relative.clamp(0, width - 1))
         key = torch.where(inside, at[:, None] + depth, key)
         return (query[:, :, None] - key[:, None, :] < window)[:, None]
 
@@ -292,13 +277,10 @@ class SlotCache(Cache):
     def positions(self, width: int, depths: torch.Tensor | None = None) -> torch.Tensor:
         """(rows, W) position ids of a forward of ``width`` rows written from the write position:
         consecutive, or the write position plus each row's ``depths`` (W,) (a tree)."""
+        offsets = torch.arange(width, device=self.device) if depths is None else depths
         if self.fixed or self.rows > 1:
-            at = self.write_positions()
-            offsets = torch.arange(width, device=self.device) if depths is None else depths
-            return at[:, None] + (offsets if offsets.ndim == 2 else offsets[None])
-        if depths is None:
-            return torch.arange(self.position, self.position + width, device=self.device)[None]
-        return (depths + self.position).view(1, -1)
+            return self.write_positions()[:, None] + offsets.expand(self.rows, -1)
+        return (offsets + self.position).view(1, -1)
 
     def key_positions(self, new: int) -> torch.Tensor:
         """(rows, visible) absolute positions of the slots a forward writing ``new`` slots sees."""

@@ -15,8 +15,7 @@
   (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
   speculation_type="dflash")``.
 
-A checkpoint with missing or extra tensors, or tensors of the wrong shape, is refused with one line.
-"""
+A checkpoint with missing, extra or wrongly shaped tensors is refused with one line."""
 from __future__ import annotations
 
 import json
@@ -38,15 +37,16 @@ HF_RENAMES = {"fc.weight": "encoder.fc.weight",
               "hidden_norm.weight": "encoder.output_norm_enc.weight"}
 
 
-def _atomic_save(tensors: dict, config: dict, directory: Path, weights_name: str,
-                 config_name: str) -> Path:
+def _atomic_save(drafter: DFlashDrafter, dtype: torch.dtype, config: dict, directory: str | Path,
+                 weights_name: str, config_name: str) -> Path:
     """Write to temporary names, then rename, so an interrupted save never looks complete."""
     directory = Path(directory)
+    tensors = {k: v.to(dtype).detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory}: is an existing file; a drafter is saved into a directory")
     with (atomic_path(directory / weights_name) as tmp_w,
           atomic_path(directory / config_name) as tmp_c):
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp_w))
+        save_file(tensors, str(tmp_w))
         tmp_c.write_text(json.dumps(config, indent=1))
     return directory
 
@@ -98,8 +98,7 @@ def _read(directory: Path, weights_name: str, config_name: str) -> tuple[dict, d
 def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.float32,
                  extra: dict | None = None) -> Path:
     config = {"format": FORMAT, "config": drafter.config.to_dict(), **(extra or {})}
-    tensors = {k: v.to(dtype) for k, v in drafter.state_dict().items()}
-    return _atomic_save(tensors, config, Path(directory), OWN_WEIGHTS, OWN_CONFIG)
+    return _atomic_save(drafter, dtype, config, directory, OWN_WEIGHTS, OWN_CONFIG)
 
 
 def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "cpu",
@@ -212,8 +211,7 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
     dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
     config[dtype_key] = str(dtype).removeprefix("torch.")
-    tensors = {k: v.to(dtype) for k, v in drafter.state_dict().items()}
-    return _atomic_save(tensors, config, Path(directory), "model.safetensors", "config.json")
+    return _atomic_save(drafter, dtype, config, directory, "model.safetensors", "config.json")
 
 
 def _rope_from_config(raw: dict) -> tuple[float, dict | None]:

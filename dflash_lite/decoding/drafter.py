@@ -20,8 +20,7 @@ Two options of that layout change the attention itself, and both are honoured he
 (``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own rotary
 embedding for the target's rope parameters, and **sliding-window layers** (``layer_types[i] ==
 "sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional window of transformers'
-DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA.
-"""
+DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA."""
 from __future__ import annotations
 
 import torch
@@ -73,12 +72,6 @@ class KVInjectionAttention(nn.Module):
         self.q_norm = RMSNorm(d, eps=config.rms_norm_eps)
         self.k_norm = RMSNorm(d, eps=config.rms_norm_eps)
 
-    def _kv(self, x, cos, sin):
-        n, t, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rope(k, cos, sin), v                                # (N, kv, T, D) each
-
     def forward(self, block, context, block_rope, context_rope, cache: SlotCache | None, layer: int,
                 attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The block's attention output (N, B, H). ``attn_mask`` (boolean, True = may attend) spans
@@ -98,10 +91,11 @@ class KVInjectionAttention(nn.Module):
 
     def keys_values(self, block, context, block_rope, context_rope, cache, layer):
         """KV injection: K/V of [context ; block] projected in one go; the new context is cached."""
-        c = context.shape[1]
-        k, v = self._kv(torch.cat([context, block], dim=1),                     # (N, kv, C+B, D)
-                        torch.cat([context_rope[0], block_rope[0]], dim=1),
-                        torch.cat([context_rope[1], block_rope[1]], dim=1))
+        x, c = torch.cat([context, block], dim=1), context.shape[1]
+        n, t, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        k = apply_rope(k, *[torch.cat(pair, dim=1) for pair in zip(context_rope, block_rope)])
         if cache is None:
             return k, v
         k_ctx, v_ctx = cache.append(layer, k[:, :, :c], v[:, :, :c])      # all context so far
@@ -212,8 +206,7 @@ class DFlashDrafter(nn.Module):
     def window_mask(self, block_positions: torch.Tensor,
                     key_positions: torch.Tensor) -> torch.Tensor:
         """Sliding-window layers: block position q may see key position k iff |q - k| <=
-        sliding_window. ``key_positions`` (N, K): every key's position, context then block.
-        Returns a boolean (N, 1, B, K) mask, True where attention is allowed."""
+        sliding_window. ``key_positions`` (N, K): context, then block. (N, 1, B, K), True: seen."""
         distance = (block_positions[:, :, None] - key_positions[:, None, :]).abs()     # (N, B, K)
         return (distance <= self.config.sliding_window)[:, None]
 

@@ -2,8 +2,7 @@
 fields: width, layers, block size, the target layers it taps, the mask token, RoPE and sliding
 windows), how it drafts (:class:`Drafting`) and what it is conditioned on (:class:`Conditioning`),
 and :func:`check_compatible`, whether it fits a target. The model itself is
-:mod:`dflash_lite.decoding.drafter`.
-"""
+:mod:`dflash_lite.decoding.drafter`."""
 from __future__ import annotations
 
 import enum

@@ -3,8 +3,7 @@ docs/method.md#context-features).
 
 ``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
 Hugging Face directory, or a hub id; only a hub id can reach the network, and with neither a cached
-copy nor the network it fails with one line, not a stack of retries (:func:`resolve_checkpoint`).
-"""
+copy nor the network it fails with one line, not a stack of retries (:func:`resolve_checkpoint`)."""
 from __future__ import annotations
 
 import json
@@ -79,10 +78,9 @@ def _check_safetensors(directory: Path) -> dict[str, list[int]]:
     other = sorted(file.name for file in directory.iterdir()       # and their indexes
                    if file.name.lower().removesuffix(".index.json").endswith(OTHER_WEIGHTS))
     if other:
-        more = " ..." if len(other) > 3 else ""
-        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{more}, weights in a format "
-                        f"that can run code; only safetensors are loaded: remove it or use "
-                        f"another folder")
+        raise LoadError(f"{directory}: holds {', '.join(other[:3])}{' ...' * (len(other) > 3)}, "
+                        "weights in a format that can run code; only safetensors are loaded: "
+                        "remove it or use another folder")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise LoadError(f"{directory}: no *.safetensors weights found")
@@ -124,11 +122,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the torch dtype itself) -> the torch dtype.
     None means fp32, the CPU default: the shipped bf16 weights upcast exactly."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
-        return dtype
-    name = str(dtype).removeprefix("torch.")
+    name = "float32" if dtype is None else str(dtype).removeprefix("torch.")
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[name]
@@ -197,9 +191,8 @@ def read_config(directory: Path) -> dict:
         raise LoadError(f"{path}: not valid JSON ({type(e).__name__})") from None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise LoadError(f"{directory}: model_type {model_type!r} is not supported "
-                        f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)}); no code from the "
-                        "directory is run")
+        raise LoadError(f"{directory}: model_type {model_type!r} is not supported (supported: "
+                        f"{', '.join(SUPPORTED_MODEL_TYPES)}); no code from the directory is run")
     try:
         check_model_shape(raw, num_layers_key="num_hidden_layers")
     except ValueError as e:
@@ -244,9 +237,9 @@ def load_pretrained(name_or_path: str | os.PathLike = "tiny", device: str | torc
     missing = sorted(info.get("missing_keys") or ())
     mismatched = [k for k, *_ in info.get("mismatched_keys") or ()]
     if missing or mismatched:                       # never run on random weights filled in for them
-        names = missing or mismatched
         raise LoadError(f"{directory}: the weights do not match config.json ({len(missing)} "
-                        f"tensors missing, {len(mismatched)} of another shape, e.g. {names[0]}); "
+                        f"tensors missing, {len(mismatched)} of another shape, "
+                        f"e.g. {(missing or mismatched)[0]}); "
                         f"refusing to run on random weights")
     _check_tokenizer(model, tokenizer, directory)
     try:

@@ -25,8 +25,7 @@ lookup's copied tokens), so the tree rule is the chain's point-mass rule
 (``acceptance.accept_point_mass``) with several candidates: at each node on the walk the target's
 token is a fresh sample given that node's path, and the walk moves on only when a child holds that
 very token. So every committed token is a sample of the target given the tokens before it; the
-tree only decides how many one forward commits (``tests/test_sampling_lossless.py``: chi-square).
-"""
+tree only decides how many one forward commits (``tests/test_sampling_lossless.py``: chi-square)."""
 from __future__ import annotations
 
 import heapq
@@ -56,8 +55,7 @@ class DraftTree:
 
     def ancestor_mask(self) -> torch.Tensor:
         """(N+1, N+1) boolean: row i is True at i and at every ancestor of i (its :meth:`paths`)."""
-        n = len(self.parents)
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask = torch.zeros(len(self), len(self), dtype=torch.bool)
         for i, path in enumerate(self.paths()):
             mask[i, path] = True
         return mask
@@ -85,8 +83,7 @@ class DraftTree:
 
     # the draft interface the decode loop calls (decoding.decode.Draft), as ChainDraft has it
     def layout(self, last: torch.Tensor):
-        """The whole tree in one target forward (:func:`verify_tree`): its tokens (the root already
-        holds ``last``), each node's depth and its ancestors."""
+        """Tokens (the root holds ``last``), depths, ancestor mask, for :func:`verify_tree`."""
         return (self.tokens, torch.tensor(self.depths, device=self.tokens.device),
                 self.ancestor_mask().to(self.tokens.device))
 
@@ -137,8 +134,7 @@ class DraftTree:
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
     """The ``budget`` most likely paths under per-position log-probabilities ``draft_logprobs``
     (D, V), best-first by their sum (the log of the product of probabilities)."""
-    width = min(budget, draft_logprobs.shape[1])
-    top_logp, top_ids = draft_logprobs.float().topk(width, dim=-1)          # (D, width), sorted
+    top_logp, top_ids = draft_logprobs.float().topk(min(budget, draft_logprobs.shape[1]), dim=-1)
     return _best_first(int(root_token), top_logp.tolist(), top_ids.tolist(), budget,
                        draft_logprobs.device)
 
@@ -210,9 +206,8 @@ def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
     all from one forward of the DFlash ``proposer`` over ``[last, MASK x depth]``."""
     _, logits = proposer.block_logits(last, depths)                    # (R, depth, V)
     # every row's top tokens in one host read; the rows' trees are built from those
-    top_logp, top_ids = torch.log_softmax(logits.float(), dim=-1).topk(
-        min(tree_size, logits.shape[-1]), dim=-1)
-    top_logp, top_ids, roots = top_logp.tolist(), top_ids.tolist(), last.tolist()
+    top = torch.log_softmax(logits.float(), dim=-1).topk(min(tree_size, logits.shape[-1]), dim=-1)
+    top_logp, top_ids, roots = top.values.tolist(), top.indices.tolist(), last.tolist()
     return [_best_first(roots[r], top_logp[r][:d], top_ids[r][:d], tree_size, last.device)
             for r, d in enumerate(depths)]
 

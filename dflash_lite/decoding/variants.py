@@ -12,8 +12,7 @@ notebooks 03 and 04 and ``tools/train_ablations.py`` compare them with DFlash
   (the paper's "DFlash-AR"): the same conditioning, one token per forward.
 
 :func:`make_drafter` builds whichever drafter a :class:`~dflash_lite.decoding.drafter.DrafterConfig`
-names; checkpoints keep those two config fields, so every saved drafter loads as what it was.
-"""
+names; checkpoints keep those two config fields, so every saved drafter loads as what it was."""
 from __future__ import annotations
 
 import torch
@@ -91,8 +90,7 @@ class AutoregressiveLayer(DrafterLayer):
 
 
 class AutoregressiveDrafter(DFlashDrafter):
-    """The EAGLE-style baseline; trained with a causal mask over the block
-    (:mod:`dflash_lite.training.train`)."""
+    """EAGLE-style baseline, trained causally over the block (:mod:`dflash_lite.training.train`)."""
     variants = {("autoregressive", "kv_injection"), ("autoregressive", "none")}
     autoregressive = True
     fixed_shapes = False
