@@ -156,21 +156,27 @@ class SlotCache(Cache):
         """The next forward writes from slot ``to`` (an int, a per-row list, or on a fixed cache a
         (rows,) device tensor); the slots before it are the committed ones. ``end``: on a fixed
         cache, where the slots a drafter forward may see end (default: after what it writes)."""
-        if not (isinstance(to, torch.Tensor) and self.fixed):
-            to = to.tolist() if isinstance(to, torch.Tensor) else to
-            starts = [int(to)] * self.rows if isinstance(to, int) else [int(v) for v in to]
+        if isinstance(to, torch.Tensor) and self.fixed:
             for layer in self.layers:
-                layer.starts = list(starts)
-            if not self.fixed:
-                if self.rows > 1 and end is not None:
-                    self.ends = torch.as_tensor(end, device=self.device).expand(self.rows).clone()
-                return
-            to = torch.tensor(starts, device=self.device)
-            end = to if end is None else torch.as_tensor(end, device=self.device)
+                layer.at.copy_(to)
+            if end is not None:
+                self.ends.copy_(end)
+            return
+        to = to.tolist() if isinstance(to, torch.Tensor) else to
+        starts = [int(to)] * self.rows if isinstance(to, int) else [int(v) for v in to]
         for layer in self.layers:
-            layer.at.copy_(to)
-        if end is not None:
-            self.ends.copy_(end)                # in place: its address is a graph's input
+            layer.starts = list(starts)
+        if self.fixed or (self.rows > 1 and end is not None):
+            value = torch.tensor(starts, device=self.device)
+            if self.fixed:
+                for layer in self.layers:
+                    layer.at.copy_(value)
+            ends = (value if end is None else torch.as_tensor(end, device=self.device)
+                    ).expand(self.rows)
+            if self.fixed:
+                self.ends.copy_(ends)           # in place: its address is a graph's input
+            else:
+                self.ends = ends.clone()
 
     def keep_path(self, position: int, path: list[int]) -> None:
         """:meth:`keep_paths` with the same ``position`` and ``path`` for every row."""
