@@ -1,14 +1,8 @@
-"""The methods DFlash is measured against, each a :class:`~dflash_lite.decoding.decode.Proposer` for
-the same decode loop (:func:`dflash_lite.decoding.decode.steps`), so every speedup compares like
-with like:
-
-* :class:`NoDraftProposer`: block size 1, nothing drafted: plain autoregressive decoding, one
-  target forward per token with the KV cache (:func:`generate_autoregressive`).
-* :class:`EagleProposer`: the EAGLE-style drafter (the paper's "DFlash-AR", section 5).
-* :class:`DraftModelProposer`: classic speculative decoding with a small causal LM as the drafter.
-* :class:`AdaptiveDFlashProposer`: DFlash with the source article's adaptive block size (its
-  section 5.3), which the cost-aware policy (:mod:`dflash_lite.decoding.policy`) replaces.
-* :func:`hf_generate`: transformers' own ``model.generate``, plain or assisted (benchmark rows).
+"""The methods DFlash is measured against, each a proposer for the same decode loop
+(docs/method.md#the-decode-loop): :class:`NoDraftProposer` (block size 1: plain autoregressive
+decoding, :func:`generate_autoregressive`), :class:`EagleProposer` (the paper's "DFlash-AR",
+section 5), :class:`DraftModelProposer` (a small causal LM), :class:`AdaptiveDFlashProposer` (the
+source article's adaptive block size, its section 5.3) and :func:`hf_generate` (transformers').
 """
 from __future__ import annotations
 
@@ -69,7 +63,8 @@ class EagleProposer:
 
     def start(self, prompt_ids, target_hidden) -> None:
         self.cache = self.shapes.drafter_cache(self.drafter, prompt_ids.device)
-        self.new_context, self.new_context_start = target_hidden, 0    # features not yet cached
+        self.new_context = target_hidden                # features not yet cached
+        self.new_context_start = 0
 
     def propose(self, last_token: torch.Tensor, k: int):
         token, position = last_token.view(1, 1), self.new_context_start + self.new_context.shape[1]
@@ -80,25 +75,24 @@ class EagleProposer:
                                                     position + i, self.cache)
             token = logits.argmax(dim=-1).view(1, 1)                               # (1, 1)
             drafts.append(token[0])
-            context, context_start = context[:, :0], position              # cached now
+            context = context[:, :0]                    # cached now
+            context_start = position
         self.cache.rewind(position)           # keep the accepted context 0..position-1, no drafts
         return ChainDraft(torch.cat(drafts))
 
     def accepted(self, block, n: int, position: int, target_hidden) -> None:
         # the features of last + n accepted drafts join the context on the next propose
-        self.new_context, self.new_context_start = target_hidden[:, : n + 1], position
+        self.new_context = target_hidden[:, : n + 1]
+        self.new_context_start = position
 
 
 class DraftModelProposer:
     """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
-    cache. ``sample=False`` drafts the argmax (a point-mass q). ``sample=True`` samples from the
-    draft model's processed distribution: with a
-    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` by the **coupled
-    rule** (the default of a seeded run): each draft is ``argmax(log q + g)`` with the target's own
-    noise g at that position, a point mass accepted exactly when it is the target's seeded token
-    (acceptance at least (1 - TV) / (1 + TV)); with a ``torch.Generator``, by the **min(1, p/q)
-    rule** (Leviathan et al. 2023; acceptance 1 - TV, but the output then depends on the draws):
-    the drafts and their q are returned for the general acceptance rule."""
+    cache. ``sample=False`` drafts the argmax (a point mass). ``sample=True`` samples from the draft
+    model's processed distribution (docs/method.md#seeded-sampling): with a
+    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` by the coupled rule, a
+    point mass ``argmax(log q + g)``; with a ``torch.Generator`` by the min(1, p/q) rule (Leviathan
+    et al. 2023), the drafts returned with their q."""
     layer_ids = None
 
     def __init__(self, draft_model, target, block_size: int = 5,
@@ -183,7 +177,8 @@ class AdaptiveDFlashProposer(DFlashProposer):
     def start(self, ids, features, lengths=None) -> None:
         super().start(ids, features, lengths)
         rows = len(self.new_context_lengths)
-        self.recent, self.blocks = [[] for _ in range(rows)], [self.sizes[-1]] * rows
+        self.recent = [[] for _ in range(rows)]
+        self.blocks = [self.sizes[-1]] * rows
         self.chosen = []
 
     def propose(self, last: torch.Tensor, depths: list[int]):
@@ -201,4 +196,5 @@ class AdaptiveDFlashProposer(DFlashProposer):
 
     def keep(self, rows: list[int]) -> None:
         super().keep(rows)
-        self.recent, self.blocks = [self.recent[i] for i in rows], [self.blocks[i] for i in rows]
+        self.recent = [self.recent[i] for i in rows]
+        self.blocks = [self.blocks[i] for i in rows]

@@ -1,7 +1,6 @@
-"""The cost-aware policy's choice (:mod:`dflash_lite.decoding.policy`): its options
-(:class:`PolicyOptions`), one step's :class:`Choice`, what the cost model says it costs
-(:func:`step_seconds`), and the rule, the option with the most expected tokens per second of step:
-:func:`choose`, one option for every row of a batch (one request is one row).
+"""The cost-aware policy's choice (docs/method.md#the-cost-aware-policy): its options
+(:class:`PolicyOptions`), one step's :class:`Choice`, what it costs (:func:`step_seconds`), and
+:func:`choose`, the option with the most expected tokens per second, one for every row of a batch.
 """
 from __future__ import annotations
 
@@ -24,8 +23,9 @@ class PolicyOptions:
     decay: float = 0.9
     idle_decay: float = 0.99            # closer to 1: a losing draft is retried later
     request_decay: float = 0.5
-    prior: float = 0.7                  # with prior_weight, the Beta prior the estimates start
-    prior_weight: float = 3.0           # from and decay back to
+    # the Beta prior the estimates start from and decay back to, and its weight
+    prior: float = 0.7
+    prior_weight: float = 3.0
     tree_prior_gain: float = 1.3        # a tree's expected length, untried, x the full chain's
 
     def __post_init__(self):
@@ -95,13 +95,13 @@ LEAD = 8    # tokens past the batch's last row that a row's tokens still count f
 
 def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None = None) -> float:
     """What a step's committed ``tokens`` (per row) are worth to a batch that nothing joins, which
-    runs until its last row is done. ``ahead``: per row, the tokens it has committed beyond the
-    least-advanced row (``math.inf``: a row that cannot hold the batch up, finished or at its last
-    token). Each row counts its own tokens up to ``lead`` (None: :data:`LEAD`) past where the
-    least-advanced row ends the step (a row within reach may be the last one later), and never
-    less than that row's gain. Rows that all commit e tokens count e each, wherever they are; a
-    draft that only rows far ahead accept counts what the last row gains, one token, a row."""
-    low, lead = min(ahead), LEAD if lead is None else lead
+    runs until its last row is done (docs/method.md#batches). ``ahead``: per row, the tokens it
+    has committed beyond the least-advanced row (``math.inf``: a row that cannot hold the batch up,
+    finished or at its last token). Each row counts its own tokens up to ``lead`` (None:
+    :data:`LEAD`) past where the least-advanced row ends the step, and never less than that row's
+    gain."""
+    low = min(ahead)
+    lead = LEAD if lead is None else lead
     if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): e a row
         return min(tokens) * len(tokens)
     ahead = [a - low for a in ahead]                 # the least-advanced row at 0
@@ -126,22 +126,15 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
            continuations: Sequence[int] = (0,), context_length: int | None = None,
            depth: int | None = None, new_context: int = 1,
            ahead: Sequence[float] | None = None, drafter: bool = True) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (SmartSpec's goodput rule, arXiv 2406.14066, counted by
-    the rows that set the batch's length): the most expected tokens per second of the step
-    (:func:`step_seconds` at ``context_length``, ``costs`` measured at this batch size), and the
-    tokens the estimates expect of it, as :func:`counted` (``ahead``: per row; None: rows level).
-    A chain or a tree is expected to commit the same on every row; prompt lookup only on rows
-    where it found drafts, so lookup pays only where those rows are not far ahead. The options: a
-    chain of b in 1..B (b = 1, plain decoding, is always one), a tree, and where prompt lookup found
-    drafts (``continuations``: how many, per row) its chain of m, or for one row the hybrid tree; a
-    row without a continuation commits one token on a lookup step.
-    ``depth``: the most drafts this step may hold (None: the chain's depth). ``new_context``: the
-    positions the drafter would take in (the widest row's), priced as a run of such steps would take
-    them in, at most the tokens a row is expected to commit (a catch-up after plain steps, charged
-    in full, would keep the batch plain for good). Each kind's expectation is scaled by what its
-    steps committed against it so far (``costs.yield_ratio``); a kind that lost in a batch rests
-    (``costs.rests``). ``drafter=False``: the drafter cannot run (no features were tapped), so
-    only plain decoding and prompt lookup are options. Ties go to the cheaper kind."""
+    """ONE option for every row of a batch (docs/method.md#batches), and the tokens the estimates
+    expect of it: the most expected tokens per second of the step (:func:`step_seconds` at
+    ``context_length``, ``costs`` measured at this batch size), tokens as :func:`counted`
+    (``ahead``: per row; None: rows level), each kind's scaled by ``costs.yield_ratio``; a kind
+    that rests (``costs.rests``) is no option. ``continuations``: per row, how many drafts prompt
+    lookup found (a row without one commits one token on a lookup step); ``depth``: the most drafts
+    this step may hold (None: the chain's depth); ``new_context``: the positions the drafter would
+    take in (the widest row's), priced as a run of such steps takes them in; ``drafter=False``:
+    the drafter cannot run (no features were tapped). Ties go to the cheaper kind."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     chain = depth if drafter and not costs.rests("chain") else 0    # a kind that rests: no option

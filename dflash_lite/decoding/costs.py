@@ -1,11 +1,7 @@
-"""What a DFlash step costs (paper section 3; docs/method.md#the-cost-model).
-
-A step is one drafter forward over a block of b and one target forward over b tokens; it commits tau
-tokens where plain decoding commits one per target forward, so the predicted speedup is
-``tau * t_target(1) / (t_target(b) + t_draft(b))`` (:func:`predicted_speedup`). Here: the forwards
-measured (:func:`measure_step_costs`, interleaved), :class:`StepCosts` (a model of every size and
-context length from them) that the cost-aware policy (:mod:`dflash_lite.decoding.policy`) reads,
-:class:`DriftMonitor` (is it still right?) and :func:`measure_costs`, the benchmark's record.
+"""What a DFlash step costs (paper section 3; docs/method.md#the-cost-model): the forwards measured
+(:func:`step_costs`), the model of every size and context length that the cost-aware policy reads
+(:class:`StepCosts`), whether it still fits (:class:`DriftMonitor`), the benchmark's record
+(:func:`measure_costs`) and :func:`predicted_speedup`.
 """
 from __future__ import annotations
 
@@ -41,19 +37,12 @@ def _fit(points: dict[int, float]) -> tuple[float, float]:
 
 class StepCosts:
     """Measured seconds of one target forward over b tokens and one drafter forward over a block of
-    b, at one context length or several (:meth:`by_context`). The model (:meth:`target`,
-    :meth:`draft`): at each measured length, a straight line in b (least squares, slope >= 0);
-    across lengths, the line's intercept and slope are themselves lines in the context length
-    (attention reads every cached position, so a longer context costs more per forward, and more per
-    token of a wide verify). One target token (b = 1) is its own point at each length: a
-    single-token forward takes a lighter path (no causal mask). No prediction goes below the
-    fastest forward of its model measured, nor a wider verify below one token's. ``per_position``:
-    what each new context position past the first adds to a drafter forward (a step's drafter takes
-    in the n + 1 positions the last step committed, a catch-up more). ``calibration_seconds``:
-    what measuring took; ``drift``: the :class:`DriftMonitor` of the steps run with this model;
-    :meth:`correction`: each kind of step's measured / predicted time. Only ``measured`` costs
-    (seconds on this machine, from :func:`step_costs`) learn from timed steps; hand-written ones (in
-    other units, as in the tests) are taken as they are."""
+    b, at one context length or several (:meth:`by_context`), as a model of any b and context
+    length (:meth:`target`, :meth:`draft`; docs/method.md#the-cost-aware-policy). ``per_position``:
+    what each new context position past the first adds to a drafter forward;
+    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the steps
+    run with it. Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn
+    from timed steps; hand-written ones (in other units, as in the tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -81,7 +70,8 @@ class StepCosts:
         # per kind: decayed tokens its batch steps committed, what the estimates expected and what
         # plain decoding would have committed in the same time; then their prior
         self.yields: dict[str, list[float]] = {}
-        self.steps, self.resting = 0, {}          # batch steps observed; kind -> rests until step
+        self.steps = 0                             # batch steps observed
+        self.resting: dict[str, int] = {}          # kind -> the batch step its rest ends at
         self.losses: dict[str, int] = {}           # kind -> its tries lost in a row
         self.drafter_idle = False                  # the last batch request never ran the drafter
         # per length: the target line (b > 1), the draft line, one target token
@@ -125,16 +115,15 @@ class StepCosts:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
         forwards alone were predicted to take ``predicted``."""
         sums = self.timed.setdefault(kind, [0.0, 0.0])
-        sums[0], sums[1] = sums[0] * decay + measured, sums[1] * decay + predicted
+        sums[0] = sums[0] * decay + measured
+        sums[1] = sums[1] * decay + predicted
         self.timed_at[kind] = self.steps
         self._ratios.clear()
 
     def plain_stale(self) -> bool:
         """Whether plain decoding's timing is to be taken (again): never taken, or not in the last
         :data:`RETIME` batch steps while its measured / predicted ratio is above every other timed
-        kind's. A plain step carries the least host work of any, so a ratio above theirs is a slow
-        moment's, and where it prices plain decoding out, plain decoding would never run to be
-        timed again."""
+        kind's (docs/method.md#the-cost-aware-policy)."""
         if "plain" not in self.timed:
             return True
         if self.steps - self.timed_at.get("plain", 0) <= RETIME:   # the usual case: asked per step
@@ -151,14 +140,10 @@ class StepCosts:
                       slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
         """A batch step of ``kind`` moved its ``rows`` rows by ``committed`` tokens
         (``choice.counted``) where the estimates expected ``expected``, and cost ``slower`` times a
-        plain step; every other kind's record fades (``idle_decay``), so that a kind that lost is
-        tried again some steps later. Once a kind's record has moved the batch less than plain
-        decoding would have in the same time (``rows`` x ``slower`` a step), it rests for
-        (``slower`` - 1) / :data:`EXPLORE` steps: a try that costs several plain steps (a tree at
-        batch 16) waits long enough that trying again costs at most that share of the batch's time.
-        Each loss in a row doubles the rest (at most :data:`BACKOFF` times), so that where a kind
-        never pays its tries cost a vanishing share; a step of it that pays ends the run of
-        losses. Plain decoding is the line the others are judged against: it keeps no record."""
+        plain step; every other kind's record fades by ``idle_decay``. A kind whose record has
+        moved the batch less than plain decoding would have in the same time (``rows`` x ``slower``
+        a step) rests for (``slower`` - 1) / :data:`EXPLORE` steps, doubled for each loss in a row
+        (at most :data:`BACKOFF` times; docs/method.md#batches). Plain decoding keeps no record."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade
@@ -178,9 +163,7 @@ class StepCosts:
         """Start this batch size's record of those of ``kinds`` whose last step lost in
         ``smaller`` (a smaller batch size's costs, its steps observed) where it stands there: their
         yields (scaled by ``scale``, rows here over rows there), their runs of losses and what is
-        left of their rests. A draft's verify costs more plain steps in a larger batch, and the
-        least-advanced of more rows sets the pace, so a kind that lost there is taken to lose here,
-        without a first try, until a step of it pays; one that paid is measured here afresh."""
+        left of their rests (docs/method.md#batches)."""
         lost = [k for k in kinds if smaller.losses.get(k)]
         self.yields = {k: [x * scale for x in smaller.yields[k]] for k in lost}
         self.losses = {k: smaller.losses[k] for k in lost}
@@ -188,10 +171,8 @@ class StepCosts:
         self.steps = 0
 
     def rests(self, kind: str) -> bool:
-        """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`). A tree whose
-        last step here did not pay (or that never ran here) also rests while the chain does: it
-        runs the same drafter forward and verifies more, so where the chain loses, a try of the
-        tree is the dearer loss (at a request's first step, twice a chain's at batch 8)."""
+        """Whether ``kind`` lost in a batch and still rests (:meth:`observe_yield`); a tree whose
+        last step here did not pay (or that never ran here) also rests while the chain does."""
         return self.steps < self.resting.get(kind, 0) or (
             kind == "tree" and self.losses.get("tree") != 0 and self.rests("chain"))
 
@@ -211,10 +192,8 @@ class StepCosts:
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:
-        """measured / predicted seconds of the steps of ``kind`` timed so far: what the loop adds
-        around the forwards differs by kind (a drafter step runs more Python than a prompt-lookup
-        step), so each kind's prediction is scaled by its own ratio; a kind never timed takes the
-        ratio over all kinds (1 before any step). Cached until the next :meth:`observe`."""
+        """measured / predicted seconds of the steps of ``kind`` timed so far; a kind never timed
+        takes the ratio over all kinds (1 before any step). Kept until the next :meth:`observe`."""
         if kind not in self._ratios:
             measured, predicted = (self.timed.get(kind)
                                    or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
@@ -233,15 +212,14 @@ class StepCosts:
 
 
 class DriftMonitor:
-    """Whether the cost model still describes the steps it is used for. Each timed step gives the
-    ratio measured / predicted seconds; the first ``window`` steps set the reference (the loop's
-    own overhead sits on top of the two forwards, so the ratio is not 1), and the model has drifted
-    once the running median of the last ``window`` ratios leaves [reference / ``margin``,
-    reference x ``margin``]; the costs' owner then measures again (:func:`step_costs`)."""
+    """Whether the cost model still describes the steps it is used for: the first ``window``
+    measured / predicted ratios set the reference, and the model has drifted once the running
+    median of the last ``window`` leaves [reference / ``margin``, reference x ``margin``]."""
 
     def __init__(self, window: int = DRIFT_WINDOW, margin: float = DRIFT_MARGIN):
         self.recent: deque[float] = deque(maxlen=window)
-        self.margin, self.reference = margin, None
+        self.margin = margin
+        self.reference = None
 
     def observe(self, measured: float, predicted: float) -> bool:
         """Record one step; True when the model has drifted."""
@@ -262,8 +240,8 @@ def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, 
                        repeats: int = 5, rows: int = 1, new_context: int = 1) -> dict:
     """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
     blocks of b (``draft_sizes``) taking in one new context position, at the prompt's context
-    length, for a batch of ``rows`` requests (t(rows, b)), interleaved so that load drift hits all
-    sizes alike; with ``new_context`` > 1, also the largest block taking in that many positions.
+    length, for a batch of ``rows`` requests (t(rows, b)), interleaved; with ``new_context`` > 1,
+    also the largest block taking in that many positions.
     Returns ``{"t_target": {b: s}, "t_draft": {b: s}, "per_position": s}``, the last what each
     new context position past the first added (0 unless measured; never below 0)."""
     device, length = target.device, prompt_ids.shape[1]
@@ -312,17 +290,16 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
                rows: int = 1) -> StepCosts:
     """:func:`measure_step_costs` on a grid of sizes up to ``max_block_size`` (and N+1, N+1+B for
     each tree size N: a tree alone, or with a prompt-lookup branch) at two context lengths: the
-    prompt's and ``longer_ids``' (default :func:`longer_context`). Measuring takes a few seconds
-    (``calibration_seconds``): the owner of the target (an ``Engine``, a benchmark method) measures
-    once and passes the result to every policy it builds. ``rows``: the batch size the costs are
-    for (every row the same prompt). What a new context position adds to a drafter forward is
-    measured at the prompt, the largest block taking in a block's worth."""
+    prompt's and ``longer_ids``' (default :func:`longer_context`); ``rows``: the batch size (every
+    row the same prompt). ``per_position``: at the prompt, the largest block taking in a block's
+    worth. It takes seconds (``calibration_seconds``): measure once, pass it to every policy."""
     started = time.perf_counter()
     grid = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if b < max_block_size}
                   | {max_block_size})
     wide = {n + 1 for n in tree_sizes} | {n + max_block_size for n in tree_sizes}
     longer = longer_context(target, prompt_ids) if longer_ids is None else longer_ids
-    tables, per_position = {}, None
+    tables = {}
+    per_position = None
     for ids in (prompt_ids, longer):
         measured = measure_step_costs(target, drafter, ids, set(grid) | wide,
                                       [b for b in grid if b > 1], repeats, rows,

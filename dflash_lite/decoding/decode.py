@@ -1,13 +1,7 @@
-"""Speculative decoding as phases, named as the paper and gpt-fast name them: ``prefill``, then
-per step ``draft`` (a :class:`~dflash_lite.decoding.proposers.Proposer`), ``verify`` (one target
-forward), ``accept`` (the lossless rule, then both caches keep the accepted tokens).
-
-:func:`steps` is the whole loop on one screen, over a :class:`Batch` of one :class:`Request` per
-prompt; ``generate`` runs it to the end. The paper's drafter
-(:class:`~dflash_lite.decoding.proposers.DFlashProposer`) and the baselines (EAGLE-style drafter,
-small draft model, block size 1, which *is* plain autoregressive decoding;
-:mod:`dflash_lite.decoding.baselines`) are all proposers, so every method runs the same loop and
-returns a :class:`GenerationResult`, summarised the same way everywhere.
+"""Speculative decoding as phases (docs/method.md#the-decode-loop): :func:`steps`, the whole loop
+on one screen over a :class:`Batch` of one :class:`Request` per prompt, and :func:`generate`, which
+runs it to the end into a :class:`GenerationResult`. DFlash and every baseline
+(:mod:`dflash_lite.decoding.baselines`) are a :class:`~dflash_lite.decoding.proposers.Proposer`.
 """
 from __future__ import annotations
 
@@ -292,7 +286,8 @@ class Batch:
         if live and len(live) < len(self.rows) and not self.fixed:
             cache.keep(live)
             proposer.keep(live)
-            self.rows, self.last = [self.rows[i] for i in live], self.last[live]
+            self.rows = [self.rows[i] for i in live]
+            self.last = self.last[live]
         return bool(live)
 
     def depths(self, block_size: int) -> list[int]:
@@ -336,7 +331,9 @@ class Batch:
                 if path == list(range(len(path))) else features[r: r + 1, path]
                 for r, path in enumerate(paths)]
         for request, path, tokens in zip(self.rows, paths, new):
-            request.path, request.new, request.position = path, tokens, request.position + len(path)
+            request.path = path
+            request.new = tokens
+            request.position += len(path)
         self.last = torch.tensor([t[-1] if t else last for t, last in zip(new, lasts)],
                                  device=self.last.device)
         return blocks, positions, kept
@@ -361,15 +358,13 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
     """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of prompts
-    (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as committed. Each
-    row keeps its own write position, accepted length, drafter context, stop tokens and
-    ``max_new_tokens`` (a :class:`Request`); a finished row leaves the batch (:meth:`Batch.leave`).
-    ``rollback="shortest"``: the naive batch rule, a teaching baseline (every row keeps the batch's
-    shortest accepted path; docs/method.md#batches). ``phase(name)``: an observer around each phase
-    (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes``
-    (:mod:`dflash_lite.decoding.shapes`; default eager) say how wide each forward runs, and compile
-    them. A :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` makes a sampled
-    output the target's seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as committed;
+    each row is a :class:`Request` of its own (docs/method.md#batches), and leaves when finished.
+    ``rollback="shortest"``: the naive batch rule, a teaching baseline. ``phase(name)``: an
+    observer around each phase (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's
+    ``shapes`` (:mod:`dflash_lite.decoding.shapes`; default eager) say how each forward runs. A
+    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` makes a sampled output
+    the target's seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     check_proposer(proposer)
@@ -387,7 +382,7 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
                    enumerate(zip(limits, stops, lengths, last.tolist()))], last, shapes.fixed)
     while True:
         yield from batch.emit()                 # what the last step committed, per request
-        if not batch.leave(cache, proposer):    # finished rows leave the batch
+        if not batch.leave(cache, proposer):
             return
         depths = batch.depths(proposer.block_size)
         with phase("draft"):        # a chain or a tree per row

@@ -1,15 +1,12 @@
-"""Text in, text out: the engine-level call on top of the decode loops.
+"""Text in, text out: :class:`Engine`, on top of the decode loop (``python -m dflash_lite demo``).
 
 >>> engine = Engine.from_pretrained("tiny")                 # shipped target + its shipped drafter
 >>> engine.generate("Question: ...\\nAnswer:", max_new_tokens=64)
 >>> for piece in engine.generate(prompt, stream=True): print(piece, end="")
 >>> engine.generate([prompt_a, prompt_b])                    # one batch: a list of completions
 
-The prompt goes through the tokenizer's chat template when the target has one. ``drafter`` may be a
-local directory or a hub id of a published drafter; ``dtype="bfloat16"`` runs both in bf16. With a
-drafter, each step's draft is chosen by the cost-aware policy (:mod:`dflash_lite.decoding.policy`)
-unless ``block_size`` fixes it. :func:`dflash_lite.cli.demo` is the engine plus the one interleaved
-timer (``python -m dflash_lite demo``).
+With a drafter, the cost-aware policy (:mod:`dflash_lite.decoding.policy`) chooses each step's
+draft unless ``block_size`` fixes it.
 """
 from __future__ import annotations
 
@@ -37,7 +34,8 @@ class Engine:
     def __init__(self, target, tokenizer, drafter=None, block_size: int | None = None,
                  dtype: str | torch.dtype | None = None, chat_template: bool = True,
                  compile: bool = False):
-        """``dtype``: cast the target and the drafter to it (None: the drafter takes the target's).
+        """``dtype``: cast the target and the drafter to it, as ``"bfloat16"`` (None: the drafter
+        takes the target's).
         ``chat_template``: a prompt becomes a user turn of the tokenizer's chat template when it has
         one (:func:`dflash_lite.prompts.encode`). ``compile``: the same loop on fixed shapes with
         compiled forwards (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA),
@@ -84,7 +82,8 @@ class Engine:
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | None = None, **kwargs):
-        """The target and a drafter (by default the shipped one of a shipped target, if any)."""
+        """The target and a drafter: a local directory or a hub id (by default the shipped one of a
+        shipped target, if any)."""
         model, tokenizer, draft = load_pair(target, drafter, check_device(device), dtype)
         return cls(model, tokenizer, draft, **kwargs)
 

@@ -1,14 +1,6 @@
-"""What the cost-aware policy (:mod:`dflash_lite.decoding.policy`) expects a draft to commit.
-
-:class:`AcceptanceEstimate` keeps, for the DFlash chain and for prompt lookup's chain, the
-probability ``a_k`` that draft k is accepted given that the drafts before it were, from decayed
-counts (pooled over positions with a Beta prior, then per position with the pool as prior); a chain
-of b - 1 drafts is expected to commit ``1 + a_1 + a_1 a_2 + ...`` tokens. Trees and hybrid trees
-keep their own decayed mean tokens per step, pulled towards a prior. A tree or hybrid step also
-tells the chain estimate what the chain would have done (:func:`chain_accepted`), and every step
-with a lookup continuation tells prompt lookup's estimate how far its tokens would have gone,
-whichever option ran. The owner (:class:`~dflash_lite.decoding.policy.PolicySession`) hands the
-estimates on to the next request, whose policy first decays them by ``request_decay``.
+"""What the cost-aware policy expects a draft to commit (docs/method.md#the-cost-aware-policy):
+:class:`AcceptanceEstimate`, from decayed counts of what the target accepted, and
+:func:`chain_accepted`, what a chain would have done in a step that verified something else.
 """
 from __future__ import annotations
 
@@ -22,14 +14,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def chain_accepted(path: list[int], chain: list[int], held: int,
                    next_token: int | None = None) -> tuple[int, int]:
     """What a chain of drafts would have done, read off a step that verified something else:
-    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens, and
-    the accepted ``path`` follows the chain as long as they agree. Where the path leaves it, or ends
-    on it with the chain's next draft held, that draft was wrong (judged, rejected). Where the path
-    ends on it beyond what was held, the target's own token after the path (``next_token``) judges
-    the chain's next draft: a point mass is accepted exactly when the target picks it (greedy), or
-    with the probability the target would pick it (sampled; after a tree step whose other branches
-    were rejected the token comes from what is left, so the read is a little optimistic). Without
-    ``next_token`` that draft is not judged."""
+    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens; the
+    accepted ``path`` follows the chain as long as they agree, and the draft after that was
+    rejected, unless the path ends on the chain past what was held: then the target's own token
+    after the path (``next_token``; None: not judged) judges it. Sampled, after a tree step whose
+    other branches were rejected, that token comes from what is left: the read is a little
+    optimistic."""
     agree = _common_prefix(path, chain)
     if agree < len(path) or agree < min(held, len(chain)):
         return agree, agree + 1
@@ -75,7 +65,8 @@ class AcceptanceEstimate:
     def decay(self, factor: float, lookup_factor: float | None = None) -> None:
         """Keep ``factor`` of every count, prompt lookup's ``lookup_factor`` (None: the same)."""
         self._expected = None
-        self.accepted, self.judged = self.accepted * factor, self.judged * factor
+        self.accepted *= factor
+        self.judged *= factor
         self.accepted_at = [a * factor for a in self.accepted_at]
         self.judged_at = [t * factor for t in self.judged_at]
         for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):

@@ -1,12 +1,8 @@
-"""Prompt lookup: drafts copied from the text so far, with no drafter at all.
-
-Code, quoted passages and repetitive reasoning repeat what is already in the context: what followed
-an earlier occurrence of the last few tokens is a good guess for what follows now.
-:func:`ngram_continuation` finds it, a pure function of the token history; :class:`NgramProposer`
-drafts it every step (no match: no draft, a plain step). The draft is deterministic (a point
-mass), so the target verifies it with the same lossless rules as DFlash's argmax drafts
-(``acceptance.accept_greedy`` and ``acceptance.accept_point_mass``;
-docs/method.md#verification-and-acceptance).
+"""Prompt lookup: drafts copied from the text so far, with no drafter at all. Code, quoted passages
+and repetitive reasoning repeat their context, so what followed an earlier occurrence of the last
+few tokens is a good guess for what follows now: :func:`ngram_continuation` finds it and
+:class:`NgramProposer` drafts it, a point mass verified by the same lossless rules as DFlash's
+argmax drafts (docs/method.md#verification-and-acceptance).
 """
 from __future__ import annotations
 
@@ -55,14 +51,15 @@ class NgramProposer:
         self.max_ngram, self.shapes = check_int("max_ngram", max_ngram), shapes
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
-        # committed tokens before `last`, and the blocks committed since (position, tokens) that
-        # the next match reads in (a step that matches nothing reads nothing)
-        self.history, self.blocks = prompt_ids[0].tolist(), []
+        self.history = prompt_ids[0].tolist()          # the committed tokens before `last`
+        # the blocks committed since, (position, tokens), that the next match reads in
+        self.blocks = []
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
-            tokens, at = torch.cat([b for _, b in self.blocks], dim=1)[0].tolist(), 0
+            tokens = torch.cat([b for _, b in self.blocks], dim=1)[0].tolist()
+            at = 0
             for position, block in self.blocks:
                 self.history[position:] = tokens[at: at + block.shape[1]]
                 at += block.shape[1]

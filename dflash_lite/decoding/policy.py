@@ -1,50 +1,7 @@
-"""The best draft for every step: each step drafts whatever maximises expected tokens per second.
-
-The cost model the benchmark checks (:func:`dflash_lite.decoding.costs.predicted_speedup`) says
-when a draft pays: its verify and drafter forward must cost less than the tokens they bring. Both
-sides change from prompt to prompt and step to step, so the draft is chosen per step, as real
-integrations' depth controllers do.
-
-**Options** (a :class:`Choice`, its ``kind``):
-
-* ``plain``: no draft, one target token (b = 1);
-* ``chain``: a DFlash chain of b - 1 drafts (b in 2..B), costing ``t_target(b) + t_draft(b)``;
-* ``tree``: a DFlash draft tree of N nodes (:mod:`dflash_lite.decoding.tree`),
-  ``t_target(N+1) + t_draft(B)``;
-* ``ngram``: prompt lookup's m drafts (:mod:`dflash_lite.decoding.ngram`), only when the matcher
-  finds a continuation: ``t_target(m+1)`` and no drafter forward at all;
-* ``hybrid``: the tree with that continuation added as one more branch (``tree.add_branch``),
-  one verify: ``t_target(N+1+m) + t_draft(B)``.
-
-The default (:data:`DEFAULT_OPTIONS`, :func:`default_policy`) offers all five;
-:data:`NO_NGRAM_OPTIONS` leaves prompt lookup out (the first three). Every draft is a point mass
-(argmaxes, the tree's top paths, copied tokens), so each step's rule is exact
-(``acceptance.accept_point_mass``, ``tree.accept_tree``) and the choice depends only on tokens
-already committed: lossless at every temperature.
-
-What each option is expected to commit: :mod:`dflash_lite.decoding.estimate`, from decayed counts
-of what the target accepted. The rule that picks the most expected tokens per second of step:
-:func:`choose` (:mod:`dflash_lite.decoding.choice`), with ``t_target(b)`` and ``t_draft(b)`` read
-at the step's context length (:class:`dflash_lite.decoding.costs.StepCosts`). The policy times
-its own steps (``time.perf_counter``) and reports ``drifted`` when the costs no longer fit them
-(:class:`~dflash_lite.decoding.costs.DriftMonitor`); the session then measures again, between
-requests, at the current context length.
-
-**Coming back from 1.** A step that does not run the drafter observes nothing of it, but its counts
-keep decaying (``idle_decay``), so its estimate drifts back to the optimistic prior and a draft is
-tried again after a number of steps that grows with how clearly drafting lost. Prompt lookup needs
-no such retry: its continuation is known every step, and the target's own next token judges it even
-when the step ran something else (:func:`chain_accepted`). In a batch, where a match per row per
-step costs more, lookup is matched only on steps where it can win (its estimate comes back as the
-drafter's does), and its drafts run only on a step after one that matched them: a first match is
-judged by each row's next token, not verified, so a continuation the text does not take (a
-docstring's closing quotes matched to its opening ones) costs a match, not a verify as wide as the
-drafts for every row. A try costs more in a batch, so a kind that lost there also rests, longer
-after each loss in a row (``StepCosts.observe_yield``, ``StepCosts.rests``), and a larger batch
-size starts from the smaller one's record (:class:`PolicySession`). The drafter's features cost
-even steps that do not draft (the target taps them, and they wait for its next forward), so a
-request may run without it (:class:`CostAwareProposer`), and drops it (no more taps) once every
-kind that ran the drafter rests.
+"""The cost-aware policy (docs/method.md#the-cost-aware-policy): :class:`CostAwareProposer` drafts,
+each step, whichever of plain decoding, a DFlash chain, a draft tree, prompt lookup or the hybrid
+tree :func:`choose` rates the most expected tokens per second; :class:`PolicySession` keeps costs
+and estimates across requests; :func:`default_policy` is what ``Engine`` and ``bench`` run.
 """
 from __future__ import annotations
 
@@ -72,17 +29,12 @@ def _judge(pending: list[tuple], token: int | None) -> None:
 
 
 class CostAwareProposer(DFlashTreeProposer):
-    """Each step, the ONE option :func:`choose` rates best for every row of the batch
-    (docs/method.md#batches), chosen in :meth:`propose`, where the last tokens, and so prompt
-    lookup's continuations, are known (a plain step is an empty draft). ``costs``: a
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch, chosen in
+    :meth:`propose` (docs/method.md#batches; a plain step is an empty draft). ``costs``: a
     :class:`StepCosts` measured at this batch size (None: at the first prompt); ``estimate``: what
-    earlier requests left (decayed by ``options.request_decay`` at :meth:`start`; None: the prior),
-    one pooled over the rows. Features of steps that ran no drafter wait, per row, for the next
-    drafter forward. Steps are timed against the model (``costs.observe``; one row also the drift
-    check, a batch ``costs.observe_yield``); the target's token after a step judges the drafts the
-    step did not hold (``pending``). Where the drafter lost at this batch size, or the last request
-    there never ran it, a request runs without it (``layer_ids`` None: no features tapped) unless
-    its first step would choose it at ``context`` (the prompts' mean length; None: the costs')."""
+    earlier requests left, one for all rows (None: the prior); ``context``: the length its first
+    step is priced at (None: the costs'). ``drifted``: one row's costs no longer fit its steps.
+    A request that will not run the drafter has ``layer_ids`` None (no features tapped)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -91,7 +43,8 @@ class CostAwareProposer(DFlashTreeProposer):
         super().__init__(drafter, target, (options.tree_sizes or (1,))[0],
                          options.max_block_size, shapes)
         self.options = replace(options, max_block_size=self.block_size)
-        self.costs, self.estimate = costs, estimate
+        self.costs = costs
+        self.estimate = estimate
         idle = costs is not None and (costs.lost(DRAFTER_KINDS) or costs.drafter_idle)
         self.drafting = not idle or choose(
             estimate if estimate is not None else AcceptanceEstimate.for_options(self.options),
@@ -123,9 +76,14 @@ class CostAwareProposer(DFlashTreeProposer):
         # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] if self.drafting else []
                         for r, n in enumerate(lengths)]
-        self.waiting_start, self.context, self.waited = [0] * rows, list(lengths), list(lengths)
+        self.waiting_start = [0] * rows
+        self.context = list(lengths)
+        self.waited = list(lengths)
         self.emitted = [0] * rows                  # per row, the tokens committed so far
-        self.chosen, self.forecast, self.drifted, self.timed = [], [], False, None
+        self.chosen: list[Choice] = []
+        self.forecast: list[float] = []            # per step, its forwards' predicted seconds
+        self.drifted = False
+        self.timed = None                          # the last step's (kind, start, predicted)
         self.fed = False                           # whether the drafter has run this request
         self.judged = False                        # whether the last step matched prompt lookup
         self.rows, self.prompt_lengths = rows, list(lengths)   # the starting batch: these stay
@@ -135,7 +93,10 @@ class CostAwareProposer(DFlashTreeProposer):
 
     def _reset(self, rows: int) -> None:
         """Before each step: one that never reaches :meth:`propose` (no room to draft) is plain."""
-        self.choice, self.expected, self.started, self.drafted = PLAIN, float(rows), None, False
+        self.choice = PLAIN
+        self.expected = float(rows)
+        self.started = None
+        self.drafted = False
         self.ahead = [0.0] * rows                  # per row, tokens past the batch's last row
         self.continuations: list[list[int]] = [[]] * rows     # none matched (never appended to)
 
@@ -178,10 +139,8 @@ class CostAwareProposer(DFlashTreeProposer):
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
         self.judged = matched
-        # plain decoding, the line every draft must beat, is timed in a batch's session: a kind
-        # never timed borrows the others' measured / predicted ratio (a batch whose host work grows
-        # with its drafts would then rate plain decoding too dear to try); and timed afresh where
-        # one slow timing, never renewed, would keep pricing it out (StepCosts.plain_stale)
+        # a batch times plain decoding, the line every draft must beat, and times it afresh where
+        # one slow timing would keep pricing it out (StepCosts.plain_stale)
         if 1 < len(depths) == self.rows and self.costs.timed and self.costs.plain_stale():
             c, self.expected = PLAIN, float(len(depths))
             self.costs.retime("plain")
@@ -218,15 +177,14 @@ class CostAwareProposer(DFlashTreeProposer):
         cost = step_seconds(c, self.costs, context, taken)
         predicted = cost / self.costs.correction(c.kind)
         self.forecast.append(predicted)
-        # the step against the model, timed whole (the loop's host work around the forwards
-        # too) when the next one starts, if the batch is whole: the costs are the whole batch's,
-        # and a step after rows left would make its kind (prompt lookup, late) look cheap
+        # timed whole when the next step starts, and only while the batch is whole: the costs are
+        # the whole batch's
         whole = self.started is not None and self.costs.measured and len(blocks) == self.rows \
             and not (c.uses_drafter and self.catching_up)
         self.timed = (c.kind, self.started, predicted) if whole else None
-        if self.rows > 1 and self.costs.measured:   # what the step moved the batch, against what
-            # the estimates expected; one row's estimate is that row's own counts (a ratio on it
-            # lowered tau)
+        # in a batch, what the step moved the batch against what the estimates expected (one
+        # row's estimate is that row's own counts: a ratio on it lowered tau)
+        if self.rows > 1 and self.costs.measured:
             plain = c.kind == "plain"              # the line the others are judged against
             moved = 0.0 if plain else counted(self.ahead, [b.shape[1] for b in blocks])
             slower = 1.0 if plain else cost / step_seconds(PLAIN, self.costs, context)
@@ -240,7 +198,9 @@ class CostAwareProposer(DFlashTreeProposer):
             if c.kind != "plain" or self.continuations[r]:     # else nothing to observe
                 self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
-                self.waiting[r], self.waiting_start[r], self.waited[r] = [hidden], position, 0
+                self.waiting[r] = [hidden]
+                self.waiting_start[r] = position
+                self.waited[r] = 0
             elif self.drafting:                     # no drafter forward: the features wait
                 self.waiting[r].append(hidden)
             self.waited[r] += n + 1
@@ -248,8 +208,10 @@ class CostAwareProposer(DFlashTreeProposer):
             self.emitted[r] += n + 1
         if self.lookup is not None:                # read in at its next match
             self.unread.append((blocks, positions))
-        if self.drafting and self.costs.rests_all(DRAFTER_KINDS):   # it lost, and rests: it will
-            self.drafting, self.layer_ids = False, None              # not run in this request
+        # every kind that runs the drafter lost and rests: it will not run in this request
+        if self.drafting and self.costs.rests_all(DRAFTER_KINDS):
+            self.drafting = False
+            self.layer_ids = None
             self.waiting = [[] for _ in self.waiting]
         self._reset(len(blocks))
 
@@ -282,7 +244,8 @@ class CostAwareProposer(DFlashTreeProposer):
         self.pending = [[] for _ in self.pending]
 
     def keep(self, index: list[int]) -> None:
-        kept, self.timed = set(index), None      # rows leaving is no step's cost
+        kept = set(index)
+        self.timed = None                        # rows leaving is no step's cost
         for r, items in enumerate(self.pending):  # a finished row's last drafts, as far as held
             if r not in kept:
                 _judge(items, None)
@@ -298,12 +261,8 @@ class CostAwareProposer(DFlashTreeProposer):
 @dataclass
 class PolicySession:
     """What outlives one request, kept by the owner of the target (an ``Engine``, a benchmark row):
-    the step costs of each batch size (measured at its first request; for one row, again between
-    requests when a policy reports drift, if ``recalibrate``) and the acceptance estimates the last
-    request left, where the next one starts at any batch size (acceptance does not depend on it).
-    A batch size's first request starts from the record of each drafter kind that lost at the next
-    smaller batch size that ran (``StepCosts.carry``): where the drafter lost at batch 8, batch 16
-    does not try it first."""
+    the step costs of each batch size and the acceptance estimates the last request left, for the
+    next at any batch size. ``recalibrate``: measure one row's costs again when they drifted."""
     drafter: object
     target: object
     options: PolicyOptions
@@ -327,10 +286,11 @@ class PolicySession:
         if batch and self.costs_for(rows) is None:
             self._measure(batch[0], rows=rows)
         costs = self.costs_for(rows)
-        if rows > 1 and costs is not None and not costs.steps:   # a batch size's first request:
+        # a batch size's first request: the drafter as it stood at the next smaller batch size
+        if rows > 1 and costs is not None and not costs.steps:
             below = max((n for n, c in self.batch_costs.items() if n < rows and c.steps),
                         default=None)
-            if below:                  # the drafter as it stood at the next smaller batch size
+            if below:
                 costs.carry(self.batch_costs[below], DRAFTER_KINDS, rows / below)
         context = sum(x.shape[-1] for x in batch) // len(batch) if batch else None
         return CostAwareProposer(self.drafter, self.target, self.options, costs, self.estimate,
@@ -373,7 +333,5 @@ NO_NGRAM_OPTIONS = PolicyOptions(tree_sizes=DEFAULT_TREE_SIZES)
 
 def default_policy(drafter, target, costs: StepCosts | None = None,
                    estimate: AcceptanceEstimate | None = None) -> CostAwareProposer:
-    """What ``Engine.generate``, ``demo`` and ``bench``'s headline row run: all five options of
-    :data:`DEFAULT_OPTIONS`, greedy or sampled. :data:`NO_NGRAM_OPTIONS` (no prompt lookup) is
-    ``bench``'s "cost-aware, no n-gram" row."""
+    """The policy of ``Engine.generate``, ``demo`` and ``bench``'s headline row."""
     return CostAwareProposer(drafter, target, DEFAULT_OPTIONS, costs, estimate)

@@ -1,9 +1,6 @@
-"""What the decode loop asks of a drafter: one interface, on batches only (:class:`Proposer`).
-
-One request is a batch of one row. A proposer that drafts one request at a time (prompt lookup,
-the EAGLE-style drafter, a small draft model, a proposer of your own: :class:`RequestProposer`)
-is wrapped where it is built, ``PerRow(proposer)``: one copy per row, the target still verifying
-every row in one forward. :class:`DFlashProposer`, the paper's drafter, drafts every row at once.
+"""What the decode loop asks of a drafter (docs/method.md#batches): :class:`Proposer`, on batches
+only (one request is a batch of one); :class:`PerRow`, which runs a proposer of one request
+(:class:`RequestProposer`) on a batch; :class:`DFlashProposer`, the paper's drafter.
 """
 from __future__ import annotations
 
@@ -141,7 +138,8 @@ class DFlashProposer:
             raise ValueError("more than one drafter pass drafts one request at a time")
         self.cache = self.shapes.drafter_cache(self.drafter, ids.device, len(lengths))
         # (R, C, K*H): per row, features of positions start..start+C-1, its first `lengths` real
-        self.new_context, self.new_context_start = features, [0] * len(lengths)
+        self.new_context = features
+        self.new_context_start = [0] * len(lengths)
         self.new_context_lengths = lengths
 
     def block_logits(self, last: torch.Tensor, depths: list[int]):

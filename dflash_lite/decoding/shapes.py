@@ -1,17 +1,7 @@
-"""Fixed shapes and compiled forwards: an option of the one decode loop, not another loop
-(docs/method.md#fixed-shapes-and-compilation).
-
-:func:`dflash_lite.decoding.decode.steps` asks its :class:`Shapes` for a request's caches, for the
-width a forward of w rows runs at, and to run the forward. :data:`EAGER` answers with caches that
-show their filled slots, w itself, and the forward as it is. :class:`FixedShapes` answers as
-gpt-fast and vLLM's CUDA-graph path do:
-
-* **caches allocated once** for ``length`` slots and kept from request to request, masked over
-  the whole buffer (:class:`~dflash_lite.decoding.cache.SlotCache` with ``fixed=True``);
-* **buckets**: a verify of w rows is padded to the smallest bucket width >= w (:func:`pad`); the
-  drafter's new context goes in chunks of one width, the last padded;
-* **compiled forwards** (``compile=True``): each forward through ``torch.compile``, in
-  ``reduce-overhead`` mode (CUDA graphs) on CUDA, one graph per bucket, recorded on first use.
+"""Fixed shapes and compiled forwards, an option of the one decode loop, not another loop
+(docs/method.md#fixed-shapes-and-compilation): the loop asks its :class:`Shapes` for a request's
+caches and to run each forward. :data:`EAGER` runs every forward as wide as its input;
+:class:`FixedShapes` keeps its caches, pads each verify to a bucket (:func:`pad`) and compiles.
 """
 from __future__ import annotations
 
@@ -66,7 +56,8 @@ class Shapes:
         (R, C, K*H) at ``start`` (an int, or per row); ``lengths``: per row, how much of its
         context is real (None: all C); ``block_lengths``: per row, how much of the block it
         drafts with (None: all B). The logits of the block's masked slots (R, B-1, V)."""
-        device, end = block.device, None                # None: the block follows all C
+        device = block.device
+        end = None                                      # the block follows all C
         blocks = None if block_lengths is None else torch.tensor(block_lengths, device=device)
         if lengths is not None:
             start = torch.tensor(start, device=device)
@@ -78,7 +69,7 @@ EAGER = Shapes()
 
 
 class FixedShapes(Shapes):
-    """The module's fixed shapes: caches of ``length`` slots, ``compile``: compiled forwards,
+    """Fixed shapes: caches of ``length`` slots, ``compile``: compiled forwards,
     ``buckets``: the verify widths, ``context_width``: the drafter's new context per forward."""
     fixed = True
 
@@ -134,8 +125,9 @@ class FixedShapes(Shapes):
             mode = "reduce-overhead" if args[0].device.type == "cuda" else None
             self.forwards[key] = torch.compile(forward, mode=mode, dynamic=False)
         out = self.forwards[key](*args)
+        # a CUDA graph reuses its output buffers on the next replay: copy them out
         return tuple(None if t is None else t.clone() for t in out) if isinstance(out, tuple) \
-            else out.clone()  # a graph's outputs are reused
+            else out.clone()
 
     def verify(self, forward, ids, depths=None, ancestors=None, key="verify"):
         w = ids.shape[1]

@@ -50,7 +50,8 @@ class PhaseTimer:
     draft, verify, accept), summed over the steps."""
 
     def __init__(self, device: str | torch.device):
-        self.device, self.seconds = device, {}
+        self.device = device
+        self.seconds: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, name: str):
