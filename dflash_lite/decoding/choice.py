@@ -134,7 +134,8 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     lookup found (a row without one commits one token on a lookup step); ``depth``: the most drafts
     this step may hold (None: the chain's depth); ``new_context``: the positions the drafter would
     take in (the widest row's), priced as a run of such steps takes them in; ``drafter=False``:
-    the drafter cannot run (no features were tapped). Ties go to the option listed first."""
+    the drafter cannot run (no features were tapped). Ties go to the first of plain,
+    chains by length, lookup, trees."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     chain = depth if drafter and not costs.rests("chain") else 0    # a kind that rests: no option
