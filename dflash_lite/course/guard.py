@@ -14,8 +14,9 @@ import sys
 import types
 from pathlib import Path
 
-SUBMITTED = "<submission>"          # the file name the submission's code is compiled under
-STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})   # and a solution cell re-run by a check
+# the file names submitted code is compiled under: the submission's, a solution cell a check re-runs
+SUBMITTED = "<submission>"
+STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})
 
 
 class Refused(RuntimeError):
