@@ -1,8 +1,6 @@
-"""What a student sees of a chapter: each solution region (between ``### BEGIN SOLUTION`` and
-``### END SOLUTION``) replaced by its blank (:func:`stub`, :func:`blank`), and the markdown without
-the pointers to the worked solutions (:func:`student_markdown`). Used by the student edition
-(:mod:`dflash_lite.course`) and the student site (:mod:`dflash_lite.course.site`).
-"""
+"""What a student sees of a chapter: each solution region (``### BEGIN SOLUTION`` to ``### END
+SOLUTION``) replaced by its :func:`stub`, and the markdown without the pointers to the worked
+solutions; for the student edition and site (docs/teaching.md#what-students-get)."""
 from __future__ import annotations
 
 import ast

@@ -1,12 +1,9 @@
-"""Collect, step 1 of :mod:`dflash_lite.course.grader`: what it scores, out of the student's kernel.
-
-Before each graded test cell of the (throwaway) copy that is executed, a collector cell
-(:func:`collector_cell`) is inserted. It prints the values the test cell reads as data, marked
-with :data:`MARK`; :func:`collected` reads them back from the executed notebook. The collector runs
-in the student's kernel and imports nothing from this package, which the student may have patched,
-but the drafter's saver (``checkpoints.save_drafter``), and only when an answer is a drafter: the
-one format a drafter is written in. That import sits in the collector's source, a string run in the
-kernel, not in a function of this module.
+"""What :mod:`~dflash_lite.course.grader` scores, out of the student's kernel: a collector cell
+(:func:`collector_cell`) before each graded test cell prints the values that cell reads, marked
+with :data:`MARK`, and :func:`collected` reads them back (docs/teaching.md#grading-workflow).
+The collector runs in the student's kernel, so it imports nothing from this package, which the
+student may have patched, but ``checkpoints.save_drafter`` when an answer is a drafter (the one
+format a drafter is written in); that import sits in the collector's source, not in this module.
 """
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """Teaching with the notebooks: each chapter's header (hardware and run time), student editions
 and autograding with nbgrader.
 
-The notebooks in ``notebooks/`` are the complete source: every "build it" cell holds its solution
-between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the cell that checks it is an nbgrader
-test cell worth the points in its metadata (an exercise's shows :func:`dflash_lite.exercises.score`
-of its self-check, which nbgrader reads as the cell's score). The README's "Teaching with it"
-section walks through release, collection and grading; the site is :mod:`dflash_lite.course.site`:
-
-    python -m dflash_lite.course student-edition OUT_DIR [--notebooks 02 03]
-    python -m dflash_lite.course autograde SUBMITTED_DIR [--out REPORT.json]
-    python -m dflash_lite.course site OUT_DIR
+The commands (``python -m dflash_lite.course student-edition | autograde | site``) and the
+notebooks' nbgrader layout: docs/teaching.md#grading-workflow, the README's "Teaching with it".
 """
 from __future__ import annotations
 
@@ -124,11 +117,8 @@ BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
 
 
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
-    """Write the student bundle into ``out_dir``: the chapters' student notebooks (each solution
-    region a :func:`stub`, outputs cleared, test cells locked, no pointer to the worked solutions),
-    this package (no reference answers: those stay in ``instructor/``), the committed results the
-    notebooks read and ``STUDENTS.md`` (how to install); no worked solution, instructor material or
-    complete notebook. Refuses a folder that holds anything it did not write itself."""
+    """Write the student bundle into ``out_dir`` (docs/teaching.md#what-students-get) and return
+    the notebooks' paths. Refuses a folder that holds anything it did not write itself."""
     import nbformat
 
     out = Path(out_dir).resolve()

@@ -1,25 +1,14 @@
 """Scores that the student's kernel cannot change.
 
-Autograding runs a student's notebook, and the notebook runs the student's code: anything it
-prints, or any number a check returns in that kernel, the student can forge (one line,
-``dflash_lite.exercises.score = lambda r, p: float(p)``, used to give full marks). So the points
-are computed here, in a fresh process:
-
-1. **Collect** (:mod:`dflash_lite.course.collect`): the values the test cell uses as data
-   (numbers, strings, lists, tensors, the package's dataclasses, drafters as safetensors) and, for
-   the functions and classes the notebook defines, only their names.
-2. **Score.** :func:`main` reads the executed copy, rebuilds those values (plain data only),
-   re-creates the functions and classes from the submitted source (``def``, ``class`` and imports
-   only: no cell is run), runs each test cell as the *instructor's* notebook has it, and counts
-   the points itself: a ``score(check, points)`` cell's when the check returned True, an assert
-   cell's when nothing raised. A grade id in the hidden checks (``instructor/hidden_checks.py``,
-   shipped to neither students nor their package) must pass those too.
-3. **Tampering** (:mod:`dflash_lite.course.guard`): the package, torch, numpy and the builtins are
-   fingerprinted before any submitted code runs; changing them scores 0 from that cell on.
-
-Run by ``course autograde``; by hand: ``python -m dflash_lite.course.grader SOURCE EXECUTED``.
+Whatever the student's kernel prints or returns, the student's code can forge
+(``dflash_lite.exercises.score = lambda r, p: float(p)`` once gave full marks). So this fresh
+process rebuilds the values :mod:`~dflash_lite.course.collect` recorded (plain data only),
+re-creates the submission's ``def``, ``class`` and imports from its source (no cell is run), runs
+the *instructor's* test cells and hidden checks on them and counts the points itself: a
+``score(check, points)`` cell's when the check returned True, an assert cell's when nothing raised;
+:mod:`~dflash_lite.course.guard` keeps submitted code off the grader. The steps are in
+docs/teaching.md#grading-workflow; by hand: ``python -m dflash_lite.course.grader SOURCE EXECUTED``.
 """
-
 from __future__ import annotations
 
 import ast
@@ -200,7 +189,8 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
     before = fingerprint()
     _exec_each(submission_defs, dict(base))  # the student's functions and classes, once to check
     rebuild = Rebuilt()
-    report, tampered = {}, changed(before)
+    report = {}
+    tampered = changed(before)
     for cell in source.cells:
         meta = _nbgrader(cell)
         if not meta.get("grade"):
@@ -229,10 +219,12 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
                 ns[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
                 hidden[grade_id](ns)
         except Exception as e:  # noqa: BLE001 (any failure is 0 points)
-            passed, message = False, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            passed = False
+            message = f"{type(e).__name__}: {e}".splitlines()[0][:300]
         tampered = changed(before)
         if tampered:
-            passed, message = False, f"the submission changed {tampered[0]}"
+            passed = False
+            message = f"the submission changed {tampered[0]}"
         report[grade_id] = [points if passed else 0.0, points, message]
     return report
 

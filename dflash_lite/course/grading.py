@@ -1,20 +1,10 @@
-"""Running a class's submissions for grading: each notebook in a sandboxed kernel, under limits,
-so that no submission can stop the others, change what grades it, or outlive its grading.
-
-For every submitted chapter (:func:`run_submission`):
-
-1. **Restore.** The locked cells (the graded test cells) come back from the instructor's
-   notebook, whatever the student did to them, and a collector cell goes before each
-   (:func:`dflash_lite.course.grader.instrument`).
-2. **Execute** with ``nbclient`` in a kernel started through :mod:`dflash_lite.course.sandbox` (the
-   repository, Python and the home folder read-only; the instructor's folder, the source notebooks
-   with their solutions and the graded copies hidden; every process it starts ends with it). A cell
-   has ``cell_timeout_s`` (then it is interrupted, and the run goes on), the notebook
-   ``notebook_timeout_s`` in all; a cell keeps at most ``output_kb`` of output. A dead kernel, a
-   timeout or a flood of output stop *this* notebook: the cells not reached score 0, saying why.
-3. **Score** in a fresh process that imports this package from its own location (``python -I``,
-   never the working directory), runs in the sandbox too, and writes its report to a file
-   (:mod:`dflash_lite.course.grader`); nothing the kernel printed is read as a score.
+"""Running a class's submissions for grading, so that no submission can stop the others, change
+what grades it, or outlive its grading. :func:`run_submission` restores a notebook's locked cells
+from the instructor's, runs it in a kernel sandboxed by :mod:`~dflash_lite.course.sandbox` under
+:class:`Limits` (a dead kernel, a timeout or a flood of output stops *this* notebook, whose cells
+not reached score 0, saying why), then scores it with :mod:`~dflash_lite.course.grader` in a fresh
+``python -I`` process, sandboxed too, that reads no score from the kernel's output
+(docs/teaching.md#what-autograde-runs).
 """
 from __future__ import annotations
 
@@ -179,7 +169,7 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
 
 def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
           limits: Limits) -> dict:
-    """The grader's report on an executed notebook (step 3 above); ``{"error": why}`` on failure."""
+    """The grader's report on an executed notebook; ``{"error": why}`` on failure."""
     report = scratch / "report.json"
     program = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
                "from dflash_lite.course.grader import main; sys.exit(main())")

@@ -1,13 +1,11 @@
 """What submitted code may not do inside the grader's process (:mod:`dflash_lite.course.grader`).
 
-* :func:`guard`: an audit hook (:pep:`578`) that refuses, while submitted code is on the stack,
-  whatever reaches the grader's frames or objects, starts a process or a thread, builds code
-  objects, or opens the instructor's files.
-* :class:`Plain` and :func:`cell_namespace`: what a check sees of the submission (plain results,
-  the instructor's names first); :func:`_fingerprint` and :func:`_changed`: what it patched.
-
-Python is not a sandbox: this closes the ways in that the listed events cover, and the process
-around the grader (:mod:`dflash_lite.course.sandbox`) closes the files.
+:func:`guard` installs an audit hook (:pep:`578`) that refuses, while submitted code is on the
+stack, whatever reaches the grader's frames or objects, starts a process or a thread, builds code
+objects, or opens the instructor's files; :func:`cell_namespace` and :class:`Plain` are what a check
+sees of the submission; :func:`_fingerprint` and :func:`_changed` tell what it patched. Python is
+not a sandbox: this closes the ways in that the listed events cover, and the process around the
+grader (:mod:`dflash_lite.course.sandbox`) closes the files (docs/teaching.md#what-autograde-runs).
 """
 from __future__ import annotations
 
@@ -16,8 +14,9 @@ import sys
 import types
 from pathlib import Path
 
-SUBMITTED = "<submission>"          # the file name the submission's code is compiled under
-STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})   # and a solution cell re-run by a check
+# the file names submitted code is compiled under: the submission's, a solution cell a check re-runs
+SUBMITTED = "<submission>"
+STUDENT_FILES = frozenset({SUBMITTED, "<solution cell>"})
 
 
 class Refused(RuntimeError):

@@ -3,20 +3,19 @@
 ``python -I sandbox.py [--hide DIR]... [--read-only DIR]... [--writable DIR]... [--cpu-s N]
 [--memory-mb N] [--max-file-mb N] -- COMMAND...`` runs COMMAND
 
-* in its own **user and mount namespaces**: every ``--read-only`` folder (the package the
-  grader imports, the Python installation, the home folder) is mounted read-only, and every
-  ``--hide`` folder (the instructor's references and hidden checks, the other notebooks' graded
-  copies) is covered by an empty, read-only tmpfs, so the command can neither read nor change them;
+* in its own **user and mount namespaces**: every ``--read-only`` folder is mounted read-only, and
+  every ``--hide`` folder is covered by an empty, read-only tmpfs, so the command can neither read
+  nor change them;
 * in its own **PID namespace**, as its process 1: when it ends, or when this launcher is killed,
   the kernel kills every process it started, double-forked daemons included;
 * under resource limits (CPU seconds, address space, size of a written file).
 
 The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command and exits with its
 status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel. Where the
-kernel refuses unprivileged namespaces (``kernel.unprivileged_userns_clone=0``, or AppArmor's
-``apparmor_restrict_unprivileged_userns``), the command runs in a session of its own with the limits
-only, and the launcher says so in a line on stderr (:func:`available` tells beforehand). The module
-imports nothing from this package: it runs as a file, before the package could be touched.
+kernel refuses unprivileged namespaces, the command runs in a session of its own with the limits
+only, and the launcher says so on stderr (:func:`available` tells beforehand). The module imports
+nothing from this package: it runs as a file, before the package could be touched. What grading
+mounts how: docs/teaching.md#what-autograde-runs.
 """
 from __future__ import annotations
 
@@ -115,7 +114,8 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
         writable: list[str] = (), cpu_s: int | None = None, memory_mb: int | None = None,
         max_file_mb: int | None = None) -> int:
     """Run ``command`` sandboxed (see the module's docstring) and return its exit code."""
-    libc, isolated = _libc(), True
+    libc = _libc()
+    isolated = True
     with contextlib.suppress(OSError):
         os.setsid()                          # a session of its own, where it is not one already
     try:
@@ -134,8 +134,9 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _set_up_mounts(libc, hide, read_only, writable)
             _limit(cpu_s, memory_mb, max_file_mb)
-            if isolated:       # process 1 ignores signals it has no handler for: the command
-                grandchild = os.fork()                  # runs as process 2
+            # process 1 ignores signals it has no handler for: the command runs as process 2
+            if isolated:
+                grandchild = os.fork()
                 if grandchild:
                     _lead_group(grandchild)
                     os._exit(_wait_forwarding(grandchild))

@@ -1,8 +1,7 @@
-"""The course site (Sphinx with myst-nb, the pinned ``docs/requirements.txt``): the executed
-notebooks, ``docs/method.md`` and ``docs/glossary.md`` rendered offline from the committed outputs,
-without running anything (``python -m dflash_lite.course site OUT_DIR``). The student site blanks
-every solution cell (:func:`dflash_lite.course.blanks.blank`); the instructor's keeps them.
-"""
+"""The course site (``python -m dflash_lite.course site OUT_DIR``): the executed notebooks,
+``docs/method.md`` and ``docs/glossary.md`` rendered offline (Sphinx, myst-nb) from the committed
+outputs, nothing run; the student site blanks every solution cell (:func:`blanks.blank`), the
+instructor's keeps them (README, "Teaching with it")."""
 from __future__ import annotations
 
 import shutil

@@ -1,13 +1,9 @@
 """Self-checks for the notebooks' exercises, one module per chapter (``ch02`` for notebook 02).
 
-Each ``check_*`` function takes the learner's answer. ``None`` means "not attempted yet": it says
-what to do and returns None. Any other answer is checked against what this repository measures or
-computes; a wrong answer raises ``AssertionError`` with a hint, a right one prints and returns True.
-Worked solutions and the grader's hidden checks are instructor material, outside the package.
-
-A demonstration that builds on something you build calls :func:`yours_or_ours`: it runs on your
-version when that is done, and on the package's until then, so a blank fails only its own cell
-and its check. The graded checks always take your own code.
+Each ``check_*`` takes the learner's answer. ``None`` ("not attempted yet") prints what to do and
+returns None; a wrong answer raises ``AssertionError`` with a hint; a right one prints and returns
+True. Every expected answer is computed from the package and the models, never typed in. How the
+checks are graded: docs/teaching.md#grading-workflow.
 """
 from functools import lru_cache, wraps
 
@@ -46,20 +42,17 @@ def correct(exercise: str, detail: str = "") -> bool:
 
 
 def score(result, points: int) -> float:
-    """An exercise's autograded score: ``points`` when its check returned True, else 0.
-
-    Test cells show it, and nbgrader's autograder reads a number a test cell shows as the cell's
-    score (a check that raises scores 0 too). See the README, "Teaching with it"."""
+    """``points`` when an exercise's check returned True, else 0.0: what its test cell shows, which
+    nbgrader reads as the cell's score (0 if the check raised); the course grader recounts it."""
     return float(points) if result is True else 0.0
 
 
 def yours_or_ours(name: str, yours, ours, ours_name: str | None = None):
-    """What a demonstration uses for ``name``, something you build: ``yours`` when it is done,
-    else the package's ``ours``, with one printed line that says so.
-
-    A value is not done while it is None. A function is tried on each call: while it raises (a
-    blank raises ``NotImplementedError``), ``ours`` answers, and the first such call prints the
-    line, naming ``ours_name`` (default: the function's name). Only demonstrations use this."""
+    """What a demonstration uses for ``name``, something you build: ``yours`` when it is done, else
+    the package's ``ours``, with one printed line naming ``ours_name`` (default: ``ours``'s name).
+    A value is not done while it is None; a function is tried on each call, and ``ours`` answers
+    while it raises (a blank raises ``NotImplementedError``). Only demonstrations use this, so a
+    blank fails only its own cell and its check: the graded checks always take your own code."""
     ours_name = ours_name or getattr(ours, "__name__", "version")
 
     def note(why: str) -> None:

@@ -1,7 +1,4 @@
-"""Self-checks for notebook 00 (a tour of the box).
-
-Every expected answer is computed here, from the shipped models and the package, never typed in.
-"""
+"""Self-checks for notebook 00, a tour of the box."""
 from __future__ import annotations
 
 import random
@@ -37,7 +34,6 @@ def check_target_forwards(answer) -> bool:
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
-    # forwards counted by a hook on the target
     ar = len(forward_inputs(model, lambda: generate_autoregressive(
         model, ids, TOUR_MAX_NEW_TOKENS, stop_token_ids=stops)))
     sd = len(forward_inputs(model, lambda: generate(

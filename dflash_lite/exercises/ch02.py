@@ -25,8 +25,7 @@ def check_speculative_greedy(speculative_greedy, target, draft, tokenizer, max_n
     target's own greedy tokens and, at every verify step, the package loop's accepted length, on
     prompts of both domains and for several k (at most 40 new tokens: enough for rejections)."""
     stops = stop_token_ids(target, tokenizer)
-    max_new_tokens = min(max_new_tokens, 40)  # long enough for several rejections
-    # held-out prompts of both domains, the notebook's first prompt first
+    max_new_tokens = min(max_new_tokens, 40)
     texts = corpus.prompts("held_out", "math", 2) + corpus.prompts("held_out", "code", 2)
     for i, text in enumerate(texts):
         ids = tokenizer(text, return_tensors="pt").input_ids.to(target.device)

@@ -1,7 +1,4 @@
-"""Self-checks for notebook 03, the block-diffusion drafter.
-
-Every expected answer is computed here from the package and the models passed in, never typed in.
-"""
+"""Self-checks for notebook 03, the block-diffusion drafter."""
 from __future__ import annotations
 
 import statistics
@@ -219,7 +216,8 @@ def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: in
                 assert r.tokens == generate_autoregressive(target, x, max_new_tokens,
                                                            stop_token_ids=stops).tokens
             lengths += r.acceptance_lengths
-            tokens, seconds = tokens + len(r.tokens), seconds + r.total_time
+            tokens += len(r.tokens)
+            seconds += r.total_time
         taus[name] = (sum(lengths) / len(lengths), tokens / seconds)
     shown = "; ".join(f"{n}: tau {t:.2f}, {s:.0f} tokens/s" for n, (t, s) in taus.items())
     return correct("Exercise 5", shown)

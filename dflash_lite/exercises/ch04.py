@@ -1,7 +1,4 @@
-"""Self-checks for notebook 04 (conditioning).
-
-Expected answers are computed here from the shipped target and drafter, never typed in.
-"""
+"""Self-checks for notebook 04, conditioning."""
 from __future__ import annotations
 
 import torch

@@ -1,7 +1,4 @@
-"""Self-checks for notebook 05, training a drafter.
-
-Every expected answer is computed here from the package and the data passed in, never typed in.
-"""
+"""Self-checks for notebook 05, training a drafter."""
 from __future__ import annotations
 
 import math
@@ -122,7 +119,6 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int,
                  for key in states["decay"])
     assert differ, \
         "decay and uniform weights gave the same drafter: are the weights passed to drafter_loss?"
-    # one fixed batch, the same for both drafters
     batch = make_batch(data.sequences[-4:], data.prompt_lengths[-4:], block_size, 8, tokenizer,
                        torch.Generator().manual_seed(1))
     shown = []

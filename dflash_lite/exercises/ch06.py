@@ -1,5 +1,4 @@
-"""Self-checks for notebook 06, benchmarks. Each reads a benchmark report
-(the dict ``bench`` returns)."""
+"""Self-checks for notebook 06, benchmarks: each reads a report, the dict ``bench`` returns."""
 from __future__ import annotations
 
 import json

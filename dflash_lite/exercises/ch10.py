@@ -1,5 +1,4 @@
-"""Self-checks for notebook 10, the GPU chapter: bandwidth floors, the cost model at scale,
-CUDA graphs."""
+"""Self-checks for notebook 10, GPU benchmarks."""
 from __future__ import annotations
 
 from . import correct, not_attempted

@@ -1,5 +1,4 @@
-"""Self-checks for notebook 11, batching and serving: the batch verify mask, the naive rollback's
-tau, the break-even tau at a batch size."""
+"""Self-checks for notebook 11, batching and serving."""
 from __future__ import annotations
 
 from collections import Counter
