@@ -1,5 +1,5 @@
 """Teaching with the notebooks: each chapter's header (hardware and run time), student editions
-and autograding with nbgrader.
+in nbgrader's layout, and autograding in a sandboxed kernel.
 
 The commands (``python -m dflash_lite.course student-edition | autograde | site``) and the
 notebooks' nbgrader layout: docs/teaching.md#grading-workflow, the README's "Teaching with it".
