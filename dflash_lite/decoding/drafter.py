@@ -103,9 +103,8 @@ class DrafterLayer(nn.Module):
 
 
 class DFlashDrafter(nn.Module):
-    """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
-    The paper's drafter only (KV injection, block drafting): the ablations are subclasses in
-    :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
+    """The paper's drafter (block drafting, KV injection), with the target's embedding and LM head
+    passed in, never stored; the ablations subclass it (:mod:`dflash_lite.decoding.variants`)."""
 
     variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) it runs
     autoregressive = False                      # True: drafts one token per forward (variants only)

@@ -15,7 +15,6 @@ from ..validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
-# the default DFlash drafter of each shipped target
 SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash",
                     "smollm2-135m": MODELS_DIR / "smollm2-135m-dflash"}   # its target is fetched
 SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle",

@@ -208,8 +208,8 @@ class DFlashTreeProposer(DFlashProposer):
 
 
 class HybridTreeProposer(DFlashTreeProposer):
-    """The DFlash tree with prompt lookup's draft of up to ``ngram_drafts`` tokens (never deeper
-    than the tree) as one more branch (:func:`add_branch`): at most ``tree_size + ngram_drafts``
+    """The DFlash tree plus a branch (:func:`add_branch`): prompt lookup's draft of up to
+    ``ngram_drafts`` tokens, never deeper than the tree; at most ``tree_size + ngram_drafts``
     drafts."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
