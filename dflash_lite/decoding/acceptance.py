@@ -1,9 +1,6 @@
-"""From logits to tokens: the target's sampling distribution and the acceptance rules
-(docs/method.md#verification-and-acceptance).
-
-Temperature, top-k and top-p are transformers' own logits processors (``TemperatureLogitsWarper``,
-``TopKLogitsWarper``, ``TopPLogitsWarper``), so a distribution here is the one ``generate`` uses.
-Greedy decoding (temperature 0) is the argmax of the raw logits."""
+"""From logits to tokens: the target's sampling distribution (transformers' own logits processors),
+the seeded sampler and the acceptance rules (docs/method.md#verification-and-acceptance,
+#seeded-sampling)."""
 from __future__ import annotations
 
 import secrets
@@ -73,12 +70,9 @@ def _shift(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 class PositionNoise:
-    """Gumbel noise that is a function of (``seed``, absolute position, token id) only, so a seeded
-    sample of the token at position i is the same whatever was drafted, in whatever order the loop
-    asks for it, on any device (docs/method.md#seeded-sampling). A counter-based generator:
-    splitmix64's finaliser of ``seed * g + position * c + token`` in int64 arithmetic, computed
-    where the scores are. ``sample`` is the Gumbel-max trick: ``argmax(log p + g)`` is exactly a
-    draw from p (Gumbel 1954; drafter-invariant speculative decoding, arXiv 2408.07978)."""
+    """Gumbel noise that is a function of (``seed``, absolute position, token id) only
+    (docs/method.md#seeded-sampling): splitmix64's finaliser of ``seed * g + position * c + token``
+    in int64 arithmetic, computed where the scores are. ``seed`` None: a random one."""
 
     def __init__(self, seed: int | None = None):
         # a drawn seed leaves torch's global generator (and so the caller's randomness) alone
@@ -96,7 +90,7 @@ class PositionNoise:
 
     def sample(self, scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token per row of processed ``scores`` (N, V) (log-probabilities up to a constant;
-        -inf where a warper removed a token): the argmax of scores + Gumbel noise."""
+        -inf where a warper removed a token): the argmax of scores + Gumbel noise (Gumbel-max)."""
         gumbel = -torch.log(-torch.log(self.uniform(positions, scores.shape[-1])))
         return (scores.double() + gumbel).argmax(dim=-1)
 
@@ -140,10 +134,8 @@ def accept_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tu
 
 def accept_point_mass(draft_tokens: torch.Tensor, target_p: torch.Tensor,
                       generator: torch.Generator | None = None) -> tuple[int, int]:
-    """Sampling with a deterministic draft (q = one-hot): sample the target at every position and
-    accept while the sample equals the draft. This is the general rule below with q(x) = 1:
-    accept with probability p(x), and on rejection the sample is p conditioned on != x, which
-    is exactly normalise(max(p - q, 0)). So it is lossless."""
+    """Sampling with a deterministic draft (q one-hot), lossless: sample the target at every
+    position of ``target_p`` (k+1, V) and accept while the sample equals the draft."""
     samples = torch.multinomial(target_p, 1, generator=generator).squeeze(-1)   # (k+1,)
     tokens = committed_tokens(draft_tokens, samples)
     return len(tokens) - 1, tokens[-1]
@@ -166,8 +158,8 @@ def accept_speculative(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target
 
 
 # ----------------------------------------------------------------------------- NOT lossless
-# The source article's two rules. They are here so the notebooks can measure the bias they add
-# (total variation from the target's distribution); never use them to generate.
+# The source article's two rules, kept so the notebooks can measure the bias they add (total
+# variation from the target's distribution); never use them to generate.
 
 def accept_article_ratio(draft_tokens: torch.Tensor, draft_q: torch.Tensor, target_p: torch.Tensor,
                          generator: torch.Generator | None = None) -> tuple[int, int]:

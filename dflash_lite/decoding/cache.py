@@ -1,19 +1,7 @@
-"""The one KV cache of the decode loop, for the target and the drafter alike
-(docs/method.md#one-cache-and-its-write-position).
-
-:class:`SlotCache`, a transformers ``Cache`` (the target's own forward writes into it; the drafter's
-layers call :meth:`SlotCache.append`, the same write), holds every layer's keys and values in
-buffers of ``(rows, kv_heads, length, head_dim)`` allocated once per request, and a write position
-per row. A forward writes its new slots at the write position and moves it on;
-:meth:`SlotCache.rewind` moves it back (rejected drafts are overwritten by the next forward, never
-cropped); :meth:`SlotCache.keep_path` moves a tree's accepted path to consecutive slots. What a
-forward may see is the cache's business too:
-
-* **eager** (``fixed=False``): the filled slots only, as a growing cache gives them, so a forward
-  does no work on empty or stale slots, and a one-token forward needs no mask;
-* **fixed** (``fixed=True``): the whole buffer, under a mask built on the device from the write
-  positions, so that every forward of a width has the same shapes (what ``torch.compile`` and CUDA
-  graphs need)."""
+"""The one KV cache of the decode loop, for the target and the drafter alike: :class:`SlotCache`,
+a transformers ``Cache`` with a write position per row, whose forwards see the filled slots only
+(``fixed=False``) or the whole buffer under a mask (``fixed=True``)
+(docs/method.md#one-cache-and-its-write-position)."""
 from __future__ import annotations
 
 import torch
@@ -213,13 +201,12 @@ class SlotCache(Cache):
     def verify_mask(self, width: int, ancestors: torch.Tensor | None = None,
                     depths: torch.Tensor | None = None, sliding_window: int | None = None,
                     lengths: torch.Tensor | None = None):
-        """The target's mask for a forward of ``width`` tokens per row written from the write
-        position: every committed slot, and among the new slots the token's ``ancestors`` (W, W),
-        or per row (R, W, W) (None: a chain, the lower triangle). ``lengths`` (R,): a prompt batch
-        padded on the right, row r's keys past its own length hidden. A mapping {layer type:
-        (rows, 1, W, visible) bool or None}; None: nothing to hide (one token, or a prompt from
-        slot 0, which SDPA's causal flag covers). ``depths`` (W,) or (R, W): the tokens' position
-        offsets, for a sliding window."""
+        """The target's mask for a forward of ``width`` tokens per row from the write position:
+        every committed slot, and among the new slots each token's ``ancestors``, (W, W) or
+        (R, W, W) (None: a chain, the lower triangle). ``lengths`` (R,): row r's keys past its
+        length hidden (a prompt batch padded on the right). ``depths`` (W,) or (R, W): position
+        offsets, for a sliding window. Returns {layer type: (rows, 1, W, visible) bool or None};
+        None: nothing to hide (one token, or a prompt from slot 0: SDPA's causal flag)."""
         device = self.device
         start = None if self.fixed else self.position     # a compiled forward reads no host state
         if not self.fixed and self.rows == 1 and sliding_window is None and lengths is None \
@@ -262,11 +249,10 @@ class SlotCache(Cache):
 
     def context_mask(self, block_width: int, new: int = 0,
                      block_lengths: torch.Tensor | None = None):
-        """The drafter's mask for a forward whose block (``block_width`` positions, never stored)
-        sees the committed context after writing ``new`` slots: (rows, 1, 1, L + B) on a fixed
-        cache or a batch (slots before each row's ``ends``, and the block), None on an eager cache
-        of one row with a whole block (the filled slots are the context). ``block_lengths`` (R,):
-        row r's block is its first ``block_lengths[r]`` positions (a shorter block, exactly)."""
+        """The drafter's mask for a forward that writes ``new`` context slots, then a block of
+        ``block_width`` (never stored): (rows, 1, 1, L + B), the context (fixed or a batch: the
+        slots before each row's ``ends``) and the block; None on an eager cache of one row with a
+        whole block. ``block_lengths`` (R,): row r's block is its first ``block_lengths[r]``."""
         if block_lengths is None and not self.fixed and self.rows == 1:
             return None
         slots = self.key_positions(new)                                                  # (R, L)

@@ -1,21 +1,7 @@
-"""Drafter checkpoints in three layouts, with strict checks (docs/method.md#checkpoints).
-
-* **dflash-lite** (``save_drafter`` / ``load_drafter``): ``drafter.safetensors`` +
-  ``drafter_config.json``.
-* **public DFlash** (``export_dflash`` / ``import_dflash``): ``model.safetensors`` +
-  ``config.json`` with ``block_size``, ``dflash_config.{target_layer_ids, mask_token_id}`` and
-  ``num_target_layers``; weights ``fc``, ``hidden_norm``, ``norm``, ``layers.N...``; no embedding
-  or LM head. This is what vLLM and SGLang serve
-  (``--speculative-config '{"method": "dflash", "model": DIR, "num_speculative_tokens": 15}'``)
-  and what published drafters ship as. The rest of that config is a Qwen3 config: its rope and
-  sliding-window keys are honoured as transformers' ``Qwen3Config`` reads them (others that change
-  what a drafter computes are refused: :data:`NEUTRAL`), and every key survives an import -> export
-  round trip.
-* **transformers** (``to_transformers``): the same weights inside ``MuseGlimmerAssistantModel``
-  (projection under ``encoder.fc`` and ``encoder.output_norm_enc``), for ``generate(...,
-  speculation_type="dflash")``.
-
-A checkpoint with missing, extra or wrongly shaped tensors is refused with one line."""
+"""Drafter checkpoints in three layouts, with strict checks (docs/method.md#checkpoints): the
+project's own (:func:`save_drafter`, :func:`load_drafter`), the public DFlash layout that vLLM and
+SGLang serve (:func:`export_dflash`, :func:`import_dflash`), and transformers' DFlash drafter
+(:func:`to_transformers`, :func:`from_transformers`)."""
 from __future__ import annotations
 
 import json
@@ -208,7 +194,8 @@ def export_dflash(drafter: DFlashDrafter, directory: str | Path,
         if "rope_theta" in carried:
             config["rope_theta"] = c.rope_theta
     else:                                     # rope_theta + rope_scaling (what vLLM/SGLang read)
-        config["rope_theta"], config["rope_scaling"] = c.rope_theta, c.rope_scaling
+        config["rope_theta"] = c.rope_theta
+        config["rope_scaling"] = c.rope_scaling
     dtype_key = "torch_dtype" if "torch_dtype" in carried and "dtype" not in carried else "dtype"
     config[dtype_key] = str(dtype).removeprefix("torch.")
     return _atomic_save(drafter, dtype, config, directory, "model.safetensors", "config.json")

@@ -1,26 +1,7 @@
-"""The DFlash drafter: a block-diffusion model conditioned on the target's hidden states (paper
-section 3; docs/method.md#the-drafter).
-
-One forward drafts a whole block, ``[last accepted token, MASK x (B-1)]``; the drafter sees
-
-* the **context features**: the tapped target layers' outputs at every accepted position,
-  concatenated (K*H wide) and projected to H by ``fc`` then ``hidden_norm`` (an RMSNorm);
-* its own block, embedded with the **target's frozen embedding**.
-
-Every layer is a Qwen3 layer with **KV injection**: queries come from the block only, keys and
-values from ``[context ; block]``, attention is bidirectional inside the block and sees all of the
-context, RoPE at absolute positions. The output goes through the **target's frozen LM head**; the
-B-1 masked positions give the draft. Context K/V are kept in the loop's one cache,
-:class:`~dflash_lite.decoding.cache.SlotCache`, written at the context's positions; the block's own
-K/V are never stored.
-
-Weight names follow the public DFlash layout (``fc``, ``hidden_norm``, ``norm``,
-``layers.N.self_attn.{q,k,v,o}_proj``, ...): :mod:`dflash_lite.decoding.checkpoints` maps them 1:1.
-Two options of that layout change the attention itself, and both are honoured here: **RoPE scaling**
-(``rope_scaling``, e.g. ``{"rope_type": "linear", "factor": 2.0}``), by transformers' own rotary
-embedding for the target's rope parameters, and **sliding-window layers** (``layer_types[i] ==
-"sliding_attention"``; :meth:`DFlashDrafter.window_mask`), the bidirectional window of transformers'
-DFlash drafter (``MuseGlimmerAssistantModel``) with SDPA."""
+"""The DFlash drafter (paper section 3; docs/method.md#the-drafter): :class:`DFlashDrafter`, Qwen3
+layers with KV injection (:class:`KVInjectionAttention`) over the projected target features, and
+the target's frozen embedding and LM head, passed in. Its weight names are the public DFlash
+layout's, and it honours that layout's RoPE scaling and sliding-window layers."""
 from __future__ import annotations
 
 import torch
@@ -40,7 +21,8 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.eps, self.shape = eps, (hidden_size,)
+        self.eps = eps
+        self.shape = (hidden_size,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self.weight.dtype:
@@ -63,8 +45,9 @@ class KVInjectionAttention(nn.Module):
     def __init__(self, config: DrafterConfig):
         super().__init__()
         h, d = config.hidden_size, config.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = (config.num_attention_heads,
-                                                            config.num_key_value_heads, d)
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = d
         self.q_proj = nn.Linear(h, self.num_heads * d, bias=config.attention_bias)
         self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
         self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=config.attention_bias)
@@ -113,17 +96,15 @@ class DrafterLayer(nn.Module):
         self.mlp = Qwen3MLP(config.mlp_config())
 
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
-        """``context`` (the projected features) feeds this layer's K/V as it is (KV injection).
-        ``attn_mask`` is the layer's own: a sliding-window layer gets the window's mask."""
+        """``attn_mask`` is this layer's own: a sliding-window layer gets the window's mask."""
         x = x + self.self_attn(self.input_layernorm(x), context, block_rope, context_rope, cache,
                                layer, attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class DFlashDrafter(nn.Module):
-    """The drafter body. Embedding and LM head are the target's, passed in, never stored here.
-    The paper's drafter only (KV injection, block drafting): the ablations are subclasses in
-    :mod:`dflash_lite.decoding.variants`, whose ``make_drafter`` builds whichever a config names."""
+    """The paper's drafter (block drafting, KV injection), with the target's embedding and LM head
+    passed in, never stored; the ablations subclass it (:mod:`dflash_lite.decoding.variants`)."""
 
     variants = {("block", "kv_injection")}      # (config.drafting, config.conditioning) it runs
     autoregressive = False                      # True: drafts one token per forward (variants only)

@@ -1,8 +1,6 @@
-"""What a DFlash drafter is, before any weight: :class:`DrafterConfig` (the public DFlash layout's
-fields: width, layers, block size, the target layers it taps, the mask token, RoPE and sliding
-windows), how it drafts (:class:`Drafting`) and what it is conditioned on (:class:`Conditioning`),
-and :func:`check_compatible`, whether it fits a target. The model itself is
-:mod:`dflash_lite.decoding.drafter`."""
+"""What a DFlash drafter is, before any weight (docs/method.md#the-drafter): :class:`DrafterConfig`,
+how it drafts (:class:`Drafting`), what it is conditioned on (:class:`Conditioning`), and whether
+it fits a target (:func:`check_compatible`). The model is :mod:`dflash_lite.decoding.drafter`."""
 from __future__ import annotations
 
 import enum

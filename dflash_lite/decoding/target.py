@@ -1,9 +1,5 @@
-"""Loading the target LM, and the feature taps DFlash conditions on (paper section 3.2;
-docs/method.md#context-features).
-
-``load_pretrained`` returns ``(model, tokenizer)`` for the shipped ``"tiny"`` target, any local
-Hugging Face directory, or a hub id; only a hub id can reach the network, and with neither a cached
-copy nor the network it fails with one line, not a stack of retries (:func:`resolve_checkpoint`)."""
+"""Loading the target LM (:func:`load_pretrained`), and the feature taps DFlash conditions on
+(paper section 3.2; docs/method.md#context-features)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +15,6 @@ from ..validate import check_memory, check_model_shape
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 SHIPPED = {"tiny": MODELS_DIR / "tiny"}
-# the default DFlash drafter of each shipped target
 SHIPPED_DRAFTERS = {"tiny": MODELS_DIR / "tiny-dflash",
                     "smollm2-135m": MODELS_DIR / "smollm2-135m-dflash"}   # its target is fetched
 SHIPPED_BASELINES = {"tiny": {"eagle": MODELS_DIR / "tiny-eagle",
@@ -281,11 +276,12 @@ def _no_progress_bar():
 
 
 def mask_token_id(tokenizer) -> int | None:
-    """The token id a DFlash drafter fills its block with (docs/method.md#the-mask-token): the
-    tokenizer's own mask token, else, as the published DFlash drafters do, a reserved token the
-    target never emits: the added special token with the highest id that is not BOS, EOS, PAD or
-    UNK and not in the chat template (SmolLM2: ``<empty_output>``, id 16); None without one. The
-    drafter's config records the id, so export, import and vLLM use the same one."""
+    """The token id a DFlash drafter fills its block with
+    (docs/method.md#the-masked-block-and-one-step-denoising): the tokenizer's own mask token, else,
+    as the published DFlash drafters do, a reserved token the target never emits: the added special
+    token with the highest id that is not BOS, EOS, PAD or UNK and not in the chat template
+    (SmolLM2: ``<empty_output>``, id 16); None without one. The drafter's config records the id, so
+    export, import and vLLM use the same one."""
     if tokenizer.mask_token_id is not None:
         return tokenizer.mask_token_id
     taken = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
@@ -309,9 +305,8 @@ def stop_token_ids(model, tokenizer) -> list[int]:
 
 # ----------------------------------------------------------------------------- feature taps
 def tapped_layer_ids(num_layers: int, num_taps: int = 5) -> list[int]:
-    """Target layers whose outputs condition the drafter (paper section 3.2), spread evenly from
-    the 2nd layer (id 1) to the 3rd-from-last (id N-3): ``round(1 + i * (N - 4) / (K - 1))`` for
-    ``i = 0 .. K-1``, K capped at the N-3 layers in that range; with K = 1 the middle layer."""
+    """The ids of the ``num_taps`` (K) target layers the drafter reads, spread evenly from id 1 to
+    N-3 (docs/method.md#context-features); K is capped at N-3, and K = 1 is the middle layer."""
     if num_layers < 2:
         raise ValueError(f"the target needs at least 2 layers to tap, it has {num_layers}")
     if num_taps < 1:

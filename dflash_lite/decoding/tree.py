@@ -1,31 +1,7 @@
-"""Draft trees: many continuations from one drafter forward, verified in one target forward.
-
-DDTree (arXiv 2604.12989) keeps DFlash's single block-diffusion forward but reads more out of it:
-instead of the chain of argmaxes of the drafter's distributions at the block's masked positions,
-the **tree of the N most likely continuations** (a path scored by the product of its tokens'
-probabilities), all verified at once:
-
-* **build** (:func:`build_tree`): best-first over (depth, rank) with a heap. A node's first child
-  is the top token of the next position; its next sibling is the next-ranked token at its own
-  position. Since each row is sorted, this pops the N best paths exactly, and the set is closed
-  under prefixes (a path's parent scores at least as well as the path).
-* **verify** (:func:`verify_tree`): the root (the last committed token) and the N nodes in one
-  target forward, every node seeing the context and its own ancestors only, at position ids
-  context length + depth.
-* **accept** (:func:`accept_tree`): from the root, follow the child whose token is the target's
-  choice at the node as far as it goes; the target's choice at the last node is the bonus token.
-* **keep** (:meth:`dflash_lite.decoding.cache.SlotCache.keep_path`): the accepted path's K/V move
-  to consecutive slots, where the next write follows; only its features go to the drafter.
-* **hybrid** (:func:`add_branch`, :class:`HybridTreeProposer`): a tree verify takes any set of
-  paths, so prompt lookup's continuation (:mod:`dflash_lite.decoding.ngram`) joins the tree as one
-  more branch, sharing the nodes the tree already holds, checked in the same forward.
-
-**Sampling is lossless too.** The drafts are deterministic (the drafter's top paths, prompt
-lookup's copied tokens), so the tree rule is the chain's point-mass rule
-(``acceptance.accept_point_mass``) with several candidates: at each node on the walk the target's
-token is a fresh sample given that node's path, and the walk moves on only when a child holds that
-very token. So every committed token is a sample of the target given the tokens before it; the
-tree only decides how many one forward commits (``tests/test_sampling_lossless.py``: chi-square)."""
+"""Draft trees (DDTree, arXiv 2604.12989): the N most likely paths of one drafter forward,
+verified in one target forward under a tree attention mask and accepted by the point-mass rule
+(docs/method.md#verification-and-acceptance); :class:`HybridTreeProposer` adds prompt lookup's
+continuation as one more branch."""
 from __future__ import annotations
 
 import heapq
@@ -69,7 +45,9 @@ class DraftTree:
 
     def path_length(self, tokens: list[int]) -> int:
         """How many of ``tokens``, read as a path from the root, the tree holds."""
-        kids, node, held = self.children(), 0, 0
+        kids = self.children()
+        node = 0
+        held = 0
         while held < len(tokens) and (node := kids[node].get(tokens[held])) is not None:
             held += 1
         return held
@@ -101,7 +79,8 @@ class DraftTree:
     def accept_read(self, read: list[int]):
         """:meth:`accept` at temperature 0 from the batch's one host read, the argmax after each
         node ``read[1:]`` (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`)."""
-        choice, kids, path = read[1:], self.children(), [0]
+        choice, kids = read[1:], self.children()
+        path = [0]
         while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
             path.append(child)
         tokens = self.token_list
@@ -161,14 +140,16 @@ def _best_first(root: int, top_logp: list[list[float]], top_ids: list[list[int]]
 
 
 def add_branch(tree: DraftTree, tokens: list[int]) -> DraftTree:
-    """``tree`` with the path ``tokens`` from the root added: the part of the path the tree already
-    holds is shared (siblings never share a token), the rest hangs below it as new nodes, so the
-    tree grows by at most ``len(tokens)`` nodes. ``chain`` stays the drafter's."""
-    kids, node = tree.children(), 0
-    all_tokens, parents, depths = list(tree.token_list), list(tree.parents), list(tree.depths)
+    """``tree`` with the path ``tokens`` from the root added: the part the tree holds is shared, the
+    rest hangs below it as at most ``len(tokens)`` new nodes. ``chain`` stays the drafter's."""
+    kids = tree.children()
+    node = 0
+    all_tokens = list(tree.token_list)
+    parents = list(tree.parents)
+    depths = list(tree.depths)
     for token in tokens:
         child = kids[node].get(token) if node < len(kids) else None      # new nodes have no kids
-        if child is None:                                              # leave the tree: a new node
+        if child is None:
             child = len(parents)
             all_tokens.append(token)
             parents.append(node)
@@ -188,13 +169,12 @@ def verify_tree(target, tree: DraftTree, cache: SlotCache, layer_ids, shapes: Sh
 def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
                 sampling: SamplingParams = SamplingParams(), processors=None, generator=None,
                 positions: torch.Tensor | None = None) -> tuple[list[int], int]:
-    """The longest root-to-node path whose every draft is the target's choice at its parent: the
-    argmax when greedy, else one sample per node from the target's processed distribution (only
-    the samples on the walk matter, each drawn given its node's path; seeded, each node's sample
-    is keyed by the position of the token it chooses, ``positions`` (N+1,), so siblings share
-    their noise). Returns the path's node indices (root first) and the target's token after it."""
+    """The longest root-to-node path whose every draft is the target's choice at its parent (the
+    argmax, or a sample; seeded, keyed by ``positions`` (N+1,), the position of the token each
+    node chooses). Returns the path's node indices (root first) and the target's token after it."""
     choice = choose_tokens(target_logits, sampling, processors, generator, positions).tolist()
-    kids, path = tree.children(), [0]
+    kids = tree.children()
+    path = [0]
     while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
         path.append(child)
     return path, choice[path[-1]]
@@ -213,8 +193,8 @@ def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
 
 
 class DFlashTreeProposer(DFlashProposer):
-    """DFlash drafting, but a tree of up to ``tree_size`` drafts from the same single forward over a
-    block of ``block_size`` (depth ``block_size - 1``), verified as a tree (DDTree)."""
+    """A tree of up to ``tree_size`` drafts from one DFlash forward over a block of ``block_size``
+    (depth ``block_size - 1``)."""
 
     def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None,
                  shapes: Shapes = EAGER):
@@ -228,9 +208,9 @@ class DFlashTreeProposer(DFlashProposer):
 
 
 class HybridTreeProposer(DFlashTreeProposer):
-    """The DFlash tree with prompt lookup's draft added as one more branch (:func:`add_branch`), so
-    both are verified in the same target forward. The branch holds up to ``ngram_drafts`` tokens
-    (never deeper than the tree), so the tree has at most ``tree_size + ngram_drafts`` drafts."""
+    """The DFlash tree plus a branch (:func:`add_branch`): prompt lookup's draft of up to
+    ``ngram_drafts`` tokens, never deeper than the tree; at most ``tree_size + ngram_drafts``
+    drafts."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
                  ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):

@@ -1,18 +1,7 @@
-"""The drafter's ablations, kept out of the paper's drafter (:mod:`dflash_lite.decoding.drafter`) so
-that its attention reads as the paper describes it. Each is a subclass that changes one thing;
-notebooks 03 and 04 and ``tools/train_ablations.py`` compare them with DFlash
-(docs/method.md#the-drafter).
-
-* :class:`InputFusionDrafter` (``conditioning="input_fusion"``): the projected features enter
-  once, as the context's input, and the context then runs through the drafter's layers (causal)
-  like a small LM's prompt, instead of being injected as every layer's K/V.
-* :class:`NoFeatureDrafter` (``conditioning="none"``): no target computation at all; the context
-  is the target's token embeddings (tap -1, the embedding output), injected like DFlash's features.
-* :class:`AutoregressiveDrafter` (``drafting="autoregressive"``): the EAGLE-style baseline
-  (the paper's "DFlash-AR"): the same conditioning, one token per forward.
-
-:func:`make_drafter` builds whichever drafter a :class:`~dflash_lite.decoding.drafter.DrafterConfig`
-names; checkpoints keep those two config fields, so every saved drafter loads as what it was."""
+"""The drafter's ablations, each a subclass that changes one thing, kept out of
+:mod:`dflash_lite.decoding.drafter` so that the paper's drafter reads as the paper describes it;
+notebooks 03 and 04 and ``tools/train_ablations.py`` compare them (docs/method.md#the-drafter).
+:func:`make_drafter` builds whichever a config names."""
 from __future__ import annotations
 
 import torch
@@ -54,6 +43,8 @@ class InputFusionLayer(DrafterLayer):
 
 
 class InputFusionDrafter(DFlashDrafter):
+    """``conditioning="input_fusion"``: the projected features enter once, as the context's input,
+    and run through the drafter's layers (causal) like a small LM's prompt."""
     variants = {("block", "input_fusion")}
     fixed_shapes = False
     layer = InputFusionLayer
@@ -63,7 +54,8 @@ class InputFusionDrafter(DFlashDrafter):
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rope(block_positions, block_embeds.dtype)
         context_rope = self.rope(context_positions, context.dtype)
-        x, last = block_embeds, len(self.layers) - 1
+        last = len(self.layers) - 1
+        x = block_embeds
         for i, layer in enumerate(self.layers):
             x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask,
                                last=i == last)
@@ -71,7 +63,8 @@ class InputFusionDrafter(DFlashDrafter):
 
 
 class NoFeatureDrafter(DFlashDrafter):
-    """DFlash's attention with the token embeddings as the context: the config taps layer -1."""
+    """``conditioning="none"``: DFlash's attention, the target's token embeddings as its context
+    (the config taps layer -1, the embedding output)."""
     variants = {("block", "none")}
 
 
@@ -90,7 +83,8 @@ class AutoregressiveLayer(DrafterLayer):
 
 
 class AutoregressiveDrafter(DFlashDrafter):
-    """EAGLE-style baseline, trained causally over the block (:mod:`dflash_lite.training.train`)."""
+    """``drafting="autoregressive"``: the EAGLE-style baseline (the paper's DFlash-AR), a token per
+    forward, trained causally over the block (:mod:`dflash_lite.training.train`)."""
     variants = {("autoregressive", "kv_injection"), ("autoregressive", "none")}
     autoregressive = True
     fixed_shapes = False
@@ -114,7 +108,8 @@ VARIANTS = (DFlashDrafter, InputFusionDrafter, NoFeatureDrafter, AutoregressiveD
 
 
 def make_drafter(config: DrafterConfig) -> DFlashDrafter:
-    """The drafter a config names: the paper's, or one of the ablations above."""
+    """The drafter a config's ``drafting`` and ``conditioning`` name (a checkpoint keeps both, so a
+    saved drafter loads as what it was)."""
     key = (config.drafting, config.conditioning)
     for cls in VARIANTS:
         if key in cls.variants:
