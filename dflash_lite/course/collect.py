@@ -3,8 +3,7 @@
 with :data:`MARK`, and :func:`collected` reads them back (docs/teaching.md#grading-workflow).
 The collector runs in the student's kernel, so it imports nothing from this package, which the
 student may have patched, but ``checkpoints.save_drafter`` when an answer is a drafter (the one
-format a drafter is written in); that import sits in the collector's source, not in this module.
-"""
+format a drafter is written in); that import sits in the collector's source, not in this module."""
 from __future__ import annotations
 
 import ast

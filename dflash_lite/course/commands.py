@@ -2,8 +2,7 @@
 in nbgrader's layout, and autograding in a sandboxed kernel.
 
 The commands (``python -m dflash_lite.course student-edition | autograde | site``) and the
-notebooks' nbgrader layout: docs/teaching.md#grading-workflow, the README's "Teaching with it".
-"""
+notebooks' nbgrader layout: docs/teaching.md#grading-workflow, the README's "Teaching with it"."""
 from __future__ import annotations
 
 import json

@@ -4,8 +4,7 @@ from the instructor's, runs it in a kernel sandboxed by :mod:`~dflash_lite.cours
 :class:`Limits` (a dead kernel, a timeout or a flood of output stops *this* notebook, whose cells
 not reached score 0, saying why), then scores it with :mod:`~dflash_lite.course.grader` in a fresh
 ``python -I`` process, sandboxed too, that reads no score from the kernel's output
-(docs/teaching.md#what-autograde-runs).
-"""
+(docs/teaching.md#what-autograde-runs)."""
 from __future__ import annotations
 
 import contextlib

@@ -15,8 +15,7 @@ status, so a Jupyter kernel manager can interrupt and kill it as it would the ke
 kernel refuses unprivileged namespaces, the command runs in a session of its own with the limits
 only, and the launcher says so on stderr (:func:`available` tells beforehand). The module imports
 nothing from this package: it runs as a file, before the package could be touched. What grading
-mounts how: docs/teaching.md#what-autograde-runs.
-"""
+mounts how: docs/teaching.md#what-autograde-runs."""
 from __future__ import annotations
 
 import argparse

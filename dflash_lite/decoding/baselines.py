@@ -2,8 +2,7 @@
 (docs/method.md#the-decode-loop): :class:`NoDraftProposer` (block size 1: plain autoregressive
 decoding, :func:`generate_autoregressive`), :class:`EagleProposer` (the paper's "DFlash-AR",
 section 5), :class:`DraftModelProposer` (a small causal LM), :class:`AdaptiveDFlashProposer` (the
-source article's adaptive block size, its section 5.3) and :func:`hf_generate` (transformers').
-"""
+source article's adaptive block size, its section 5.3) and :func:`hf_generate` (transformers')."""
 from __future__ import annotations
 
 import logging

@@ -1,8 +1,7 @@
 """What a DFlash step costs (paper section 3; docs/method.md#the-cost-model): the forwards measured
 (:func:`step_costs`), the model of every size and context length that the cost-aware policy reads
 (:class:`StepCosts`), whether it still fits (:class:`DriftMonitor`), the benchmark's record
-(:func:`measure_costs`) and :func:`predicted_speedup`.
-"""
+(:func:`measure_costs`) and :func:`predicted_speedup`."""
 from __future__ import annotations
 
 import math

@@ -1,8 +1,7 @@
 """Speculative decoding as phases (docs/method.md#the-decode-loop): :func:`steps`, the whole loop
 on one screen over a :class:`Batch` of one :class:`Request` per prompt, and :func:`generate`, which
 runs it to the end into a :class:`GenerationResult`. DFlash and every baseline
-(:mod:`dflash_lite.decoding.baselines`) are a :class:`~dflash_lite.decoding.proposers.Proposer`.
-"""
+(:mod:`dflash_lite.decoding.baselines`) are a :class:`~dflash_lite.decoding.proposers.Proposer`."""
 from __future__ import annotations
 
 import time

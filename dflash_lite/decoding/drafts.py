@@ -1,8 +1,7 @@
 """What a step drafts and how the target's verdict on it is read: a :class:`ChainDraft` (k tokens
 in a row) or a :class:`dflash_lite.decoding.tree.DraftTree` (the other shape of :class:`Draft`), and
 :func:`accept`, the lossless rule for a chain (paper section 2;
-docs/method.md#verification-and-acceptance).
-"""
+docs/method.md#verification-and-acceptance)."""
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol

@@ -6,8 +6,7 @@
 >>> engine.generate([prompt_a, prompt_b])                    # one batch: a list of completions
 
 With a drafter, the cost-aware policy (:mod:`dflash_lite.decoding.policy`) chooses each step's
-draft unless ``block_size`` fixes it.
-"""
+draft unless ``block_size`` fixes it."""
 from __future__ import annotations
 
 import threading

@@ -1,7 +1,6 @@
 """What the cost-aware policy expects a draft to commit (docs/method.md#the-cost-aware-policy):
 :class:`AcceptanceEstimate`, from decayed counts of what the target accepted, and
-:func:`chain_accepted`, what a chain would have done in a step that verified something else.
-"""
+:func:`chain_accepted`, what a chain would have done in a step that verified something else."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

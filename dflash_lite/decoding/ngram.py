@@ -2,8 +2,7 @@
 and repetitive reasoning repeat their context, so what followed an earlier occurrence of the last
 few tokens is a good guess for what follows now: :func:`ngram_continuation` finds it and
 :class:`NgramProposer` drafts it, a point mass verified by the same lossless rules as DFlash's
-argmax drafts (docs/method.md#verification-and-acceptance).
-"""
+argmax drafts (docs/method.md#verification-and-acceptance)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,8 +1,7 @@
 """The cost-aware policy (docs/method.md#the-cost-aware-policy): :class:`CostAwareProposer` drafts,
 each step, whichever of plain decoding, a DFlash chain, a draft tree, prompt lookup or the hybrid
 tree :func:`choose` rates the most expected tokens per second; :class:`PolicySession` keeps costs
-and estimates across requests; :func:`default_policy` is what ``Engine`` and ``bench`` run.
-"""
+and estimates across requests; :func:`default_policy` is what ``Engine`` and ``bench`` run."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,6 @@
 """What the decode loop asks of a drafter (docs/method.md#batches): :class:`Proposer`, on batches
 only (one request is a batch of one); :class:`PerRow`, which runs a proposer of one request
-(:class:`RequestProposer`) on a batch; :class:`DFlashProposer`, the paper's drafter.
-"""
+(:class:`RequestProposer`) on a batch; :class:`DFlashProposer`, the paper's drafter."""
 from __future__ import annotations
 
 import copy

@@ -1,8 +1,7 @@
 """Fixed shapes and compiled forwards, an option of the one decode loop, not another loop
 (docs/method.md#fixed-shapes-and-compilation): the loop asks its :class:`Shapes` for a request's
 caches and to run each forward. :data:`EAGER` runs every forward as wide as its input;
-:class:`FixedShapes` keeps its caches, pads each verify to a bucket (:func:`pad`) and compiles.
-"""
+:class:`FixedShapes` keeps its caches, pads each verify to a bucket (:func:`pad`) and compiles."""
 from __future__ import annotations
 
 import torch

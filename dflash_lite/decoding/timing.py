@@ -1,7 +1,6 @@
 """Timing, in one place (docs/method.md#measuring): the interleaved timer every comparison uses,
 and the per-phase observer of the decode loop. On CUDA the device is synchronised at every edge,
-so a timed span holds the kernels it launched.
-"""
+so a timed span holds the kernels it launched."""
 from __future__ import annotations
 
 import time

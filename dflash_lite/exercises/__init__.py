@@ -3,8 +3,7 @@
 Each ``check_*`` takes the learner's answer. ``None`` ("not attempted yet") prints what to do and
 returns None; a wrong answer raises ``AssertionError`` with a hint; a right one prints and returns
 True. Every expected answer is computed from the package and the models, never typed in. How the
-checks are graded: docs/teaching.md#grading-workflow.
-"""
+checks are graded: docs/teaching.md#grading-workflow."""
 from functools import lru_cache, wraps
 
 from ..decoding.target import load_pretrained
