@@ -32,9 +32,8 @@ class RegeneratedData:
 @torch.inference_mode()
 def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16,
                cache_dir: str | Path | None = None) -> RegeneratedData:
-    """The target's own greedy answers to ``prompts``, cached under ``cache_dir``, written
-    atomically: only a finished file gets the final name, and an interrupted run resumes from the
-    ``.partial.json`` kept every minute."""
+    """The target's own greedy answers to ``prompts``, cached under ``cache_dir`` (an interrupted
+    run resumes from the ``.partial.json`` kept every minute)."""
     key = hashlib.sha256(json.dumps([prompts, max_new_tokens, target.config.to_json_string(),
                                      sum(float(p.float().sum()) for p in target.parameters())])
                          .encode()).hexdigest()[:16]
@@ -74,7 +73,7 @@ def regenerate(target, tokenizer, prompts: list[str], max_new_tokens: int, batch
             end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))  # stop included
             sequences.append(b + row[:end])
             prompt_lengths.append(len(b))
-    if path is not None:                             # only a finished file ever has the final name
+    if path is not None:
         atomic_write_text(path, json.dumps({"key": key, "complete": True, "sequences": sequences,
                                             "prompt_lengths": prompt_lengths}))
         partial.unlink(missing_ok=True)
@@ -97,8 +96,7 @@ def sample_anchors(prompt_length: int, length: int, num_anchors: int, generator:
                    block_size: int | None = None) -> torch.Tensor:
     """Anchor positions in the response: ``prompt_length <= a <= length - 2`` (at least one label).
     Sampled without replacement; fewer when the response is short. Sorted, (A,). With
-    ``block_size`` they may only sit on fixed block boundaries, ``prompt_length + k * block_size``
-    (the ablation in notebook 05); DFlash samples them anywhere."""
+    ``block_size`` only on fixed block boundaries, ``prompt_length + k * block_size``."""
     low, high = prompt_length, length - 2
     if high < low:
         return torch.empty(0, dtype=torch.long)
@@ -138,13 +136,14 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
     no labels). ``tokenizer``: anything with the ``mask_token_id`` and ``pad_token_id`` to use.
     Block drafting: ``[x_a, MASK, ...]``, position j labelled x_{a+j}. Autoregressive drafting
     (``causal``): ``[x_a, x_{a+1}, ...]`` under teacher forcing, position j labelled x_{a+j+1}."""
-    mask_token_id, pad_token_id = tokenizer.mask_token_id, tokenizer.pad_token_id
-    n, width = len(sequences), max(map(len, sequences))
+    mask_token_id = tokenizer.mask_token_id
+    n = len(sequences)
+    width = max(map(len, sequences))
     q = num_anchors * block_size
     block_ids = torch.full((n, q), mask_token_id)
     labels = torch.full((n, q), IGNORE)
     positions = torch.zeros((n, q), dtype=torch.long)
-    seq_ids = torch.full((n, width), pad_token_id)
+    seq_ids = torch.full((n, width), tokenizer.pad_token_id)
     mask = torch.zeros((n, 1, q, width + q), dtype=torch.bool)
     any_anchor = False
     for i, (seq, plen) in enumerate(zip(sequences, prompt_lengths)):
@@ -157,7 +156,8 @@ def make_batch(sequences: list[list[int]], prompt_lengths: list[int], block_size
             continue
         any_anchor = True
         pos = anchors[:, None] + torch.arange(block_size)[None, :]                      # (a, B)
-        inside, at = pos < len(seq), seq_t[pos.clamp(max=len(seq) - 1)]
+        inside = pos < len(seq)
+        at = seq_t[pos.clamp(max=len(seq) - 1)]
         if causal:
             ids = torch.where(inside, at, torch.tensor(mask_token_id))
             lab = torch.where(pos + 1 < len(seq), seq_t[(pos + 1).clamp(max=len(seq) - 1)],

@@ -64,8 +64,9 @@ def labelled_logits(drafter, target, batch: Batch, block_size: int,
     """One training forward of every block: logits (M, V), labels (M,) and block positions (M,) of
     the M labelled positions. The target is frozen; the LM head runs only at labels (anchors,
     padding blocks and positions past a response's end would cost rows x vocabulary for nothing)."""
-    # the drafter's device and dtype; the target may run in another dtype (bf16 on a GPU)
-    device, dtype = next(drafter.parameters()).device, next(drafter.parameters()).dtype
+    device = next(drafter.parameters()).device
+    # the drafter's dtype; the target may run in another (bf16 on a GPU)
+    dtype = next(drafter.parameters()).dtype
     with torch.no_grad():
         seq = batch.sequence_ids.to(device)
         if features is not None and batch.rows is not None:
@@ -107,11 +108,10 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
 def position_accuracy(drafter, target, data: RegeneratedData, pad_token_id: int,
                       num_anchors: int = 16,
                       seed: int = 0, anchor_token: bool = True) -> list[float]:
-    """Teacher-forced accuracy of each of a drafter's B-1 predictions on ``data`` (the target's own
-    continuations): blocks at random anchors as in training, the argmax at each position against
-    the target's token. For the autoregressive baseline the j-th prediction sees the real tokens
-    before it. ``anchor_token=False`` (block drafting only) puts MASK in slot 0 too, which shows
-    what the drafter takes from the last committed token."""
+    """Teacher-forced accuracy of each of a drafter's B-1 predictions on ``data``, at random anchors
+    as in training (an autoregressive drafter's j-th prediction sees the real tokens before it).
+    ``anchor_token=False`` (block drafting only) puts MASK in slot 0 too, which shows what the
+    drafter takes from the last committed token."""
     if not anchor_token and drafter.autoregressive:
         raise ValueError("anchor_token=False is for block drafting: an autoregressive drafter's "
                          "slot 0 is its input")

@@ -54,8 +54,9 @@ def check_sizes(c: DrafterTrainConfig) -> None:
                           f"{parameters / 1e9:.2f}B parameters: fp32 weights, gradients and "
                           f"AdamW state")
     width = context if isinstance(context, int) else c.max_new_tokens * 2
-    blocks, hidden, vocab = c.num_anchors * c.block_size, shape["hidden_size"], shape["vocab_size"]
-    per_block_token = (width + blocks) + 3 * 8 + 3 * 4 * vocab + 4 * hidden * (c.num_taps + 2)
+    blocks = c.num_anchors * c.block_size
+    per_block_token = ((width + blocks) + 3 * 8 + 3 * 4 * shape["vocab_size"]
+                       + 4 * shape["hidden_size"] * (c.num_taps + 2))
     validate.check_memory(f"one batch ({c.batch_size} x {c.num_anchors} anchors x {c.block_size} "
                           f"tokens)", c.batch_size * blocks * per_block_token, c.device,
                           "block attention mask, ids, labels, logits and features")
@@ -90,22 +91,16 @@ def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
 
 @dataclass
 class DrafterTrainConfig:
-    """Every choice of a training run: ``python -m dflash_lite train`` builds one from its flags, a
-    notebook calls ``train_drafter(DrafterTrainConfig(steps=200))`` or ``train_drafter(steps=200)``.
+    """Every choice of a training run (``python -m dflash_lite train`` builds one from its flags).
 
     ``drafting``: DFlash (``BLOCK``), the EAGLE-style baseline (``AUTOREGRESSIVE``) or a small
-    independent causal LM (``DRAFT_MODEL``, :func:`train_draft_model`); ``conditioning``: how the
-    target's features reach the drafter. Training prompts are the built-in corpus's (``num_math``
-    and ``num_code``), or your own (``prompts``: a JSONL file; ``dataset``: a name in
-    :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), of which
-    ``probe_prompts`` are held out for the tau probe. ``dtype`` is the frozen target's; the drafter
-    keeps fp32 weights and, below fp32, runs under autocast in that dtype. ``eval_every``: steps
-    between tau probes (None: a tenth of the run; 0: never). ``chat_template``: every prompt, the
-    probe's included, becomes a user turn of the tokenizer's chat template when it has one, as
-    ``bench`` and the ``Engine`` encode them (the run records which). ``cache_features``: compute
-    the frozen target's features of each sequence once and keep them (:class:`FeatureCache`).
-    ``regenerate_batch_size``: prompts the target answers at once (a real target's decode step
-    costs about the same for 16 rows or 64 on a CPU). ``command`` is recorded in the run."""
+    causal LM (:func:`train_draft_model`). Training prompts are the corpus's (``num_math``,
+    ``num_code``) or your own (``prompts``: a JSONL file; ``dataset``: a name in
+    :data:`~dflash_lite.prompts.TRAIN_DATASETS`; the first ``num_prompts``), the last
+    ``probe_prompts`` held out for the tau probe. ``dtype`` is the frozen target's; below fp32 the
+    drafter (fp32 weights) runs under autocast in it. ``eval_every``: steps between tau probes
+    (None: a tenth of the run; 0: never). ``cache_features``: see :class:`FeatureCache`.
+    ``regenerate_batch_size``: prompts the target answers at once."""
     target: str = "tiny"
     out: str = "drafter"
     overwrite: bool = False
@@ -285,11 +280,10 @@ def run_record(c: DrafterTrainConfig, config: DrafterConfig, tokenizer, steps_do
 
 def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[Callable] = (),
                   **options) -> Path:
-    """Regenerate data with the target, train a drafter, save it (own format) with its curve, and
-    return where: ``config`` or the :class:`DrafterTrainConfig` of ``options``. ``callbacks`` are
-    the trainer's (:class:`~dflash_lite.training.trainer.Trainer`); ``drafting=DRAFT_MODEL`` runs
-    :func:`train_draft_model`. Every option and ``out`` (:func:`prepare_out`) is checked before
-    anything is loaded; a run into ``out`` that holds a checkpoint of the same settings resumes."""
+    """Train a drafter on target-regenerated data, save it with its curve, and return where.
+    ``config`` (else a :class:`DrafterTrainConfig` of ``options``) and ``out``
+    (:func:`prepare_out`) are checked before anything loads; into an ``out`` holding a checkpoint
+    of the same settings the run resumes. ``callbacks``: the trainer's extra ones."""
     c = (config or DrafterTrainConfig(**options)).check()
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)

@@ -54,11 +54,10 @@ class TrainConfig:
 def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
     """Linear warm-up to ``config.lr``, then cosine decay to ``config.min_lr_ratio * config.lr``.
 
-    ``progress`` runs 0 -> 1 over the steps, or over the time budget when there is one, and is never
-    taken behind ``(step + 1) / steps``. With ``warmup_fraction`` (drafters) the first share of
-    progress ramps up and the cosine runs over the rest. ``warmup_steps`` (the shipped target)
-    replaces it: the first steps ramp up, counted in steps even under a time budget, and replace the
-    start of a cosine over all of progress (a time-budgeted run cannot know where they end)."""
+    ``progress`` (0 -> 1 over the steps or the time budget) is never taken behind
+    ``(step + 1) / steps``. ``warmup_fraction``: the first share of progress ramps up, the cosine
+    runs over the rest. ``warmup_steps`` replaces it: the first steps (counted in steps even under
+    a time budget, which cannot know where they end) replace the head of a cosine over all of it."""
     progress = max(progress, (step + 1) / config.steps)
     if config.warmup_steps is not None:
         if step < config.warmup_steps:
@@ -294,12 +293,11 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) -> Path:
-    """What ``out`` may be used for, decided before any work, and nothing in it touched: a new or
-    empty directory; a resumable run (``checkpoint/``) with the same ``run_config``; a directory
-    this project wrote, with ``overwrite``, which the finished run replaces as a whole
-    (:mod:`dflash_lite.outputs`: the marker, refused places, the lock, replacing last)."""
+    """``out`` checked and locked before any work, nothing in it touched: a new or empty directory;
+    a resumable run (``checkpoint/``) with the same ``run_config``; or, with ``overwrite``, a
+    directory this project wrote, which the finished run replaces (:mod:`dflash_lite.outputs`)."""
     out = outputs.check_out(out, overwrite)
-    outputs.lock(out)                                # a second run into the same out is refused
+    outputs.lock(out)
     if outputs.holds_nothing(out) or overwrite:
         return out
     checkpoint = out / "checkpoint" / CHECKPOINT
