@@ -31,9 +31,8 @@ TRAIN_DATASETS = {
 
 
 def apply_chat_template(tokenizer, prompts: list[str]) -> list[str]:
-    """Each prompt as a user turn of the tokenizer's chat template, ready for the assistant's
-    answer, thinking off; unchanged without a template. Rendered under the limits of
-    :func:`check_chat_template`: a long prompt cannot make it hang (one ``ValueError`` line)."""
+    """Each prompt as a user turn of the tokenizer's chat template (thinking off), unchanged without
+    one; rendered under :func:`check_chat_template`'s limits (one ``ValueError`` line)."""
     prompts = list(prompts)
     if not getattr(tokenizer, "chat_template", None):
         return prompts

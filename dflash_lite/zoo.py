@@ -144,10 +144,9 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 
 @dataclass
 class TargetTrainConfig:
-    """Every choice of ``python -m dflash_lite.zoo train-target``. ``out``: new or empty, or with
-    ``overwrite`` a directory this project wrote, replaced once the new target is complete
-    (:mod:`dflash_lite.outputs`). ``bf16``: mixed precision (bf16 autocast, fp32 master weights),
-    faster on a CPU with AVX512-BF16. Every ``log_every`` steps a JSON line is printed and kept."""
+    """Every choice of ``zoo train-target`` (``out``: :func:`prepare_target_out`). ``bf16``: bf16
+    autocast over fp32 master weights, faster on a CPU with AVX512-BF16. Every ``log_every`` steps
+    a JSON line is printed and kept."""
     out: str | Path
     preset_name: str = "tiny"
     steps: int = 6000

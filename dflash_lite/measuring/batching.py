@@ -1,8 +1,6 @@
 """The batch sweep of ``bench --batch-sizes`` (docs/method.md#batches, "The cost model at batch
-b"): at each batch size b, every method (:func:`batch_methods`) decodes the same prompts in batches
-of b (:func:`batches_of`), timed interleaved after a warm-up, each row's output checked against its
-prompt decoded alone, and each row beside the cost model's prediction from the forwards alone
-(``predicted_speedup``) and with the prefill and the loop's work per step (:func:`_with_host`)."""
+b"): every method (:func:`batch_methods`) at each batch size (:func:`sweep`), with the cost model's
+predictions beside it (:func:`_predicted`, :func:`_with_host`)."""
 from __future__ import annotations
 
 import statistics
@@ -200,9 +198,8 @@ def prefill_seconds(target, batches: list[list], repeats: int, device="cpu") -> 
 
 
 def _with_host(row: dict, plain: dict, measured: dict | None) -> float | None:
-    """``predicted_with_host`` (docs/method.md#batches): T / (P + S' (t(b, w) + t_draft(b, B) + h)),
-    the prefill P and the loop's work per step h read off batched plain decoding (``plain``); the
-    default's forwards are its forecast, scaled by :func:`_model_scale`."""
+    """``predicted_with_host`` (docs/method.md#batches), P and h read off batched plain decoding
+    (``plain``); the default's forwards are its forecast, scaled by :func:`_model_scale`."""
     if measured is None or row["tau"] is None:
         return None
     prefill_s = measured["prefill_s"]

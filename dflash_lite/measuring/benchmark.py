@@ -37,12 +37,11 @@ class BenchConfig:
     The DFlash drafter is ``drafter`` (a local directory or a hub id, public layout), else the
     target's shipped one, else, with ``random_drafter_layers``, an untrained one of that depth (it
     measures the loop's overhead, not acceptance). Prompts: ``prompts`` (JSONL), ``dataset`` (a
-    name in ``prompts.DATASETS``) or the built-in held-out ``domain``; with ``chat_template``,
-    each a user turn of the tokenizer's chat template when it has one
-    (:func:`dflash_lite.prompts.encode`). ``dtype``: the target's and every drafter's.
-    ``baselines`` adds the EAGLE-style drafter and the small draft model (``eagle``,
-    ``draft_model``, else the target's shipped ones). ``repeats``: timed rounds per method;
-    ``cost_repeats``: repeats of each timed forward of the cost model."""
+    name in ``prompts.DATASETS``) or the built-in held-out ``domain``, encoded by
+    :func:`dflash_lite.prompts.encode`. ``dtype``: the target's and every drafter's. ``baselines``
+    adds the EAGLE-style drafter and the small draft model (``eagle``, ``draft_model``, else the
+    target's shipped ones). ``repeats``: timed rounds per method; ``cost_repeats``: repeats of each
+    timed forward of the cost model."""
     target: str = "tiny"
     drafter: str | None = None
     prompts: str | None = None

@@ -108,9 +108,8 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
 def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
                      sampling: SamplingParams, stops) -> list[Method]:
     """``bench --compile`` (docs/method.md#fixed-shapes-and-compilation): plain decoding, prompt
-    lookup and, with a drafter, :func:`_dflash_methods`, all on one ``FixedShapes`` of ``length``
-    tokens with compiled forwards (CUDA graphs on CUDA), recorded in the untimed warm-up. Each row
-    is marked ``compiled`` and named so."""
+    lookup and, with a drafter, :func:`_dflash_methods`, on one compiled ``FixedShapes`` of
+    ``length`` tokens (recorded in the untimed warm-up), each row marked ``compiled``."""
     buckets = {1, 2, 4, 8, 16, 32, 64, *block_sizes, *(n + 1 for n in tree_sizes)}
     shapes = FixedShapes(length, compile=True, buckets=buckets)
     rows = [Method("autoregressive (ours)", _spec_run(target, lambda: NoDraftProposer(shapes),
