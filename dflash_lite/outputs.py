@@ -101,9 +101,8 @@ def _own_dir(path: Path) -> bool:
 def guard_output_file(path: str | os.PathLike, name: str = "output file", overwrite: bool = False,
                       own: Callable[[Path], bool] | None = None) -> Path:
     """``path`` as a file a command may write, checked before any work (one ``ValueError`` line):
-    nameable, in a writable folder, not a refused place (:func:`refusal`), not a directory, device,
-    FIFO or symbolic link, and when it exists this project's own output (``own(path)``), unless
-    ``overwrite``."""
+    nameable, in a writable folder, not a refused place (:func:`refusal`), directory, device or
+    FIFO; unless ``overwrite``, not a symbolic link and, when it exists, ``own(path)``."""
     path = check_output_file(path, name)
     if why := refusal(path):
         raise ValueError(f"{name} {str(path)!r} {why}; write it somewhere of your own")

@@ -53,10 +53,10 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
             greedy: bool = True, seeded: bool = False) -> dict[str, MethodStats]:
     """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
 
-    ``reference`` maps prompt index -> the target's greedy tokens (by default the outputs of the
-    autoregressive row, else of ``model.generate``) for the identity check. Sampled and
-    ``seeded`` (``SamplingParams.seed``): the rows of this project's loop are checked against the
-    autoregressive row's seeded sample, transformers' rows not at all; unseeded: none is."""
+    ``reference``: prompt index -> the target's greedy tokens for the identity check (default: the
+    outputs of the autoregressive row, else of ``model.generate``). Sampled and ``seeded``, our
+    loop's rows are checked against the autoregressive row's seeded sample; transformers' rows
+    (their own random stream) and unseeded runs are not."""
     stats = {m.name: MethodStats(m) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
     # warm-up, and the outputs to check
@@ -93,7 +93,7 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
                     phases = s.phase_runs[repeat]
                     for phase, t in result.phase_times.items():
                         phases[phase] = phases.get(phase, 0.0) + t
-    for m in live:      # sampled: transformers' rows draw from their own stream, ours are seeded
+    for m in live:
         if reference and (greedy or seeded and m.kind not in TRANSFORMERS_KINDS):
             stats[m.name].identical = all(outputs[m.name][i] == reference[i] for i in reference)
     return stats

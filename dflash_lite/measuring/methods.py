@@ -40,9 +40,9 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     then DFlash (:func:`_dflash_methods`) and transformers' DFlash path with the same weights.
     ``rows`` (or its fields as keywords): which rows, see :class:`Rows`."""
     r = rows or Rows(**options)
-    sampling, stops = r.sampling, stop_token_ids(target, tokenizer)
+    sampling = r.sampling
+    stops = stop_token_ids(target, tokenizer)
 
-    # transformers' generate, with or without a helper
     def hf(**kwargs):
         return lambda ids, n: hf_generate(target, tokenizer, ids, n, stops, sampling, **kwargs)
 

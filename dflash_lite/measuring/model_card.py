@@ -219,10 +219,10 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
     """Benchmark a drafter against its target on held-out prompts and write its card:
     ``config`` or the :class:`DrafterCardConfig` of ``options``."""
     c = (config or DrafterCardConfig(**options)).check()
-    drafter_dir, judges = c.path, c.judges
+    drafter_dir = c.path
+    judges = None if c.judges is None else Path(c.judges)
     sets = {"math (held-out)": {"domain": "math"}, "code (held-out)": {"domain": "code"}}
     if judges is not None:
-        judges = Path(judges)
         sets["GSM8K (judge)"] = {"prompts": str(judges / "gsm8k_test.jsonl"),
                                  "prompt_template": "Question: {prompt}\nAnswer:"}
         sets["HumanEval (judge)"] = {"prompts": str(judges / "humaneval.jsonl")}

@@ -34,10 +34,9 @@ from .trainer import (CHECKPOINT, TrainConfig, Trainer, prepare_out,  # noqa: F4
 
 
 def check_sizes(c: DrafterTrainConfig) -> None:
-    """What the run will allocate, from the target's ``config.json`` before anything is loaded (one
-    ``ValueError`` line): ``max_new_tokens`` inside the target's context, at most one anchor per
-    response token, the drafter (``layers`` deep: parameters, and fp32 weights, gradients and AdamW
-    state) and one batch (blocks, attention mask, logits) within the device's free memory."""
+    """The run's sizes, from the target's ``config.json`` before anything loads (one ``ValueError``
+    line): ``max_new_tokens`` inside the target's context, at most one anchor per response token,
+    and the drafter's training state and one batch within the device's free memory."""
     raw = read_config(resolve_target(c.target))
     context = raw.get("max_position_embeddings")
     if isinstance(context, int) and c.max_new_tokens >= context:
@@ -66,9 +65,8 @@ def check_sizes(c: DrafterTrainConfig) -> None:
 def tau_probe(target, tokenizer, num_prompts: int = 4, max_new_tokens: int = 64,
               prompts: dict[str, list[str]] | None = None, chat_template: bool = False):
     """Returns ``measure(drafter, block_size=None) -> {"math": tau, "code": tau, "all": tau}`` on
-    ``num_prompts`` prompts per domain of the ``probe`` split, which no benchmark or training run
-    uses, or on ``prompts`` (domain -> texts, e.g. ``{"held_out": [...]}``) when given, through the
-    tokenizer's chat template with ``chat_template`` (as the run's training prompts were)."""
+    ``num_prompts`` prompts per domain of the ``probe`` split, or on ``prompts`` (domain -> texts)
+    when given, through the tokenizer's chat template with ``chat_template``."""
     stops = stop_token_ids(target, tokenizer)       # past the answer's end the target writes noise
     prompts = prompts or {domain: corpus.prompts("probe", domain, num_prompts)
                           for domain in ("math", "code")}
@@ -349,10 +347,9 @@ def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
 
 
 def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Path:
-    """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) trained on the
-    same regenerated data, saved as a Hugging Face directory (for ``generate(assistant_model=...)``
-    too). Of ``config`` it uses the target, the built-in prompts and the schedule; it keeps no
-    checkpoint: ``out`` must be new or empty, or replaced with ``overwrite``."""
+    """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) on the same
+    regenerated data, saved as a Hugging Face directory. Of ``config`` it uses the target, the
+    built-in prompts and the schedule; with no checkpoint, ``out`` is new, empty or overwritten."""
     c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
     check_sizes(c)
     out = prepare_out(c.out, c.overwrite)
