@@ -13,9 +13,8 @@ from ..validate import check_seed, check_temperature, check_top_k, check_top_p
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the target picks a token. ``temperature == 0`` means greedy. ``seed``: a sampled run
-    draws its noise per position from it (:class:`PositionNoise`), so the output is the same for
-    every drafting scheme; None: from the caller's generator."""
+    """How the target picks a token (temperature 0: greedy). ``seed``: noise per position
+    (:class:`PositionNoise`), so the output is the same whatever is drafted; None: a generator's."""
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
@@ -113,16 +112,14 @@ def choose_tokens(logits: torch.Tensor, params: SamplingParams, processors=None,
 
 
 # ----------------------------------------------------------------------------- acceptance rules
-# Every rule takes the k draft tokens and the target's logits at the k+1 block positions
-# (position i scores the token after the i-th block token), and returns how many drafts are
-# accepted and the token the target adds after them. So one step commits n + 1 tokens.
+# Every rule takes the k draft tokens and the target's logits or p at the k+1 block positions
+# (i: the token after block token i) and returns (n drafts accepted, the target's token after them).
 
 def committed_tokens(draft_tokens: torch.Tensor, choices: torch.Tensor) -> list[int]:
     """The tokens a point-mass draft commits when the target's token after block position i is
-    ``choices[i]`` (k+1,): drafts are kept while they equal the target's, and the accepted drafts
-    *are* the target's tokens, so the step commits ``choices[0..n]``, read back in one go."""
+    ``choices[i]`` (k+1,): ``choices[0..n]``, n the drafts equal to them, read back in one go."""
     agree = (draft_tokens == choices[:-1]).int().cumprod(dim=0)            # 1 until the first miss
-    read = torch.cat([agree.sum()[None], choices]).tolist()                # the one host read
+    read = torch.cat([agree.sum()[None], choices]).tolist()
     return read[1: read[0] + 2]
 
 

@@ -47,11 +47,9 @@ def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,
 
 
 class EagleProposer:
-    """The EAGLE-style baseline, a proposer of one request (run a batch as ``PerRow(...)``): the
-    same context and KV injection as DFlash, but k drafter forwards for k drafts, each token
-    predicting the next. Needs an autoregressive drafter
-    (:class:`dflash_lite.decoding.variants.AutoregressiveDrafter`), whose cache keeps each draft's
-    K/V for the next one; after the round the cache is cut back to the accepted context."""
+    """The EAGLE-style baseline, a proposer of one request (run a batch as ``PerRow(...)``):
+    DFlash's context and KV injection, but one forward of an autoregressive drafter
+    (:class:`~dflash_lite.decoding.variants.AutoregressiveDrafter`) per draft."""
 
     autoregressive = True
 
@@ -86,12 +84,9 @@ class EagleProposer:
 
 
 class DraftModelProposer:
-    """Classic speculative decoding: a small causal LM drafts one token per forward, with its own
-    cache. ``sample=False`` drafts the argmax (a point mass). ``sample=True`` samples from the draft
-    model's processed distribution (docs/method.md#seeded-sampling): with a
-    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` by the coupled rule, a
-    point mass ``argmax(log q + g)``; with a ``torch.Generator`` by the min(1, p/q) rule (Leviathan
-    et al. 2023), the drafts returned with their q."""
+    """A small causal LM with its own cache, one draft per forward: the argmax, or with ``sample``
+    its processed q sampled (docs/method.md#seeded-sampling): with a PositionNoise ``generator`` the
+    coupled point mass, with a ``torch.Generator`` returned with q for the min(1, p/q) rule."""
     layer_ids = None
 
     def __init__(self, draft_model, target, block_size: int = 5,
@@ -117,7 +112,7 @@ class DraftModelProposer:
         for i in range(k):
             logits = self.model(ids, past_key_values=self.cache, use_cache=True,
                                 logits_to_keep=1).logits[:, -1]
-            if coupled:     # the target's noise at the draft's position: argmax(log q + g)
+            if coupled:     # the target's noise at the draft's position
                 token = choose_tokens(logits, self.sampling, self.processors, self.generator,
                                       torch.tensor([after + i]))
             elif self.sample:
@@ -139,9 +134,8 @@ class DraftModelProposer:
 @torch.inference_mode()
 def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = SamplingParams(),
                 **kwargs):
-    """transformers' ``model.generate`` on ``ids`` (1, T) for ``n`` new tokens, greedy or with our
-    sampling settings; ``kwargs``: its assisted-generation options (``assistant_model``,
-    ``prompt_lookup_num_tokens``). Returns (new tokens, None): it keeps no per-step record."""
+    """transformers' ``model.generate`` on ``ids`` (1, T) for ``n`` new tokens; ``kwargs``: its
+    assisted-generation options. Returns (new tokens, None): it keeps no per-step record."""
     if sampling.greedy:
         kwargs["do_sample"] = False
     else:
@@ -161,10 +155,8 @@ def hf_generate(target, tokenizer, ids, n, stops, sampling: SamplingParams = Sam
 
 
 class AdaptiveDFlashProposer(DFlashProposer):
-    """DFlash with the block size chosen per step from recent acceptance: per row, the smallest of
-    ``sizes`` that is at least ``headroom`` x the row's mean acceptance length over its last
-    ``window`` steps (low acceptance: short, cheap blocks). Notebook 06 measures it against fixed
-    sizes. ``chosen``: the block each step verified, of the batch's first row."""
+    """DFlash with each row's block the smallest of ``sizes`` at least ``headroom`` x its mean
+    acceptance length over its last ``window`` steps. ``chosen``: the first row's block per step."""
 
     def __init__(self, drafter, target, sizes=(4, 8, 16), window: int = 4, headroom: float = 2.0):
         sizes = sorted(set(sizes))
@@ -182,7 +174,7 @@ class AdaptiveDFlashProposer(DFlashProposer):
 
     def propose(self, last: torch.Tensor, depths: list[int]):
         depths = [min(d, b - 1) for d, b in zip(depths, self.blocks)]
-        self.chosen.append(depths[0] + 1)          # the block this step verifies
+        self.chosen.append(depths[0] + 1)
         return super().propose(last, depths)
 
     def accepted(self, blocks, positions, features) -> None:

@@ -89,10 +89,9 @@ def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dty
 
 def load_pair(target: str = "tiny", drafter: str | None = None, device: str = "cpu",
               dtype: str | torch.dtype | None = None, shipped: bool = True):
-    """The one way to load a target and its drafter: ``(model, tokenizer, drafter or None)``, both
-    on ``device`` in ``dtype`` (None: the target's float32, the drafter's saved weights upcast).
-    ``drafter``: a local directory or a hub id; None: the shipped drafter of a shipped target
-    (unless ``shipped`` is False), else none. A bad drafter name fails before the target loads."""
+    """``(model, tokenizer, drafter or None)`` on ``device`` in ``dtype`` (None: float32, the
+    drafter's saved weights upcast). ``drafter``: a local directory or a hub id; None: a shipped
+    target's shipped drafter, if ``shipped``. A bad drafter name fails before the target loads."""
     if drafter is None and shipped:
         drafter = default_drafter_path(target)
     draft = load_drafter(drafter, dtype=dtype) if drafter is not None else None
@@ -164,9 +163,8 @@ def _public(drafter: DFlashDrafter, what: str) -> DrafterConfig:
 
 def export_dflash(drafter: DFlashDrafter, directory: str | Path,
                   dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write the public DFlash layout (a Qwen3-style config plus ``dflash_config``). A drafter
-    imported from it writes back every key it was read with (``auto_map``, ...); the keys this
-    code owns are rewritten from the drafter's config."""
+    """Write the public DFlash layout: every key an imported drafter was read with, those this
+    code owns rewritten from its config."""
     c = _public(drafter, "have a public DFlash layout")
     carried = dict(c.public_config)
     sliding = [i for i, t in enumerate(c.layer_types) if t == "sliding_attention"]
@@ -265,8 +263,7 @@ def import_dflash(directory: str | Path) -> DFlashDrafter:
 
 # ----------------------------------------------------------------------------- transformers
 def to_transformers(drafter: DFlashDrafter, dtype: torch.dtype = torch.float32):
-    """The same weights as transformers' ``MuseGlimmerAssistantModel``, with the same rope
-    parameters and the same full / sliding-window layers."""
+    """The drafter as transformers' ``MuseGlimmerAssistantModel``: same weights, rope and layers."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
     c = _public(drafter, "map onto transformers' DFlash drafter")

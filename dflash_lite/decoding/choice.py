@@ -94,15 +94,12 @@ LEAD = 8    # tokens past the batch's last row that a row's tokens still count f
 
 
 def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None = None) -> float:
-    """What a step's committed ``tokens`` (per row) are worth to a batch that nothing joins, which
-    runs until its last row is done (docs/method.md#batches). ``ahead``: per row, the tokens it
-    has committed beyond the least-advanced row (``math.inf``: a row that cannot hold the batch up,
-    finished or at its last token). Each row counts its own tokens up to ``lead`` (None:
-    :data:`LEAD`) past where the least-advanced row ends the step, and never less than that row's
-    gain."""
+    """What a step's committed ``tokens`` (per row) are worth to a batch that nothing joins
+    (docs/method.md#batches). ``ahead``: per row, the tokens it has committed beyond the
+    least-advanced row (``math.inf``: finished or at its last token); ``lead``: :data:`LEAD`."""
     low = min(ahead)
     lead = LEAD if lead is None else lead
-    if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): e a row
+    if low == math.inf or min(tokens) == max(tokens):     # level (a plain step): rows x each
         return min(tokens) * len(tokens)
     ahead = [a - low for a in ahead]                 # the least-advanced row at 0
     gain = min(a + n for a, n in zip(ahead, tokens))  # where the least-advanced row ends up
@@ -113,9 +110,8 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
 def _lookup_may_win(estimate: AcceptanceEstimate, costs: StepCosts, most: int, rows: int,
                     context: int | None) -> bool:
     """Whether some length of prompt lookup's chain may beat plain decoding: its best case (every
-    row's tokens at the longest, ``most`` drafts, and the cheapest of its verifies, the target's
-    line being monotone in the width) against plain decoding's rate. Where it cannot, rating every
-    length is spared: a batch asks this every step."""
+    row at ``most`` drafts, the cheapest of its verifies, the target's line being monotone in the
+    width) against plain decoding's rate."""
     top = min(most, estimate.ngram.depth)
     cheapest = min(_seconds(costs, "ngram", w, w, context, 1) for w in (2, top + 1))
     best = rows * estimate.ngram.expected_tokens()[top] * costs.yield_ratio("ngram") / cheapest
@@ -126,16 +122,13 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
            continuations: Sequence[int] = (0,), context_length: int | None = None,
            depth: int | None = None, new_context: int = 1,
            ahead: Sequence[float] | None = None, drafter: bool = True) -> tuple[Choice, float]:
-    """ONE option for every row of a batch (docs/method.md#batches), and the tokens the estimates
-    expect of it: the most expected tokens per second of the step (:func:`step_seconds` at
-    ``context_length``, ``costs`` measured at this batch size), tokens as :func:`counted`
-    (``ahead``: per row; None: rows level), each kind's scaled by ``costs.yield_ratio``; a kind
-    that rests (``costs.rests``) is no option. ``continuations``: per row, how many drafts prompt
-    lookup found (a row without one commits one token on a lookup step); ``depth``: the most drafts
-    this step may hold (None: the chain's depth); ``new_context``: the positions the drafter would
-    take in (the widest row's), priced as a run of such steps takes them in; ``drafter=False``:
-    the drafter cannot run (no features were tapped). Ties go to the first of plain,
-    chains by length, lookup, trees."""
+    """ONE option for every row of a batch, the most expected tokens per second
+    (docs/method.md#batches), and the tokens the estimates expect of it; ``costs``: measured at
+    this batch size. ``continuations``: per row, how many drafts prompt lookup found; ``depth``:
+    the most drafts this step may hold (None: the chain's); ``ahead``: as :func:`counted` takes it
+    (None: rows level); ``new_context``: the positions the drafter would take in (the widest
+    row's); ``drafter=False``: no features were tapped. Ties go to the first of plain, chains by
+    length, lookup, trees."""
     depth = estimate.depth if depth is None else min(depth, estimate.depth)
     rows, gain = len(continuations), options.tree_prior_gain
     chain = depth if drafter and not costs.rests("chain") else 0    # a kind that rests: no option

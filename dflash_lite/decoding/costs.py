@@ -35,13 +35,12 @@ def _fit(points: dict[int, float]) -> tuple[float, float]:
 
 
 class StepCosts:
-    """Measured seconds of one target forward over b tokens and one drafter forward over a block of
-    b, at one context length or several (:meth:`by_context`), as a model of any b and context
-    length (:meth:`target`, :meth:`draft`; docs/method.md#the-cost-aware-policy). ``per_position``:
-    what each new context position past the first adds to a drafter forward;
-    ``calibration_seconds``: what measuring took; ``drift``: the :class:`DriftMonitor` of the steps
-    run with it. Only ``measured`` costs (seconds on this machine, from :func:`step_costs`) learn
-    from timed steps; hand-written ones (in other units, as in the tests) are taken as they are."""
+    """Seconds of a target forward over b tokens and a drafter forward over a block of b, measured
+    ({b: s}) at one context length or several (:meth:`by_context`), as a model of any b and context
+    (:meth:`target`, :meth:`draft`). ``per_position``: what each new context position past the
+    first adds to a drafter forward; ``calibration_seconds``: what measuring took. Only
+    ``measured`` costs (seconds here, :func:`step_costs`) learn from timed steps; hand-written
+    ones (in other units, as in the tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
@@ -82,8 +81,7 @@ class StepCosts:
         self._draft = [_fit({n: line[1][i] for n, line in lines.items()}) for i in (0, 1)]
         ones = {n: line[2] for n, line in lines.items() if line[2] is not None}
         self._one = _fit(ones) if ones else None
-        # the fastest forward of each model measured: no prediction goes below it (a line fitted
-        # to timings taken on a loaded machine can cross zero at a small block or context)
+        # the fastest forward of each model measured: no prediction goes below it
         self._floor = [min((x for tables in self.tables.values() for x in tables[i].values()),
                            default=0.0) for i in (0, 1)]
 
@@ -120,9 +118,8 @@ class StepCosts:
         self._ratios.clear()
 
     def plain_stale(self) -> bool:
-        """Whether plain decoding's timing is to be taken (again): never taken, or not in the last
-        :data:`RETIME` batch steps while its measured / predicted ratio is above every other timed
-        kind's (docs/method.md#the-cost-aware-policy)."""
+        """Whether plain decoding is to be timed (again): never timed, or not in the last
+        :data:`RETIME` batch steps while its measured / predicted ratio is above every other's."""
         if "plain" not in self.timed:
             return True
         if self.steps - self.timed_at.get("plain", 0) <= RETIME:   # the usual case: asked per step
@@ -139,10 +136,8 @@ class StepCosts:
                       slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
         """A batch step of ``kind`` moved its ``rows`` rows by ``committed`` tokens
         (``choice.counted``) where the estimates expected ``expected``, and cost ``slower`` times a
-        plain step; every other kind's record fades by ``idle_decay``. A kind whose record has
-        moved the batch less than plain decoding would have in the same time (``rows`` x ``slower``
-        a step) rests for (``slower`` - 1) / :data:`EXPLORE` steps, doubled for each loss in a row
-        (at most :data:`BACKOFF` times; docs/method.md#batches). Plain decoding keeps no record."""
+        plain step; other kinds' records fade by ``idle_decay``. A kind that moved the batch less
+        than plain decoding would have rests (docs/method.md#batches). Plain keeps no record."""
         self.steps += 1
         for other, sums in self.yields.items():
             if other != kind:                              # the prior (last) does not fade
@@ -159,10 +154,9 @@ class StepCosts:
                                                                                      BACKOFF)
 
     def carry(self, smaller: StepCosts, kinds, scale: float) -> None:
-        """Start this batch size's record of those of ``kinds`` whose last step lost in
-        ``smaller`` (a smaller batch size's costs, its steps observed) where it stands there: their
-        yields (scaled by ``scale``, rows here over rows there), their runs of losses and what is
-        left of their rests (docs/method.md#batches)."""
+        """Start the record of those of ``kinds`` whose last step lost in ``smaller`` (a smaller
+        batch size's costs) where it stands there: yields (x ``scale``, rows here over rows
+        there), runs of losses and what is left of rests (docs/method.md#batches)."""
         lost = [k for k in kinds if smaller.losses.get(k)]
         self.yields = {k: [x * scale for x in smaller.yields[k]] for k in lost}
         self.losses = {k: smaller.losses[k] for k in lost}
@@ -237,12 +231,11 @@ class DriftMonitor:
 @torch.inference_mode()
 def measure_step_costs(target, drafter, prompt_ids: torch.Tensor, target_sizes, draft_sizes,
                        repeats: int = 5, rows: int = 1, new_context: int = 1) -> dict:
-    """Median seconds of target forwards over b tokens (``target_sizes``) and drafter forwards over
-    blocks of b (``draft_sizes``) taking in one new context position, at the prompt's context
-    length, for a batch of ``rows`` requests (t(rows, b)), interleaved; with ``new_context`` > 1,
-    also the largest block taking in that many positions.
-    Returns ``{"t_target": {b: s}, "t_draft": {b: s}, "per_position": s}``, the last what each
-    new context position past the first added (0 unless measured; never below 0)."""
+    """Median seconds, interleaved, at the prompt's context length for ``rows`` rows: target
+    forwards over b tokens (``target_sizes``), drafter forwards over blocks of b (``draft_sizes``)
+    taking in one context position, and with ``new_context`` > 1 the largest block taking in that
+    many. ``{"t_target": {b: s}, "t_draft": {b: s}, "per_position": s}``, the last what each
+    position past the first added (0 unless measured; never below 0)."""
     device, length = target.device, prompt_ids.shape[1]
     ids = prompt_ids.to(device).expand(rows, -1)
     layer_ids, mask_id = drafter.config.target_layer_ids, drafter.config.mask_token_id

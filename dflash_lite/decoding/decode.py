@@ -217,9 +217,7 @@ class Verified(NamedTuple):
 def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
                   cache: SlotCache, layer_ids) -> Verified:
     """ONE target forward over every row's draft (its layout after ``last[r]``), padded to the
-    widest (:func:`dflash_lite.decoding.shapes.pad`) and run as ``shapes`` run it (eager, or padded
-    to a bucket and compiled). Drafts of one kind with ``layouts`` (chains, trees) are laid out all
-    at once; any other batch row by row."""
+    widest and run as ``shapes`` run it; drafts of one kind with ``layouts`` laid out at once."""
     kind = type(drafts[0])
     if hasattr(kind, "layouts") and all(type(d) is kind for d in drafts):
         ids, depths, ancestors, widths = kind.layouts(last, drafts)
@@ -270,8 +268,7 @@ class Request:
 
 class Batch:
     """The rows of :func:`steps`, a :class:`Request` each, and their last tokens ``last`` (R,) on
-    the device. :meth:`leave` is the one place finished rows leave: eagerly they are dropped from
-    the caches and the proposer; on fixed shapes a finished row stays as padding."""
+    the device; finished rows leave in :meth:`leave` only (on fixed shapes, stay as padding)."""
 
     def __init__(self, requests: list[Request], last: torch.Tensor, fixed: bool):
         self.rows, self.last, self.fixed = requests, last, fixed
@@ -295,12 +292,11 @@ class Batch:
         return [0 if r.finished else min(block_size, r.limit - r.emitted) - 1 for r in self.rows]
 
     def paths(self, drafts, verified: Verified, sampling, processors, generator, rollback: str):
-        """Per row, the path the target agrees with and the tokens it commits
-        (:meth:`ChainDraft.accept`; greedy, every row's point-mass draft from one host read,
-        :meth:`ChainDraft.accept_read`); padding rows commit nothing. ``rollback="shortest"``:
-        every row keeps the batch's shortest path."""
+        """Per row, the path the target agrees with and the tokens it commits (greedy, every
+        point-mass draft's from one host read); padding rows commit nothing.
+        ``rollback="shortest"``: every row keeps the batch's shortest path."""
         reads = verified.greedy_reads() if sampling.greedy else None
-        verdicts = []                                   # per row: (path, tokens)
+        verdicts = []
         for r, (request, draft) in enumerate(zip(self.rows, drafts)):
             if request.finished:
                 verdicts.append(([], []))
@@ -316,9 +312,8 @@ class Batch:
         return [p[:shortest] for p in paths], [t[:shortest] for t in new]
 
     def commit(self, paths, new, features):
-        """Each row moves past its accepted path, with the tokens it committed, to yield next.
-        What the proposer is told (:meth:`Proposer.accepted`): per row, the committed block
-        (1, n+1), where it sat, and its features."""
+        """Each row moves past its accepted path, its committed tokens to yield next. Returns, per
+        row, the committed block (1, n+1), where it sat and its features (``Proposer.accepted``)."""
         lasts, positions = self.last.tolist(), [r.position for r in self.rows]    # one read
         sizes, device = [len(path) for path in paths], self.last.device
         # every row's block (1, n_r + 1) as a view of one tensor; its path's features as a view
@@ -356,14 +351,12 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
           generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
           rollback: str = "row"):
-    """Speculative decoding (paper section 3; docs/method.md#the-decode-loop) of a batch of prompts
-    (:func:`as_batch`), one :class:`Step` per request per target forward, yielded as committed;
-    each row is a :class:`Request` of its own (docs/method.md#batches), and leaves when finished.
-    ``rollback="shortest"``: the naive batch rule, a teaching baseline. ``phase(name)``: an
-    observer around each phase (:class:`dflash_lite.decoding.timing.PhaseTimer`). The proposer's
-    ``shapes`` (:mod:`dflash_lite.decoding.shapes`; default eager) say how each forward runs. A
-    :class:`~dflash_lite.decoding.acceptance.PositionNoise` as ``generator`` makes a sampled output
-    the target's seeded sample, whatever was drafted (docs/method.md#seeded-sampling)."""
+    """Speculative decoding (paper section 3) of a batch of prompts (:func:`as_batch`), one
+    :class:`Step` per request per target forward, yielded as committed. ``rollback="shortest"``:
+    the naive batch rule, a teaching baseline. ``phase(name)``: an observer around each phase
+    (:class:`~dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes`` (default eager)
+    say how each forward runs. ``generator``: a ``torch.Generator``, or a
+    :class:`~dflash_lite.decoding.acceptance.PositionNoise` (docs/method.md#seeded-sampling)."""
     if rollback not in ROLLBACKS:
         raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
     check_proposer(proposer)

@@ -207,8 +207,7 @@ class DFlashDrafter(nn.Module):
         (``start``: an int, or (N,) on the device); with a cache they are written there, and the
         earlier context is read from it. The block's first token sits at ``block_start`` (default:
         right after the new context); a fixed-shape cache masks what lies past the context.
-        ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]``
-        positions would (the rest hidden), so a batch drafts every row at its own depth."""
+        ``block_lengths`` (N,): row r drafts as a block of its first ``block_lengths[r]`` would."""
         n, c, b = block_ids.shape[0], target_hidden.shape[1], block_ids.shape[1]
         block_start = start + c if block_start is None else block_start
         context_positions = _offsets(start, c, block_ids.device, n)                    # (N, C)

@@ -14,10 +14,9 @@ from .acceptance import (PositionNoise, SamplingParams, accept_speculative, choo
 
 def accept(draft_tokens, draft_q, target_logits, sampling: SamplingParams, processors,
            generator, positions: torch.Tensor | None = None) -> list[int]:
-    """The tokens a step commits: the n drafts the lossless rule keeps and the target's own token
-    after them (n + 1 tokens, read back in one go): greedy, point-mass sampling, or the general
-    rule with the draft's distributions q. ``positions`` (k+1,): the absolute positions of the
-    tokens the rows choose, for seeded sampling (:class:`PositionNoise`)."""
+    """The tokens a step commits, the n drafts the lossless rule keeps and the target's own token
+    after them: the point-mass rule, or with ``draft_q`` the general one. ``positions`` (k+1,):
+    the absolute positions of the tokens the rows choose, for seeded sampling."""
     if draft_q is None:             # a point mass: the target's own tokens while they agree
         return committed_tokens(draft_tokens, choose_tokens(target_logits, sampling, processors,
                                                             generator, positions))
@@ -48,8 +47,7 @@ def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
 
 
 class ChainDraft(NamedTuple):
-    """k drafts in a row after the last committed token, and their distributions (k, V) when they
-    were sampled (None: a point mass, as DFlash's argmax drafts or a prompt-lookup continuation).
+    """k drafts in a row after the last committed token, and their distributions when sampled.
     One shape of :class:`Draft`; :class:`dflash_lite.decoding.tree.DraftTree` is the other."""
     tokens: torch.Tensor                    # (k,)
     q: torch.Tensor | None = None           # (k, V), or None for a point-mass draft

@@ -34,13 +34,12 @@ class Engine:
                  dtype: str | torch.dtype | None = None, chat_template: bool = True,
                  compile: bool = False):
         """``dtype``: cast the target and the drafter to it, as ``"bfloat16"`` (None: the drafter
-        takes the target's).
-        ``chat_template``: a prompt becomes a user turn of the tokenizer's chat template when it has
-        one (:func:`dflash_lite.prompts.encode`). ``compile``: the same loop on fixed shapes with
-        compiled forwards (:class:`~dflash_lite.decoding.shapes.FixedShapes`; CUDA graphs on CUDA),
-        on caches sized for the longest call so far (:meth:`shapes_for`); one call at a time."""
-        self.target, self.tokenizer, self.drafter, self.chat_template = (target, tokenizer, drafter,
-                                                                         chat_template)
+        takes the target's). ``chat_template``: a prompt becomes a user turn of the tokenizer's
+        chat template when it has one (:func:`dflash_lite.prompts.encode`). ``compile``: the same
+        loop on fixed shapes with compiled forwards (:meth:`shapes_for`; CUDA graphs on CUDA);
+        one call at a time."""
+        self.target, self.tokenizer = target, tokenizer
+        self.drafter, self.chat_template = drafter, chat_template
         if dtype is not None:
             target.to(parse_dtype(dtype))
         if drafter is not None:
@@ -64,11 +63,10 @@ class Engine:
         self._busy = threading.Lock()
 
     def shapes_for(self, length: int) -> Shapes:
-        """Eager shapes, or with ``compile`` the fixed shapes, their caches sized for ``length``
-        tokens (prompt + new tokens) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`
-        and capped at the target's context. They are kept across calls and rebuilt larger (and
-        compiled again) only when a call needs more: every slot costs memory and, in a compiled
-        forward, attention over it."""
+        """Eager shapes, or with ``compile`` fixed shapes whose caches hold ``length`` tokens
+        (prompt + new) rounded up to a power of two from :data:`FIXED_MIN_LENGTH`, at most the
+        target's context; kept, and rebuilt larger (compiled again) only when a call needs more:
+        every slot costs memory and, compiled, attention over it."""
         if not self.compile:
             return EAGER
         if not isinstance(self.shapes, FixedShapes) or self.shapes.length < length:
@@ -112,9 +110,8 @@ class Engine:
                  stream: bool = False, seed: int | None = None):
         """The completion of ``prompt`` as a string, or with ``stream=True`` an iterator of text
         pieces that yields as blocks are accepted. ``self.last_result`` holds the timings and tau.
-        ``seed`` fixes a sampled call (:class:`~dflash_lite.decoding.acceptance.PositionNoise`):
-        the text is the target's own seeded sample whatever the policy drafts, on either mode;
-        without one a seed is drawn, and ``self.last_result.seed`` gives it, to replay the call.
+        ``seed`` fixes a sampled call (:class:`~dflash_lite.decoding.acceptance.PositionNoise`)
+        whatever the policy drafts; without one a seed is drawn: ``self.last_result.seed``.
         A list of prompts is one batch (docs/method.md#batches): a list of completions, each the
         one its prompt gets alone when greedy, or with ``stream=True`` ``(row, piece)`` pairs;
         ``self.last_result`` is then a list, one result per prompt."""

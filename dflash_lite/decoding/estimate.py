@@ -12,13 +12,10 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def chain_accepted(path: list[int], chain: list[int], held: int,
                    next_token: int | None = None) -> tuple[int, int]:
-    """What a chain of drafts would have done, read off a step that verified something else:
-    (drafts accepted, drafts judged). The step's draft held the chain's first ``held`` tokens; the
-    accepted ``path`` follows the chain as long as they agree, and the draft after that was
-    rejected, unless the path ends on the chain past what was held: then the target's own token
-    after the path (``next_token``; None: not judged) judges it. Sampled, after a tree step whose
-    other branches were rejected, that token comes from what is left: the read is a little
-    optimistic."""
+    """(drafts accepted, drafts judged) of a chain, read off a step that verified something else
+    and held the chain's first ``held`` tokens: accepted ``path``, then the target's token after
+    it (``next_token``; None: not judged). Sampled, after a tree step whose other branches were
+    rejected, that token comes from what is left: the read is a little optimistic."""
     agree = _common_prefix(path, chain)
     if agree < len(path) or agree < min(held, len(chain)):
         return agree, agree + 1
@@ -53,9 +50,8 @@ class AcceptanceEstimate:
 
     @classmethod
     def for_options(cls, options) -> AcceptanceEstimate:
-        """A fresh estimate of every option ``options`` (a
-        :class:`~dflash_lite.decoding.choice.PolicyOptions`) offers (the chain's depth:
-        ``max_block_size - 1``)."""
+        """A fresh estimate of every option a :class:`~dflash_lite.decoding.choice.PolicyOptions`
+        offers (the chain's depth: ``max_block_size - 1``)."""
         lookup = (cls(options.ngram_drafts, (), options.prior, options.prior_weight)
                   if options.ngram_drafts else None)
         return cls(options.max_block_size - 1, options.tree_sizes, options.prior,

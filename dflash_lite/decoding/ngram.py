@@ -39,9 +39,8 @@ def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
 
 
 class NgramProposer:
-    """Prompt lookup as a :class:`~dflash_lite.decoding.decode.Proposer`: each step, up to
-    ``max_drafts`` tokens from :func:`ngram_continuation` of the prompt and every token committed so
-    far. It reads no target features (``layer_ids = None``) and runs no model."""
+    """Prompt lookup as a proposer of one request: each step, up to ``max_drafts`` tokens from
+    :func:`ngram_continuation` of the prompt and every token committed so far; no model runs."""
 
     layer_ids = None
 
@@ -51,8 +50,7 @@ class NgramProposer:
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
         self.history = prompt_ids[0].tolist()          # the committed tokens before `last`
-        # the blocks committed since, (position, tokens), that the next match reads in
-        self.blocks = []
+        self.blocks = []            # the blocks committed since, (position, tokens), read in later
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""

@@ -28,12 +28,11 @@ def _judge(pending: list[tuple], token: int | None) -> None:
 
 
 class CostAwareProposer(DFlashTreeProposer):
-    """Each step, the ONE option :func:`choose` rates best for every row of the batch, chosen in
-    :meth:`propose` (docs/method.md#batches; a plain step is an empty draft). ``costs``: a
-    :class:`StepCosts` measured at this batch size (None: at the first prompt); ``estimate``: what
-    earlier requests left, one for all rows (None: the prior); ``context``: the length its first
-    step is priced at (None: the costs'). ``drifted``: one row's costs no longer fit its steps.
-    A request that will not run the drafter has ``layer_ids`` None (no features tapped)."""
+    """Each step, the ONE option :func:`choose` rates best for every row of the batch. ``costs``:
+    measured at this batch size (None: at the first prompt); ``estimate``: what earlier requests
+    left, one for all rows (None: the prior); ``context``: the length its first step is priced at
+    (None: the costs'). ``drifted``: one row's costs no longer fit its steps. A request that will
+    not run the drafter has ``layer_ids`` None (no features tapped)."""
 
     def __init__(self, drafter, target, options: PolicyOptions = PolicyOptions(),
                  costs: StepCosts | None = None,
@@ -157,7 +156,8 @@ class CostAwareProposer(DFlashTreeProposer):
         # a forward that catches the drafter up (the prompt, or steps that ran no drafter) is not
         # what a step of its kind costs: it is not timed
         self.catching_up = not self.fed or any(len(w) > 1 for w in self.waiting)
-        self.drafted = self.fed = True
+        self.drafted = True
+        self.fed = True
         depths = [min(d, c.block_size - 1) for d in depths]
         if c.tree_size:
             self.trees = draft_trees(self, last, depths, c.tree_size)
@@ -176,8 +176,7 @@ class CostAwareProposer(DFlashTreeProposer):
         cost = step_seconds(c, self.costs, context, taken)
         predicted = cost / self.costs.correction(c.kind)
         self.forecast.append(predicted)
-        # timed whole when the next step starts, and only while the batch is whole: the costs are
-        # the whole batch's
+        # timed when the next step starts, and only while the batch is whole: the costs are its
         whole = self.started is not None and self.costs.measured and len(blocks) == self.rows \
             and not (c.uses_drafter and self.catching_up)
         self.timed = (c.kind, self.started, predicted) if whole else None
@@ -215,9 +214,8 @@ class CostAwareProposer(DFlashTreeProposer):
         self._reset(len(blocks))
 
     def _observe(self, r: int, path: list[int], n: int) -> list[tuple]:
-        """What row ``r``'s step (``path``: its n accepted drafts) tells the estimates, and what
-        its next token will judge further: where a chain would have gone on past what the step
-        held (:func:`chain_accepted`), for the drafter's chain and for prompt lookup's."""
+        """Tell the estimates what row ``r``'s step (``path``: its n accepted drafts) says; return
+        what its next token judges further, the drafter's and lookup's (:func:`chain_accepted`)."""
         c, e, pending = self.choice, self.estimate, []
         lookup, drafts = self.continuations[r], []
         if c.tree_size:
@@ -278,8 +276,7 @@ class PolicySession:
                  shapes: Shapes = EAGER, rows: int | None = None) -> CostAwareProposer:
         """The next request's policy, on ``shapes``, for ``prompts``: one prompt's ids or a batch's
         list of them (``rows``: how many where none are given; default 1). A batch size's costs are
-        measured at its first prompt the first time; its first step is priced at the prompts' mean
-        length."""
+        measured at its first prompt the first time; its first step at the prompts' mean length."""
         batch = prompts if isinstance(prompts, list) else [] if prompts is None else [prompts]
         rows = rows or len(batch) or 1
         if batch and self.costs_for(rows) is None:

@@ -208,9 +208,8 @@ class DFlashTreeProposer(DFlashProposer):
 
 
 class HybridTreeProposer(DFlashTreeProposer):
-    """The DFlash tree plus a branch (:func:`add_branch`): prompt lookup's draft of up to
-    ``ngram_drafts`` tokens, never deeper than the tree; at most ``tree_size + ngram_drafts``
-    drafts."""
+    """The DFlash tree plus prompt lookup's draft of up to ``ngram_drafts`` tokens as a branch
+    (:func:`add_branch`), never deeper than the tree."""
 
     def __init__(self, drafter, target, tree_size: int = 16, block_size: int | None = None,
                  ngram_drafts: int = 10, max_ngram: int = 3, shapes: Shapes = EAGER):

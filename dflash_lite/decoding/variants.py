@@ -54,11 +54,10 @@ class InputFusionDrafter(DFlashDrafter):
         context = self.project(target_hidden)                              # (N, C, H)
         block_rope = self.rope(block_positions, block_embeds.dtype)
         context_rope = self.rope(context_positions, context.dtype)
-        last = len(self.layers) - 1
         x = block_embeds
         for i, layer in enumerate(self.layers):
             x, context = layer(x, context, block_rope, context_rope, cache, i, attn_mask,
-                               last=i == last)
+                               last=i == len(self.layers) - 1)
         return self.norm(x)
 
 
