@@ -10,8 +10,7 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
 def _is_stub(region: str) -> bool:
-    """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines
-    (the exercises' regions; their worked answers are kept apart, as instructor material)."""
+    """Whether a solution region is already a blank: only ``x = None`` / ``return None`` lines."""
     try:
         tree = ast.parse("\n".join(line.strip() for line in region.splitlines()))
     except SyntaxError:
@@ -61,8 +60,7 @@ def stub(region: str, in_function: bool = False) -> str:
 def blank(source: str) -> str:
     """A solution cell's source with every region replaced by its :func:`stub`."""
     def enclosed_by_def(start: int) -> bool:
-        """Whether the region at ``start`` is in a function body: the nearest line above it that
-        is less indented opens a def."""
+        """Whether the region at ``start`` is in a function body."""
         region = source[start:].split("\n", 2)[1] if "\n" in source[start:] else ""
         depth = len(region) - len(region.lstrip())
         for line in reversed(source[:start].splitlines()):

@@ -1,8 +1,7 @@
 """Teaching with the notebooks: each chapter's header (hardware and run time), student editions
 in nbgrader's layout, and autograding in a sandboxed kernel.
 
-The commands (``python -m dflash_lite.course student-edition | autograde | site``) and the
-notebooks' nbgrader layout: docs/teaching.md#grading-workflow, the README's "Teaching with it"."""
+``python -m dflash_lite.course student-edition | autograde | site``: docs/teaching.md."""
 from __future__ import annotations
 
 import json
@@ -37,8 +36,7 @@ def hardware() -> str:
 
 @dataclass
 class ChapterClock:
-    """Started by a chapter's first code cell; its last cell prints the run time at the chapter's
-    parameters (the defaults, unless papermill overrode them)."""
+    """A chapter's timer: its first code cell starts it, its last prints the run time."""
     started: float = field(default_factory=time.perf_counter)
     device: str = field(default_factory=hardware)
 
@@ -57,8 +55,7 @@ def chapter_clock() -> ChapterClock:
 
 
 def nbgrader_api(course_root: Path):
-    """nbgrader's API over a course directory (``source/``, ``release/``, ``submitted/``,
-    ``autograded/`` and a SQLite gradebook inside ``course_root``)."""
+    """nbgrader's API over the course directory ``course_root`` (gradebook: SQLite, inside it)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
@@ -75,8 +72,7 @@ def nbgrader_api(course_root: Path):
 
 
 def prepare_course(course_root: Path, notebooks: list[Path]):
-    """Copy ``notebooks`` into ``course_root/source/<assignment>`` and generate the student edition
-    (``course_root/release/<assignment>``); returns the API."""
+    """nbgrader's student edition of ``notebooks``, in ``course_root/release/``; returns the API."""
     source = course_root / "source" / ASSIGNMENT
     source.mkdir(parents=True, exist_ok=True)
     for nb in notebooks:
@@ -93,8 +89,7 @@ EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote i
 
 
 def _check_edition_dir(out: Path) -> None:
-    """Refuse a folder that holds anything student-edition did not write there: source notebooks,
-    a student's work, a foreign file of the same name."""
+    """Refuse a folder holding what student-edition did not write (notebooks, a student's work)."""
     check_output_dir(out, "the student edition's folder")
     if why := refusal(out):
         raise ValueError(f"{out} {why}; choose a folder of its own")

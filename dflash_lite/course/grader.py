@@ -127,8 +127,7 @@ def _exec_each(source: str, namespace: dict) -> None:
 
 def load_hidden(path: Path | None = HIDDEN) -> dict:
     """``{grade_id: check(namespace)}`` of the instructor's hidden checks; ``path=None`` for none.
-    A missing file is an error (grading without them would skip every hidden check silently):
-    they live in the repository's ``instructor/`` folder, which an installed wheel does not have."""
+    A missing file is an error: grading without them would skip every hidden check silently."""
     if path is None:
         return {}
     if not Path(path).is_file():

@@ -5,8 +5,7 @@ stack, whatever reaches the grader's frames or objects, starts a process or a th
 objects, or opens the instructor's files; :func:`cell_namespace` and :class:`Plain` are what a check
 sees of the submission; :func:`_fingerprint` and :func:`_changed` tell what it patched. Python is
 not a sandbox: this closes the ways in that the listed events cover, and the process around the
-grader (:mod:`dflash_lite.course.sandbox`) closes the files (docs/teaching.md#what-autograde-runs).
-"""
+grader (:mod:`.sandbox`) closes the files (docs/teaching.md#what-autograde-runs)."""
 from __future__ import annotations
 
 import builtins

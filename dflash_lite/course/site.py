@@ -1,7 +1,6 @@
 """The course site (``python -m dflash_lite.course site OUT_DIR``): the executed notebooks,
 ``docs/method.md`` and ``docs/glossary.md`` rendered offline (Sphinx, myst-nb) from the committed
-outputs, nothing run; the student site blanks every solution cell (:func:`blanks.blank`), the
-instructor's keeps them (README, "Teaching with it")."""
+outputs, nothing run; student and instructor builds: docs/teaching.md#what-students-get."""
 from __future__ import annotations
 
 import shutil
@@ -33,7 +32,8 @@ def student_notebook(path: Path):
         if cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = blank(cell.source)
             if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
+                cell.outputs = []
+                cell.execution_count = None
         elif cell.cell_type == "markdown":
             cell.source = student_markdown(cell.source)
     return nb

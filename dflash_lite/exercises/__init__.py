@@ -16,8 +16,7 @@ def shipped_target():
 
 
 def forward_inputs(model, run) -> list:
-    """The input ids of every call of ``model``'s forward while ``run()`` runs (a pre-hook
-    records them)."""
+    """The input ids of every call of ``model``'s forward while ``run()`` runs."""
     seen = []
 
     def record(module, args, kwargs):
@@ -47,11 +46,10 @@ def score(result, points: int) -> float:
 
 
 def yours_or_ours(name: str, yours, ours, ours_name: str | None = None):
-    """What a demonstration uses for ``name``, something you build: ``yours`` when it is done, else
-    the package's ``ours``, with one printed line naming ``ours_name`` (default: ``ours``'s name).
-    A value is not done while it is None; a function is tried on each call, and ``ours`` answers
-    while it raises (a blank raises ``NotImplementedError``). Only demonstrations use this, so a
-    blank fails only its own cell and its check: the graded checks always take your own code."""
+    """What a demonstration uses for ``name``: ``yours`` when it is done, else the package's
+    ``ours``, saying so once (naming ``ours_name``, default ``ours``'s name). A value is not done
+    while it is None; a function is tried on each call, ``ours`` answering while it raises. Only
+    demonstrations use this: the graded checks always take your own code."""
     ours_name = ours_name or getattr(ours, "__name__", "version")
 
     def note(why: str) -> None:

@@ -53,8 +53,7 @@ def check_target_forwards(answer) -> bool:
 
 def check_distinct_samples(answer) -> bool:
     """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem
-    with ``SamplingParams(temperature=0.8, top_p=0.9)``, 32 new tokens, one ``torch.Generator``
-    per seed."""
+    (temperature 0.8, top-p 0.9, 32 new tokens, one ``torch.Generator`` per seed)."""
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
@@ -82,9 +81,8 @@ _ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)"
 
 
 def check_math_template(template) -> bool:
-    """Exercise 3: a new template ``template(r: random.Random) -> corpus.MathProblem``, like those
-    in ``dflash_lite/corpus.py``: deterministic per seed, varied, correct arithmetic, parseable
-    answer."""
+    """Exercise 3: a new ``template(r: random.Random) -> corpus.MathProblem``: deterministic per
+    seed, varied, with correct arithmetic and a parseable answer."""
     name = "Exercise 3"
     if template is None:
         return not_attempted(name, "Write template(r) -> corpus.MathProblem and pass the function.")

@@ -10,8 +10,7 @@ CACHE_EXERCISE_NEW_TOKENS = 16
 
 def check_cache_positions(answer) -> bool:
     """Exercise 1: positions in the target's KV cache after ``generate_autoregressive`` wrote 16
-    tokens (``max_new_tokens=16``, no stop tokens) for
-    ``corpus.math_problems(1, split="held_out", start=700)[0]``."""
+    tokens (no stop tokens) for held-out math problem 700."""
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give the number of positions the KV cache holds at the end.")
@@ -39,8 +38,7 @@ def weight_bytes_per_step(model) -> int:
 
 
 def check_weight_bytes(answer) -> bool:
-    """Exercise 2: bytes of weights one decode step of the shipped target (float32) reads,
-    within 1%."""
+    """Exercise 2: bytes of weights one decode step of the shipped target reads, within 1%."""
     name = "Exercise 2"
     if answer is None:
         return not_attempted(name, "Give the bytes of weights one decode step reads.")
@@ -79,10 +77,9 @@ def check_kv_crossover(answer) -> bool:
 
 
 def check_break_even(answer, t: dict, block_size: int = 16) -> bool:
-    """Exercise 4: ``(without_drafter, with_drafter)``, the smallest tau that breaks even for a
-    block of 16 given the measured forward times ``t`` (``t[n]`` seconds for n tokens), with no
-    drafter cost and with a drafter that costs a quarter of ``t[16]``. Within 2%. Checked against
-    the learner's own ``t``, so machine noise cannot fail a right answer."""
+    """Exercise 4: ``(without_drafter, with_drafter)``, the tau that breaks even for a block of 16
+    given forward times ``t`` (``t[n]`` seconds for n tokens), the drafter costing a quarter of
+    ``t[16]``; within 2%, against the learner's own ``t`` so machine noise cannot fail it."""
     name = "Exercise 4"
     if answer is None:
         return not_attempted(name, "Give a pair (tau without drafter cost, tau with the drafter).")

@@ -64,9 +64,8 @@ def check_tau_by_draft_length(answer, target, draft, tokenizer, max_new_tokens: 
 
 
 def check_article_output(article_output) -> bool:
-    """Exercise 2: the exact output distribution of the article's p(x) >= q(x) rule. Checked here
-    on random pairs (several sizes and seeds) against properties the exact answer has; the
-    grader's hidden checks compare it with the exact distribution too."""
+    """Exercise 2: the exact output distribution of the article's p(x) >= q(x) rule, checked here
+    for properties of the exact answer; the grader's hidden checks compare it with the answer."""
     half = torch.tensor([0.5, 0.5])
     if article_output is None or article_output(half, half.clone()) is None:
         return not_attempted("Exercise 2",
@@ -76,7 +75,8 @@ def check_article_output(article_output) -> bool:
         for _ in range(5):
             p = torch.rand(size, generator=g, dtype=torch.float64) ** 3
             q = torch.rand(size, generator=g, dtype=torch.float64) ** 3
-            p, q = p / p.sum(), q / q.sum()
+            p = p / p.sum()
+            q = q / q.sum()
             got = torch.as_tensor(article_output(p.clone(), q.clone()), dtype=torch.float64)
             assert got.shape == p.shape, f"return a distribution over the same {p.numel()} tokens"
             assert abs(float(got.sum()) - 1) < 1e-9 and bool((got >= -1e-12).all()), \
@@ -129,9 +129,8 @@ def _lookup_verdict(tokens: list[int], k: int, ngram: int, got: list[int]) -> st
     """Why ``got`` is not a prompt-lookup draft of ``tokens`` (None when it is one)."""
     if len(got) > k:
         return "more than k tokens"
-    tail = tokens[-ngram:] if len(tokens) > ngram else None
-    matches = [s for s in range(len(tokens) - ngram)
-               if tail is not None and tokens[s:s + ngram] == tail]
+    tail = tokens[-ngram:]
+    matches = [s for s in range(len(tokens) - ngram) if tokens[s:s + ngram] == tail]
     if not matches:
         return None if got == [] else "a draft where the last ngram tokens never occurred before"
     if not got:

@@ -76,8 +76,7 @@ def check_block_mask(my_block_mask) -> bool:
 
 
 def check_visible_keys(answer) -> bool:
-    """Exercise 1: keys one query of the last block may attend to
-    (anchors [3, 6, 9], T = 12, B = 4)."""
+    """Exercise 1: keys one query of the last block may attend to (anchors [3, 6, 9], T=12, B=4)."""
     if answer is None:
         return not_attempted("Exercise 1", "Count the black cells in one row of the last block "
                                            "in the mask figure.")
@@ -159,8 +158,7 @@ def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: in
 
 
 def step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens: int, stops) -> list:
-    """Acceptance lengths of every step, one list per prompt (greedy; ``block_size=None``: the
-    trained one)."""
+    """The steps' acceptance lengths, one list per prompt (greedy; ``block_size=None``: trained)."""
     return [generate(target, DFlashProposer(drafter, target, block_size), x, max_new_tokens,
                      stop_token_ids=stops).acceptance_lengths for x in prompt_ids]
 
@@ -191,8 +189,7 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
 
 def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: int,
                              max_new_tokens: int, stops) -> bool:
-    """Exercise 5: a proposer class that unmasks the confident half first
-    (MDLM-style, two steps)."""
+    """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, 2 steps)."""
     if answer is None:
         return not_attempted("Exercise 5",
                              "subclass DFlashProposer and override propose(last, depths).")

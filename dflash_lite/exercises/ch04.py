@@ -16,9 +16,8 @@ DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
 
 def check_tap_indices(answer) -> bool:
-    """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: which entries of the
-    target's ``output_hidden_states`` tuple ``context_features`` reads, and how many inputs ``fc``
-    then has."""
+    """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: the entries of the
+    ``output_hidden_states`` tuple that ``context_features`` reads, and ``fc``'s input width."""
     name = "Exercise 1"
     if answer is None:
         return not_attempted(name, "Give a pair (list of hidden_states indices, fc input width).")
@@ -74,8 +73,7 @@ def check_cache_numbers(answer) -> bool:
 
 
 def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
-    """Mean acceptance length of ``drafter`` on held-out math and code prompts
-    (``train.tau_probe``)."""
+    """Mean acceptance length of ``drafter`` on held-out math and code prompts (``tau_probe``)."""
     target, tokenizer = shipped_target()
     return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 
@@ -98,8 +96,7 @@ def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -
 def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
     """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and
     ``answer``, which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out
-    prompts, or, when the taus tie within ``tie``, the held-out accuracy over the block positions.
-    Drafters that tie on both cannot be told apart, and score nothing: train them longer."""
+    prompts, or, when the taus tie within ``tie``, the mean held-out accuracy over positions."""
     name = "Exercise 3"
     if answer is None or deep is None or shallow is None:
         return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')

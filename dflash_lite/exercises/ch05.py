@@ -42,8 +42,7 @@ def check_half_weight_gamma(answer) -> bool:
 
 
 def check_unigram_loss(answer, data) -> bool:
-    """Exercise 3: the entropy (nats) of the token frequencies of all response tokens in
-    ``data``."""
+    """Exercise 3: the entropy (nats) of the frequencies of all response tokens in ``data``."""
     if answer is None:
         return not_attempted("Exercise 3", "Give the loss as a float, in nats.")
 
@@ -66,8 +65,7 @@ def check_unigram_loss(answer, data) -> bool:
 
 
 def check_ar_loss(answer, target, data, tokenizer) -> bool:
-    """Exercise 4: ``answer(logits, labels, slots, weights)`` equals the package's loss for an
-    autoregressive drafter."""
+    """Exercise 4: ``answer(logits, labels, slots, weights)``: the package's autoregressive loss."""
     if answer is None:
         return not_attempted("Exercise 4", "Write ar_loss(logits, labels, slots, weights) "
                                            "returning a 0-d tensor.")
@@ -115,9 +113,8 @@ def check_weighted_training(answer, target, data, tokenizer, block_size: int,
     reseeded = answer(decay, 1, steps)[0].state_dict()
     assert any(not torch.equal(states["decay"][key], reseeded[key]) for key in states["decay"]), \
         "seeds 0 and 1 gave the same drafter: draw the initialisation and the batches from `seed`"
-    differ = any(not torch.equal(states["decay"][key], states["uniform"][key])
-                 for key in states["decay"])
-    assert differ, \
+    assert any(not torch.equal(states["decay"][key], states["uniform"][key])
+               for key in states["decay"]), \
         "decay and uniform weights gave the same drafter: are the weights passed to drafter_loss?"
     batch = make_batch(data.sequences[-4:], data.prompt_lengths[-4:], block_size, 8, tokenizer,
                        torch.Generator().manual_seed(1))

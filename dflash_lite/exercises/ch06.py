@@ -32,8 +32,7 @@ def check_predicted_speedup(answer, report: dict, block_size: int = 16) -> bool:
 
 
 def check_break_even(answer, report: dict) -> bool:
-    """Exercise 2: the tau at which a block of B only matches plain decoding,
-    for every B of the run."""
+    """Exercise 2: the tau at which a block of B only matches plain decoding, per B of the run."""
     if answer is None:
         return not_attempted("Exercise 2", "Give {B: break-even tau} for the run's block sizes.")
     costs = _costs(report)

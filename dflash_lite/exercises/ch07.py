@@ -14,8 +14,7 @@ from . import correct, not_attempted
 
 def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int,
                        block_size: int = 16) -> bool:
-    """Exercise 1: tau and the article's per-token acceptance rate on the first
-    held-out math prompt."""
+    """Exercise 1: tau and the article's per-token acceptance rate, first held-out math prompt."""
     if answer is None:
         return not_attempted("Exercise 1", "Give (tau, rate).")
     ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids.to(target.device)
@@ -49,8 +48,7 @@ def check_mse_on_probs(mse_on_probs) -> bool:
     perfect = torch.nn.functional.one_hot(labels, 11).float() * 60
     assert abs(float(mse_on_probs(perfect, labels, weights))) < 1e-6, \
         "a certain, right prediction must cost 0"
-    weights_first = torch.zeros(5)
-    weights_first[0] = 1.0
+    weights_first = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
     a = float(mse_on_probs(logits, labels, weights_first))
     b = float(mse_on_probs(logits[:, :1], labels[:, :1], weights_first[:1]))
     assert abs(a - b) < 1e-6, "a position with weight 0 must not change the loss"

@@ -40,8 +40,7 @@ def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: floa
 
 
 def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -> bool:
-    """Exercise 3: the greatest depth of a 32-node tree from the drafter's logits
-    at temperature 0.5."""
+    """Exercise 3: the depth of a 32-node tree from the drafter's logits at temperature 0.5."""
     if answer is None:
         return not_attempted("Exercise 3", "Give the greatest depth, an int.")
     expected = tree_depth(draft_logits, root, 0.5)
