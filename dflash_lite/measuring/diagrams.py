@@ -66,7 +66,9 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     # time starts at 0; the row labels sit left of it
     ax.set_xticks(range(0, int(committed * target_time) + 1, 2))
     ax.set_xlabel("time (illustrative units: a target forward = 1)")
-    ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]
+    ax.set_yticks([])
+    for side in ("left", "top", "right"):
+        ax.spines[side].set_visible(False)
     ax.set_title(f"Same {committed} tokens: {committed} target forwards,\n"
                  f"or {len(accepted)} draft + verify steps")
     return fig
@@ -107,7 +109,8 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
     ax.text(10.85, 0.7 + block_size * 0.5, "block\n(queries)", ha="center", fontsize=9)
     _arrow(ax, (8.45, 0.9), (8.45, 0.55))
     ax.text(8.45, 0.2, f"LM head: {block_size - 1} drafts\nin one forward", ha="center", fontsize=9)
-    ax.set_xlim(-0.1, 11.6); ax.set_ylim(-0.05, 5.5); ax.axis("off")
+    ax.set(xlim=(-0.1, 11.6), ylim=(-0.05, 5.5))
+    ax.axis("off")
     ax.set_title("KV injection: the target's features become\n"
                  "keys and values of every drafter layer")
     return fig
@@ -183,7 +186,9 @@ def tree_verification() -> plt.Figure:
     ax.set(xlim=(-0.5, max(depth) + 1.6), ylim=(-1.6, 2.1))
     depths = ["root"] + [f"depth {d}" for d in range(1, max(depth) + 2)]
     ax.set_xticks(range(max(depth) + 2), depths, fontsize=9)
-    ax.set_yticks([]); [ax.spines[s].set_visible(False) for s in ("left", "top", "right")]
+    ax.set_yticks([])
+    for side in ("left", "top", "right"):
+        ax.spines[side].set_visible(False)
     ax.set_title(f"One target forward scores all {len(tokens)} nodes (tree mask);\n"
                  f"the walk accepts {len(accepted_path) - 1} drafts and adds the bonus token",
                  fontsize=10)
