@@ -131,8 +131,9 @@ assert len(result.tokens) <= max_new_tokens and len(result.token_times) == len(r
 #
 # Each new token costs one full forward of the target; the first also pays for the prompt (prefill).
 # What to look for: the first point above the rest (the prefill), then a roughly flat line, one
-# forward per token. Isolated spikes are the machine doing something else; the median printed below
-# the plot ignores them. This flat line is the *autoregressive bottleneck* that speculative decoding attacks.
+# forward per token. It does not grow with the number of tokens already written; what moves it is
+# the machine (an isolated spike, or a step up or down when other work starts or stops on these
+# cores). The median printed below the plot ignores such moments. This flat line is the *autoregressive bottleneck* that speculative decoding attacks.
 
 # %%
 latency_ms = [t * 1e3 for t in result.per_token_latency]
@@ -215,7 +216,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 # * The shipped target is a real `Qwen3ForCausalLM`; the loader takes the same path for any local
 #   Qwen3/Llama directory or hub id, and fails with one line when it cannot.
 # * The tokenizer reserves `<|mask|>`, which the DFlash drafter uses to fill a block.
-# * Autoregressive decoding costs one target forward per token: the per-token latency is flat.
+# * Autoregressive decoding costs one target forward per token: the per-token latency does not
+#   grow with the tokens written.
 # * The project's own loop is token-for-token identical to `model.generate` and is the baseline
 #   every later speedup is measured against.
 # * The shipped DFlash drafter produces the same tokens with far fewer target forwards.

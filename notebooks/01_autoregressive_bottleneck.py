@@ -35,7 +35,7 @@
 # * measure how the forward time grows with the number of tokens in one forward;
 # * state the [cost model](../docs/glossary.md#cost-model) that turns these times and [tau](../docs/glossary.md#tau) into a speedup.
 #
-# **Prerequisites:** chapters 00.
+# **Prerequisites:** chapter 00.
 #
 # **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
 # before the Summary prints how long the chapter took at its parameters. Terms link to the
@@ -231,8 +231,9 @@ _ = save_figure(fig, "01_forward_time_vs_tokens")
 # upward. At small `n` the fixed cost per forward from section 1 dominates, so the curve starts
 # nearly flat; it bends up once the arithmetic on `n` rows outweighs that fixed cost. On a GPU, for
 # a large model, the curve stays flat up to dozens of tokens, because the step is bound by reading
-# the weights. The ratio `t(16)/t(1)` is exactly the denominator term that limits the CPU speedup
-# in the cost model `speedup = tau * t(1) / (t(B) + t_draft(B))` (notebook 06).
+# the weights. At the shipped block size B = 16, `t(16)/t(1)` is the verify's part of the
+# denominator that limits the CPU speedup in the cost model
+# `speedup = tau * t(1) / (t(B) + t_draft(B))` (notebook 06).
 #
 # The curve need not rise monotonically at small `n`: you may see `t(2)/t(1)` above `t(8)/t(1)`.
 # Compare such a gap with the spread printed above; a gap inside it is noise. Beyond noise, the CPU
@@ -292,7 +293,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 # 2. Which part of a decode step grows with the context length, and which does not?
 # 3. Why does the first token take longer than the ones after it?
 # 4. What does `t(n)/t(1)` measure, and why is it the cost of verifying a block of `n` tokens?
-# 5. Why are the forward times taken in a shuffled order and summarised by a median and a spread?
+# 5. Why are the forward times taken in an interleaved, rotating order and summarised by a median
+#    and a spread?
 # 6. When `t(2)/t(1)` comes out above `t(8)/t(1)`, what two explanations should you weigh, and how
 #    do you tell them apart?
 # 7. In `speedup = tau * t(1) / (t(B) + t_draft(B))`, which terms does the drafter control, and
@@ -338,8 +340,11 @@ score(check_weight_bytes(answer_2), 1)
 # %% [markdown]
 # **3. ★★ When the cache outweighs the model.** Each cached position adds a key and a value per
 # layer. At what context length does the float32 KV cache hold as many bytes as the weights of
-# exercise 2? Re-run section 1 with `-p context_length 512` under papermill: which part of the step
-# grew, and does it match the bytes you computed? *(The check tests the context length.)*
+# exercise 2? The answer may lie past the target's context window
+# (`model.config.max_position_embeddings`): then it is a number on paper for this model, and a
+# real one for a model with a longer window. Re-run section 1 with `-p context_length 512` under
+# papermill: which part of the step grew, and does it match the bytes you computed? *(The check
+# tests the context length.)*
 
 # %% nbgrader={"grade": false, "grade_id": "ch01_exercise_3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch01 import check_kv_crossover

@@ -239,10 +239,12 @@ assert identical == len(prompt_ids)
 # from the draft model; the threshold rule gets the best possible point-mass draft, the target's
 # own favourite token. (The exact distribution of the `p(x) >= q(x)` rule is exercise 2.)
 #
-# What to look for in the figure (log scale, so the small probabilities are visible): bars of
-# the lossless rule that match the black target bars at every token, and a rule whose bars leave
-# them. The printed TV distances say how far each rule moves the distribution; the chi-square lines
-# say whether this many samples can see it.
+# What to look for in the figure (log scale, so the small probabilities are visible): the bars
+# are each rule's exact output distribution. The lossless rule's match the black target bars at
+# every token; the article's rules leave them (a missing bar is a probability of 0). The dots are
+# the sampled frequencies, noisy where a token is expected only a few times in `num_samples`
+# draws. The printed TV distances say how far each rule moves the distribution; the chi-square
+# lines say whether this many samples can see it.
 
 # %%
 sampling = SamplingParams(temperature=1.0)
@@ -319,8 +321,10 @@ width = 0.2
 xs = np.arange(len(support))
 ax.bar(xs - 1.5 * width, p[support], width, label="target p", color="black")
 for i, r in enumerate(rules):
-    ax.bar(xs + (i - 0.5) * width, counts[r][support] / num_samples, width,
-           label=f"{r} (TV {tv[r]:.3f})")
+    at = xs + (i - 0.5) * width
+    ax.bar(at, exact_output(r)[support].numpy(), width, label=f"{r} (TV {tv[r]:.3f})")
+    ax.plot(at, counts[r][support] / num_samples, "o", markersize=3, color="0.25",
+            label="sampled frequency" if i == 0 else None)
 ax.set_xticks(xs, [tokenizer.decode([t]).strip() or repr(tokenizer.decode([t])) for t in support])
 ax.set_xlabel("the target's ten likeliest next tokens")
 ax.set_yscale("log"); ax.set_ylim(0.5 / num_samples, 1)
@@ -416,7 +420,8 @@ assert torch.equal(gumbel_max, package) and pv > 0.001
 
 # %% [markdown]
 # One seeded sampled completion of the held-out problem, four ways: plain decoding; DFlash with
-# the shipped drafter as a chain of block size 16 and as a draft tree of 16 nodes; and the small
+# the shipped drafter as a chain of block size 16 and as a
+# [draft tree](../docs/glossary.md#draft-tree) of 16 nodes (notebook 09); and the small
 # draft model drafting `draft_tokens` tokens with the same noise, `argmax(log q + g)` (the
 # *coupled* rule). Same seed, same text, whatever tau each scheme reaches:
 
@@ -577,7 +582,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 # self-check; run its cell with your answer. Worked solutions: `notebooks/solutions/02_speculative_decoding.py`.
 #
 # **1. ★ Draft length.** Run `speculative_greedy` (above) on the first prompt of `prompt_ids` with
-# `k = 2` and `k = 8`, and give the two values of tau (mean accepted length per verify step) as a
+# `k = 2` and `k = 8`, `max_new_tokens` and `set(stops)` as in the cell that ran it, and give the two values of tau (mean accepted length per verify step) as a
 # dict `{2: ..., 8: ...}`. Why does tau saturate while the drafting cost keeps growing with `k`?
 
 # %% nbgrader={"grade": false, "grade_id": "ch02_exercise_1", "locked": false, "schema_version": 3, "solution": true, "task": false}

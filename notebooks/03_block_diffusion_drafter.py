@@ -25,8 +25,8 @@
 #
 # * **build the drafter's forward yourself**: the masked [block](../docs/glossary.md#block-size),
 #   RoPE, the [KV-injection](../docs/glossary.md#kv-injection) attention, a whole drafter layer and
-#   the training [block mask](../docs/glossary.md#block-mask), each checked against
-#   `dflash_lite/decoding/drafter.py`;
+#   the training [block mask](../docs/glossary.md#block-mask), each checked against the package's
+#   (`dflash_lite/decoding/drafter.py`; the mask, `dflash_lite/training/data.py`);
 # * see where "diffusion" comes from (masked, absorbing-state diffusion) and why DFlash denoises in
 #   a single step;
 # * compare one forward for B-1 tokens with the B-1 forwards of an
@@ -35,7 +35,7 @@
 # * measure what the drafter gets right at each block position, per domain, and whether re-feeding
 #   the draft for a second or third denoising pass pays.
 #
-# **Prerequisites:** chapters 02.
+# **Prerequisites:** chapter 02.
 #
 # **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
 # before the Summary prints how long the chapter took at its parameters. Terms link to the
@@ -90,7 +90,7 @@ print(f"drafter: {c.num_layers} layers, block {c.block_size}, taps target layers
       f"{sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M trainable parameters "
       "(no embedding, no LM head)")
 print(f"EAGLE-style baseline: {eagle.config.num_layers} layers, block {eagle.config.block_size}, "
-      f"taps {eagle.config.target_layer_ids}, drafting {eagle.config.drafting!r}")
+      f"taps {eagle.config.target_layer_ids}, drafting {eagle.config.drafting.value!r}")
 print(f"heads: {c.num_attention_heads} query, {c.num_key_value_heads} key/value, head_dim "
       f"{c.head_dim}; "
       f"hidden {c.hidden_size}; RoPE theta {c.rope_theta:g}")
@@ -217,7 +217,8 @@ score(check_rope(rope_cos_sin, rotate, drafter), 1)
 
 # %%
 from dflash_lite.measuring import diagrams
-_ = save_figure(diagrams.kv_injection(), "03_diagram_kv_injection")
+_ = save_figure(diagrams.kv_injection(c.num_target_layers, tuple(c.target_layer_ids), c.num_layers),
+                "03_diagram_kv_injection")
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_build_kv_injection", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_injection_attention(attn, x, context, x_pos, ctx_pos, mask=None):
@@ -648,13 +649,17 @@ score(check_tau_at_block_size(answer_4, drafter, target, prompt_ids["math"] + pr
 # **5. ★★★ MDLM-style unmasking.** Write a subclass of `DFlashProposer` whose `propose(last, depths)`
 # runs one pass, keeps the `(k + 1) // 2` drafts with the highest top-1 probability, puts the mask
 # back on the others, runs the drafter once more on that block (the context is in the proposer's cache
-# after the first pass: give the second `draft_logits` call `self.new_context[:, :0]` and `start=` the
-# position of `last`, `self.new_context_start[0] + self.new_context.shape[1]`), fills the re-masked
-# slots with its argmax and returns them as `[ChainDraft(tokens)]`. A proposer drafts a batch: `last`
+# after the first pass: give the second `draft_logits` call `self.new_context[:, :0]`, `start=` the
+# position of `last`, `self.new_context_start[0] + self.new_context.shape[1]`, and the proposer's
+# cache, `self.cache`), fills the re-masked slots with its argmax and returns all k drafts as
+# `[ChainDraft(tokens)]` (`from dflash_lite.decoding.decode import ChainDraft`). A proposer drafts a batch: `last`
 # holds each row's last token and `depths` each row's k, and it returns one draft per row
 # (`dflash_lite/decoding/proposers.py`); here the batch is one request, so `last[0]` and `depths[0]`. The check
-# compares your drafts with its own implementation on a few steps, and then runs your proposer in the
-# decode loop on the math prompts: is tau higher than one pass, and does it pay for the extra forward?
+# here makes sure `propose` returns one `ChainDraft` of k drafts, runs your proposer in the decode
+# loop on the math prompts (its output must be the target's) and prints tau and tokens/s beside one
+# pass: is tau higher, and does it pay for the extra forward? When a teacher grades the course, a
+# hidden check also compares your first step's drafts with a reference implementation, at several
+# block sizes.
 
 # %% nbgrader={"grade": false, "grade_id": "ch03_exercise_5", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch03 import check_unmasking_proposer

@@ -20,7 +20,7 @@
 # that it reads the target's own hidden states (`dflash_lite/decoding/target.py: context_features`, `dflash_lite/decoding/drafter.py`):
 #
 # 1. **Taps.** K target layers, spread from the 2nd to the 3rd-from-last:
-#    `round(1 + i*(N-4)/(K-1))`, i = 0..K-1.
+#    `round(1 + i*(N-4)/(K-1))`, i = 0..K-1 (one tap, K = 1: the middle layer, N // 2).
 # 2. **Projection.** Their outputs are concatenated per position (K*H wide) and projected to H by
 #    one linear layer `fc`, then an RMSNorm (`hidden_norm`).
 # 3. **KV injection.** In *every* drafter layer, the keys and values of the context come from that
@@ -37,7 +37,7 @@
 # * measure what the drafter loses without the target's features;
 # * compare KV injection with input fusion and 1, 3 or 5 taps.
 #
-# **Prerequisites:** chapters 03.
+# **Prerequisites:** chapter 03.
 #
 # **Run time and hardware:** the next cell prints the hardware this run uses, and the cell
 # before the Summary prints how long the chapter took at its parameters. Terms link to the
@@ -54,7 +54,7 @@ import torch
 
 from dflash_lite import corpus, load_pretrained, stop_token_ids
 from dflash_lite.decoding.checkpoints import load_drafter
-from dflash_lite.decoding.decode import DFlashProposer, generate
+from dflash_lite.decoding.decode import DFlashProposer, generate, prefill, verify
 from dflash_lite.decoding.baselines import generate_autoregressive
 from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.decoding.drafter import DFlashDrafter, DrafterConfig
@@ -103,9 +103,9 @@ assert drafter.config.target_layer_ids == tapped_layer_ids(N, 5)
 # contrast, whether it names the **current** token). What to look for: index 0 (the embeddings)
 # names the current token and almost never the next; by the last index the share of next-token
 # matches is 1 by construction (it *is* the target's output); in between it climbs with depth. The
-# taps sample that climb: shallow taps still carry the detail of the input, deeper ones a sharper
-# guess of what comes next, and the drafter has to continue the text several tokens ahead, so it
-# gets all of them.
+# taps sample that climb at several depths, from shallow layers whose states the lens cannot yet
+# read as a guess of the next token to deep ones that hold a sharp guess. The drafter has to
+# continue the text several tokens ahead, not only name the next one, so it gets all of them.
 
 # %%
 texts = [p.prompt + " " + p.solution for p in corpus.math_problems(6, split="held_out", start=6000)]
@@ -176,7 +176,7 @@ _ = save_figure(fig, "04_projection_norms")
 #
 # The same trained drafter, with the target's features replaced by zeros (after the projection it
 # sees only the norm's output of a zero vector). Greedy output stays identical (the verifier
-# guarantees it, and the cell asserts it); tau shows what the features were worth. Its floor is 1:
+# guarantees it, and the cell asserts it); [tau](../docs/glossary.md#tau) shows what the features were worth. Its floor is 1:
 # every verification commits at least the target's own token.
 
 # %%
@@ -206,7 +206,7 @@ assert taus["features zeroed"] < taus["with features"]
 # The features are one input; the block's slot 0, the last committed token, is the other. Here is
 # each draft position's accuracy under teacher forcing (blocks at random anchors in the target's
 # own continuations of held-out prompts, as in training), for the shipped drafter as it is and
-# with MASK in slot 0 as well. The EAGLE-style drafter of the same size, trained on the same data
+# with MASK in slot 0 as well. The [EAGLE](../docs/glossary.md#eagle)-style drafter of the same size, trained on the same data
 # for the same steps, makes its first prediction from exactly the information DFlash has at
 # position 1 (the context's features and the last token, the token in its own residual stream);
 # its later predictions see the real tokens before them, which a block drafter never does, so
@@ -246,7 +246,8 @@ _ = save_figure(fig, "04_slot0")
 # the token itself. The gap between DFlash's position 1 and the EAGLE-style drafter's first
 # prediction is information both had, which the block drafter's two layers read less well: it
 # must first copy the token from slot 0 through attention, where the EAGLE-style drafter finds
-# it in place. That gap, not the features, is what holds this drafter's tau down on code.
+# it in place. That gap is one limit of this drafter on code; the figure shows a larger one, its
+# accuracy at the later positions, well below position 1's, where neither slot 0 nor copying helps.
 
 # %% [markdown]
 # ## 4. KV injection vs input fusion vs no target features; 1, 3 and 5 taps
@@ -330,8 +331,9 @@ print("steps where the variants' curves are lowest:", sorted(lowest_steps))
 # ## 4b. At a longer budget
 #
 # 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of an
-# earlier shipped drafter; the current one trained longer, see its model card, tau probed on held-out prompts every 100 steps), with and without the
-# target's features:
+# earlier shipped drafter, with tau probed on held-out prompts every 100 steps), with and without
+# the target's features (the current shipped drafter trained longer: its model card,
+# `dflash_lite/models/tiny-dflash/MODEL_CARD.md`, gives its recipe):
 #
 #     python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \
 #         --eval-every 100 --batch-size 8 --num-anchors 16 --lr 1e-3 --out OUT [--conditioning none]
@@ -344,10 +346,11 @@ long = {name: json.loads((COMMITTED / f"budget_1500s_{name}.json").read_text())
 fig, ax = plt.subplots(figsize=(6, 3.4))
 for name, run in long.items():
     curve = run["tau_curve"]
+    shown = name.replace("_", " ").replace("kv", "KV")         # as the prose names the variant
     ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_math"] for c in curve], "o-",
-            label=f"{name}: math")
+            label=f"{shown}: math")
     ax.plot([c["elapsed_s"] / 60 for c in curve], [c["tau_code"] for c in curve], "s--",
-            label=f"{name}: code")
+            label=f"{shown}: code")
     final = curve[-1]
     print(f"{name:<20} {run['training']['steps']} steps: final tau math {final['tau_math']:.2f}, "
           f"code {final['tau_code']:.2f}; minutes to tau >= 5 on math: "
@@ -369,7 +372,8 @@ assert finals["no_target_features"] > 0.8 * finals["kv_injection"]
 # Input fusion also runs the new context positions through its layers (queries and MLP), which
 # KV injection never does; "no target features" projects H instead of K*H inputs. What to look for:
 # whether any difference between the three is large next to a whole speculative step (a target
-# forward of a block, notebook 01), which is what decides whether a variant's tau is worth its cost.
+# forward of a block, notebook 01, timed in the same rounds), which is what decides whether a
+# variant's tau is worth its cost.
 
 # %%
 x = ids[0]
@@ -394,16 +398,28 @@ def one_step(d, f):
     return time.perf_counter() - t0
 
 
-# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then the variants in turn
+def target_verify():
+    """The target's forward over 16 tokens after the same context (a verify): its own seconds."""
+    cache = SlotCache.for_target(target)
+    prefill(target, x, cache)
+    t0 = time.perf_counter()
+    verify(target, x[:, :16], cache, None)
+    return time.perf_counter() - t0
+
+
+# the one interleaved timer (dflash_lite/decoding/timing.py): a warm-up, then each in turn
 with torch.inference_mode():
-    timed = interleaved({label: (lambda d=d, f=f: one_step(d, f))
-                         for label, (d, f) in drafters.items()},
+    timed = interleaved({**{label: (lambda d=d, f=f: one_step(d, f))
+                            for label, (d, f) in drafters.items()},
+                         "target verify": target_verify},
                         repeats=timing_repeats, warmup=1, device=device)
 cost = {label: statistics.median(step for _, step in rounds) for label, rounds in timed.items()}
+verify_cost = cost.pop("target verify")
 for label, seconds in cost.items():
-    print(f"{label:<20} {seconds * 1e3:.2f} ms per draft "
-          f"(median of {timing_repeats} interleaved rounds)")
-print(f"the dearest variant costs {max(cost.values()) / min(cost.values()):.2f}x the cheapest")
+    print(f"{label:<20} {seconds * 1e3:.2f} ms per draft, {seconds / verify_cost:.2f}x a target "
+          f"verify of 16 tokens (median of {timing_repeats} interleaved rounds)")
+print(f"the target's verify: {verify_cost * 1e3:.2f} ms; the dearest variant costs "
+      f"{max(cost.values()) / min(cost.values()):.2f}x the cheapest")
 
 # %%
 _ = clock.report()                        # run time at this run's parameters, and the hardware
@@ -415,8 +431,9 @@ _ = clock.report()                        # run time at this run's parameters, a
 # * But on this target it did not **need** them. Trained from scratch at an equal budget, a drafter
 #   that only sees the context's token embeddings does as well as one conditioned on five target
 #   layers (compare the rows of section 4 and the finals of section 4b), at the ablation budget and
-#   at the longer one; input fusion and 1/3/5 taps are within the noise of the few held-out
-#   prompts per domain too.
+#   at the longer one. The gaps between input fusion and KV injection, and between 1, 3 and 5
+#   taps, are small; with few held-out prompts per domain and no spread computed, too small to
+#   rank them.
 # * This does **not** reproduce the paper's ablations (KV injection over input fusion, 5 taps over
 #   3, and about a third of tau lost without target features). The likely reason is the target:
 #   its text is templated math and stdlib-flavoured prose, predictable from the tokens alone by a
@@ -474,7 +491,9 @@ score(check_tap_indices(answer_1), 1)
 # **2. ★ What the drafter caches.** For the shipped drafter, how many numbers per context position
 # does its `SlotCache` hold (all layers, keys and values), and how many would the raw tapped
 # features take? *(Draft once with `drafter.draft_logits(target, block, features, 0, cache)` and count
-# what `cache.keys` and `cache.values` hold, or work it out from `drafter.config`.)*
+# what each layer's `cache.layers[i].keys` and `.values` hold at the context's positions: they are
+# buffers with room to spare, so take `[:, :, :n]` of them for n positions. Or work it out from
+# `drafter.config`.)*
 
 # %% nbgrader={"grade": false, "grade_id": "ch04_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from dflash_lite.exercises.ch04 import check_cache_numbers

@@ -168,7 +168,9 @@ print(f"autoregressive loop: {per_token * 1e3:.2f} ms per token (prefill include
 print(f"\n{'method':<20} {'predicted':>9} {'+overhead':>9} {'+prefill':>9} {'+baseline':>9} "
       f"{'measured':>9} {'left':>6}")
 for r in cost["rows"]:
-    run = next(m for m in report["methods"] if m["name"] == r["name"])
+    # the method row this cost row models: a chain by its block size, a tree by its size
+    fields = {"tree_size": r["tree_size"]} if r["tree_size"] else {"block_size": r["block_size"]}
+    run = row_of(report, Kind(r["kind"]), compiled=False, **fields)
     steps, prefill = run["steps_per_run"], run["phase_times"].get("prefill", 0.0)
     with_overhead = r["tau"] * t["1"] / r["step_s"]
     with_prefill = with_overhead * steps * r["step_s"] / (steps * r["step_s"] + prefill)
@@ -213,7 +215,7 @@ dflash = [r for r in rows_of(report, *DFLASH_KINDS) if r["error"] is None and r[
 fixed = {r["block_size"]: r for r in dflash if r["kind"] == Kind.DFLASH}
 best_fixed = max(fixed.values(), key=lambda r: r["speedup"])
 for r in dflash:
-    print(f"{r['name']:<28} {r['speedup']:5.2f}x  tau {r['tau']:5.2f}"
+    print(f"{r['name']:<36} {r['speedup']:5.2f}x  tau {r['tau']:5.2f}"
           + ("   <- default" if r.get("default") else ""))
 default = next(r for r in dflash if r.get("default"))
 print(f"\ncost-aware default / best fixed (B={best_fixed['block_size']}): "

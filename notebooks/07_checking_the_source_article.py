@@ -32,7 +32,7 @@
 # **In this chapter you will**
 #
 # * check each claim of the source article against what this repository measures;
-# * tell a lossless acceptance rule from one that is not;
+# * tell a [lossless](../docs/glossary.md#lossless) acceptance rule from one that is not;
 # * give each claim a verdict.
 #
 # **Prerequisites:** chapters 02, 03, 05, 06.
@@ -131,7 +131,7 @@ verdicts.append(("6.51x (B=8) / 7.72x (B=16) speedup", "hard-coded; paper: 4.86x
 # %% [markdown]
 # ## Claim 2: "acceptance rate about 78% at B = 8 and 65% at B = 16"
 #
-# The paper reports the **acceptance length tau** (tokens committed per verification), not a
+# The paper reports the **acceptance length [tau](../docs/glossary.md#tau)** (tokens committed per verification), not a
 # per-token rate. A block-level "rate" falls with B by construction: the later block positions are
 # only reached when every earlier one was right.
 
@@ -156,8 +156,11 @@ verdicts.append(("acceptance 78% (B=8) / 65% (B=16)", "hard-coded; the paper rep
 # from our measured acceptance, next to the measured speedup:
 
 # %%
-costs = measure_costs(target, drafter, prompt_ids[0], block_sizes=(8, 16), repeats=10)
+costs = measure_costs(target, drafter, prompt_ids[0], block_sizes=(8, 16), repeats=30)
 t = costs["t_target"]
+print("one step, (t_target(B) + t_draft(B)) / t_target(1): "
+      + ", ".join(f"B={b} {(t[str(b)] + costs['t_draft'][str(b)]) / t['1']:.2f}" for b in (8, 16))
+      + f" (medians of {costs['repeats']} interleaved rounds)")
 rows = []
 for b in (8, 16):
     article = b * measured[b]["draft_acceptance"] / (b * measured[b]["draft_acceptance"] * 0.15 + 1)
@@ -246,7 +249,8 @@ for name, loss_fn in (("cross-entropy (DFlash)", lambda m, b: drafter_loss(m, ta
           + ", ".join(f"{a:.2f}" for a in accuracy[name][:3]))
 fig, ax = plt.subplots(figsize=(5.5, 3.2))
 for name, c in curves.items():
-    ax.plot(np.convolve(c, np.ones(5) / 5, mode="valid"), label=name)
+    # each mean of 5 steps drawn at its last step
+    ax.plot(np.arange(5, len(c) + 1), np.convolve(c, np.ones(5) / 5, mode="valid"), label=name)
 ax.set_xlabel("step"); ax.set_ylabel("training accuracy, position 1 (5-step mean)"); ax.legend()
 ax.set_title("Same drafter, same data, same steps: CE vs MSE on logits")
 save_figure(fig, "07_ce_vs_mse")
@@ -322,7 +326,7 @@ assert dflash_per_step == 1 and eagle_per_step == 15 and tau_random < measured[1
 verdicts.append(("fusion via fresh torch.randn", "discards the trained projection",
                  f"tau {measured[16]['tau']:.2f} -> {tau_random:.2f}", "wrong"))
 verdicts.append(("'parallel' engine drafting token by token", "1 drafter forward per block",
-                 f"forwards/step: DFlash {dflash_per_step:.0f}, AR {eagle_per_step:.1f}",
+                 f"forwards/step: DFlash {dflash_per_step:.0f}, AR {eagle_per_step:.0f}",
                  "mislabelled"))
 
 # %% [markdown]
@@ -330,7 +334,8 @@ verdicts.append(("'parallel' engine drafting token by token", "1 drafter forward
 #
 # `accept if p_target(x) >= p_draft(x)` and `accept if p_target(x) >= 0.5` change the output
 # distribution (notebook 02 shows it in full). The exact output distribution of one step, for the
-# target and the shipped draft model at temperature 1, and its total-variation distance from the
+# target and the shipped draft model at temperature 1 (the `p >= 0.5` rule with the best draft it
+# can get, the target's own argmax, as in notebook 02), and its [total-variation distance](../docs/glossary.md#tv-distance) from the
 # target. The context is the one notebook 02 uses: inside the target's own answer to a held-out
 # problem, at the first position where it is fairly sure of the next token but not certain (top
 # probability between 0.5 and 0.95; the cell prints the likeliest tokens):
@@ -443,7 +448,9 @@ score(ch07.check_rate_and_tau(answer_1, target, drafter, tokenizer, max_new_toke
 # **2. ★★ MSE on probabilities.** Write `mse_on_probs(logits, labels, weights)`: the position-weighted
 # mean squared error between `softmax(logits)` and the one-hot labels, for `logits` of shape
 # (N, k, V), `labels` (N, k) and `weights` (k,) (weights normalised by their sum, as in the CE loss).
-# Then swap it in for the MSE objective of claim 4. Is it any closer to cross-entropy, and why do
+# Then try the same error on probabilities in claim 4's training run: claim 4's `mse_loss` gets
+# flat logits (M, V) from `labelled_logits`, with each row's block `position` (M,), so there weight
+# each row by the weight of its position. Is it any closer to cross-entropy, and why do
 # squared errors on a 4096-way softmax give so little gradient to the right token?
 
 # %% nbgrader={"grade": false, "grade_id": "ch07_exercise_2", "locked": false, "schema_version": 3, "solution": true, "task": false}

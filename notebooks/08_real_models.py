@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 08 · A real model: a published drafter, its target, and the paper's Table 1
 #
-# Everything so far ran on the shipped 7M-parameter target, where a 16-token verify costs more than
+# Everything so far ran on the shipped tiny target (a few million parameters), where a 16-token verify costs more than
 # a 1-token forward and the paper's "about 5x" cannot show. This chapter runs the same benchmark on
 # any target and drafter you name, by parameters only: a Qwen3 model from the hub with a published
 # DFlash drafter in the public layout (read by `dflash_lite.decoding.checkpoints.load_drafter`, rope scaling
@@ -192,7 +192,8 @@ ax.plot(list(ratio_here), list(ratio_here.values()), "o-", label=f"this run: {ta
         f"({hardware_label(report['env'])})")
 for label, curve in committed_curves().items():
     ns = sorted(curve)
-    ax.plot(ns, [curve[n] for n in ns], "s--", alpha=0.7, label=label)
+    # a curve of three widths or fewer is drawn as its points: nothing was measured between them
+    ax.plot(ns, [curve[n] for n in ns], "s--" if len(ns) > 3 else "s", alpha=0.7, label=label)
 ax.axhline(1, color="grey", lw=0.8)
 ax.set_xscale("log", base=2)
 ax.set_xlabel("tokens in one target forward (n)")
@@ -202,7 +203,7 @@ ax.legend()
 _ = save_figure(fig, f"08_forward_cost_{device}")
 
 # %% [markdown]
-# ## A real model on this CPU: SmolLM2-135M and the drafter trained for it
+# ## A real model on a 2-core CPU: SmolLM2-135M and the drafter trained for it (a committed run)
 #
 # Everything above ran at this notebook's parameters. The results below were measured once, offline,
 # on a real public model: SmolLM2-135M-Instruct (`python -m dflash_lite zoo get smollm2-135m` fetches
@@ -241,7 +242,8 @@ if real:
     ax.axvline(1, color="grey", lw=0.8)
     ax.set_yticks([j + width * (len(real) - 1) / 2 for j in range(len(names))], names)
     ax.set_xlabel("speedup over our autoregressive loop (same run)")
-    ax.set_title("SmolLM2-135M on this CPU: greedy, every row identical to the target's")
+    ax.set_title("SmolLM2-135M on a 2-core CPU (a committed run):\n"
+                 "greedy, every row identical to the target's")
     ax.legend(loc="upper right")
     _ = save_figure(fig, "08_smollm2_cpu")
     assert all(r["identical_to_target"] is not False for rep in [*real.values(), *more.values()]
@@ -267,7 +269,8 @@ _ = clock.report()                        # run time at this run's parameters, a
 # Difficulty: ★ a few minutes, ★★ up to an hour. Each has a self-check; worked solutions:
 # `notebooks/solutions/08_real_models.py`.
 #
-# **1. ★ Reading the curve.** With tau = 6.5 (the paper's average for Qwen3-8B) and a drafter
+# **1. ★ Reading the curve.** With tau = 6.5 (the average the paper's Table 1 reports for Qwen3-8B;
+# the five data sets quoted above average lower) and a drafter
 # costing 0.1 t(1), what speedup does the cost model predict at B = 16 on the device of this run?
 # Use `ratio_here`, the measured t(n)/t(1).
 
@@ -305,7 +308,9 @@ score(ch08.check_exported_drafter(answer_2, export_dir, exported_report, report)
 #
 # ## Review questions
 #
-# 1. What must a drafter checkpoint contain to be loaded here, by vLLM and by SGLang?
+# 1. What must a drafter checkpoint contain to be loaded here, by vLLM and by SGLang? (Exercise 2
+#    and the README's [training section](../README.md#train-a-drafter-for-your-own-model-on-a-gpu)
+#    say what the public layout holds.)
 # 2. Why can tau be compared across devices, but speedup cannot?
 # 3. What does the t(n)/t(1) curve of a device decide?
 # 4. Why is bf16 output not always token-identical to the target's bf16 greedy output?

@@ -395,8 +395,9 @@ print(f"accepted path: {len(path) - 1} drafts {tokenizer.decode(committed[1:-1])
 
 # %% [markdown]
 # That is one step. `DFlashTreeProposer` runs it in the ordinary decode loop: its `propose`
-# returns a `DraftTree`, and `decode.steps` calls the tree's own `verify`, `accept` and `keep`,
-# as it calls a chain draft's. The test that matters: on every prompt, the output is the
+# returns one `DraftTree` per row, and `decode.steps` treats it as it treats a chain draft: it lays
+# it out for the verify (`layout`), accepts along it (`accept`), and keeps the cache entries of the
+# accepted path (`cache.keep_paths`). The test that matters: on every prompt, the output is the
 # target's greedy output, token for token (`tests/test_tree.py` does this on 50 prompts with a
 # random drafter, where wrong drafts are the rule).
 
@@ -480,13 +481,15 @@ for domain in prompt_ids:
                                              for label in ["chain"] + tree_sizes))
     print(f"{domain + ' pred':<10}" + "".join(f"{predicted[domain, label]:>9.2f}x"
                                               for label in ["chain"] + tree_sizes))
-# does each step up in N add less tau?
+# does each added node add less tau?
 for domain in prompt_ids:
-    gains = [taus[domain, b] - taus[domain, a] for a, b in zip(tree_sizes, tree_sizes[1:])]
+    # per node added: the steps up in N add different numbers of nodes
+    gains = [(taus[domain, b] - taus[domain, a]) / (b - a)
+             for a, b in zip(tree_sizes, tree_sizes[1:])]
     shrinking = all(g2 <= g1 for g1, g2 in zip(gains, gains[1:]))
     steps_up = zip(zip(tree_sizes, tree_sizes[1:]), gains)
-    print(f"{domain}: tau gain per step up in N "
-          + ", ".join(f"{a}->{b}: {g:+.2f}" for (a, b), g in steps_up)
+    print(f"{domain}: tau gain per added node "
+          + ", ".join(f"{a}->{b}: {g:+.3f}" for (a, b), g in steps_up)
           + f" ({'diminishing' if shrinking else 'not diminishing'})")
 
 fig, axes = subplots(1, 3, height=3.6)
@@ -521,7 +524,7 @@ for domain in prompt_ids:
 # What to look for:
 #
 # * **tau grows with N**: more paths hold the target's token more often. Whether the returns
-#   diminish is for the printed gain of each step up in N to say; each extra node is a less likely
+#   diminish is for the printed gain per added node to say; each extra node is a less likely
 #   path, but a deeper tree can also reach tokens a shallow one cannot. A tree
 #   smaller than the block cannot go as deep as the chain (N = 4 holds at most 4 drafts), so where
 #   chains run long it can lose to the chain.
@@ -548,7 +551,7 @@ for domain in prompt_ids:
 
 # %%
 KIND_COLORS = dict(zip(("plain", "chain", "tree", "ngram", "hybrid"),
-                       (COLORBLIND[7], *COLORBLIND[:4])))
+                       (COLORBLIND[7], *COLORBLIND[:3], COLORBLIND[4])))
 KIND_LABELS = {"plain": "plain decoding (B=1)", "chain": "chain: b - 1 drafts",
                "tree": "tree of N nodes", "ngram": "prompt lookup: M drafts",
                "hybrid": "hybrid tree + prompt lookup"}

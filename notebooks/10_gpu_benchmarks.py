@@ -160,15 +160,17 @@ ax.legend(loc="upper left")
 _ = save_figure(fig, "10_forward_cost_ratio")
 
 # %% [markdown]
-# On the H200 the Qwen3-8B-shaped curve, measured at every width up to 64 tokens, stays close to 1:
+# On the H200 the Qwen3-8B-shaped curve, measured at widths up to 64 tokens, stays close to 1:
 # checking 16 drafts costs about what generating one token costs. The tiny target was measured on
 # the H200 only at the widths a DFlash step uses (the cell prints which), and there too a verify
 # costs close to one token's forward; its points are drawn without a line, since nothing was
 # measured between them. On this CPU the curve climbs: the arithmetic of b tokens is
-# what takes the time. Why the difference? A forward must at least read every weight once from
-# memory. On a CPU that read is fast next to the arithmetic; on a GPU the arithmetic units are so
-# many that reading the weights is what a small-batch forward waits for, and it reads them once
-# whether it serves 1 token or 64. That is what "memory-bound" means.
+# what takes the time. Why the difference? On a CPU the arithmetic of each extra token is slow
+# next to everything else a forward does. On a GPU the arithmetic units are so many that a
+# small-batch forward leaves them idle; what it waits for is paid once per forward, whether it
+# serves 1 token or 64: every weight read once from memory (a forward bound by that read is
+# "memory-bound"), and, in eager PyTorch, the host launching its kernels one by one. Section 2
+# measures which of the two these forwards are made of.
 #
 # ## 2. The bandwidth floor, and what the tiny target spends instead
 #
@@ -193,20 +195,20 @@ for name, (floor, measured) in floors.items():
           f"{measured / floor:7.1f}x the floor")
 
 # %% [markdown]
-# The 8B-shaped forward is within an order of magnitude of its floor: reading the weights is a
-# large part of its time. The tiny target's forward takes orders of magnitude more than its floor
-# (the last column above). Its weights fit in the GPU's caches; the
-# time goes elsewhere, into **launch overhead**: eager PyTorch runs a forward as a sequence of
+# Neither forward is at its floor (the last column above). The 8B-shaped one takes a multiple of
+# it, so reading the weights is only part of its time; the tiny target's takes orders of magnitude
+# more, and its weights fit in the GPU's caches. The rest of the time goes elsewhere, into
+# **launch overhead** (the committed run's `results/gpu/h200-2026-12-04/README.md` reads its
+# eager 8B-shaped forward the same way): eager PyTorch runs a forward as a sequence of
 # small GPU programs (kernels), and for each one Python and the framework decide what to run,
 # check shapes and types, and ask the driver to launch it. That costs microseconds per kernel on
-# the host, whatever the kernel's size. Count the kernels one verify of B tokens launches (every
-# operator dispatched to the device is at least one kernel):
+# the host, whatever the kernel's size. Count the operators one verify of B tokens dispatches to
+# the device (most launch a kernel; views and reshapes launch none, a few launch several):
 
 
 # %%
 class CountOps(TorchDispatchMode):
-    """Counts the operators dispatched to the device; on a GPU each is at least one kernel
-    launch."""
+    """Counts the operators dispatched to the device; on a GPU most launch a kernel."""
 
     def __init__(self):
         super().__init__()
@@ -230,9 +232,11 @@ print(f"H200, CUDA graphs: {h200_verify['reduce-overhead']:.2f} ms "
       f"({h200_verify['eager'] / h200_verify['reduce-overhead']:.1f}x faster)")
 
 # %% [markdown]
-# Some microseconds per operator, times a few hundred operators, is the whole eager verify. (The
-# count is this machine's, in its dtype; a bf16 forward adds a few casts, so the per-operator time
-# is an estimate, and the point is its order of magnitude.)
+# Spread over its operators, the eager verify takes some microseconds each: the price of deciding
+# and launching a small GPU program, not of its arithmetic, which CUDA graphs (below) leave as it
+# is and which the printed speedup of the graphed verify removes most of. (The count is this
+# machine's, in its dtype and on this package's cache; the H200 ran bf16 on transformers' static
+# cache, so the per-operator time is an estimate of its order of magnitude.)
 #
 # **CUDA graphs** remove that cost. A graph is a recording of a sequence of kernel launches, with
 # their arguments and memory addresses, that the GPU can replay as one unit: one launch from the
@@ -272,7 +276,7 @@ _ = save_figure(fig, "10_cuda_graphs_verify")
 
 # %%
 cost_rows = {r["name"]: r for r in h200_bench["math"]["cost_model"]["rows"]}
-fig, ax = plt.subplots(figsize=(7, 2.6))
+fig, ax = plt.subplots(figsize=(7, 3.0))
 for i, (name, row) in enumerate(cost_rows.items()):
     parts = {"target forward": row["t_target_b"], "drafter forward": row["t_draft_b"],
              "loop overhead": row["overhead_per_step_s"]}
@@ -286,7 +290,7 @@ for i, (name, row) in enumerate(cost_rows.items()):
           f"({row['overhead_per_step_s'] / row['step_s']:.0%} of the step)")
 ax.set_yticks(range(len(cost_rows)), list(cost_rows))
 ax.set_xlabel("ms per step (H200, tiny pair, fp32, held-out math)")
-ax.legend(loc="lower right")
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
 _ = save_figure(fig, "10_step_breakdown_h200")
 
 # %% [markdown]
@@ -318,7 +322,8 @@ _ = save_figure(fig, "10_speedups_h200")
 # `Engine(compile=True)` and `bench --compile` run the same loop (`dflash_lite/decoding/decode.py: steps`)
 # on fixed shapes (`dflash_lite/decoding/shapes.py: FixedShapes`): caches allocated once and masked over the
 # whole buffer, verifies padded to a few bucket widths, the drafter's context written in chunks of
-# one width, and the forwards through `torch.compile` (CUDA graphs on CUDA). On this machine the
+# one width, and the forwards through `torch.compile` (on CUDA, CUDA graphs once a GPU run confirms
+# they are recorded: see the Summary). On this machine the
 # cell keeps the forwards eager (compiling on two cores takes minutes), so it shows what fixed
 # shapes cost or save by themselves; with `device = "cuda"` the forwards are compiled. Same
 # prompts, interleaved, and every output checked against the target's greedy tokens.
@@ -410,13 +415,13 @@ _ = clock.report()                        # run time at this run's parameters, a
 # ## Summary
 #
 # * On a GPU a forward over b tokens costs nearly the same for every b measured (up to 64 for the
-#   Qwen3-8B shape), because a small-batch forward waits for the weights to be read, not for
-#   arithmetic: the premise of
+#   Qwen3-8B shape), because what a small-batch forward waits for is paid once per forward, not
+#   per token (reading the weights, launching the kernels), not arithmetic: the premise of
 #   speculative decoding holds there, measured, not assumed.
 # * The bandwidth floor (weights' bytes / bandwidth) is what a forward cannot beat. The 8B-shaped
 #   target comes far closer to it than the tiny target (section 2 prints both ratios), whose time
 #   is launch overhead: host work for each of the hundreds of operators a forward dispatches
-#   (section 3 prints their count and the time per operator).
+#   (section 2 prints their count and the time per operator).
 # * CUDA graphs replay a recorded sequence of kernels with one launch, which needs fixed shapes and
 #   addresses. The one decode loop asks for them in its fixed-shape mode
 #   (`dflash_lite/decoding/shapes.py`), and `tools/gpu_bench.sh` measures it compiled against the
@@ -433,7 +438,7 @@ _ = clock.report()                        # run time at this run's parameters, a
 #
 # 1. Why does t(b)/t(1) stay near 1 on a GPU and grow on a CPU?
 # 2. What is the bandwidth floor of a forward, and why can batching more tokens not go below it?
-# 3. What is launch overhead, and why does it dominate a 7M-parameter model on a GPU but not an 8B one?
+# 3. What is launch overhead, and why is it nearly all of the tiny target's forward on a GPU?
 # 4. What does a CUDA graph record, and what must not change between its replays?
 # 5. Why does the decode loop rewind its caches instead of cropping them?
 # 6. Why is the cost model's prediction at the paper's tau above the paper's measured speedup?

@@ -60,7 +60,8 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.legend(handles, ["guess accepted", "first miss (target's token used)", "not reached",
                         "all accepted: bonus token", "bonus slot, unused"],
               fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
-              title="below each verify: the drafted guesses (D = one drafter forward)",
+              title="below each verify: its drafted guesses "
+                    "(D = the drafting; for DFlash one forward)",
               title_fontsize=9)
     ax.set(xlim=(-2.2, committed * target_time + 0.2), ylim=(-0.5, 3.2))
     # time starts at 0; the row labels sit left of it
@@ -102,14 +103,20 @@ def kv_injection(num_target_layers: int = 8, taps: tuple[int, ...] = (1, 4, 6),
         _box(ax, (8.5, y + 0.45, 1.35, 0.9), "Q: block\nonly, no\ncausal mask", DRAFT, 9, "black")
         ax.text(8.45, y + 0.12, "attention, MLP", ha="center", fontsize=9)
         _arrow(ax, (6.2, 2.45), (7.1, y + 0.9), color=TARGET)
-    ax.text(6.55, 4.9, "the same context\nin every layer", ha="center", fontsize=9, color=TARGET)
+        if j:                                   # the block's states go up the stack
+            _arrow(ax, (8.45, y - 0.25), (8.45, y))
+    ax.text(5.5, 1.75, "the same context\nin every layer", ha="center", va="top", fontsize=9,
+            color=TARGET)
     for k, s in enumerate(["last"] + ["MASK"] * (block_size - 1)):
         _box(ax, (10.3, 0.6 + k * 0.5, 1.1, 0.42), s, "0.55" if k else ACCEPT, 9)
     _arrow(ax, (10.3, 1.4), (9.95, 1.6))
     ax.text(10.85, 0.7 + block_size * 0.5, "block\n(queries)", ha="center", fontsize=9)
-    _arrow(ax, (8.45, 0.9), (8.45, 0.55))
-    ax.text(8.45, 0.2, f"LM head: {block_size - 1} drafts\nin one forward", ha="center", fontsize=9)
-    ax.set(xlim=(-0.1, 11.6), ylim=(-0.05, 5.5))
+    # the last layer's block states go through the target's LM head
+    above = 0.9 + (drafter_layers - 1) * 2.0 + 1.75
+    _arrow(ax, (8.45, above), (8.45, above + 0.35))
+    ax.text(8.45, above + 0.4, f"LM head: {block_size - 1} drafts in one forward", ha="center",
+            va="bottom", fontsize=9)
+    ax.set(xlim=(-0.1, 11.6), ylim=(-0.05, max(5.5, above + 0.9)))
     ax.axis("off")
     ax.set_title("KV injection: the target's features become\n"
                  "keys and values of every drafter layer")

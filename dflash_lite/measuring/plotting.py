@@ -101,7 +101,8 @@ def describe(fig) -> str:
     for ax in fig.axes:
         axis_labels = " against ".join(x for x in (ax.get_ylabel(), ax.get_xlabel()) if x)
         parts.append(": ".join(b for b in (ax.get_title(), axis_labels) if b))
-    return "Figure: " + "; ".join(p for p in parts if p) if any(parts) else "Figure"
+    text = "; ".join(" ".join(p.split()) for p in parts if p)      # titles' line breaks as spaces
+    return f"Figure: {text}" if text else "Figure"
 
 
 def save_figure(fig, name: str, out_dir: str | Path | None = None, dpi: int = FIGURE_DPI) -> Path:
