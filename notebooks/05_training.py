@@ -118,6 +118,7 @@ seq, plen = data.sequences[0], data.prompt_lengths[0]
 batch = make_batch([seq], [plen], block_size, 3, tokenizer, g)
 anchors = batch.block_positions[0, ::block_size][:3]
 print("anchors:", anchors.tolist(), "(response starts at", plen, ")")
+print("(inputs by their vocabulary names, where 'Ġ' stands for a leading space)")
 for j, a in enumerate(anchors.tolist()):
     ids = batch.block_ids[0, j * block_size:(j + 1) * block_size]
     labels = batch.labels[0, j * block_size + 1:(j + 1) * block_size]
