@@ -1,7 +1,16 @@
-"""``python -m dflash_lite``: the commands of :mod:`dflash_lite.cli`, and ``zoo ...``, the zoo's."""
+"""``python -m dflash_lite`` and the ``dflash-lite`` script: the commands of :mod:`dflash_lite.cli`,
+and ``zoo ...``, the zoo's."""
 import sys
 
 from . import zoo
 from .cli import main
 
-sys.exit(zoo.main(sys.argv[2:]) if sys.argv[1:2] == ["zoo"] else main())
+
+def run(argv: list[str] | None = None) -> int:
+    """``zoo ...`` to :func:`~dflash_lite.zoo.main`, the rest to :func:`~dflash_lite.cli.main`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return zoo.main(argv[1:]) if argv[:1] == ["zoo"] else main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run())
