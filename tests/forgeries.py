@@ -195,7 +195,7 @@ class Attack:
                                              globals())
 ''', 41),
 }
-CONTROLS = {"honest": (HONEST, 42), "honest but wrong": (WRONG, 41),
+CONTROLS = {"honest": (HONEST, 42), "honest but wrong": (WRONG, 41), "left blank": (HONEST, None),
             "right on the notebook's inputs only": (HARD_CODED, 41)}
 
 REFERENCES = "def double(x):\n    return [2 * v for v in x]\n"
@@ -238,8 +238,9 @@ def course(folder: Path) -> tuple[Path, Path]:
               grade_id="double_check", points=2, locked=True),
         _cell("### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION", solution=True, grade=False,
               grade_id="answer"),
-        _cell("score(answer == 42, 1)", grade=True, solution=False, grade_id="answer_check",
-              points=1, locked=True),
+        # as the chapters' checks do: None for an exercise left blank, else whether it is right
+        _cell("score(None if answer is None else answer == 42, 1)", grade=True, solution=False,
+              grade_id="answer_check", points=1, locked=True),
         _cell("assert all(v % 2 == 0 for v in double([1, 3, 5]))", grade=True, solution=False,
               grade_id="all_check", points=1, locked=True),
     ]

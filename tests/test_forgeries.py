@@ -36,6 +36,9 @@ def test_the_controls_score_what_they_earn(graded):
     assert forgeries.points(graded["honest"]) == 4
     assert forgeries.points(graded["honest but wrong"]) == 0
     assert forgeries.points(graded["right on the notebook's inputs only"]) == 0
+    # an exercise left blank scores 0 and says so; a wrong one says its check did not pass
+    assert graded["left blank"]["answer_check"] == [0.0, 1.0, "not attempted"]
+    assert graded["honest but wrong"]["answer_check"] == [0.0, 1.0, "the check did not pass"]
 
 
 @pytest.mark.parametrize("name", sorted(forgeries.FORGERIES))
@@ -99,6 +102,42 @@ def test_an_interrupt_reaches_the_command_once(tmp_path):
     os.killpg(launcher.pid, signal.SIGINT)
     assert launcher.stdout.read().strip() == "1"
     assert launcher.wait(timeout=30) == 0
+
+def test_the_command_ends_with_the_process_that_started_the_launcher(tmp_path):
+    """A grader stopped by Ctrl-C or killed leaves no kernel behind: the launcher kills its command
+    once its own parent is gone."""
+    token = f"dflash-orphan-{os.getpid()}"
+    starter = (f"import subprocess, sys, time\n"
+               f"subprocess.Popen([sys.executable, '-I', {str(grading.SANDBOX)!r}, "
+               f"'--writable={tmp_path}', '--', 'sleep', '600'], start_new_session=True, "
+               f"env={{'TOKEN': {token!r}}})\n"
+               f"print('started', flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout.readline().strip() == "started"
+
+    def sleeping():
+        """Processes of this test's launcher (its environment names the token) still alive."""
+        alive = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and token.encode() in (proc / "environ").read_bytes():
+                    alive.append(proc.name)
+            except OSError:
+                pass
+        return alive
+    deadline = time.monotonic() + 10
+    while not sleeping() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sleeping(), "the sandboxed command did not start"
+    time.sleep(1)
+    assert sleeping(), "the sandboxed command ended while its grader was still there"
+    parent.kill()
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while sleeping() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sleeping(), "the sandboxed command outlived the process that started it"
+
 
 CLASS = {
     "honest": ["import atexit\natexit.register(print, 'bye')", forgeries.HONEST, "answer = 42"],

@@ -232,3 +232,17 @@ def test_collector_encodes_values_and_the_globals_functions_read(tmp_path):
     rebuilt = grader.Rebuilt()
     assert rebuilt(values["offset"], {}) == {"a": (1, 2.5)}
     assert torch.equal(rebuilt(values["t"], {}), torch.arange(4).reshape(2, 2))
+
+
+def test_a_chapter_asked_for_and_not_returned_scores_0_and_says_so(tmp_path, capsys):
+    """A requested chapter missing from a submission is in the report at 0, with the reason; a
+    notebook under another name is named as ignored, not dropped in silence."""
+    submitted = tmp_path / "alice"
+    submitted.mkdir()
+    (submitted / "00_tour (1).ipynb").write_text("{}")
+    nb = course.autograde(submitted, ["00"], allow_root=True)["00_tour"]
+    assert nb["score"] == 0 and nb["max_score"] > 0, nb
+    assert nb["stopped"] == "missing: no 00_tour.ipynb in the submission"
+    assert set(nb["messages"]) == set(nb["cells"]) and all(
+        m.startswith("missing") for m in nb["messages"].values())
+    assert "ignoring '00_tour (1).ipynb'" in capsys.readouterr().err

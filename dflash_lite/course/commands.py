@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+
 from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from ..files import atomic_write_text
 from ..measuring.harness import cpu_name
@@ -178,17 +180,22 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not allow_root:
         raise PermissionError("refusing to grade as root: students' code runs while grading "
                               "(use an unprivileged user or a container, or pass --allow-root)")
-    names = {p.name for p in submitted.glob("[0-9][0-9]_*.ipynb")}
+    names = {p.name for p in submitted.glob("*.ipynb")}
     notebooks = [nb for nb in chapters(selection) if nb.name in names]
-    if not notebooks:
+    # a chapter asked for by number and not returned scores 0 and says so
+    missing = [nb for nb in chapters(selection) if nb.name not in names] if selection else []
+    if not notebooks and not missing:
         raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
+    for name in sorted(names - {nb.name for nb in chapters()}):
+        print(f"autograde: ignoring {name!r} in {submitted}: not a chapter notebook's name "
+              "(NN_name.ipynb, as the student edition names it)", file=sys.stderr)
     hidden = Path(hidden) if hidden else grader.HIDDEN
     if not hidden.is_file():
         raise ValueError(f"the hidden checks are missing: no {hidden}")
     limits = limits or grading.Limits()
     report = {}
     with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
-        work = Path(course_root) if course_root else Path(tmp)
+        work = Path(course_root).resolve() if course_root else Path(tmp)
         outputs_dir = work / "outputs"
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         env = {"PYTHONPATH": path,
@@ -206,7 +213,15 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                                "cells": {g: c[:2] for g, c in cells.items()},
                                "messages": {g: c[2] for g, c in cells.items() if c[2]},
                                "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
-    return report
+    for nb in missing:
+        cells = grading._zero(nbformat.read(nb, as_version=4),
+                              f"missing: no {nb.name} in the submission")
+        report[nb.stem] = {"score": 0.0, "max_score": sum(c[1] for c in cells.values()),
+                           "cells": {g: c[:2] for g, c in cells.items()},
+                           "messages": {g: c[2] for g, c in cells.items()},
+                           "stopped": f"missing: no {nb.name} in the submission",
+                           "kernel_score": 0.0}
+    return dict(sorted(report.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -212,8 +212,11 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
             ns = cell_namespace(base, namespace)
             program, scored = _test_program(cell.source)
             exec(program, ns)
-            passed = ns.get("__dflash_result__") is True if scored else True
-            message = "" if passed else "the check did not pass"
+            result = ns.get("__dflash_result__")
+            passed = result is True if scored else True
+            # a check returns None for an exercise left blank (exercises.not_attempted)
+            message = "" if passed else "not attempted" if result is None \
+                else "the check did not pass"
             if passed and grade_id in hidden:
                 ns[SOLUTION_KEY] = (solutions or {}).get(grade_id.removesuffix("_check"))
                 hidden[grade_id](ns)

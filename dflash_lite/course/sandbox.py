@@ -11,11 +11,12 @@
 * under resource limits (CPU seconds, address space, size of a written file).
 
 The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command and exits with its
-status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel. Where the
-kernel refuses unprivileged namespaces, the command runs in a session of its own with the limits
-only, and the launcher says so on stderr (:func:`available` tells beforehand). The module imports
-nothing from this package: it runs as a file, before the package could be touched. What grading
-mounts how: docs/teaching.md#what-autograde-runs."""
+status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel; if the
+process that started it ends first (a grader stopped by Ctrl-C or killed), it kills the command.
+Where the kernel refuses unprivileged namespaces, the command runs in a session of its own with
+the limits only, and the launcher says so on stderr (:func:`available` tells beforehand). The
+module imports nothing from this package: it runs as a file, before the package could be touched.
+What grading mounts how: docs/teaching.md#what-autograde-runs."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
@@ -94,8 +96,11 @@ def _limit(cpu_s: int | None, memory_mb: int | None, max_file_mb: int | None) ->
             resource.setrlimit(kind, (value, value))
 
 
-def _wait_forwarding(child: int) -> int:
-    """Wait for ``child``, passing on the signals a kernel manager sends; its exit code."""
+def _wait_forwarding(child: int, parent: int | None = None) -> int:
+    """Wait for ``child``, passing on the signals a kernel manager sends; its exit code. With
+    ``parent``, kill ``child``'s group once this process is no longer ``parent``'s (reparented:
+    the grader that started it is gone), so that no command outlives it. (No thread watches: a
+    process that left its PID namespace cannot start one.)"""
     def forward(signum, frame):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child, signum)     # the child leads a process group: it and what it started
@@ -103,10 +108,16 @@ def _wait_forwarding(child: int) -> int:
         signal.signal(signum, forward)
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            return os.waitstatus_to_exitcode(status)
+            done, status = os.waitpid(child, 0 if parent is None else os.WNOHANG)
         except InterruptedError:
             continue
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if os.getppid() != parent:
+            forward(signal.SIGKILL, None)
+            parent = None                # then wait for it to go
+        else:
+            time.sleep(0.2)
 
 
 def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
@@ -147,7 +158,7 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
             print(f"sandbox: {e}", file=sys.stderr, flush=True)
             os._exit(126)
     _lead_group(child)
-    return _wait_forwarding(child)
+    return _wait_forwarding(child, os.getppid())
 
 
 def _lead_group(child: int) -> None:
