@@ -246,3 +246,21 @@ def test_a_chapter_asked_for_and_not_returned_scores_0_and_says_so(tmp_path, cap
     assert set(nb["messages"]) == set(nb["cells"]) and all(
         m.startswith("missing") for m in nb["messages"].values())
     assert "ignoring '00_tour (1).ipynb'" in capsys.readouterr().err
+    assert nb["submission"] == str(submitted.resolve())
+
+
+def test_autograde_out_keeps_another_students_scores(tmp_path, capsys):
+    """--out names the file of another submission's scores: refused unless --overwrite."""
+    import json
+
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    bob.mkdir()
+    alice.mkdir()
+    out = tmp_path / "alice.json"
+    report = {"00_tour": {"score": 3.0, "max_score": 6.0, "submission": str(alice.resolve())}}
+    out.write_text(json.dumps(report))
+    with pytest.raises(SystemExit):
+        course.main(["autograde", str(bob), "--notebooks", "00", "--out", str(out),
+                     "--allow-root"])
+    assert "holds the scores of" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == report

@@ -156,6 +156,13 @@ def test_student_edition_writes_again_into_its_own_folder(tmp_path):
     course.student_edition(out, ["01"])
     course.student_edition(out, ["01", "02"])  # its own folder: allowed
     assert (out / "02_speculative_decoding.ipynb").is_file()
+    # a notebook a student has worked in is never written over
+    work = out / "01_autoregressive_bottleneck.ipynb"
+    work.write_text(work.read_text().replace("answer_1 = None", "answer_1 = 3", 1))
+    with pytest.raises(ValueError, match="changed since student-edition wrote it"):
+        course.student_edition(out, ["01"])
+    assert "answer_1 = 3" in work.read_text()
+    work.unlink()
     (out / "mine.txt").write_text("x")
     with pytest.raises(ValueError, match="did not write"):
         course.student_edition(out, ["01"])

@@ -4,6 +4,7 @@ in nbgrader's layout, and autograding in a sandboxed kernel.
 ``python -m dflash_lite.course student-edition | autograde | site``: docs/teaching.md."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -103,10 +104,31 @@ def _check_edition_dir(out: Path) -> None:
     if not mark.is_file():
         raise ValueError(f"{out} is not empty and was not written by student-edition: "
                          "give a new folder")
-    ours = set(mark.read_text().split()) | {EDITION_MARK}
-    if foreign := [p.name for p in out.iterdir() if p.name not in ours]:
+    ours = _edition_files(mark)
+    if foreign := [p.name for p in out.iterdir() if p.name not in {*ours, EDITION_MARK}]:
         raise ValueError(f"{out} holds {foreign[0]}, which student-edition did not write: "
                          "give a new folder")
+    # a notebook changed since it was written is a student's work
+    if changed := [name for name, digest in ours.items() if digest and (out / name).is_file()
+                   and _sha256(out / name) != digest]:
+        raise ValueError(f"{out / changed[0]} changed since student-edition wrote it (a "
+                         "student's work?): give a new folder")
+
+
+def _edition_files(mark: Path) -> dict[str, str | None]:
+    """What the marker lists: each file or folder student-edition wrote, with the sha256 of a
+    notebook as written (None for the rest, replaced whole; and in a marker from before hashes)."""
+    return {name: digest or None for name, _, digest in
+            (line.partition(" ") for line in mark.read_text().splitlines() if line)}
+
+
+def _write_edition_files(mark: Path, files: dict[str, str | None]) -> None:
+    mark.write_text("".join(f"{name} {digest or ''}".rstrip() + "\n"
+                            for name, digest in sorted(files.items())))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
@@ -124,7 +146,8 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
         prepare_course(Path(tmp), notebooks)
         out.mkdir(parents=True, exist_ok=True)
         mark = out / EDITION_MARK
-        ours = set(mark.read_text().split()) if mark.is_file() else set()
+        ours = _edition_files(mark) if mark.is_file() else {}
+        ours.update(dict.fromkeys([*BUNDLE, "STUDENTS.md"]))
         for nb in notebooks:
             released = nbformat.read(Path(tmp) / "release" / ASSIGNMENT / nb.name, as_version=4)
             source = nbformat.read(nb, as_version=4)
@@ -133,9 +156,12 @@ def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> 
                     cell.source = blank(original.source)
                 elif cell.cell_type == "markdown":
                     cell.source = student_markdown(cell.source)
-            ours.add(nb.name)
-            mark.write_text("\n".join(sorted(ours | set(BUNDLE) | {"STUDENTS.md"})) + "\n")
+            # listed before it is written: a run stopped in between leaves no foreign file
+            ours[nb.name] = None
+            _write_edition_files(mark, ours)
             nbformat.write(released, out / nb.name)
+            ours[nb.name] = _sha256(out / nb.name)
+        _write_edition_files(mark, ours)
         for name in BUNDLE:
             target = out / name
             if target.is_dir():
@@ -172,7 +198,9 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     time, each sandboxed under ``limits`` (:mod:`dflash_lite.course.grading`); ``course_root`` keeps
     the working files (else a temporary folder, removed). Returns ``{notebook: {"score",
     "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0},
-    "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed}}``."""
+    "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed,
+    "submission": the folder graded}}``; a chapter of ``selection`` not in the folder scores 0,
+    "missing"."""
     submitted = Path(submitted_dir)
     if grading._inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "
@@ -212,7 +240,8 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                                "max_score": sum(c[1] for c in cells.values()),
                                "cells": {g: c[:2] for g, c in cells.items()},
                                "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                               "stopped": run["stopped"], "kernel_score": run["kernel_score"]}
+                               "stopped": run["stopped"], "kernel_score": run["kernel_score"],
+                               "submission": str(submitted.resolve())}
     for nb in missing:
         cells = grading._zero(nbformat.read(nb, as_version=4),
                               f"missing: no {nb.name} in the submission")
@@ -220,7 +249,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
                            "cells": {g: c[:2] for g, c in cells.items()},
                            "messages": {g: c[2] for g, c in cells.items()},
                            "stopped": f"missing: no {nb.name} in the submission",
-                           "kernel_score": 0.0}
+                           "kernel_score": 0.0, "submission": str(submitted.resolve())}
     return dict(sorted(report.items()))
 
 
@@ -282,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         try:          # the report's place is checked before any grading, like every --out
             out = guard_output_file(args.out, "--out", args.overwrite,
                                     own=grading.is_score_report) if args.out else None
+            other = grading.graded_submission(out) if out and not args.overwrite else None
+            if other not in (None, str(Path(args.submitted_dir).resolve())):
+                raise ValueError(f"--out {args.out!r} holds the scores of {other}: pass "
+                                 "--overwrite to replace them, or choose another file")
             limits = grading.Limits(cell_timeout_s=args.cell_timeout,
                                     notebook_timeout_s=args.notebook_timeout)
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,

@@ -236,6 +236,14 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
     return {"cells": cells, "stopped": stopped, "kernel_score": kernel_score(executed)}
 
 
+def graded_submission(path: Path) -> str | None:
+    """The submission folder an earlier report at ``path`` scored (None: no report, or one from
+    before reports named it)."""
+    if not is_score_report(path):
+        return None
+    return next((nb.get("submission") for nb in json.loads(path.read_text()).values()), None)
+
+
 def is_score_report(path: Path) -> bool:
     """An earlier ``autograde --out``: a JSON object of notebooks, each with its score."""
     try:
