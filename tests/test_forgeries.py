@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 import forgeries
-from dflash_lite.course import grading, sandbox
+from dflash_lite.course import grader, grading, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACES = sandbox.available()
@@ -212,3 +212,6 @@ def test_a_class_is_graded_whatever_one_notebook_does(tmp_path, monkeypatch):
     left = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout
     assert left.strip() == "", left
     assert not os.listdir(tmp_path / "work0" / "run")    # the kernel's folder is removed
+    # the executed copy kept as feedback holds the student's cells and outputs, not the collectors
+    feedback = (tmp_path / "work0" / "graded" / "source.ipynb").read_text()
+    assert "double(x)" in feedback and grader.MARK not in feedback

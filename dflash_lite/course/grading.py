@@ -227,6 +227,9 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
     path = graded / f"{name}.ipynb"
     nbformat.write(executed, path)
     cells = score(source_path, path, hidden, scratch, limits)
+    # the copy kept as feedback: without the collectors, whose lines were for the grader only
+    executed.cells = [c for c in executed.cells if grader.COLLECTOR_KEY not in c.metadata]
+    nbformat.write(executed, path)
     if "error" in cells:
         cells = _zero(source, cells["error"])
     elif stopped:
