@@ -235,22 +235,24 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
         for nb in notebooks:
             outputs_dir.mkdir(parents=True, exist_ok=True)
             run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
-            cells = run["cells"]
-            report[nb.stem] = {"score": sum(c[0] for c in cells.values()),
-                               "max_score": sum(c[1] for c in cells.values()),
-                               "cells": {g: c[:2] for g, c in cells.items()},
-                               "messages": {g: c[2] for g, c in cells.items() if c[2]},
-                               "stopped": run["stopped"], "kernel_score": run["kernel_score"],
-                               "submission": str(submitted.resolve())}
+            report[nb.stem] = _entry(run, submitted)
     for nb in missing:
-        cells = grading._zero(nbformat.read(nb, as_version=4),
-                              f"missing: no {nb.name} in the submission")
-        report[nb.stem] = {"score": 0.0, "max_score": sum(c[1] for c in cells.values()),
-                           "cells": {g: c[:2] for g, c in cells.items()},
-                           "messages": {g: c[2] for g, c in cells.items()},
-                           "stopped": f"missing: no {nb.name} in the submission",
-                           "kernel_score": 0.0, "submission": str(submitted.resolve())}
+        why = f"missing: no {nb.name} in the submission"
+        run = {"cells": grading._zero(nbformat.read(nb, as_version=4), why), "stopped": why,
+               "kernel_score": 0.0}
+        report[nb.stem] = _entry(run, submitted)
     return dict(sorted(report.items()))
+
+
+def _entry(run: dict, submitted: Path) -> dict:
+    """One notebook's report from ``grading.run_submission``'s result (:func:`autograde`)."""
+    cells = run["cells"]
+    return {"score": sum(c[0] for c in cells.values()),
+            "max_score": sum(c[1] for c in cells.values()),
+            "cells": {g: c[:2] for g, c in cells.items()},
+            "messages": {g: c[2] for g, c in cells.items() if c[2]},
+            "stopped": run["stopped"], "kernel_score": run["kernel_score"],
+            "submission": str(submitted.resolve())}
 
 
 def main(argv: list[str] | None = None) -> int:
