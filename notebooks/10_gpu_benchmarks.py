@@ -32,7 +32,8 @@
 #   16 tokens costs about as much as a forward of 1 on a GPU, and not on this CPU;
 # * compute the **memory-bandwidth floor** of a forward, and see that the tiny target on a GPU is
 #   nowhere near it: its time is **launch overhead**;
-# * count the kernels one forward launches, and see what **CUDA graphs** do about them;
+# * count the operators one forward dispatches (most launch a kernel), and see what **CUDA graphs**
+#   do about them;
 # * read the tokens/s and speedups of the H200 run, and what the loop around the forwards costs;
 # * put the paper-scale costs into the cost model and compare with the paper's Table 1.
 #
