@@ -209,9 +209,10 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
         raise PermissionError("refusing to grade as root: students' code runs while grading "
                               "(use an unprivileged user or a container, or pass --allow-root)")
     names = {p.name for p in submitted.glob("*.ipynb")}
-    notebooks = [nb for nb in chapters(selection) if nb.name in names]
+    asked = chapters(selection)
+    notebooks = [nb for nb in asked if nb.name in names]
     # a chapter asked for by number and not returned scores 0 and says so
-    missing = [nb for nb in chapters(selection) if nb.name not in names] if selection else []
+    missing = [nb for nb in asked if nb.name not in names] if selection else []
     if not notebooks and not missing:
         raise ValueError(f"no chapter notebooks (NN_name.ipynb) in {submitted}")
     for name in sorted(names - {nb.name for nb in chapters()}):

@@ -224,12 +224,13 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
                           [str(graded), str(work / "score"), *map(str, instructor)],
                           [str(cwd), str(work / "outputs")], env, limits)
     executed, stopped = execute(nb, cwd, kernels, limits)
-    path = graded / f"{name}.ipynb"
+    # the grader scores the run with its collectors' lines, from a folder it cannot write (only
+    # its scratch below is) and kernels cannot see; the copy kept as feedback is without them
+    path = scratch.parent / f"{name}.ipynb"
     nbformat.write(executed, path)
     cells = score(source_path, path, hidden, scratch, limits)
-    # the copy kept as feedback: without the collectors, whose lines were for the grader only
     executed.cells = [c for c in executed.cells if grader.COLLECTOR_KEY not in c.metadata]
-    nbformat.write(executed, path)
+    nbformat.write(executed, graded / f"{name}.ipynb")
     if "error" in cells:
         cells = _zero(source, cells["error"])
     elif stopped:
