@@ -1,6 +1,6 @@
 """The course site (``python -m dflash_lite.course site OUT_DIR``): the executed notebooks,
-``docs/method.md`` and ``docs/glossary.md`` rendered offline (Sphinx, myst-nb) from the committed
-outputs, nothing run; student and instructor builds: docs/teaching.md#what-students-get."""
+the reference pages in ``docs/`` (``SITE_DOCS``) rendered offline (Sphinx, myst-nb) from the
+committed outputs, nothing run; student and instructor builds: docs/teaching.md#what-students-get."""
 from __future__ import annotations
 
 import shutil
@@ -12,7 +12,7 @@ from ..outputs import refusal
 from .blanks import blank, student_markdown
 
 SITE_SOURCE = ROOT / "docs" / "site"        # conf.py and the landing page
-SITE_DOCS = ("method.md", "glossary.md")
+SITE_DOCS = ("method.md", "glossary.md", "batches.md")
 
 
 def mathjax_dir() -> Path:
