@@ -27,8 +27,6 @@ from .prompts import DATASETS, TRAIN_DATASETS
 from .training.train import DrafterTrainConfig, train_drafter
 from .validate import Parser  # noqa: F401 (public: the one argparse every command uses)
 
-DEFAULT_PROMPT = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
-
 
 def shown_path(path) -> str:
     """A local path as the user would type it: relative to the working directory when inside it."""
@@ -44,7 +42,7 @@ class DemoConfig:
     ``block_size`` fixes DFlash's block size (None: the cost-aware policy chooses each step);
     ``dtype``: target and drafter alike; timings: medians of ``repeats`` interleaved runs."""
     target: str = "tiny"
-    prompt: str = DEFAULT_PROMPT
+    prompt: str = corpus.math_problem(corpus.HELD_OUT_SEED + 7).prompt
     max_new_tokens: int = 96
     temperature: float = 0.0
     top_k: int | None = None
@@ -88,15 +86,14 @@ def demo(config: DemoConfig | None = None, **options) -> dict:
 
     timed = interleaved({name: (lambda e=e: run(e)) for name, e in engines.items()}, c.repeats,
                         warmup=1, device=c.device)
-    results = {name: [result for _, result in calls] for name, calls in timed.items()}
-    drafter = c.drafter or default_drafter_path(c.target)
+    drafter = shown_path(c.drafter or default_drafter_path(c.target)) if draft is not None else None
     print(f"target: {c.target} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
           f"parameters, {c.device}, {str(torch_dtype).removeprefix('torch.')}, "
-          f"{torch.get_num_threads()} threads)"
-          + (f"; drafter: {shown_path(drafter)}" if draft is not None else ""))
+          f"{torch.get_num_threads()} threads)" + (f"; drafter: {drafter}" if drafter else ""))
     summary = {}
-    for name, rs in results.items():
-        r = sorted(rs, key=lambda x: x.total_time)[len(rs) // 2]           # the median run
+    for name, calls in timed.items():
+        runs = sorted((result for _, result in calls), key=lambda x: x.total_time)
+        r = runs[len(runs) // 2]                                            # the median run
         text = tokenizer.decode(r.tokens, skip_special_tokens=True)
         print("-" * 30, name, "-" * (41 - len(name)))
         print(c.prompt + text)

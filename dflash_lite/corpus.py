@@ -7,7 +7,6 @@ import ast
 import functools
 import hashlib
 import itertools
-import json
 import random
 import sysconfig
 from dataclasses import dataclass
@@ -47,6 +46,10 @@ class MathProblem:
         return f"{self.prompt} {self.solution}"
 
 
+def _solved(question: str, steps: str, answer: int) -> MathProblem:
+    return MathProblem(question, f"{steps}\nThe answer is {answer}.", answer)
+
+
 def _add_sub(r: random.Random) -> MathProblem:
     name, item = r.choice(NAMES), r.choice(ITEMS)
     start, bought, gave = r.randint(5, 60), r.randint(2, 40), r.randint(1, 20)
@@ -56,9 +59,8 @@ def _add_sub(r: random.Random) -> MathProblem:
     end = mid - gave
     s = (f"{name} starts with {start} {item}.\n"
          f"After buying {bought} more, {name} has {start} + {bought} = {mid} {item}.\n"
-         f"After giving away {gave}, {name} has {mid} - {gave} = {end} {item}.\n"
-         f"The answer is {end}.")
-    return MathProblem(q, s, end)
+         f"After giving away {gave}, {name} has {mid} - {gave} = {end} {item}.")
+    return _solved(q, s, end)
 
 
 def _multiply(r: random.Random) -> MathProblem:
@@ -68,9 +70,8 @@ def _multiply(r: random.Random) -> MathProblem:
          f"How many {item} does {name} buy in total?")
     total = n * per
     s = (f"Each of the {box} holds {per} {item}.\n"
-         f"{name} buys {n} {box}, so {name} gets {n} * {per} = {total} {item}.\n"
-         f"The answer is {total}.")
-    return MathProblem(q, s, total)
+         f"{name} buys {n} {box}, so {name} gets {n} * {per} = {total} {item}.")
+    return _solved(q, s, total)
 
 
 def _price(r: random.Random) -> MathProblem:
@@ -81,9 +82,8 @@ def _price(r: random.Random) -> MathProblem:
     q = (f"At {r.choice(PLACES)}, {item} cost ${price} each. {name} buys {n} {item} and pays with "
          f"${paid}. How much change does {name} get?")
     s = (f"The {item} cost {n} * {price} = ${cost}.\n"
-         f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.\n"
-         f"The answer is {paid_extra}.")
-    return MathProblem(q, s, paid_extra)
+         f"{name} pays ${paid}, so the change is {paid} - {cost} = ${paid_extra}.")
+    return _solved(q, s, paid_extra)
 
 
 def _share(r: random.Random) -> MathProblem:
@@ -93,9 +93,8 @@ def _share(r: random.Random) -> MathProblem:
     q = (f"{name} has {total} {item} and shares them equally among {friends} friends. "
          f"How many {item} does each friend get?")
     s = (f"{name} has {total} {item} for {friends} friends.\n"
-         f"Each friend gets {total} / {friends} = {each} {item}.\n"
-         f"The answer is {each}.")
-    return MathProblem(q, s, each)
+         f"Each friend gets {total} / {friends} = {each} {item}.")
+    return _solved(q, s, each)
 
 
 def _weekly(r: random.Random) -> MathProblem:
@@ -106,9 +105,8 @@ def _weekly(r: random.Random) -> MathProblem:
     q = (f"{name} makes {per_day} {item} a day, {days} days a week. "
          f"How many {item} does {name} make in {weeks} weeks?")
     s = (f"In one week {name} makes {per_day} * {days} = {per_week} {item}.\n"
-         f"In {weeks} weeks {name} makes {per_week} * {weeks} = {total} {item}.\n"
-         f"The answer is {total}.")
-    return MathProblem(q, s, total)
+         f"In {weeks} weeks {name} makes {per_week} * {weeks} = {total} {item}.")
+    return _solved(q, s, total)
 
 
 def _two_people(r: random.Random) -> MathProblem:
@@ -122,9 +120,8 @@ def _two_people(r: random.Random) -> MathProblem:
     total = x + y + z
     s = (f"{b} has {x} * {times} = {y} {item}.\n"
          f"The third friend has {y} + {more} = {z} {item}.\n"
-         f"Together they have {x} + {y} + {z} = {total} {item}.\n"
-         f"The answer is {total}.")
-    return MathProblem(q, s, total)
+         f"Together they have {x} + {y} + {z} = {total} {item}.")
+    return _solved(q, s, total)
 
 
 def _percent(r: random.Random) -> MathProblem:
@@ -135,9 +132,8 @@ def _percent(r: random.Random) -> MathProblem:
     final = price - off
     q = f"A set of {item} costs ${price}. {name} gets a {pct}% discount. How much does {name} pay?"
     s = (f"The discount is {pct}% of ${price}, which is {price} * {pct} / 100 = ${off}.\n"
-         f"{name} pays {price} - {off} = ${final}.\n"
-         f"The answer is {final}.")
-    return MathProblem(q, s, final)
+         f"{name} pays {price} - {off} = ${final}.")
+    return _solved(q, s, final)
 
 
 def _remaining_fraction(r: random.Random) -> MathProblem:
@@ -153,9 +149,8 @@ def _remaining_fraction(r: random.Random) -> MathProblem:
          f"How many {item} are left?")
     s = (f"{name} sells {total} / {denom} = {sold} {item}.\n"
          f"That leaves {total} - {sold} = {left} {item}.\n"
-         f"After using {eaten} more, {left} - {eaten} = {final} {item} are left.\n"
-         f"The answer is {final}.")
-    return MathProblem(q, s, final)
+         f"After using {eaten} more, {left} - {eaten} = {final} {item} are left.")
+    return _solved(q, s, final)
 
 
 def _rate_time(r: random.Random) -> MathProblem:
@@ -166,9 +161,8 @@ def _rate_time(r: random.Random) -> MathProblem:
     q = (f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more "
          f"miles. How many miles does {name} travel in all?")
     s = (f"Driving, {name} covers {speed} * {hours} = {dist} miles.\n"
-         f"With the walk, the total is {dist} + {extra} = {total} miles.\n"
-         f"The answer is {total}.")
-    return MathProblem(q, s, total)
+         f"With the walk, the total is {dist} + {extra} = {total} miles.")
+    return _solved(q, s, total)
 
 
 def _savings(r: random.Random) -> MathProblem:
@@ -181,9 +175,8 @@ def _savings(r: random.Random) -> MathProblem:
     q = (f"{name} wants to save ${goal} for a bike and already has ${have}. "
          f"If {name} saves ${per_week} every week, how many weeks will it take to reach the goal?")
     s = (f"{name} still needs {goal} - {have} = ${need}.\n"
-         f"At ${per_week} a week, that takes {need} / {per_week}, rounded up, = {weeks} weeks.\n"
-         f"The answer is {weeks}.")
-    return MathProblem(q, s, weeks)
+         f"At ${per_week} a week, that takes {need} / {per_week}, rounded up, = {weeks} weeks.")
+    return _solved(q, s, weeks)
 
 
 MATH_TEMPLATES = [_add_sub, _multiply, _price, _share, _weekly, _two_people, _percent,
@@ -231,8 +224,7 @@ def stdlib_files(split: str = "train") -> list[Path]:
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if (rel.startswith(("site-packages/", "test/", "idlelib/", "lib2to3/tests/"))
-                or "/test" in rel):
+        if rel.startswith(("site-packages/", "test/", "idlelib/")) or "/test" in rel:
             continue
         held_out = hashlib.sha256(rel.encode()).digest()[0] % 100 < CODE_HELD_OUT_PERCENT
         if held_out == (split == "held_out"):
@@ -363,8 +355,3 @@ def manifest(num_math: int) -> dict:
             "math_templates": [t.__name__.lstrip("_") for t in MATH_TEMPLATES],
             "held_out_seed": HELD_OUT_SEED, "sha256": h.hexdigest()}
 
-
-if __name__ == "__main__":
-    for p in math_problems(3):
-        print(p.text, end="\n\n")
-    print(json.dumps(manifest(1000), indent=1)[:400])

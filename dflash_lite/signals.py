@@ -50,8 +50,7 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    # the imports are over: after main, stop quietly
-    if previous[signal.SIGINT] is _quiet_stop:
+    if previous[signal.SIGINT] is _quiet_stop:  # the imports are over: after main, stop quietly
         previous = {s: signal.SIG_IGN for s in previous}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)

@@ -33,12 +33,11 @@ def _named(name: str | None) -> str:
     return f"{name} " if name else ""
 
 
-def check_int(name: str | None, value, low: int | None = 1, high: int | None = None) -> int:
-    """An integer (not a bool or float) in ``[low, high]``; ``low=None``: any integer."""
-    bounds = f" >= {low}" if high is None else f" in {low}..{high}"
-    expected = "an integer" + (bounds if low is not None else "")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or (low is not None and value < low) or (high is not None and value > high):
+def check_int(name: str | None, value, low: int = 1, high: int | None = None) -> int:
+    """An integer (not a bool or float) in ``[low, high]``."""
+    expected = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low \
+            or (high is not None and value > high):
         raise _fail(name, expected, value)
     return int(value)
 
@@ -46,8 +45,7 @@ def check_int(name: str | None, value, low: int | None = 1, high: int | None = N
 def check_float(name: str | None, value, low: float = 0.0, high: float | None = None,
                 low_open: bool = False) -> float:
     """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
-    left = f"> {low}" if low_open else f">= {low}"
-    expected = "a finite number " + (left if high is None
+    expected = "a finite number " + (f"{'>' if low_open else '>='} {low}" if high is None
                                      else f"in {'(' if low_open else '['}{low}, {high}]")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(name, expected, value)
@@ -77,7 +75,7 @@ def check_top_p(value, name: str | None = "top_p") -> float | None:
 
 
 def check_top_k(value, name: str | None = "top_k") -> int | None:
-    return None if value is None else check_int(name, value, 1)
+    return None if value is None else check_int(name, value)
 
 
 def check_block_sizes(value, name: str | None = "block_sizes",
@@ -113,13 +111,11 @@ def check_choice(name: str, value, kind: type[enum.Enum], allowed=None):
 def check_device(value, name: str | None = "device") -> str:
     """A device torch knows (cpu, cuda, cuda:N, mps) that this machine has."""
     expected = "cpu, cuda, cuda:N or mps, available on this machine"
-    if not isinstance(value, (str, torch.device)):
-        raise _fail(name, expected, value)
     try:
-        device = torch.device(value)
+        device = torch.device(value) if isinstance(value, (str, torch.device)) else None
     except (RuntimeError, ValueError):
-        raise _fail(name, expected, value) from None
-    if device.type not in ("cpu", "cuda", "mps"):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
         raise _fail(name, expected, value)
     missing = f"{name or 'device'} {value!r} is not available"
     if device.type == "cuda" and not torch.cuda.is_available():

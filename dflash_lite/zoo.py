@@ -144,9 +144,10 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 
 @dataclass
 class TargetTrainConfig:
-    """Every choice of ``zoo train-target`` (``out``: :func:`prepare_target_out`). ``bf16``: bf16
-    autocast over fp32 master weights, faster on a CPU with AVX512-BF16. Every ``log_every`` steps
-    a JSON line is printed and kept."""
+    """Every choice of ``zoo train-target`` (``out``: new or empty, or with ``overwrite`` a target
+    this project wrote, replaced once the new one is done). ``bf16``: bf16 autocast over fp32
+    master weights, faster on a CPU with AVX512-BF16. Every ``log_every`` steps a JSON line is
+    printed and kept."""
     out: str | Path
     preset_name: str = "tiny"
     steps: int = 6000
@@ -171,16 +172,6 @@ class TargetTrainConfig:
         return self
 
 
-def prepare_target_out(c: TargetTrainConfig) -> Path:
-    """``out`` checked and locked: new or empty, or replaced as a whole with ``overwrite``."""
-    out = outputs.check_out(c.out, c.overwrite)
-    outputs.lock(out)
-    if not c.overwrite and not outputs.holds_nothing(out):
-        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target "
-                         "this project wrote, or choose another directory")
-    return out
-
-
 def target_record(c: TargetTrainConfig, model, steps_done: int, train_seconds: float, losses: dict,
                   manifest: dict, log: list[dict]) -> dict:
     """What ``training_log.json`` records of the run (the model card reads it)."""
@@ -201,7 +192,11 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     systems, where freeing the large logits tensor every step returns pages to the kernel."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
-    out = prepare_target_out(c)
+    out = outputs.check_out(c.out, c.overwrite)         # new or empty, or replaced with overwrite
+    outputs.lock(out)
+    if not c.overwrite and not outputs.holds_nothing(out):
+        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target "
+                         "this project wrote, or choose another directory")
     torch.manual_seed(c.seed)
     random.seed(c.seed)
     t0 = time.time()

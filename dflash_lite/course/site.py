@@ -1,6 +1,6 @@
 """The course site (``python -m dflash_lite.course site OUT_DIR``): the executed notebooks,
-the reference pages in ``docs/`` (``SITE_DOCS``) rendered offline (Sphinx, myst-nb) from the
-committed outputs, nothing run; student and instructor builds: docs/teaching.md#what-students-get."""
+the reference pages of ``SITE_DOCS`` rendered offline (Sphinx, myst-nb) from the committed
+outputs, nothing run; student and instructor builds: docs/teaching.md#what-students-get."""
 from __future__ import annotations
 
 import shutil
