@@ -126,7 +126,6 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             (tree_size,) if tree_size else (), rows=size)
         if measured is not None:       # what every method pays alike: the prompts through
             measured["prefill_s"] = prefill_seconds(target, batches, cost_repeats, device)
-        plain = None
         first = len(rows)
         for m in methods:
             if m is again:

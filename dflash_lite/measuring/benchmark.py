@@ -141,16 +141,6 @@ def _shown(path: str | None) -> str | None:
         return str(path)
 
 
-def _check_context(model, ids: list[torch.Tensor], max_new_tokens: int) -> None:
-    context = getattr(model.config, "max_position_embeddings", None)
-    # model.generate would run past the context; no method may
-    for i, x in enumerate(ids):
-        if context is not None and x.shape[1] + max_new_tokens > context:
-            raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens "
-                             f"({max_new_tokens}) does not fit the target's context of {context} "
-                             "tokens; shorten it or lower --max-new-tokens")
-
-
 def _peers(config: BenchConfig, torch_dtype) -> tuple[Any, Any, str | None, str | None]:
     """The EAGLE-style drafter and the small draft model (given, else the target's shipped ones)."""
     shipped = {k: str(p) for k, p in SHIPPED_BASELINES.get(config.target, {}).items() if p.is_dir()}
@@ -193,7 +183,12 @@ def resolve(config: BenchConfig) -> Setup:
     if draft is not None:
         validate.check_block_sizes(c.block_sizes, high=draft.config.max_block_size)
     ids = [x.to(c.device) for x in encode_all(tokenizer, texts, c.chat_template)]
-    _check_context(model, ids, c.max_new_tokens)
+    context = getattr(model.config, "max_position_embeddings", None)
+    for i, x in enumerate(ids):     # model.generate would run past the context; no method may
+        if context is not None and x.shape[1] + c.max_new_tokens > context:
+            raise ValueError(f"prompt {i + 1} ({x.shape[1]} tokens) + max_new_tokens "
+                             f"({c.max_new_tokens}) does not fit the target's context of "
+                             f"{context} tokens; shorten it or lower --max-new-tokens")
     if c.random_drafter_layers and draft is None:
         torch.manual_seed(c.seed)
         draft = _random_drafter(c, model, tokenizer, torch_dtype)

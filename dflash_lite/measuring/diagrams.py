@@ -68,8 +68,7 @@ def decoding_timeline(block_size: int = 4, accepted: tuple[int, ...] = (3, 1, 2)
     ax.set_xticks(range(0, int(committed * target_time) + 1, 2))
     ax.set_xlabel("time (illustrative units: a target forward = 1)")
     ax.set_yticks([])
-    for side in ("left", "top", "right"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "top", "right"]].set_visible(False)
     ax.set_title(f"Same {committed} tokens: {committed} target forwards,\n"
                  f"or {len(accepted)} draft + verify steps")
     return fig
@@ -167,9 +166,7 @@ def tree_verification() -> plt.Figure:
     walk stops where no child holds it, and that argmax is the bonus token."""
     tokens = ["=", " 12", " 3", " +", " *", " 4", " 5", " 6"]
     parents = EXAMPLE_PARENTS
-    depth = [0] * len(parents)
-    for i in range(1, len(parents)):
-        depth[i] = depth[parents[i]] + 1
+    depth = (tree_mask(parents).sum(axis=1) - 1).tolist()     # a node's ancestors, itself not
     rows = {0: 0.0, 1: 1.0, 2: -1.0, 3: 1.5, 4: 0.5, 5: -1.0, 6: 1.5, 7: 0.7}
     accepted_path = [0, 1, 3, 6]                        # the target's argmax leads here
     target_choice = {0: " 12", 1: " +", 3: " 5", 6: " 7"}   # " 7" is in no child of 6: the bonus
@@ -194,8 +191,7 @@ def tree_verification() -> plt.Figure:
     depths = ["root"] + [f"depth {d}" for d in range(1, max(depth) + 2)]
     ax.set_xticks(range(max(depth) + 2), depths, fontsize=9)
     ax.set_yticks([])
-    for side in ("left", "top", "right"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["left", "top", "right"]].set_visible(False)
     ax.set_title(f"One target forward scores all {len(tokens)} nodes (tree mask);\n"
                  f"the walk accepts {len(accepted_path) - 1} drafts and adds the bonus token",
                  fontsize=10)

@@ -219,7 +219,6 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
     """Benchmark a drafter against its target on held-out prompts and write its card:
     ``config`` or the :class:`DrafterCardConfig` of ``options``."""
     c = (config or DrafterCardConfig(**options)).check()
-    drafter_dir = c.path
     judges = None if c.judges is None else Path(c.judges)
     sets = {"math (held-out)": {"domain": "math"}, "code (held-out)": {"domain": "code"}}
     if judges is not None:
@@ -229,24 +228,23 @@ def write_drafter_card(config: DrafterCardConfig | None = None, **options) -> di
     reports = {}
     for name, kwargs in sets.items():
         print(f"== {name}", flush=True)
-        reports[name] = bench(target=c.target, drafter=str(drafter_dir), num_prompts=c.num_prompts,
-                              max_new_tokens=c.max_new_tokens, block_sizes=tuple(c.block_sizes),
-                              repeats=c.repeats, **kwargs)
-    # the judges' folder is local: record only the file's name
-    for report in reports.values():
+        report = reports[name] = bench(
+            target=c.target, drafter=str(c.path), num_prompts=c.num_prompts,
+            max_new_tokens=c.max_new_tokens, block_sizes=tuple(c.block_sizes), repeats=c.repeats,
+            **kwargs)
         source = report["env"].get("prompts_source", "")
-        if judges is not None and source.startswith(str(judges)):
+        if judges is not None and source.startswith(str(judges)):  # a local folder: its file only
             report["env"]["prompts_source"] = "JUDGES/" + Path(source).name
-    curve = json.loads((drafter_dir / "training_curve.json").read_text())
+    curve = json.loads((c.path / "training_curve.json").read_text())
     card = {"training": curve["training"],
             "final_metrics": curve["curve"][-1] if curve["curve"] else None,
             "benchmarks": reports, "command_train": curve["training"].get("command"),
-            "command_card": f"python -m dflash_lite.zoo drafter-card {drafter_dir}"
+            "command_card": f"python -m dflash_lite.zoo drafter-card {c.path}"
                             + (" --judges JUDGES" if judges else "")  # a local folder: not shown
                             + f" --num-prompts {c.num_prompts} "
                               f"--max-new-tokens {c.max_new_tokens} --repeats {c.repeats}"}
-    atomic_write_text(drafter_dir / "card.json", json.dumps(card, indent=1))
-    atomic_write_text(drafter_dir / "MODEL_CARD.md", render_drafter_card(card))
+    atomic_write_text(c.path / "card.json", json.dumps(card, indent=1))
+    atomic_write_text(c.path / "MODEL_CARD.md", render_drafter_card(card))
     return card
 
 

@@ -268,10 +268,9 @@ def plot_benchmark_cost_model(report: dict, out_dir: str | Path | None = None,
                Line2D([0], [0], color="black", ls=":", label="t_target(1)")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title("One step: the model (left bar) against the measured phases (right bar)")
-    bx.bar([i - 0.2 for i in x], [r["predicted_speedup"] for r in cost], 0.4, label="predicted",
-           color=OTHER_GREY)
-    bx.bar([i + 0.2 for i in x], [r["measured_speedup"] for r in cost], 0.4, label="measured",
-           color=DFLASH_BLUE)
+    for offset, key, color in ((-0.2, "predicted", OTHER_GREY), (0.2, "measured", DFLASH_BLUE)):
+        bx.bar([i + offset for i in x], [r[f"{key}_speedup"] for r in cost], 0.4, label=key,
+               color=color)
     bx.set(xticks=list(x), xticklabels=labels, ylabel="speedup")
     bx.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     bx.set_title("Speedup: tau * t(1) / (t(B) + t_draft(B)) against measured")

@@ -90,11 +90,10 @@ def drafter_loss(drafter, target, batch: Batch, weights: torch.Tensor,
     """Weighted CE over the masked positions of every block; per-position accuracy in metrics."""
     block_size = weights.shape[0] + 1
     logits, label, position = labelled_logits(drafter, target, batch, block_size, features)
-    causal = drafter.autoregressive
     # the j-th prediction of a block (j = 1..B-1) gets weight w_j (B,): at block position j for
     # block drafting, at position j-1 for autoregressive drafting (each token predicts the next)
-    w = F.pad(weights.to(logits.device), (0, 1) if causal else (1, 0))
-    first = 0 if causal else 1
+    first = 0 if drafter.autoregressive else 1
+    w = F.pad(weights.to(logits.device), (first, 1 - first))
     ce = F.cross_entropy(logits.float(), label, reduction="none")
     loss = (ce * w[position]).sum() / w[position].sum()
     with torch.no_grad():

@@ -148,10 +148,9 @@ class DrafterTrainConfig:
         if self.cache_dir is not None:             # the one output guard: not the package, ...
             outputs.guard_output_dir(self.cache_dir, "cache_dir")
         validate.check_int("block_size", self.block_size, 2, 64)
-        if self.eval_every is not None:
-            validate.check_int("eval_every", self.eval_every, 0)
-        if self.num_prompts is not None:
-            validate.check_int("num_prompts", self.num_prompts)
+        for name, low in (("eval_every", 0), ("num_prompts", 1)):         # None: the default
+            if getattr(self, name) is not None:
+                validate.check_int(name, getattr(self, name), low)
         self.drafting = validate.check_choice("drafting", self.drafting, Drafting)
         self.conditioning = validate.check_choice("conditioning", self.conditioning, Conditioning)
         if self.drafting is Drafting.DRAFT_MODEL and (self.prompts or self.dataset):
@@ -361,7 +360,6 @@ def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Pa
                       c.max_new_tokens, cache_dir=c.cache_dir)
     regen_s = time.time() - t0
     small = Qwen3ForCausalLM(draft_model_config(model.config, c.layers)).to(c.device).train()
-    # start from the target's embedding
     small.model.embed_tokens.weight.data.copy_(model.model.embed_tokens.weight.data)
     generator = torch.Generator().manual_seed(c.seed)
     trainer = Trainer(small, lm_loss,
