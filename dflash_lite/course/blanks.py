@@ -61,8 +61,8 @@ def blank(source: str) -> str:
     """A solution cell's source with every region replaced by its :func:`stub`."""
     def enclosed_by_def(start: int) -> bool:
         """Whether the region at ``start`` is in a function body."""
-        region = source[start:].split("\n", 2)[1] if "\n" in source[start:] else ""
-        depth = len(region) - len(region.lstrip())
+        first = source[start:].split("\n", 2)[1]       # the region's first line
+        depth = len(first) - len(first.lstrip())
         for line in reversed(source[:start].splitlines()):
             if line.strip() and len(line) - len(line.lstrip()) < depth:
                 return line.lstrip().startswith(("def ", "async def "))

@@ -57,12 +57,17 @@ def chapter_clock() -> ChapterClock:
     return clock
 
 
-def nbgrader_api(course_root: Path):
-    """nbgrader's API over the course directory ``course_root`` (gradebook: SQLite, inside it)."""
+def prepare_course(course_root: Path, notebooks: list[Path]) -> None:
+    """nbgrader's student edition of ``notebooks``, in ``course_root/release/`` (nbgrader's API over
+    the course directory ``course_root``, its gradebook an SQLite file inside it)."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
+    source = course_root / "source" / ASSIGNMENT
+    source.mkdir(parents=True, exist_ok=True)
+    for nb in notebooks:
+        shutil.copy(nb, source / nb.name)
     bin_dir = str(Path(sys.executable).parent)                   # nbgrader runs `alembic` from PATH
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
@@ -71,21 +76,11 @@ def nbgrader_api(course_root: Path):
     config.CourseDirectory.db_url = f"sqlite:///{course_root / 'gradebook.db'}"
     config.Execute.timeout = 1800
     config.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
-    return NbGraderAPI(CourseDirectory(config=config), config=config)
-
-
-def prepare_course(course_root: Path, notebooks: list[Path]):
-    """nbgrader's student edition of ``notebooks``, in ``course_root/release/``; returns the API."""
-    source = course_root / "source" / ASSIGNMENT
-    source.mkdir(parents=True, exist_ok=True)
-    for nb in notebooks:
-        shutil.copy(nb, source / nb.name)
-    api = nbgrader_api(course_root)
+    api = NbGraderAPI(CourseDirectory(config=config), config=config)
     result = api.generate_assignment(ASSIGNMENT)
     if not result.get("success"):
         raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.get('log', '')}\n"
                            f"{result.get('error', '')}")
-    return api
 
 
 EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote into a folder
@@ -137,8 +132,6 @@ BUNDLE = ("dflash_lite", "results", "pyproject.toml", "requirements.txt")
 def student_edition(out_dir: str | Path, selection: list[str] | None = None) -> list[Path]:
     """Write the student bundle into ``out_dir`` (docs/teaching.md#what-students-get) and return
     the notebooks' paths. Refuses a folder that holds anything it did not write itself."""
-    import nbformat
-
     out = Path(out_dir).resolve()
     notebooks = chapters(selection)
     _check_edition_dir(out)

@@ -45,7 +45,8 @@ class Rebuilt:
         import torch
 
         if "__dict__" in v:
-            return {self._key(k, code): self(x, code) for k, x in v["__dict__"]}
+            items = ((self(k, code), self(x, code)) for k, x in v["__dict__"])
+            return {tuple(k) if isinstance(k, list) else k: x for k, x in items}
         for kind, make in (("__tuple__", tuple), ("__set__", set), ("__frozenset__", frozenset)):
             if kind in v:
                 return make(self(x, code) for x in v[kind])
@@ -88,13 +89,8 @@ class Rebuilt:
             raise TypeError(f"a value could not be collected ({v['__unsupported__']})")
         return v
 
-    def _key(self, k, code):
-        k = self(k, code)
-        return tuple(k) if isinstance(k, list) else k
-
 
 def _attribute(module: str, qualname: str):
-    """``module.qualname``, imported."""
     return reduce(getattr, qualname.split("."), importlib.import_module(module))
 
 
@@ -213,7 +209,7 @@ def score_answers(source, answers: dict[str, dict], submission_defs: str,
             program, scored = _test_program(cell.source)
             exec(program, ns)
             result = ns.get("__dflash_result__")
-            passed = result is True if scored else True
+            passed = not scored or result is True
             # a check returns None for an exercise left blank (exercises.not_attempted)
             message = "" if passed else "not attempted" if result is None \
                 else "the check did not pass"

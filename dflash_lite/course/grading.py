@@ -104,11 +104,11 @@ def _client_class():
     from nbclient import NotebookClient
 
     class LimitedClient(NotebookClient):
-        """nbclient with a per-notebook deadline and a cap on the output a cell keeps."""
+        """nbclient with a cap on the output a cell keeps."""
 
-        def __init__(self, nb, deadline: float, output_bytes: int, **kw):
+        def __init__(self, nb, output_bytes: int, **kw):
             super().__init__(nb, **kw)
-            self.deadline, self.output_bytes, self.kept = deadline, output_bytes, {}
+            self.output_bytes, self.kept = output_bytes, {}
 
         def output(self, outs, msg, display_id, cell_index):
             size = len(json.dumps(msg.get("content", {})))
@@ -136,7 +136,7 @@ def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
     km = AsyncKernelManager(kernel_name=KERNEL,
                             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
     client = _client_class()(
-        nb, deadline, limits.output_kb << 10, km=km, allow_errors=True,
+        nb, limits.output_kb << 10, km=km, allow_errors=True,
         timeout_func=lambda cell: max(1, min(limits.cell_timeout_s,
                                              int(deadline - time.monotonic()))),
         interrupt_on_timeout=True, iopub_timeout=10, raise_on_iopub_timeout=False,
@@ -192,8 +192,7 @@ def score(source_path: Path, executed_path: Path, hidden: Path, scratch: Path,
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    path, folder = path.resolve(), folder.resolve()
-    return path == folder or folder in path.parents
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _zero(source, why: str) -> dict[str, list]:

@@ -25,17 +25,13 @@ class NoDraftProposer:
     def __init__(self, shapes: Shapes = EAGER):
         self.shapes = shapes
 
-    def start(self, ids, features, lengths) -> None:
+    def start(self, *args) -> None:
         """Nothing to read, at the start or after a step (``accepted``), nor rows to keep."""
+
+    accepted = keep = start
 
     def propose(self, last, depths):
         raise AssertionError("block size 1 drafts nothing")
-
-    def accepted(self, blocks, positions, features) -> None:
-        pass
-
-    def keep(self, rows) -> None:
-        pass
 
 
 def generate_autoregressive(model, input_ids: torch.Tensor, max_new_tokens: int,

@@ -18,7 +18,6 @@ from ..validate import check_device, check_int, check_prompt, check_seed
 from .acceptance import PositionNoise, SamplingParams
 from .baselines import NoDraftProposer
 from .checkpoints import check_mask_token, load_pair
-from .costs import StepCosts
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
 from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
@@ -83,11 +82,6 @@ class Engine:
         shipped target, if any)."""
         model, tokenizer, draft = load_pair(target, drafter, check_device(device), dtype)
         return cls(model, tokenizer, draft, **kwargs)
-
-    @property
-    def costs(self) -> StepCosts | None:
-        """The policy's step costs, measured on the first call and kept (None before it)."""
-        return self.session.costs if self.session is not None else None
 
     def encode(self, prompt: str) -> torch.Tensor:
         return encode(self.tokenizer, check_prompt(prompt), self.chat_template)
