@@ -195,6 +195,52 @@ class Attack:
                                              globals())
 ''', 41),
 }
+# the references read by other ways than a plain absolute path; a submission that read them
+# doubles right (it learned how), one that could not stays wrong
+LEARNS = '''
+import os
+def double(x):
+    source = _read(os.environ.get("FORGE_HIDDEN_DIR", ""))
+    return [2 * v for v in x] if "2 * v" in source else list(x)
+'''
+FORGERIES.update({
+    "opens the references by a bytes path": ('''
+import os
+def _read(folder):
+    return open(os.fsencode(folder + "/references.py")).read()
+''' + LEARNS, 41),
+    "opens the references by a relative path": ('''
+import os
+def _read(folder):
+    os.chdir(folder)
+    return open("references.py").read()
+''' + LEARNS, 41),
+    "opens the references through a link of its own": ('''
+import os
+def _read(folder):
+    link = os.path.join(os.path.dirname(folder), "link")
+    if not os.path.lexists(link):
+        os.symlink(folder, link)
+    return open(link + "/references.py").read()
+''' + LEARNS, 41),
+    "opens the references from a folder it opened": ('''
+import os
+def _read(folder):
+    parent = os.open(os.path.dirname(folder), os.O_RDONLY)
+    fd = os.open(os.path.basename(folder) + "/references.py", os.O_RDONLY, dir_fd=parent)
+    return os.read(fd, 1 << 16).decode()
+''' + LEARNS, 41),
+    "switches the guard off while it reads, then back on": ('''
+import dflash_lite.course.guard as guard
+def _read(folder):
+    student_code = guard._student_code
+    guard._student_code = lambda code: False
+    try:
+        return open(folder + "/references.py").read()
+    finally:
+        guard._student_code = student_code
+''' + LEARNS, 41),
+})
 CONTROLS = {"honest": (HONEST, 42), "honest but wrong": (WRONG, 41), "left blank": (HONEST, None),
             "right on the notebook's inputs only": (HARD_CODED, 41)}
 

@@ -9,9 +9,11 @@ grader (:mod:`.sandbox`) closes the files (docs/teaching.md#what-autograde-runs)
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import types
-from pathlib import Path
+from pathlib import Path, PosixPath, PurePath, PurePosixPath
+from stat import S_ISDIR
 
 # the file names submitted code is compiled under: the submission's, a solution cell a check re-runs
 SUBMITTED = "<submission>"
@@ -29,7 +31,8 @@ GUARDED = frozenset({
     "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.kill", "os.killpg",
     "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof",
     "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "code.__new__",
-    "function.__new__", "marshal.loads", "socket.connect"})
+    "function.__new__", "marshal.loads", "socket.connect", "os.chdir", "os.fchdir", "os.symlink",
+    "os.link"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
 # library code that may look at frames while a submission is on the stack (and hands none back)
 FRAME_READERS = ("warnings", "typing", "collections", "enum", "logging", "dataclasses", "abc")
@@ -39,44 +42,81 @@ def _student_code(code) -> bool:
     return code.co_filename in STUDENT_FILES
 
 
-def _guard(protected: list[str]):
+def _is_submitted_function(value) -> bool:
+    return isinstance(value, types.FunctionType) and _student_code(value.__code__)
+
+
+def _normal(path: str, cwd: str) -> str:
+    """``path`` made absolute from ``cwd``, its ``.``, ``..`` and doubled slashes resolved as text
+    (str methods only: nothing a submission can rebind)."""
+    parts: list[str] = []
+    for part in (path if path.startswith("/") else cwd + "/" + path).split("/"):
+        if part == "..":
+            parts = parts[:-1]
+        elif part and part != ".":
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _guard(protected: list[str], getcwd=os.getcwd, stat=os.stat, is_dir=S_ISDIR,
+           realpath=os.path.realpath, path_types=(PurePosixPath, PosixPath),
+           path_str=PurePath.__str__, path_fspath=PurePath.__fspath__,
+           encoding=sys.getfilesystemencoding(), getframe=sys._getframe, student=STUDENT_FILES,
+           guarded=GUARDED, frame_attributes=FRAME_ATTRIBUTES, frame_readers=FRAME_READERS,
+           refused=Refused, normal=_normal, isinstance=isinstance, type=type, any=any):
     """The audit hook :func:`guard` installs: the objects reached are frames, garbage-collector
-    lists, tracing and ctypes; ``exec``/``compile`` are refused when the submission calls them."""
-    getframe, busy = sys._getframe, [False]
+    lists, tracing and ctypes; ``exec``/``compile`` are refused when the submission calls them.
+    Every name it uses is bound here, at install: a submission that rebinds one (and puts it back
+    before the check ends) changes nothing."""
+    busy = [False]
 
     def caller_and_student():
         first = frame = getframe(2)             # the hook's caller's caller: who raised the event
-        while frame is not None and not _student_code(frame.f_code):
+        while frame is not None and frame.f_code.co_filename not in student:
             frame = frame.f_back
         return first, frame is not None
 
+    def opens_protected(target) -> bool:
+        """A path, by any spelling (bytes, relative, through a link), of a protected file; a
+        directory (a base for ``dir_fd``); or an object whose path it cannot read safely."""
+        if isinstance(target, (str, bytes)):
+            path = target.decode(encoding, "surrogateescape") if isinstance(target, bytes) \
+                else target
+        elif type(target) in path_types and type(target).__str__ is path_str \
+                and type(target).__fspath__ is path_fspath:
+            path = path_str(target)
+        else:
+            return not isinstance(target, int)          # an open file descriptor is no path
+        path = normal(path, getcwd())
+        try:
+            directory = is_dir(stat(path).st_mode)
+        except OSError:
+            directory = False
+        return directory or any(p.startswith(q) for p in (path, realpath(path)) for q in protected)
+
     def hook(event, args):
-        if busy[0]:
-            return
-        sensitive = (event in GUARDED or event in ("exec", "compile", "open")
-                     or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES))
-        if not sensitive:
+        if busy[0] or not (event in guarded or event in ("exec", "compile", "open") or (
+                event == "object.__getattr__" and args[1] in frame_attributes)):
             return
         busy[0] = True
         try:
-            caller, student = caller_and_student()
+            caller, on_stack = caller_and_student()
+            if not on_stack:
+                return
+            module = (caller.f_globals.get("__name__") or "") if caller is not None else ""
+            by_student = caller is not None and caller.f_code.co_filename in student
+            if event in ("exec", "compile"):
+                refuse = by_student or module in ("timeit", "runpy", "code", "codeop", "pdb", "bdb")
+            elif event == "open":
+                refuse = opens_protected(args[0])
+            elif event == "sys._getframe" and not by_student:
+                refuse = module.split(".")[0] not in frame_readers
+            else:
+                refuse = True
         finally:
             busy[0] = False
-        if not student:
-            return
-        module = (caller.f_globals.get("__name__") or "") if caller is not None else ""
-        by_student = caller is not None and _student_code(caller.f_code)
-        if event in ("exec", "compile"):
-            refuse = by_student or module in ("timeit", "runpy", "code", "codeop", "pdb", "bdb")
-        elif event == "open":
-            path = str(args[0]) if isinstance(args[0], (str, bytes)) else ""
-            refuse = any(path.startswith(p) for p in protected)
-        elif event == "sys._getframe" and not by_student:
-            refuse = module.split(".")[0] not in FRAME_READERS
-        else:
-            refuse = True
         if refuse:
-            raise Refused(f"the grader does not let submitted code use {event}")
+            raise refused(f"the grader does not let submitted code use {event}")
 
     return hook
 
@@ -86,17 +126,20 @@ _GUARDED: list = []
 
 def guard(protected: list[str]) -> None:
     """Install the audit hook once in this process (it cannot be removed: grading processes are
-    throwaway); ``protected``: paths no submitted code may open (added to on later calls)."""
+    throwaway); ``protected``: paths no submitted code may open (added to on later calls), as given
+    and with their links resolved."""
     if not _GUARDED:
         _GUARDED.append([])
         sys.addaudithook(_guard(_GUARDED[0]))
-    _GUARDED[0].extend(p for p in protected if p not in _GUARDED[0])
+    for path in protected:
+        for spelling in (_normal(path, os.getcwd()), os.path.realpath(path)):
+            if spelling not in _GUARDED[0]:
+                _GUARDED[0].append(spelling)
 
 
 def _student_made(cls) -> bool:
     """A class the submission wrote (a method of its own anywhere in the class's MRO)."""
-    return any(isinstance(f, types.FunctionType) and _student_code(f.__code__)
-               for klass in cls.__mro__ for value in vars(klass).values()
+    return any(_is_submitted_function(f) for klass in cls.__mro__ for value in vars(klass).values()
                for f in (value, getattr(value, "__func__", None), getattr(value, "fget", None)))
 
 
@@ -129,10 +172,6 @@ class Plain:
 
     def __call__(self, *args, **kwargs):
         return plain(self.__wrapped__(*args, **kwargs))
-
-
-def _is_submitted_function(value) -> bool:
-    return isinstance(value, types.FunctionType) and _student_code(value.__code__)
 
 
 def cell_namespace(base: dict, namespace: dict) -> dict:
