@@ -240,6 +240,20 @@ def _read(folder):
     finally:
         guard._student_code = student_code
 ''' + LEARNS, 41),
+    "empties the guard's protected paths while it reads": ('''
+import dflash_lite.course.guard as guard
+def _read(folder):
+    lists = [v for v in vars(guard).values() if type(v) is list]
+    lists += [x for v in lists for x in v if type(x) is list]
+    saved = [(x, list(x)) for x in lists]
+    for x in lists:
+        x.clear()
+    try:
+        return open(folder + "/references.py").read()
+    finally:
+        for x, items in saved:
+            x.extend(items)
+''' + LEARNS, 41),
 })
 CONTROLS = {"honest": (HONEST, 42), "honest but wrong": (WRONG, 41), "left blank": (HONEST, None),
             "right on the notebook's inputs only": (HARD_CODED, 41)}

@@ -2,7 +2,7 @@
 class is graded whatever one notebook does to its kernel.
 
 * The grader's own process (tests/forgeries.py, a tiny course of its own): the six ways in of the
-  round-4 re-test and seventeen more each score 0, while an honest submission scores 4 of 4.
+  round-4 re-test and eighteen more each score 0, while an honest submission scores 4 of 4.
 * The sandbox (dflash_lite/course/sandbox.py): a command sees the instructor's folder empty and the
   repository read-only, and the processes it leaves behind end with it.
 * The kernel (dflash_lite/course/grading.py): a class whose notebooks end their kernel, loop, flood their

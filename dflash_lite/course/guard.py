@@ -58,17 +58,22 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(parts)
 
 
-def _guard(protected: list[str], getcwd=os.getcwd, stat=os.stat, is_dir=S_ISDIR,
+PROTECT = "dflash_lite.guard.protect"     # the event by which guard() adds protected paths
+
+
+def _guard(getcwd=os.getcwd, stat=os.stat, is_dir=S_ISDIR,
            realpath=os.path.realpath, path_types=(PurePosixPath, PosixPath),
            path_str=PurePath.__str__, path_fspath=PurePath.__fspath__,
            encoding=sys.getfilesystemencoding(), getframe=sys._getframe, student=STUDENT_FILES,
            guarded=GUARDED, frame_attributes=FRAME_ATTRIBUTES, frame_readers=FRAME_READERS,
-           refused=Refused, normal=_normal, isinstance=isinstance, type=type, any=any):
+           refused=Refused, normal=_normal, protect=PROTECT, isinstance=isinstance, type=type,
+           any=any):
     """The audit hook :func:`guard` installs: the objects reached are frames, garbage-collector
     lists, tracing and ctypes; ``exec``/``compile`` are refused when the submission calls them.
     Every name it uses is bound here, at install: a submission that rebinds one (and puts it back
-    before the check ends) changes nothing."""
-    busy = [False]
+    before the check ends) changes nothing. The protected paths live here only, added to by the
+    :data:`PROTECT` event while no submitted code is on the stack."""
+    busy, protected = [False], []
 
     def caller_and_student():
         first = frame = getframe(2)             # the hook's caller's caller: who raised the event
@@ -95,13 +100,15 @@ def _guard(protected: list[str], getcwd=os.getcwd, stat=os.stat, is_dir=S_ISDIR,
         return directory or any(p.startswith(q) for p in (path, realpath(path)) for q in protected)
 
     def hook(event, args):
-        if busy[0] or not (event in guarded or event in ("exec", "compile", "open") or (
+        if busy[0] or not (event in guarded or event in ("exec", "compile", "open", protect) or (
                 event == "object.__getattr__" and args[1] in frame_attributes)):
             return
         busy[0] = True
         try:
             caller, on_stack = caller_and_student()
             if not on_stack:
+                if event == protect:
+                    protected.extend(p for p in args if p not in protected)
                 return
             module = (caller.f_globals.get("__name__") or "") if caller is not None else ""
             by_student = caller is not None and caller.f_code.co_filename in student
@@ -121,20 +128,18 @@ def _guard(protected: list[str], getcwd=os.getcwd, stat=os.stat, is_dir=S_ISDIR,
     return hook
 
 
-_GUARDED: list = []
+_INSTALLED: list = []
 
 
 def guard(protected: list[str]) -> None:
     """Install the audit hook once in this process (it cannot be removed: grading processes are
     throwaway); ``protected``: paths no submitted code may open (added to on later calls), as given
     and with their links resolved."""
-    if not _GUARDED:
-        _GUARDED.append([])
-        sys.addaudithook(_guard(_GUARDED[0]))
+    if not _INSTALLED:
+        _INSTALLED.append(True)
+        sys.addaudithook(_guard())
     for path in protected:
-        for spelling in (_normal(path, os.getcwd()), os.path.realpath(path)):
-            if spelling not in _GUARDED[0]:
-                _GUARDED[0].append(spelling)
+        sys.audit(PROTECT, _normal(path, os.getcwd()), os.path.realpath(path))
 
 
 def _student_made(cls) -> bool:
