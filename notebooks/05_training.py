@@ -124,7 +124,7 @@ for j, a in enumerate(anchors.tolist()):
     labels = batch.labels[0, j * block_size + 1:(j + 1) * block_size]
     print(f"block {j}: input {tokenizer.convert_ids_to_tokens(ids.tolist())[:3]}... "
           f"labels {tokenizer.decode([t for t in labels.tolist() if t >= 0])!r}")
-mask = batch.attn_mask[0, 0].int()
+mask = batch.attn_mask[0, 0].int().numpy()
 fig, ax = subplots(height=3.2)
 ax.imshow(mask, cmap="Greys", aspect="auto", interpolation="nearest")
 ax.axvline(len(seq) - 0.5, color="red", lw=1)
