@@ -3,7 +3,9 @@
 * Fast: the grader scores collected answers in its own process: a right answer gets the cell's
   points, a forged one none; a submission whose definitions patch the package, torch or the
   builtins scores 0; the stubs of the student edition score 0 without stopping the others.
-* Fast: autograde refuses a submission folder inside the repository, and root unless asked.
+* Fast: autograde refuses a submission folder inside the repository, and root unless asked;
+  its --out and --feedback are checked before any grading, and the feedback notebooks it
+  writes carry their score.
 * Slow: an edition of notebook 02 whose first cell patches ``dflash_lite.exercises.score`` and a
   check, with every answer left blank, gets full marks from its own kernel and 0 from the grader.
 """
@@ -264,3 +266,58 @@ def test_autograde_out_keeps_another_students_scores(tmp_path, capsys):
                      "--allow-root"])
     assert "holds the scores of" in capsys.readouterr().err
     assert json.loads(out.read_text()) == report
+
+
+@pytest.mark.parametrize("where", ["submission", "foreign"])
+def test_autograde_feedback_is_guarded_before_any_grading(tmp_path, capsys, monkeypatch, where):
+    """``--feedback`` inside the submission, or onto a chapter notebook the grader did not write,
+    is one line (exit 2) before a notebook is graded, and the notebook there is left as it was."""
+    from dflash_lite.course import grading
+
+    graded = []
+    monkeypatch.setattr(grading, "run_submission", lambda *a: graded.append(a))
+    submitted = tmp_path / "alice"
+    submitted.mkdir()
+    (submitted / NB02.name).write_text(NB02.read_text())
+    feedback = submitted / "feedback" if where == "submission" else tmp_path / "feedback"
+    feedback.mkdir()
+    if where == "foreign":
+        (feedback / NB02.name).write_text('{"cells": [], "metadata": {}}')
+    with pytest.raises(SystemExit) as exit_:
+        course.main(["autograde", str(submitted), "--feedback", str(feedback), "--allow-root"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "feedback folder" in err and "Traceback" not in err
+    assert ("inside the submission" in err) == (where == "submission") and not graded
+    assert [p.name for p in feedback.iterdir()] == ([] if where == "submission" else [NB02.name])
+    if where == "foreign":
+        assert (feedback / NB02.name).read_text() == '{"cells": [], "metadata": {}}'
+
+
+def test_autograde_writes_each_graded_notebook_as_feedback(tmp_path, monkeypatch):
+    """Each graded notebook goes to the feedback folder with its score in its metadata, and a
+    second run replaces the feedback it wrote; a submission that is no notebook leaves none."""
+    from dflash_lite.course import grading
+
+    def run(source, path, work, hidden, limits, env):      # what grading keeps, without a kernel
+        if path.read_text() == "not json":
+            return {"cells": {"a": [0.0, 2.0, "not a notebook"]}, "stopped": "not a notebook",
+                    "kernel_score": 0.0, "graded": None}
+        kept = work / "graded" / path.name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+        nbformat.write(nb, kept)
+        return {"cells": {"a": [1.5, 2.0, ""]}, "stopped": "", "kernel_score": 2.0, "graded": kept}
+
+    monkeypatch.setattr(grading, "run_submission", run)
+    submitted, feedback = tmp_path / "alice", tmp_path / "feedback"
+    submitted.mkdir()
+    (submitted / NB02.name).write_text(NB02.read_text())
+    for _ in range(2):
+        course.autograde(submitted, allow_root=True, feedback=feedback)
+        written = nbformat.read(feedback / NB02.name, as_version=4)
+        assert written.metadata[course.FEEDBACK_KEY] == {"score": 1.5, "max_score": 2.0}
+        assert written.cells[0].source == "print(1)"
+    (feedback / NB02.name).unlink()
+    (submitted / NB02.name).write_text("not json")
+    course.autograde(submitted, allow_root=True, feedback=feedback)
+    assert not (feedback / NB02.name).exists()

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from dflash_lite.course import commands as course
+from dflash_lite.course import grader
 from test_notebooks import OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,8 +142,15 @@ def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path,
             cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in SMALL[stem].items())
     nbformat.write(unfilled, blank / f"{stem}.ipynb")
 
-    full = course.autograde(done, course_root=tmp_path / "course_done", allow_root=True)[stem]
+    full = course.autograde(done, course_root=tmp_path / "course_done", allow_root=True,
+                            feedback=tmp_path / "feedback")[stem]
     assert full["max_score"] > 0 and full["score"] == full["max_score"], full["cells"]
+    # the feedback is the run the student can read: every check's output, no grader's cell
+    back = nbformat.read(tmp_path / "feedback" / f"{stem}.ipynb", as_version=4)
+    assert back.metadata[course.FEEDBACK_KEY]["score"] == full["score"]
+    assert not any(grader.COLLECTOR_KEY in c.metadata for c in back.cells)
+    assert any("correct" in o.get("text", "") for c in back.cells if nbgrader(c).get("grade")
+               for o in c.get("outputs", []))
 
     zero = course.autograde(blank, course_root=tmp_path / "course_blank", allow_root=True)[stem]
     assert zero["max_score"] == full["max_score"]

@@ -19,7 +19,7 @@ import nbformat
 from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from ..files import atomic_write_text
 from ..measuring.harness import cpu_name
-from ..outputs import guard_output_file, refusal
+from ..outputs import guard_output_dir, guard_output_file, refusal
 from ..validate import POS, Parser, check_output_dir
 from . import grader, grading
 from . import site as course_site
@@ -184,12 +184,25 @@ count are computed by your teacher's grader, from your answers, not from what yo
 """
 
 
+FEEDBACK_KEY = "dflash_lite_feedback"     # a feedback notebook's metadata: what it scored
+
+
+def is_feedback(path: Path) -> bool:
+    """Whether ``path`` is a notebook :func:`autograde` wrote as feedback."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and FEEDBACK_KEY in (data.get("metadata") or {})
+
+
 def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
               course_root: str | Path | None = None, allow_root: bool = False,
-              hidden: str | Path | None = None, limits: grading.Limits | None = None) -> dict:
+              hidden: str | Path | None = None, limits: grading.Limits | None = None,
+              feedback: str | Path | None = None, overwrite: bool = False) -> dict:
     """Autograde the notebooks a student filled in (``NN_name.ipynb`` in ``submitted_dir``) one at a
     time, each sandboxed under ``limits`` (:mod:`dflash_lite.course.grading`); ``course_root`` keeps
-    the working files (else a temporary folder, removed). Returns ``{notebook: {"score",
+    the working files (else a temporary folder, removed). ``feedback``: a folder to write each
+    graded notebook into, for the student (its outputs, each check's included; its score in the
+    metadata); a chapter notebook already there that is not such feedback is replaced only with
+    ``overwrite``. Returns ``{notebook: {"score",
     "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0},
     "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed,
     "submission": the folder graded}}``; a chapter of ``selection`` not in the folder scores 0,
@@ -214,6 +227,12 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     hidden = Path(hidden) if hidden else grader.HIDDEN
     if not hidden.is_file():
         raise ValueError(f"the hidden checks are missing: no {hidden}")
+    if feedback is not None:
+        feedback = guard_output_dir(feedback, "feedback folder", tuple(nb.name for nb in notebooks),
+                                    overwrite, is_feedback)
+        if grading._inside(feedback, submitted) or grading._inside(feedback, ROOT):
+            raise ValueError(f"feedback folder {str(feedback)!r} is inside the submission or the "
+                             "repository: write the feedback to a folder of its own")
     limits = limits or grading.Limits()
     report = {}
     with tempfile.TemporaryDirectory(prefix="dflash-grade-") as tmp:
@@ -229,7 +248,12 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
         for nb in notebooks:
             outputs_dir.mkdir(parents=True, exist_ok=True)
             run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
-            report[nb.stem] = _entry(run, submitted)
+            report[nb.stem] = entry = _entry(run, submitted)
+            if feedback is not None and run["graded"] is not None:
+                graded = nbformat.read(run["graded"], as_version=4)
+                graded.metadata[FEEDBACK_KEY] = {k: entry[k] for k in ("score", "max_score")}
+                feedback.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(feedback / nb.name, nbformat.writes(graded))
     for nb in missing:
         why = f"missing: no {nb.name} in the submission"
         run = {"cells": grading._zero(nbformat.read(nb, as_version=4), why), "stopped": why,
@@ -262,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--notebooks", nargs="*",
                        help="chapter numbers (default: every notebook found)")
     grade.add_argument("--out", help="also write the scores to this JSON file")
+    grade.add_argument("--feedback", metavar="DIR",
+                       help="also write each graded notebook, with its checks' output, into DIR")
     grade.add_argument("--overwrite", action="store_true",
-                       help="let --out replace a file that is not a score report")
+                       help="let --out and --feedback replace files this command did not write")
     grade.add_argument("--cell-timeout", type=POS, default=grading.Limits.cell_timeout_s, help=(
         "seconds a cell may run before it is interrupted (default: %(default)s)"))
     grade.add_argument("--notebook-timeout", type=POS, default=grading.Limits.notebook_timeout_s,
@@ -314,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             limits = grading.Limits(cell_timeout_s=args.cell_timeout,
                                     notebook_timeout_s=args.notebook_timeout)
             report = autograde(args.submitted_dir, args.notebooks, allow_root=args.allow_root,
-                               limits=limits)
+                               limits=limits, feedback=args.feedback, overwrite=args.overwrite)
         except (ValueError, PermissionError) as e:
             parser.error(str(e))
         for name, nb in report.items():

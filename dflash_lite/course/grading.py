@@ -203,7 +203,8 @@ def _zero(source, why: str) -> dict[str, list]:
 
 def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: Path,
                    limits: Limits, env: dict) -> dict:
-    """Restore, execute and score one submitted notebook; every failure is this notebook's."""
+    """Restore, execute and score one submitted notebook; every failure is this notebook's. The
+    result's ``graded``: the executed notebook kept (None when there was no notebook to run)."""
     name = source_path.stem
     cwd, graded, scratch = work / "run" / name, work / "graded", work / "score" / name
     for folder in (cwd, graded, scratch):
@@ -213,7 +214,7 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
         submitted = nbformat.read(submitted_path, as_version=4)
     except Exception as e:  # noqa: BLE001  (nbformat raises several kinds for a non-notebook)
         cells = _zero(source, f"not a notebook ({type(e).__name__})")
-        return {"cells": cells, "stopped": "not a notebook", "kernel_score": 0.0}
+        return {"cells": cells, "stopped": "not a notebook", "kernel_score": 0.0, "graded": None}
     nb = restore_locked(submitted, source)
     grader.instrument(nb, source)
     # the instructor's files wherever they are, unless the kernel's own folders are inside them
@@ -236,7 +237,8 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
         cells = {g: c if c[0] or "not reached" not in c[2]
                  else [0.0, c[1], f"not reached: {stopped}"] for g, c in cells.items()}
     shutil.rmtree(cwd, ignore_errors=True)
-    return {"cells": cells, "stopped": stopped, "kernel_score": kernel_score(executed)}
+    return {"cells": cells, "stopped": stopped, "kernel_score": kernel_score(executed),
+            "graded": graded / f"{name}.ipynb"}
 
 
 def graded_submission(path: Path) -> str | None:
