@@ -124,7 +124,8 @@ def filled(student, source, answers: dict, parameters: dict):
 
 
 @pytest.mark.slow
-def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path, monkeypatch):
+def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path, monkeypatch,
+                                                           capfd):
     stem = "02_speculative_decoding"
     source = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
     student = nbformat.read(edition / f"{stem}.ipynb", as_version=4)
@@ -145,6 +146,8 @@ def test_autograde_full_marks_when_filled_and_zero_when_blank(edition, tmp_path,
     full = course.autograde(done, course_root=tmp_path / "course_done", allow_root=True,
                             feedback=tmp_path / "feedback")[stem]
     assert full["max_score"] > 0 and full["score"] == full["max_score"], full["cells"]
+    # the sandboxed kernel talks over sockets in its working folder, not TCP ports in plain text
+    assert "TCP" not in capfd.readouterr().err
     # the feedback is the run the student can read: every check's output, no grader's cell
     back = nbformat.read(tmp_path / "feedback" / f"{stem}.ipynb", as_version=4)
     assert back.metadata[course.FEEDBACK_KEY]["score"] == full["score"]

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,16 +125,21 @@ def _client_class():
     return LimitedClient
 
 
-def execute(nb, cwd: Path, kernels: Path, limits: Limits) -> tuple[object, str]:
+def execute(nb, cwd: Path, kernels: Path, limits: Limits,
+            sockets: Path | None = None) -> tuple[object, str]:
     """Run ``nb`` top to bottom in the sandboxed kernel; returns it (with the outputs of what ran)
-    and why it stopped early ("" when it ran to the end)."""
+    and why it stopped early ("" when it ran to the end). ``sockets``: a folder the kernel may
+    write, for its sockets as files (IPC), not ports on localhost (TCP, in plain text: without
+    one, or where its path is too long for a Unix socket's)."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     deadline = time.monotonic() + limits.notebook_timeout_s
-    km = AsyncKernelManager(kernel_name=KERNEL,
+    ipc = {"transport": "ipc", "ip": str(sockets / "kernel")} \
+        if sockets is not None and len(os.fsencode(sockets)) < 90 else {}
+    km = AsyncKernelManager(kernel_name=KERNEL, **ipc,
                             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
     client = _client_class()(
         nb, limits.output_kb << 10, km=km, allow_errors=True,
@@ -220,10 +226,14 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
     # the instructor's files wherever they are, unless the kernel's own folders are inside them
     instructor = [p for p in {hidden.resolve().parent, source_path.resolve().parent}
                   if not _inside(work.resolve(), p)]
-    kernels = kernel_spec(work / "jupyter" / name,
-                          [str(graded), str(work / "score"), *map(str, instructor)],
-                          [str(cwd), str(work / "outputs")], env, limits)
-    executed, stopped = execute(nb, cwd, kernels, limits)
+    sockets = Path(tempfile.mkdtemp(prefix="dflash-kernel-"))    # short, as a socket's path is
+    try:
+        kernels = kernel_spec(work / "jupyter" / name,
+                              [str(graded), str(work / "score"), *map(str, instructor)],
+                              [str(cwd), str(work / "outputs"), str(sockets)], env, limits)
+        executed, stopped = execute(nb, cwd, kernels, limits, sockets)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     # the grader scores the run with its collectors' lines, from a folder it cannot write (only
     # its scratch below is) and kernels cannot see; the copy kept as feedback is without them
     path = scratch.parent / f"{name}.ipynb"
