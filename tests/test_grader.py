@@ -302,11 +302,8 @@ def test_autograde_writes_each_graded_notebook_as_feedback(tmp_path, monkeypatch
         if path.read_text() == "not json":
             return {"cells": {"a": [0.0, 2.0, "not a notebook"]}, "stopped": "not a notebook",
                     "kernel_score": 0.0, "graded": None}
-        kept = work / "graded" / path.name
-        kept.parent.mkdir(parents=True, exist_ok=True)
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
-        nbformat.write(nb, kept)
-        return {"cells": {"a": [1.5, 2.0, ""]}, "stopped": "", "kernel_score": 2.0, "graded": kept}
+        return {"cells": {"a": [1.5, 2.0, ""]}, "stopped": "", "kernel_score": 2.0, "graded": nb}
 
     monkeypatch.setattr(grading, "run_submission", run)
     submitted, feedback = tmp_path / "alice", tmp_path / "feedback"

@@ -250,7 +250,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
             run = grading.run_submission(nb, submitted / nb.name, work, hidden, limits, env)
             report[nb.stem] = entry = _entry(run, submitted)
             if feedback is not None and run["graded"] is not None:
-                graded = nbformat.read(run["graded"], as_version=4)
+                graded = run["graded"]
                 graded.metadata[FEEDBACK_KEY] = {k: entry[k] for k in ("score", "max_score")}
                 feedback.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(feedback / nb.name, nbformat.writes(graded))

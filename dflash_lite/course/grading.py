@@ -210,7 +210,7 @@ def _zero(source, why: str) -> dict[str, list]:
 def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: Path,
                    limits: Limits, env: dict) -> dict:
     """Restore, execute and score one submitted notebook; every failure is this notebook's. The
-    result's ``graded``: the executed notebook kept (None when there was no notebook to run)."""
+    result's ``graded``: the executed notebook as kept (None when there was no notebook to run)."""
     name = source_path.stem
     cwd, graded, scratch = work / "run" / name, work / "graded", work / "score" / name
     for folder in (cwd, graded, scratch):
@@ -248,7 +248,7 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
                  else [0.0, c[1], f"not reached: {stopped}"] for g, c in cells.items()}
     shutil.rmtree(cwd, ignore_errors=True)
     return {"cells": cells, "stopped": stopped, "kernel_score": kernel_score(executed),
-            "graded": graded / f"{name}.ipynb"}
+            "graded": executed}
 
 
 def graded_submission(path: Path) -> str | None:
