@@ -59,10 +59,16 @@ def test_config_options_reach_the_optimizer_and_the_loss():
     assert len(plain.optimizer.param_groups) == 1 and plain.optimizer.param_groups[0]["betas"] == (0.9, 0.999)
 
 
-@pytest.mark.parametrize("bad", [{"warmup_fraction": 1.0}, {"min_lr_ratio": 1.5}, {"warmup_steps": -1}])
+@pytest.mark.parametrize("bad", [{"warmup_fraction": 1.0}, {"min_lr_ratio": 1.5}, {"warmup_steps": -1},
+                                 {"steps": 0}, {"log_every": 0}, {"checkpoint_every": -1},
+                                 {"lr": 0.0}, {"grad_clip": -1.0}, {"weight_decay": float("nan")},
+                                 {"time_budget_s": 0}, {"steps": 2.5}])
 def test_a_schedule_that_cannot_run_is_refused(bad):
-    with pytest.raises(ValueError, match=next(iter(bad))):
+    """One line naming the field, at construction: ``log_every=0`` used to train a step and then
+    divide by zero."""
+    with pytest.raises(ValueError, match=next(iter(bad))) as info:
         TrainConfig(**bad)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from ..decoding.variants import make_drafter
 from ..files import atomic_write_text
 from ..prompts import apply_chat_template, encode_all, training_prompts, user_prompts
 from .data import IGNORE, RegeneratedData, epoch_batches, lm_batches, regenerate
-from .loss import (GAMMA, FeatureCache, drafter_loss, labelled_logits,  # noqa: F401 (public)
+from .loss import (FeatureCache, drafter_loss, labelled_logits,  # noqa: F401 (public)
                    loss_gamma, position_accuracy, position_weights)
 from .trainer import (CHECKPOINT, TrainConfig, Trainer, prepare_out,  # noqa: F401 (public)
                       read_checkpoint, same_run)

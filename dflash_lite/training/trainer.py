@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from .. import outputs
 from ..files import atomic_path
+from ..validate import check_float, check_int, check_seed
 
 
 @dataclass
@@ -43,12 +44,20 @@ class TrainConfig:
     autocast_dtype: torch.dtype | None = None   # loss_fn under autocast in it (fp32 master weights)
 
     def __post_init__(self):
+        """One line for a field the schedule cannot run with, before any training."""
+        for name in ("steps", "log_every"):
+            check_int(name, getattr(self, name))
+        check_int("checkpoint_every", self.checkpoint_every, 0)
+        check_seed(self.seed)
+        for name, low_open in (("lr", True), ("grad_clip", True), ("weight_decay", False)):
+            check_float(name, getattr(self, name), low_open=low_open)
+        check_float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if self.warmup_steps is not None:
+            check_int("warmup_steps", self.warmup_steps, 0)
+        if self.time_budget_s is not None:
+            check_float("time_budget_s", self.time_budget_s, low_open=True)
 
 
 def cosine_lr(progress: float, step: int, config: TrainConfig) -> float:
