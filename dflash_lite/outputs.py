@@ -237,10 +237,11 @@ def begin(out: str | os.PathLike, replace: bool, what: str,
 
 def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Put a finished run in place: when ``work`` is a staging directory, the old ``out`` is moved
-    aside, ``work`` renamed to ``out``, and only then the old one deleted. Releases the lock."""
-    work, out = Path(work), Path(out)
-    if _resolved(work) != _resolved(out):
-        old = out.parent / f".{out.name}.old"
+    aside, ``work`` renamed to ``out``, and only then the old one deleted. Releases the lock. An
+    ``out`` that is a symbolic link stays one: the directory it points to is what is replaced."""
+    work, out, given = Path(work), _resolved(Path(out)), Path(out)
+    if _resolved(work) != out:
+        old = _beside(out, "old")
         if os.path.lexists(old) and not _own_dir(old):
             raise ValueError(f"{str(old)!r} is in the way of out {str(out)!r} and was not "
                              f"written by dflash-lite; remove or rename it (the new run is in "
@@ -255,4 +256,4 @@ def commit(work: str | os.PathLike, out: str | os.PathLike) -> Path:
         if old.exists():
             shutil.rmtree(old)
     release(out)
-    return out
+    return given

@@ -274,6 +274,23 @@ def test_the_lock_is_this_projects_own_and_is_released(tmp_path):
     outputs.release(out)
 
 
+def test_a_run_committed_through_a_symbolic_link_replaces_what_it_points_to(tmp_path):
+    """``out`` a link to a run's directory: the directory is replaced, the link stays a link, and
+    nothing is left beside either (the old directory used to be renamed as a link and then passed
+    to rmtree, which refused it after the link had been replaced)."""
+    store, link = tmp_path / "store" / "run", tmp_path / "link"
+    outputs.mark(store, "first run")
+    (store / "old.txt").write_text("old")
+    link.symlink_to(store)
+    work = outputs.begin(link, True, "second run")
+    (work / "new.txt").write_text("new")
+    assert outputs.commit(work, link) == link
+    assert link.is_symlink() and link.resolve() == store.resolve()
+    assert sorted(p.name for p in store.iterdir()) == [outputs.MARKER, "new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "store"]
+    assert [p.name for p in store.parent.iterdir()] == ["run"]
+
+
 def test_a_card_of_a_read_only_folder_is_refused_before_the_evaluation(capsys, tmp_path,
                                                                        monkeypatch):
     monkeypatch.setattr("dflash_lite.measuring.model_card.load_pretrained",
