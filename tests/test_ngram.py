@@ -57,6 +57,26 @@ def test_the_matcher_agrees_with_a_brute_force_search():
         assert ngram_continuation(history, max_ngram, k) == expected, (history, max_ngram, k)
 
 
+def test_the_proposers_index_agrees_with_the_matcher_as_blocks_arrive():
+    """The index read in at some steps only (as the policy matches) finds what the matcher finds
+    over the whole history at every step."""
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        max_ngram = int(rng.integers(1, 4))
+        proposer = NgramProposer(max_drafts=5, max_ngram=max_ngram)
+        history = rng.integers(0, 4, size=int(rng.integers(1, 12))).tolist()
+        proposer.start(torch.tensor([history]), None)
+        for _ in range(int(rng.integers(1, 10))):
+            last = int(rng.integers(0, 4))
+            if rng.random() < 0.6:
+                k = int(rng.integers(0, 7))
+                assert proposer.continuation(last, k) == ngram_continuation(
+                    history + [last], max_ngram, k), (history, last, max_ngram, k)
+            block = [last] + rng.integers(0, 4, size=int(rng.integers(0, 4))).tolist()
+            proposer.accepted(torch.tensor([block]), len(block) - 1, len(history), None)
+            history += block
+
+
 def test_the_proposer_keeps_the_committed_history():
     proposer = NgramProposer(max_drafts=4, max_ngram=2)
     assert proposer.block_size == 5 and proposer.layer_ids is None

@@ -8,7 +8,7 @@ import torch
 
 from dflash_lite import corpus, generate_autoregressive, stop_token_ids
 from dflash_lite.decoding.decode import DFlashProposer, generate
-from dflash_lite.decoding.ngram import NgramProposer
+from dflash_lite.decoding.ngram import NgramIndex
 from dflash_lite.decoding.choice import LEAD
 from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, RETIME, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
@@ -259,8 +259,8 @@ def test_a_batch_matches_prompt_lookup_only_where_it_can_win(tiny, random_drafte
     alone = [generate(target, CostAwareProposer(random_drafter, target, PolicyOptions(
         max_block_size=16, ngram_drafts=10), MEASURED_SHAPE), x, 16).tokens for x in ids]
     matched = []
-    original = NgramProposer.continuation
-    monkeypatch.setattr(NgramProposer, "continuation",
+    original = NgramIndex.continuation
+    monkeypatch.setattr(NgramIndex, "continuation",
                         lambda self, *a: matched.append(1) or original(self, *a))
     for prior, matches in ((0.01, False), (0.99, True)):
         matched.clear()

@@ -5,12 +5,38 @@ few tokens is a good guess for what follows now: :func:`ngram_continuation` find
 argmax drafts (docs/method.md#verification-and-acceptance)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..validate import check_int
 from .decode import ChainDraft
 from .shapes import EAGER, Shapes
+
+
+class NgramIndex:
+    """A growing token history and, for each n <= ``max_ngram``, where its most recent run of each
+    n tokens ended: a lookup is a few dict reads, and each new token costs ``max_ngram`` writes."""
+
+    def __init__(self, max_ngram: int = 3):
+        self.history: list[int] = []
+        self.runs: list[dict[tuple, int]] = [{} for _ in range(max_ngram)]   # n - 1 -> run -> end
+
+    def extend(self, tokens: list[int]) -> None:
+        h, first = self.history, len(self.history)
+        h.extend(tokens)
+        for n, runs in enumerate(self.runs, 1):     # the runs that end in the new tokens, in order:
+            start = max(first - n + 1, 0)           # the latest of equal runs stays
+            runs.update(zip(zip(*(h[start + i:] for i in range(n))), range(start + n, len(h) + 1)))
+
+    def continuation(self, last: int, k: int) -> list[int]:
+        """:func:`ngram_continuation` of the history followed by ``last``."""
+        h = self.history
+        tail = h[max(0, len(h) - len(self.runs) + 1):] + [last]
+        for n in range(len(tail), 0, -1):
+            start = self.runs[n - 1].get(tuple(tail[-n:]))
+            if start is not None:
+                follow = h[start:] + [last]
+                return (follow * (k // len(follow) + 1))[: max(k, 0)]
+        return []
 
 
 def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
@@ -19,23 +45,12 @@ def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     earlier at all; ``[]`` when not even the last token occurs earlier. A match with fewer than k
     tokens after it is read as repeating with the period it shows (its distance to the end), as a
     loop the model has fallen into would go on: ``a b c a b`` continues ``c a b c ...``."""
-    h = np.asarray(history, dtype=np.int64)                            # (L,)
-    if k <= 0 or h.size < 2:
+    history = [int(t) for t in history]
+    if not history:
         return []
-    # ends: earlier positions e where the last n tokens also end (e <= L-2, so a token follows).
-    # Grow n one token at a time, keeping the ends whose match reaches one token further back.
-    ends = np.flatnonzero(h[:-1] == h[-1])                             # n = 1
-    longest = ends
-    for n in range(2, max_ngram + 1):
-        ends = ends[ends >= n - 1]
-        ends = ends[h[ends - (n - 1)] == h[-n]]                       # the n-th last matches too
-        if ends.size == 0:
-            break
-        longest = ends
-    if longest.size == 0:
-        return []
-    start = int(longest[-1]) + 1                       # the most recent match's continuation
-    return np.resize(h[start:], k).tolist()            # cut at k, or repeated to k by its period
+    index = NgramIndex(max_ngram)
+    index.extend(history[:-1])
+    return index.continuation(history[-1], k)
 
 
 class NgramProposer:
@@ -49,25 +64,21 @@ class NgramProposer:
         self.max_ngram, self.shapes = check_int("max_ngram", max_ngram), shapes
 
     def start(self, prompt_ids: torch.Tensor, target_hidden) -> None:
-        self.history = prompt_ids[0].tolist()          # the committed tokens before `last`
-        self.blocks = []            # the blocks committed since, (position, tokens), read in later
+        self.index = NgramIndex(self.max_ngram)
+        self.blocks = [prompt_ids]      # what is committed before `last`, read in at the next match
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
         if self.blocks:                 # every block since the last match, in one host read
-            tokens = torch.cat([b for _, b in self.blocks], dim=1)[0].tolist()
-            at = 0
-            for position, block in self.blocks:
-                self.history[position:] = tokens[at: at + block.shape[1]]
-                at += block.shape[1]
+            self.index.extend(torch.cat(self.blocks, dim=1)[0].tolist())
             self.blocks = []
-        return ngram_continuation(self.history + [last_token], self.max_ngram, k)
+        return self.index.continuation(last_token, k)
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:
         drafts = self.continuation(int(last_token), k)                  # (<= k,), a point mass
         return ChainDraft(torch.tensor(drafts, dtype=torch.long, device=last_token.device))
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
-        # `last` sat at `position`; it and the n accepted drafts are committed now, read in at the
-        # next match (the block is (1, n+1) in the decode loop: no slice to take)
-        self.blocks.append((position, block if block.shape[1] == n + 1 else block[:, : n + 1]))
+        # `last` (at `position`, right after the history) and the n accepted drafts are committed
+        # now, read in at the next match (the block is (1, n+1) in the decode loop: no slice)
+        self.blocks.append(block if block.shape[1] == n + 1 else block[:, : n + 1])

@@ -15,8 +15,8 @@ from .choice import (DRAFTER_KINDS, PLAIN, Choice, PolicyOptions, choose,  # noq
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
-from .ngram import NgramProposer
-from .proposers import DFlashProposer, PerRow, stack_padded
+from .ngram import NgramIndex
+from .proposers import DFlashProposer, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
 
@@ -66,10 +66,9 @@ class CostAwareProposer(DFlashTreeProposer):
             self.estimate = AcceptanceEstimate.for_options(o)
         else:                                      # what earlier requests learned, at a discount
             self.estimate.decay(o.request_decay)
-        self.lookup = PerRow(NgramProposer(o.ngram_drafts, o.max_ngram)) if o.ngram_drafts else None
-        if self.lookup is not None:
-            self.lookup.start(ids, None, lengths)
-        self.unread: list[tuple] = []              # steps' blocks lookup has not read in yet
+        # prompt lookup: per row, an index of its tokens, and what it has not read in yet
+        self.lookup = [NgramIndex(o.max_ngram) for _ in lengths] if o.ngram_drafts else None
+        self.unread = [[ids[r: r + 1, :n]] if self.lookup else [] for r, n in enumerate(lengths)]
         # per row: the features no drafter forward has seen yet, where they start, where the row's
         # last token sits, and how many positions wait
         self.waiting = [[features[r: r + 1, :n]] if self.drafting else []
@@ -99,10 +98,14 @@ class CostAwareProposer(DFlashTreeProposer):
         self.continuations: list[list[int]] = [[]] * rows     # none matched (never appended to)
 
     def _read_in(self) -> None:
-        """Prompt lookup reads in the steps committed since its last match."""
-        for blocks, positions in self.unread:
-            self.lookup.accepted(blocks, positions, [None] * len(blocks))
-        self.unread = []
+        """Prompt lookup reads in every row's tokens committed since its last match: one host
+        read for the batch."""
+        tokens, at = torch.cat([b for row in self.unread for b in row], dim=1)[0].tolist(), 0
+        for index, row in zip(self.lookup, self.unread):
+            n = sum(b.shape[1] for b in row)
+            index.extend(tokens[at: at + n])
+            at += n
+        self.unread = [[] for _ in self.unread]
 
     def propose(self, last, depths):
         self.started = time.perf_counter()
@@ -131,8 +134,8 @@ class CostAwareProposer(DFlashTreeProposer):
             matched = self.lookup is not None and c.ngram > 0
         if matched:
             self._read_in()
-            self.continuations = [p.continuation(t, min(d, p.block_size - 1))
-                                  for p, t, d in zip(self.lookup.proposers, lasts, depths)]
+            self.continuations = [x.continuation(t, min(d, self.options.ngram_drafts))
+                                  for x, t, d in zip(self.lookup, lasts, depths)]
             # a batch verifies lookup's drafts only on a step after one that matched them
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
@@ -204,8 +207,8 @@ class CostAwareProposer(DFlashTreeProposer):
             self.waited[r] += n + 1
             self.context[r] = position + n + 1
             self.emitted[r] += n + 1
-        if self.lookup is not None:                # read in at its next match
-            self.unread.append((blocks, positions))
+            if self.lookup is not None:             # read in at lookup's next match
+                self.unread[r].append(block)
         # every kind that runs the drafter lost and rests: it will not run in this request
         if self.drafting and self.costs.rests_all(DRAFTER_KINDS):
             self.drafting = False
@@ -248,11 +251,8 @@ class CostAwareProposer(DFlashTreeProposer):
                 _judge(items, None)
         super().keep(index)
         for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations",
-                     "emitted"):
+                     "emitted", "unread") + (("lookup",) if self.lookup is not None else ()):
             setattr(self, name, [getattr(self, name)[i] for i in index])
-        if self.lookup is not None:
-            self._read_in()
-            self.lookup.keep(index)
 
 
 @dataclass
