@@ -35,7 +35,7 @@ class NgramIndex:
             start = self.runs[n - 1].get(tuple(tail[-n:]))
             if start is not None:
                 follow = h[start:] + [last]
-                return (follow * (k // len(follow) + 1))[: max(k, 0)]
+                return (follow * (k // len(follow) + 1))[:k]    # k <= 0: empty
         return []
 
 
