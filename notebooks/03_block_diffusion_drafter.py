@@ -548,10 +548,10 @@ _ = clock.report()                        # run time at this run's parameters, a
 # The drafter was trained for exactly one pass from masks (one noise level, *t* = 1), so a block
 # full of its own guesses is an input it never saw in training. Compare each row's tau with the
 # first row's: with the shipped drafter, do re-fed drafts raise tau on math? Every pass adds a
-# drafter forward, so a pass that does not raise tau costs speed; the last lines print the fastest
-# pass count and whether tokens/s fell with each extra pass. This is not MDLM-style unmasking
-# (keep the confident slots, re-mask the rest, which stays closer to what the drafter saw in
-# training): exercise 5 builds that and measures it. One pass is the method, as the paper says.
+# drafter forward, so a pass that does not raise tau costs speed; the comparison's last lines print
+# the fastest pass count and whether tokens/s fell with each extra pass. This is not MDLM-style
+# unmasking (keep the confident slots, re-mask the rest, which stays closer to what the drafter saw
+# in training): exercise 5 builds that and measures it. One pass is the method, as the paper says.
 #
 # ## Summary
 #

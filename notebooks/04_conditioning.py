@@ -257,7 +257,7 @@ _ = save_figure(fig, "04_slot0")
 #
 #     python tools/train_ablations.py --workers 2 && python tools/train_ablations.py --collect
 #
-# (about 40 minutes on 2 CPU cores; the numbers land in `results/ablations.json`).
+# (about 35 minutes on 2 CPU cores; the numbers land in `results/ablations.json`).
 #
 # The loss curves are smoothed with a trailing mean over the last few logged points. (A centred
 # `np.convolve(..., mode="same")` pads the ends with zeros, which draws a rise and a drop at both
@@ -305,10 +305,10 @@ assert v["no_target_features"]["tau_by_inference_block_size"]["16"]["math"] > 0.
 
 # %% [markdown]
 # **The loss rises in the second half.** In the lower panel every curve falls to a low point and
-# then climbs again for about a hundred steps; the cell below prints where. Every variant does it,
+# then climbs again for a stretch of steps; the cell below prints where. Every variant does it,
 # including the one without the target's features, and at the same steps. That points at the data
 # rather than at the model: the runs share a seed, so they see the same batches in the same order,
-# and each logged point is the loss of one batch of 8 sequences out of a few thousand, whose share
+# and each logged point is the loss of one batch of sequences out of a few thousand, whose share
 # of code (which the drafter predicts far worse than math) changes from batch to batch. The
 # learning rate is not at its peak there: it warms up early and is already decaying on its cosine
 # (`dflash_lite/training/trainer.py`). So the rise most likely comes from a stretch of harder batches, and
@@ -330,9 +330,9 @@ print("steps where the variants' curves are lowest:", sorted(lowest_steps))
 # %% [markdown]
 # ## 4b. At a longer budget
 #
-# 400 steps is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe of an
-# earlier shipped drafter, with tau probed on held-out prompts every 100 steps), with and without
-# the target's features (the current shipped drafter trained longer: its model card,
+# The budget above is short. Two runs at a longer budget (25 minutes on one CPU thread, the recipe
+# of an earlier shipped drafter, with tau probed on held-out prompts every 100 steps), with and
+# without the target's features (the current shipped drafter trained longer: its model card,
 # `dflash_lite/models/tiny-dflash/MODEL_CARD.md`, gives its recipe):
 #
 #     python -m dflash_lite train --target tiny --block-size 16 --layers 2 --steps 100000 --time-budget-s 1500 \
@@ -490,7 +490,9 @@ score(check_tap_indices(answer_1), 1)
 # %% [markdown]
 # **2. ★ What the drafter caches.** For the shipped drafter, how many numbers per context position
 # does its `SlotCache` hold (all layers, keys and values), and how many would the raw tapped
-# features take? *(Draft once with `drafter.draft_logits(target, block, features, 0, cache)` and count
+# features take? *(Draft once on the prompt above: `features = context_features(out.hidden_states,
+# drafter.config.target_layer_ids)`, `cache = SlotCache(drafter.config.num_layers)`, then
+# `drafter.draft_logits(target, block, features, 0, cache)`; count
 # what each layer's `cache.layers[i].keys` and `.values` hold at the context's positions: they are
 # buffers with room to spare, so take `[:, :, :n]` of them for n positions. Or work it out from
 # `drafter.config`.)*

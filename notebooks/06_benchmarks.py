@@ -341,7 +341,7 @@ score(ch06.check_own_prompts(answer_4, own_file, own_report), 2)
 #
 # 1. Why are speedups reported as ratios within one run, and why interleaved?
 # 2. Which three forwards does the cost model need, and at which context length are they measured here?
-# 3. Why is the measured speedup usually below the cost model's prediction?
+# 3. The measured speedup can land on either side of the cost model's prediction. What does the per-step model leave out, and which of those parts can put the measurement above it?
 # 4. What does a negative overhead in the cost-model table mean?
 # 5. Why does a longer block not always pay, even when tau grows?
 # 6. What does the cost-aware policy do on prompts where drafts are rarely accepted, and how does it come back?

@@ -482,7 +482,7 @@ score(ch07.check_harmless_threshold(answer_3, target, tokenizer), 1)
 #
 # 1. Why is a per-token "acceptance rate" a worse summary of a drafter than tau?
 # 2. Which measured quantities does the honest cost model need, and which constants does the article's formula assume instead?
-# 3. Why does the prefill make the measured whole-generation speedup lower than the per-step prediction?
+# 3. Both decoders pay the prefill once. Which way does that move the whole-generation prediction against the per-step one, and why can the measured speedup still land above both?
 # 4. What does DFlash train with, and what would an MSE on logits fail to reward?
 # 5. How many drafter forwards does DFlash take per block, and how many does an autoregressive drafter take?
 # 6. What does a fresh random projection at inference do to the conditioning the drafter was trained on?

@@ -531,7 +531,8 @@ for r in rows:
 #
 # The default policy (`dflash_lite.decoding.policy.CostAwareProposer`, the same class that serves
 # one request: one request is a batch of one) chooses one option per step for the whole batch:
-# plain decoding, a chain of B - 1 drafts, a tree, or prompt lookup's continuation, by expected
+# plain decoding, a chain of B - 1 drafts, a tree, prompt lookup's continuation, or (for one
+# request) the hybrid tree, a tree with lookup's continuation as one more branch, by expected
 # tokens per second (SmartSpec's goodput rule), from step costs measured at that batch size and the
 # acceptance pooled over the rows. A batch that nothing joins lasts as long as its last row, so a
 # row's tokens count only while the row is not far ahead of that one
@@ -665,7 +666,7 @@ _ = save_figure(fig, "11_published_vs_measured")
 
 # %% [markdown]
 # From batch 1 to the largest batch they fall. (The H200's DFlash B=16 climbs back at batch 64:
-# its steps ratio stops falling there, as the last paragraph explains, and each H200 cell is one
+# its steps ratio stops falling there, as the next paragraph explains, and each H200 cell is one
 # measurement.) The split shows why the H200 curve falls, even though that GPU is far from
 # full with the tiny pair: its forwards cost about the same at every batch and width of this
 # sweep, from one token to the widest verify at batch 64 (the run's `cost_model`; notebook 10
@@ -680,8 +681,9 @@ _ = save_figure(fig, "11_published_vs_measured")
 # H200 cell is a single measurement, so read the slope, not a cell; the fp32 sweep in the same
 # folder ranks the rows differently at batch 1.
 #
-# This CPU shows the other half. Its step-time ratio sits below the H200's at every batch size: a
-# wider forward costs more here already at small batches (section 2), so every speculative step
+# This CPU shows the other half. DFlash B=16's step-time ratio sits below the H200's at every
+# batch size both ran, and the default policy's is nowhere above it: a wider forward costs more
+# here already at small batches (section 2), so every speculative step
 # costs more plain steps' worth of time than on the GPU. Where its steps ratio stops falling (at the
 # largest batch the prompts repeat, as on the H200), only the step-time ratio can move the speedup
 # further, and in one run of a few repeats it moves with the machine's noise as much as with the
