@@ -121,7 +121,7 @@ class Engine:
         for ids in input_ids:                   # fail before anything is yielded
             check_request(self.target, ids, max_new_tokens)
         noise = None if sampling.greedy else PositionNoise(seed)    # a greedy call draws nothing
-        pieces = self._stream(input_ids, max_new_tokens, sampling, noise, batch)
+        pieces = self._stream(input_ids, max_new_tokens, sampling, noise, batch, stream)
         if stream:
             return pieces if batch else (piece for _, piece in pieces)
         texts = [""] * len(input_ids)
@@ -129,17 +129,19 @@ class Engine:
             texts[row] += piece
         return texts if batch else texts[0]
 
-    def _stream(self, input_ids, max_new_tokens, sampling, generator, batch):
+    def _stream(self, input_ids, max_new_tokens, sampling, generator, batch, stream):
         if self.compile and not self._busy.acquire(blocking=False):
             raise RuntimeError("this Engine(compile=True) is serving another call (its fixed-shape "
                                "caches hold one request); use one Engine per thread")
         try:
-            yield from self._decode(input_ids, max_new_tokens, sampling, generator, batch)
+            yield from self._decode(input_ids, max_new_tokens, sampling, generator, batch, stream)
         finally:
             if self.compile:
                 self._busy.release()
 
-    def _decode(self, input_ids, max_new_tokens, sampling, generator, batch):
+    def _decode(self, input_ids, max_new_tokens, sampling, generator, batch, stream):
+        """``(row, piece)`` as steps commit tokens (with ``stream``; else each row's whole text
+        at the end): the last pieces are what the whole output decodes to past what was shown."""
         timer = PhaseTimer(self.target.device)
         seed = None if generator is None else generator.seed
         results = [GenerationResult(ids.shape[1], phase_times=timer.seconds, seed=seed)
@@ -151,20 +153,38 @@ class Engine:
         loop = steps(self.target, proposer, [ids.to(device) for ids in input_ids] if batch
                      else input_ids[0].to(device), max_new_tokens, sampling, self.stops,
                      generator, timer)
-        emitted = [""] * len(input_ids)
+        texts = [IncrementalText(self.tokenizer) for _ in input_ids]
         for step in loop:
-            result = results[step.row]
-            result.record(step)
-            text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
-            if text.endswith("\ufffd"):    # half of a multi-byte character: wait for the rest
-                continue
-            yield step.row, text[len(emitted[step.row]):]
-            emitted[step.row] = text
+            results[step.row].record(step)
+            if stream and (piece := texts[step.row].add(step.tokens)):
+                yield step.row, piece
         if self.session is not None and self.block_size is None:
             # the next call starts from here (one request: with its text, for the drift check)
             self.session.finished(proposer, None if len(input_ids) > 1 else torch.cat(
                 [input_ids[0], torch.tensor([results[0].tokens])], dim=1))
         for row, result in enumerate(results):
             text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
-            if len(text) > len(emitted[row]):
-                yield row, text[len(emitted[row]):]
+            if len(text) > texts[row].shown:
+                yield row, text[texts[row].shown:]
+
+
+class IncrementalText:
+    """One output's text as its tokens arrive, decoding at each :meth:`add` only the tokens since
+    the last piece, with the piece before them as context (a tokenizer may decode a token alone
+    without its leading space), not the whole output again: linear in the output's length."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.tokens = tokenizer, []
+        self.context = self.read = self.shown = 0     # token offsets; characters shown
+
+    def add(self, tokens: list[int]) -> str:
+        """The text ``tokens`` add; "" while it ends in half of a multi-byte character."""
+        self.tokens += tokens
+        window = self.tokens[self.context:]
+        before, text = (self.tokenizer.decode(ids, skip_special_tokens=True)
+                        for ids in (window[: self.read - self.context], window))
+        if len(text) <= len(before) or text.endswith("\ufffd"):
+            return ""
+        self.context, self.read = self.read, len(self.tokens)
+        self.shown += len(text) - len(before)
+        return text[len(before):]
