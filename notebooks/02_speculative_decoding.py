@@ -452,7 +452,7 @@ assert same
 # probability `1 - TV(p, q)`, the most any rule can reach; coupled through the same noise it is
 # accepted when the two Gumbel-max samples agree, which happens at least `(1 - TV) / (1 + TV)` of
 # the time. Measure it at every position of the target's answer above, with the small draft
-# model's `q` (2000 noise draws per position), against both lines:
+# model's `q` (`draws` in the cell: the noise seeds tried at each position), against both lines:
 
 # %%
 coupling_noise, draws = PositionNoise(5), torch.arange(2000)
