@@ -681,13 +681,12 @@ _ = save_figure(fig, "11_published_vs_measured")
 # H200 cell is a single measurement, so read the slope, not a cell; the fp32 sweep in the same
 # folder ranks the rows differently at batch 1.
 #
-# This CPU shows the other half. DFlash B=16's step-time ratio sits below the H200's at every
-# batch size both ran, and the default policy's is nowhere above it: a wider forward costs more
-# here already at small batches (section 2), so every speculative step
-# costs more plain steps' worth of time than on the GPU. Where its steps ratio stops falling (at the
-# largest batch the prompts repeat, as on the H200), only the step-time ratio can move the speedup
-# further, and in one run of a few repeats it moves with the machine's noise as much as with the
-# batch (the line under the sweep's table says how far a tie can read). A server that lets new
+# This CPU shows the other half. DFlash B=16's step-time ratio sits below the H200's at every batch
+# size: a wider forward costs more here already at small batches (section 2), so every speculative
+# step costs more plain steps' worth of time than on the GPU. Where its steps ratio stops falling
+# (at the largest batch the prompts repeat, as on the H200), only the step-time ratio can move the
+# speedup further, and in one run of a few repeats it moves with the machine's noise as much as with
+# the batch (the line under the sweep's table says how far a tie can read). A server that lets new
 # requests join as others finish (continuous batching, as vLLM does) does not wait for the slowest
 # row. The loop here lets finished rows leave, but nothing joins, so the batch still ends with its
 # slowest row.

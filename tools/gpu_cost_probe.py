@@ -6,7 +6,7 @@ tokens (t_target(b)) and one drafter forward over a block of 16 (t_draft(16)) at
 length:
 
 * **eager**: the decode loop's own forwards, timed by
-  ``dflash_lite.decoding.policy.measure_step_costs``;
+  ``dflash_lite.decoding.costs.measure_step_costs``;
 * **compiled** (``--compiled-sizes``, on CUDA): the decode loop's forwards on fixed shapes
   (``dflash_lite.decoding.shapes.FixedShapes``) through ``torch.compile(mode="reduce-overhead")``.
 
