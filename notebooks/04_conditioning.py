@@ -257,7 +257,7 @@ _ = save_figure(fig, "04_slot0")
 #
 #     python tools/train_ablations.py --workers 2 && python tools/train_ablations.py --collect
 #
-# (about 35 minutes on 2 CPU cores; the numbers land in `results/ablations.json`).
+# (the cell below prints how long the runs took; the numbers land in `results/ablations.json`).
 #
 # The loss curves are smoothed with a trailing mean over the last few logged points. (A centred
 # `np.convolve(..., mode="same")` pads the ends with zeros, which draws a rise and a drop at both
@@ -272,6 +272,9 @@ names = {"reference": "KV injection, 5 taps (DFlash)", "input_fusion": "input fu
 print(f"budget: {v['reference']['steps']} steps each; tau on "
       f"{v['reference']['eval']['prompts_per_domain']} "
       f"held-out prompts per domain, B=16")
+wall = sum(r["wall_seconds"] for r in v.values())
+print(f"all {len(v)} runs of the file (notebook 05 reads the other {len(v) - len(names)}): "
+      f"{wall / 60:.0f} min of one CPU thread, two at a time with --workers 2")
 print(f"{'variant':<32} {'taps':<16} {'final loss':>10} {'tau math':>9} {'tau code':>9}")
 for key, label in names.items():
     r = v[key]
