@@ -39,6 +39,17 @@ class NgramIndex:
         return []
 
 
+def read_in(indexes: list[NgramIndex], blocks: list[list[torch.Tensor]]) -> None:
+    """Each index extended by its row's ``blocks`` ((1, n) token tensors on the device, in order),
+    with one host read for all of them."""
+    if any(blocks):
+        tokens, at = torch.cat([b for row in blocks for b in row], dim=1)[0].tolist(), 0
+        for index, row in zip(indexes, blocks):
+            n = sum(b.shape[1] for b in row)
+            index.extend(tokens[at: at + n])
+            at += n
+
+
 def ngram_continuation(history, max_ngram: int = 3, k: int = 10) -> list[int]:
     """Up to ``k`` tokens that followed the most recent earlier occurrence of the last n tokens of
     ``history`` (a 1-D sequence of token ids), for the largest n <= ``max_ngram`` that occurs
@@ -69,9 +80,8 @@ class NgramProposer:
 
     def continuation(self, last_token: int, k: int) -> list[int]:
         """Up to ``k`` drafts after ``last_token``: host token ids (:func:`ngram_continuation`)."""
-        if self.blocks:                 # every block since the last match, in one host read
-            self.index.extend(torch.cat(self.blocks, dim=1)[0].tolist())
-            self.blocks = []
+        read_in([self.index], [self.blocks])    # every block since the last match
+        self.blocks = []
         return self.index.continuation(last_token, k)
 
     def propose(self, last_token: torch.Tensor, k: int) -> ChainDraft:

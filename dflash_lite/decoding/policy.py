@@ -15,7 +15,7 @@ from .choice import (DRAFTER_KINDS, PLAIN, Choice, PolicyOptions, choose,  # noq
 from .costs import StepCosts, step_costs
 from .decode import ChainDraft
 from .estimate import AcceptanceEstimate, _common_prefix, chain_accepted  # noqa: F401 (public)
-from .ngram import NgramIndex
+from .ngram import NgramIndex, read_in
 from .proposers import DFlashProposer, stack_padded
 from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
@@ -97,16 +97,6 @@ class CostAwareProposer(DFlashTreeProposer):
         self.ahead = [0.0] * rows                  # per row, tokens past the batch's last row
         self.continuations: list[list[int]] = [[]] * rows     # none matched (never appended to)
 
-    def _read_in(self) -> None:
-        """Prompt lookup reads in every row's tokens committed since its last match: one host
-        read for the batch."""
-        tokens, at = torch.cat([b for row in self.unread for b in row], dim=1)[0].tolist(), 0
-        for index, row in zip(self.lookup, self.unread):
-            n = sum(b.shape[1] for b in row)
-            index.extend(tokens[at: at + n])
-            at += n
-        self.unread = [[] for _ in self.unread]
-
     def propose(self, last, depths):
         self.started = time.perf_counter()
         if self.timed is not None:                 # the last step, from its start to this one's
@@ -133,7 +123,8 @@ class CostAwareProposer(DFlashTreeProposer):
             c, self.expected = rate([min(d, self.options.ngram_drafts) for d in depths])
             matched = self.lookup is not None and c.ngram > 0
         if matched:
-            self._read_in()
+            read_in(self.lookup, self.unread)   # every row's tokens since its last match
+            self.unread = [[] for _ in self.unread]
             self.continuations = [x.continuation(t, min(d, self.options.ngram_drafts))
                                   for x, t, d in zip(self.lookup, lasts, depths)]
             # a batch verifies lookup's drafts only on a step after one that matched them
