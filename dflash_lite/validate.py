@@ -70,14 +70,6 @@ def check_temperature(value, name: str | None = "temperature") -> float:
     return value
 
 
-def check_top_p(value, name: str | None = "top_p") -> float | None:
-    return None if value is None else check_float(name, value, 0.0, 1.0, low_open=True)
-
-
-def check_top_k(value, name: str | None = "top_k") -> int | None:
-    return None if value is None else check_int(name, value)
-
-
 def check_block_sizes(value, name: str | None = "block_sizes",
                       high: int | None = None) -> tuple[int, ...]:
     """A non-empty sequence of block sizes, each >= 1 (and <= ``high`` when given)."""
@@ -256,11 +248,10 @@ def check_path_length(path: Path, name: str | None) -> Path:
     return path
 
 
-def _check_creatable(path: Path, name: str | None, shown: Path | None = None) -> None:
+def _check_creatable(path: Path, name: str | None, shown: Path) -> None:
     """``path`` can be created or replaced: its nearest existing ancestor is a writable
-    directory. The message names ``shown`` (default ``path``)."""
+    directory. The message names ``shown``."""
     base = next((f for f in (path.parent, *path.parent.parents) if f.exists()), Path("."))
-    shown = path if shown is None else shown
     if not base.is_dir():
         raise ValueError(f"{_named(name)}{str(shown)!r} cannot be written: {str(base)!r} is a "
                          "file, not a directory")
@@ -282,7 +273,7 @@ def check_output_file(value, name: str | None = "output file") -> Path:
                          f"socket); give a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"{_named(name)}{str(path)!r} cannot be written: no write permission")
-    _check_creatable(path, name)
+    _check_creatable(path, name, path)
     return path
 
 
@@ -293,7 +284,7 @@ def check_output_dir(value, name: str | None = "output directory") -> Path:
     path = check_path_length(Path(value), name)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{_named(name)}{str(path)!r} is an existing file, not a directory")
-    _check_creatable(path / "x", name, shown=path)
+    _check_creatable(path / "x", name, path)
     return path
 
 
@@ -321,14 +312,6 @@ def arg_type(check, convert=int, **limits):
     return parse
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """``"4,8,16"`` -> (4, 8, 16)."""
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        return text                       # not integers: check_block_sizes says what is expected
-
-
 POS = arg_type(check_int)           # an integer >= 1: the argparse type every command uses
-block_sizes_arg = arg_type(check_block_sizes, int_list)
+block_sizes_arg = arg_type(check_block_sizes, lambda text: tuple(map(int, text.split(","))))
 device_arg = arg_type(check_device, str)

@@ -25,7 +25,7 @@ from .cli import OUT_DIR, POS, POS_FLOAT, REPEATS, SEED, Options, Parser, run_ma
 from .decoding.target import FETCHABLE
 from .files import atomic_write_text
 from .measuring.model_card import DrafterCardConfig, write_card, write_drafter_card
-from .training.trainer import TrainConfig, Trainer
+from .training.trainer import TrainConfig, Trainer, prepare_out
 
 
 @dataclass
@@ -192,11 +192,7 @@ def train_target(config: TargetTrainConfig | None = None, **options) -> Path:
     systems, where freeing the large logits tensor every step returns pages to the kernel."""
     c = (config or TargetTrainConfig(**options)).check()
     preset = TARGET_PRESETS[c.preset_name]
-    out = outputs.check_out(c.out, c.overwrite)         # new or empty, or replaced with overwrite
-    outputs.lock(out)
-    if not c.overwrite and not outputs.holds_nothing(out):
-        raise ValueError(f"out {str(out)!r} is not empty; pass --overwrite to replace a target "
-                         "this project wrote, or choose another directory")
+    out = prepare_out(c.out, c.overwrite)       # new or empty, or replaced with overwrite
     torch.manual_seed(c.seed)
     random.seed(c.seed)
     t0 = time.time()

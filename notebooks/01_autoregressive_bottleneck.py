@@ -269,7 +269,7 @@ print(f"ours {median['ours']:.1f} tokens/s, generate {median['generate']:.1f} to
       f"ratio {median['ours'] / median['generate']:.2f}x")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

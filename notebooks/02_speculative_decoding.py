@@ -556,7 +556,7 @@ print("fastest here: " + max(rates, key=rates.get))
 # and even its ranking need not match these. The exercise below makes prompt lookup yours to study.
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

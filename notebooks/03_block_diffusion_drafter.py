@@ -542,7 +542,7 @@ falling = all(b[2] < a[2] for a, b in zip(rows, rows[1:]))
 print(f"tokens/s {'falls' if falling else 'does not fall'} with every extra pass")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # The drafter was trained for exactly one pass from masks (one noise level, *t* = 1), so a block

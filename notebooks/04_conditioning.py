@@ -425,7 +425,7 @@ print(f"the target's verify: {verify_cost * 1e3:.2f} ms; the dearest variant cos
       f"{max(cost.values()) / min(cost.values()):.2f}x the cheapest")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## What the numbers say, on this toy

@@ -382,7 +382,7 @@ print(f"possible anchors per response here: random {starts['random']:.1f}, fixed
       f"{starts['fixed']:.1f}")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # Random anchors beat fixed block boundaries clearly, as in the paper. The table cell's last line

@@ -252,7 +252,7 @@ assert all(r["identical_to_target"] is True for r in ours)
 assert all(r["identical_to_target"] is None for r in sampled["methods"] if r not in ours)
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

@@ -412,7 +412,7 @@ for row in [("claim", "what is known", "measured here", "verdict"), *verdicts]:
 assert len(verdicts) == 9
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

@@ -252,7 +252,7 @@ else:
     print("no results/real/smollm2_*.json: run `bash tools/real_model_bench.sh`")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

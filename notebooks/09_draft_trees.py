@@ -588,7 +588,7 @@ fig.suptitle("What the cost-aware policy chose, step by step\n"
 _ = save_figure(fig, "09_policy_choices")
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # The first step is decided by the policy's prior (an optimistic acceptance, and a tree expected

@@ -410,7 +410,7 @@ print(f"the tiny pair: tau {tiny['tau']:.2f} (the paper's {PAPER_TAU}); measured
 # overhead per step on this GPU.
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

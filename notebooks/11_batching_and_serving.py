@@ -832,7 +832,7 @@ _ = save_figure(fig, "11_vllm_vs_ours")
 # claim is checked in float32.
 
 # %%
-_ = clock.report()                        # run time at this run's parameters, and the hardware
+clock.report()                            # run time at this run's parameters, and the hardware
 
 # %% [markdown]
 # ## Summary

@@ -19,8 +19,8 @@ import nbformat
 from ..checkout import NOTEBOOKS, ROOT, chapters, in_checkout  # noqa: F401 (public)
 from ..files import atomic_write_text
 from ..measuring.harness import cpu_name
-from ..outputs import guard_output_dir, guard_output_file, refusal
-from ..validate import POS, Parser, check_output_dir
+from ..outputs import guard_output_dir, guard_output_file
+from ..validate import POS, Parser
 from . import grader, grading
 from . import site as course_site
 from .blanks import BEGIN, END, _is_stub, blank, stub, student_markdown  # noqa: F401 (public)
@@ -43,11 +43,9 @@ class ChapterClock:
     started: float = field(default_factory=time.perf_counter)
     device: str = field(default_factory=hardware)
 
-    def report(self) -> str:
+    def report(self) -> None:
         minutes, rest = divmod(round(time.perf_counter() - self.started), 60)
-        text = f"this chapter ran in {minutes} min {rest:02d} s on {self.device}"
-        print(text)
-        return text
+        print(f"this chapter ran in {minutes} min {rest:02d} s on {self.device}")
 
 
 def chapter_clock() -> ChapterClock:
@@ -88,9 +86,7 @@ EDITION_MARK = ".dflash-student-edition"    # lists what student-edition wrote i
 
 def _check_edition_dir(out: Path) -> None:
     """Refuse a folder holding what student-edition did not write (notebooks, a student's work)."""
-    check_output_dir(out, "the student edition's folder")
-    if why := refusal(out):
-        raise ValueError(f"{out} {why}; choose a folder of its own")
+    guard_output_dir(out, "the student edition's folder")
     if grading._inside(out, ROOT):
         raise ValueError(f"{out} is inside the repository: write the student edition outside it")
     if not out.exists() or not any(out.iterdir()):

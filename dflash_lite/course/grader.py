@@ -50,17 +50,13 @@ class Rebuilt:
         for kind, make in (("__tuple__", tuple), ("__set__", set), ("__frozenset__", frozenset)):
             if kind in v:
                 return make(self(x, code) for x in v[kind])
-        if "__float__" in v:
-            return float(v["__float__"])
-        if "__path__" in v:
-            return Path(v["__path__"])
+        for kind, make in (("__float__", float), ("__path__", Path), ("__device__", torch.device),
+                           ("__dtype__", lambda name: getattr(torch, name))):
+            if kind in v:
+                return make(v[kind])
         if "__tensor__" in v:
             dtype = getattr(torch, v["dtype"])
             return torch.tensor(v["__tensor__"], dtype=dtype).reshape(v["shape"])
-        if "__device__" in v:
-            return torch.device(v["__device__"])
-        if "__dtype__" in v:
-            return getattr(torch, v["__dtype__"])
         if "__code__" in v:
             if v["__code__"] not in code:
                 raise LookupError(f"{v['__code__']} is not defined by the notebook's source")

@@ -1,14 +1,14 @@
 """Run a command where a student's code cannot reach the grader: Linux namespaces, stdlib only.
 
-``python -I sandbox.py [--hide DIR]... [--read-only DIR]... [--writable DIR]... [--cpu-s N]
-[--memory-mb N] [--max-file-mb N] -- COMMAND...`` runs COMMAND
+``python -I sandbox.py [--hide DIR]... [--read-only DIR]... [--writable DIR]... [--memory-mb N]
+-- COMMAND...`` runs COMMAND
 
 * in its own **user and mount namespaces**: every ``--read-only`` folder is mounted read-only, and
   every ``--hide`` folder is covered by an empty, read-only tmpfs, so the command can neither read
   nor change them;
 * in its own **PID namespace**, as its process 1: when it ends, or when this launcher is killed,
   the kernel kills every process it started, double-forked daemons included;
-* under resource limits (CPU seconds, address space, size of a written file).
+* under a limit on its address space (``--memory-mb``).
 
 The launcher stays outside, forwards SIGINT, SIGTERM and SIGHUP to the command and exits with its
 status, so a Jupyter kernel manager can interrupt and kill it as it would the kernel; if the
@@ -31,10 +31,6 @@ import time
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(result: int, what: str) -> None:
@@ -79,21 +75,13 @@ def available() -> str | None:
     pid = os.fork()
     if pid == 0:
         try:
-            _enter_namespaces(_libc())
+            _enter_namespaces(ctypes.CDLL(None, use_errno=True))
             os._exit(0)
         except OSError:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return None if os.waitstatus_to_exitcode(status) == 0 else \
         "this kernel refuses unprivileged user namespaces"
-
-
-def _limit(cpu_s: int | None, memory_mb: int | None, max_file_mb: int | None) -> None:
-    for kind, value in ((resource.RLIMIT_CPU, cpu_s),
-                        (resource.RLIMIT_AS, memory_mb and memory_mb << 20),
-                        (resource.RLIMIT_FSIZE, max_file_mb and max_file_mb << 20)):
-        if value:
-            resource.setrlimit(kind, (value, value))
 
 
 def _wait_forwarding(child: int, parent: int | None = None) -> int:
@@ -121,10 +109,9 @@ def _wait_forwarding(child: int, parent: int | None = None) -> int:
 
 
 def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
-        writable: list[str] = (), cpu_s: int | None = None, memory_mb: int | None = None,
-        max_file_mb: int | None = None) -> int:
+        writable: list[str] = (), memory_mb: int | None = None) -> int:
     """Run ``command`` sandboxed (see the module's docstring) and return its exit code."""
-    libc = _libc()
+    libc = ctypes.CDLL(None, use_errno=True)
     isolated = True
     with contextlib.suppress(OSError):
         os.setsid()                          # a session of its own, where it is not one already
@@ -143,7 +130,8 @@ def run(command: list[str], hide: list[str] = (), read_only: list[str] = (),
             if isolated:
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _set_up_mounts(libc, hide, read_only, writable)
-            _limit(cpu_s, memory_mb, max_file_mb)
+            if memory_mb:
+                resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
             # process 1 ignores signals it has no handler for: the command runs as process 2
             if isolated:
                 grandchild = os.fork()
@@ -172,15 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sandbox.py", description=__doc__.split("\n")[0])
     for flag in ("--hide", "--read-only", "--writable"):
         parser.add_argument(flag, action="append", default=[])
-    for flag in ("--cpu-s", "--memory-mb", "--max-file-mb"):
-        parser.add_argument(flag, type=int)
+    parser.add_argument("--memory-mb", type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run")
-    return run(command, args.hide, args.read_only, args.writable, args.cpu_s, args.memory_mb,
-               args.max_file_mb)
+    return run(command, args.hide, args.read_only, args.writable, args.memory_mb)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from ..checkout import ROOT, chapters
-from ..outputs import refusal
+from ..outputs import guard_output_dir
 from .blanks import blank, student_markdown
 
 SITE_SOURCE = ROOT / "docs" / "site"        # conf.py and the landing page
@@ -65,10 +65,7 @@ SITE_MARK = ".dflash-site"
 def check_site_dir(out_dir: Path) -> None:
     """Refuse a site folder that holds anything this command did not build (a foreign
     ``index.html`` above all), or that lies inside the package."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{out_dir} exists and is not a directory")
-    if why := refusal(out_dir):
-        raise ValueError(f"{out_dir} {why}; choose a folder of its own")
+    guard_output_dir(out_dir, "the site folder")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SITE_MARK).is_file():
         raise ValueError(f"{out_dir} is not empty and was not built by course site: "
                          "give a new folder")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validate import check_seed, check_temperature, check_top_k, check_top_p
+from ..validate import check_float, check_int, check_seed, check_temperature
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,10 @@ class SamplingParams:
 
     def __post_init__(self):                  # one-line ValueErrors, the same as the CLI's
         check_temperature(self.temperature)
-        check_top_k(self.top_k)
-        check_top_p(self.top_p)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k)
+        if self.top_p is not None:
+            check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
         if self.seed is not None:
             check_seed(self.seed)
 

@@ -39,9 +39,6 @@ class SlotLayer(CacheLayerMixin):
 
     def _grow(self, needed: int) -> None:
         c = self.cache
-        if c.fixed:
-            raise ValueError(f"this fixed-shape cache holds {c.length} slots; "
-                             f"a forward needs {needed}")
         c.length = max(2 * c.length, 1 << (needed - 1).bit_length())
         for layer in c.layers:
             if layer.is_initialized:                            # zeros after the filled slots

@@ -4,6 +4,7 @@ runs it to the end into a :class:`GenerationResult`. DFlash and every baseline
 (:mod:`dflash_lite.decoding.baselines`) are a :class:`~dflash_lite.decoding.proposers.Proposer`."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from .drafts import ChainDraft, Draft, accept  # noqa: F401  (accept: the chain'
 from .proposers import DFlashProposer, PerRow, Proposer, stack_padded  # noqa: F401  (public)
 from .shapes import EAGER, Shapes, pad
 from .target import context_features
-from .timing import PhaseTimer, no_phase
+from .timing import PhaseTimer
 
 
 class Step(NamedTuple):
@@ -343,13 +344,10 @@ def check_proposer(proposer) -> None:
 
 
 # ============================================================================= the loop
-ROLLBACKS = ("row", "shortest")
-
-
 @torch.inference_mode()
 def steps(target, proposer: Proposer, input_ids, max_new_tokens,
           sampling: SamplingParams = SamplingParams(), stop_token_ids=(),
-          generator: torch.Generator | PositionNoise | None = None, phase=no_phase,
+          generator: torch.Generator | PositionNoise | None = None, phase=contextlib.nullcontext,
           rollback: str = "row"):
     """Speculative decoding (paper section 3) of a batch of prompts (:func:`as_batch`), one
     :class:`Step` per request per target forward, yielded as committed. ``rollback="shortest"``:
@@ -357,8 +355,8 @@ def steps(target, proposer: Proposer, input_ids, max_new_tokens,
     (:class:`~dflash_lite.decoding.timing.PhaseTimer`). The proposer's ``shapes`` (default eager)
     say how each forward runs. ``generator``: a ``torch.Generator``, or a
     :class:`~dflash_lite.decoding.acceptance.PositionNoise` (docs/method.md#seeded-sampling)."""
-    if rollback not in ROLLBACKS:
-        raise ValueError(f"rollback must be one of {', '.join(ROLLBACKS)}, got {rollback!r}")
+    if rollback not in ("row", "shortest"):
+        raise ValueError(f"rollback must be one of row, shortest, got {rollback!r}")
     check_proposer(proposer)
     shapes = getattr(proposer, "shapes", EAGER)
     generator, processors = seeded(sampling, generator), sampling.processors()
@@ -400,8 +398,7 @@ def generate(target, proposer: Proposer, input_ids, max_new_tokens,
     timer = PhaseTimer(target.device)
     seed = generator.seed if isinstance(generator, PositionNoise) else None
     results = [GenerationResult(p.shape[1], phase_times=timer.seconds, seed=seed) for p in prompts]
-    batch = [p.to(target.device) for p in prompts]
-    for step in steps(target, proposer, batch[0] if isinstance(input_ids, torch.Tensor) else batch,
-                      limits, sampling, stops, generator, timer, rollback):
+    for step in steps(target, proposer, [p.to(target.device) for p in prompts], limits, sampling,
+                      stops, generator, timer, rollback):
         results[step.row].record(step)
     return results[0] if isinstance(input_ids, torch.Tensor) else results

@@ -93,7 +93,7 @@ class DrafterLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.self_attn = self.attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.mlp = Qwen3MLP(config.mlp_config())
+        self.mlp = Qwen3MLP(config)
 
     def forward(self, x, context, block_rope, context_rope, cache, layer, attn_mask=None):
         """``attn_mask`` is this layer's own: a sliding-window layer gets the window's mask."""

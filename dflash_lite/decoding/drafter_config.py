@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 
 from ..validate import check_choice
 from .target import tapped_layer_ids
 
 
-class Drafting(str, enum.Enum):
+class Drafting(enum.StrEnum):           # str() is the value, as the command line and JSON write it
     """How a drafter proposes a block (paper sections 3 and 5). The paper's is ``BLOCK``."""
     BLOCK = "block"                     # DFlash: one forward drafts the whole block
     AUTOREGRESSIVE = "autoregressive"   # the EAGLE-style baseline (DFlash-AR): a token per forward
     DRAFT_MODEL = "draft-model"         # a small causal LM; trained, never a DrafterConfig
 
-    def __str__(self) -> str:           # "block", as the command line and the JSON files write it
-        return self.value
 
-
-class Conditioning(str, enum.Enum):
+class Conditioning(enum.StrEnum):
     """How the target's features reach the drafter (paper section 3; notebook 04)."""
     KV_INJECTION = "kv_injection"       # the paper's: the projected features are every layer's K/V
     INPUT_FUSION = "input_fusion"       # the projected features enter once, as the context's input
     NONE = "none"                       # no target features; the context is the token embeddings
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass
@@ -158,10 +151,6 @@ class DrafterConfig:
         except Exception as e:            # transformers validates the parameters of each rope type
             raise ValueError(f"rope parameters {rope} are not valid "
                              f"({str(e).splitlines()[0]})") from None
-
-    def mlp_config(self):
-        return SimpleNamespace(hidden_size=self.hidden_size,
-                               intermediate_size=self.intermediate_size, hidden_act=self.hidden_act)
 
 
 def check_compatible(config: DrafterConfig, target_config,

@@ -130,42 +130,37 @@ class Engine:
         return texts if batch else texts[0]
 
     def _stream(self, input_ids, max_new_tokens, sampling, generator, batch, stream):
+        """``(row, piece)`` as steps commit tokens (with ``stream``; else each row's whole text
+        at the end): the last pieces are what the whole output decodes to past what was shown."""
         if self.compile and not self._busy.acquire(blocking=False):
             raise RuntimeError("this Engine(compile=True) is serving another call (its fixed-shape "
                                "caches hold one request); use one Engine per thread")
         try:
-            yield from self._decode(input_ids, max_new_tokens, sampling, generator, batch, stream)
+            timer = PhaseTimer(self.target.device)
+            seed = None if generator is None else generator.seed
+            results = [GenerationResult(ids.shape[1], phase_times=timer.seconds, seed=seed)
+                       for ids in input_ids]
+            self.last_result = results if batch else results[0]
+            shapes = self.shapes_for(max(ids.shape[1] for ids in input_ids) + max_new_tokens)
+            proposer = self.proposer(input_ids, shapes)
+            loop = steps(self.target, proposer, [ids.to(self.target.device) for ids in input_ids],
+                         max_new_tokens, sampling, self.stops, generator, timer)
+            texts = [IncrementalText(self.tokenizer) for _ in input_ids]
+            for step in loop:
+                results[step.row].record(step)
+                if stream and (piece := texts[step.row].add(step.tokens)):
+                    yield step.row, piece
+            if self.session is not None and self.block_size is None:
+                # the next call starts from here (one request: with its text, for the drift check)
+                self.session.finished(proposer, None if len(input_ids) > 1 else torch.cat(
+                    [input_ids[0], torch.tensor([results[0].tokens])], dim=1))
+            for row, result in enumerate(results):
+                text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+                if len(text) > texts[row].shown:
+                    yield row, text[texts[row].shown:]
         finally:
             if self.compile:
                 self._busy.release()
-
-    def _decode(self, input_ids, max_new_tokens, sampling, generator, batch, stream):
-        """``(row, piece)`` as steps commit tokens (with ``stream``; else each row's whole text
-        at the end): the last pieces are what the whole output decodes to past what was shown."""
-        timer = PhaseTimer(self.target.device)
-        seed = None if generator is None else generator.seed
-        results = [GenerationResult(ids.shape[1], phase_times=timer.seconds, seed=seed)
-                   for ids in input_ids]
-        self.last_result = results if batch else results[0]
-        shapes = self.shapes_for(max(ids.shape[1] for ids in input_ids) + max_new_tokens)
-        proposer = self.proposer(input_ids, shapes)
-        device = self.target.device
-        loop = steps(self.target, proposer, [ids.to(device) for ids in input_ids] if batch
-                     else input_ids[0].to(device), max_new_tokens, sampling, self.stops,
-                     generator, timer)
-        texts = [IncrementalText(self.tokenizer) for _ in input_ids]
-        for step in loop:
-            results[step.row].record(step)
-            if stream and (piece := texts[step.row].add(step.tokens)):
-                yield step.row, piece
-        if self.session is not None and self.block_size is None:
-            # the next call starts from here (one request: with its text, for the drift check)
-            self.session.finished(proposer, None if len(input_ids) > 1 else torch.cat(
-                [input_ids[0], torch.tensor([results[0].tokens])], dim=1))
-        for row, result in enumerate(results):
-            text = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
-            if len(text) > texts[row].shown:
-                yield row, text[texts[row].shown:]
 
 
 class IncrementalText:

@@ -90,5 +90,5 @@ class NgramProposer:
 
     def accepted(self, block: torch.Tensor, n: int, position: int, target_hidden) -> None:
         # `last` (at `position`, right after the history) and the n accepted drafts are committed
-        # now, read in at the next match (the block is (1, n+1) in the decode loop: no slice)
-        self.blocks.append(block if block.shape[1] == n + 1 else block[:, : n + 1])
+        # now, read in at the next match (the decode loop's block is already (1, n+1))
+        self.blocks.append(block[:, : n + 1])

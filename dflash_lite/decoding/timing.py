@@ -38,12 +38,6 @@ def interleaved(runs: dict[Hashable, Callable[[], object]], repeats: int = 3, wa
     return timed
 
 
-@contextmanager
-def no_phase(name: str):
-    """The decode loop's observer when nothing is timed."""
-    yield
-
-
 class PhaseTimer:
     """An observer for :func:`dflash_lite.decoding.decode.steps`: wall seconds per phase (prefill,
     draft, verify, accept), summed over the steps."""

@@ -71,14 +71,12 @@ class DraftTree:
         and the target's token after it (:func:`accept_tree`); the root sits at ``position``."""
         positions = None if not isinstance(generator, PositionNoise) else \
             torch.tensor(self.depths, device=target_logits.device) + position + 1
-        path, next_token = accept_tree(self, target_logits, sampling, processors, generator,
-                                       positions)
-        tokens = self.token_list
-        return path, [tokens[i] for i in path[1:]] + [next_token]
+        choice = choose_tokens(target_logits, sampling, processors, generator, positions)
+        return self.accept_read([0, *choice.tolist()])      # read[0], a chain's count, goes unread
 
     def accept_read(self, read: list[int]):
-        """:meth:`accept` at temperature 0 from the batch's one host read, the argmax after each
-        node ``read[1:]`` (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`)."""
+        """:meth:`accept` from the target's token after each node, ``read[1:]``: at temperature 0
+        the batch's one host read (:meth:`dflash_lite.decoding.decode.Verified.greedy_reads`)."""
         choice, kids = read[1:], self.children()
         path = [0]
         while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
@@ -172,12 +170,9 @@ def accept_tree(tree: DraftTree, target_logits: torch.Tensor,
     """The longest root-to-node path whose every draft is the target's choice at its parent (the
     argmax, or a sample; seeded, keyed by ``positions`` (N+1,), the position of the token each
     node chooses). Returns the path's node indices (root first) and the target's token after it."""
-    choice = choose_tokens(target_logits, sampling, processors, generator, positions).tolist()
-    kids = tree.children()
-    path = [0]
-    while (child := kids[path[-1]].get(choice[path[-1]])) is not None:
-        path.append(child)
-    return path, choice[path[-1]]
+    choice = choose_tokens(target_logits, sampling, processors, generator, positions)
+    path, tokens = tree.accept_read([0, *choice.tolist()])   # read[0], a chain's count, goes unread
+    return path, tokens[-1]
 
 
 def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],

@@ -34,6 +34,19 @@ def not_attempted(exercise: str, what: str) -> None:
     print(f"{exercise}: not attempted yet. {what}")
 
 
+def attempt(exercise: str, what: str):
+    """A check's decorator: while its answer (the first argument) is None, the check says what to
+    do (:func:`not_attempted`) and returns None instead of checking."""
+    def decorate(check):
+        @wraps(check)
+        def checked(answer, *args, **kwargs):
+            if answer is None:
+                return not_attempted(exercise, what)
+            return check(answer, *args, **kwargs)
+        return checked
+    return decorate
+
+
 def correct(exercise: str, detail: str = "") -> bool:
     print(f"{exercise}: correct. {detail[:1].upper()}{detail[1:]}".rstrip())
     return True

@@ -12,7 +12,7 @@ from ..decoding.baselines import generate_autoregressive
 from ..decoding.checkpoints import load_drafter
 from ..decoding.decode import DFlashProposer, generate
 from ..decoding.target import default_drafter_path, load_pretrained, stop_token_ids
-from . import correct, forward_inputs, not_attempted, shipped_target
+from . import attempt, correct, forward_inputs, not_attempted, shipped_target
 
 # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
 TOUR_SEED_OFFSET = 42
@@ -25,12 +25,11 @@ def _tour_prompt_ids():
     return tokenizer(problem.prompt, return_tensors="pt").input_ids
 
 
+@attempt("Exercise 1", "Give a pair (autoregressive forwards, DFlash forwards).")
 def check_target_forwards(answer) -> bool:
     """Exercise 1: ``(autoregressive, dflash)``, the target forwards (prefill included) each method
     makes on the notebook's held-out problem with ``max_new_tokens=64`` and the stop tokens."""
     name = "Exercise 1"
-    if answer is None:
-        return not_attempted(name, "Give a pair (autoregressive forwards, DFlash forwards).")
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
@@ -51,12 +50,11 @@ def check_target_forwards(answer) -> bool:
                          "for the same tokens.")
 
 
+@attempt("Exercise 2", "Give the number of distinct completions among seeds 0..9.")
 def check_distinct_samples(answer) -> bool:
     """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem
     (temperature 0.8, top-p 0.9, 32 new tokens, one ``torch.Generator`` per seed)."""
     name = "Exercise 2"
-    if answer is None:
-        return not_attempted(name, "Give the number of distinct completions among seeds 0..9.")
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     params = SamplingParams(temperature=0.8, top_p=0.9)

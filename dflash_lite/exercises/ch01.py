@@ -3,17 +3,16 @@ from __future__ import annotations
 
 from .. import corpus
 from ..decoding.baselines import generate_autoregressive
-from . import correct, forward_inputs, not_attempted, shipped_target
+from . import attempt, correct, forward_inputs, shipped_target
 
 CACHE_EXERCISE_NEW_TOKENS = 16
 
 
+@attempt("Exercise 1", "Give the number of positions the KV cache holds at the end.")
 def check_cache_positions(answer) -> bool:
     """Exercise 1: positions in the target's KV cache after ``generate_autoregressive`` wrote 16
     tokens (no stop tokens) for held-out math problem 700."""
     name = "Exercise 1"
-    if answer is None:
-        return not_attempted(name, "Give the number of positions the KV cache holds at the end.")
     model, tokenizer = shipped_target()
     prompt = corpus.math_problems(1, split="held_out", start=700)[0].prompt
     ids = tokenizer(prompt, return_tensors="pt").input_ids
@@ -37,11 +36,10 @@ def weight_bytes_per_step(model) -> int:
     return total + row if tied else total - embedding.numel() * embedding.element_size() + row
 
 
+@attempt("Exercise 2", "Give the bytes of weights one decode step reads.")
 def check_weight_bytes(answer) -> bool:
     """Exercise 2: bytes of weights one decode step of the shipped target reads, within 1%."""
     name = "Exercise 2"
-    if answer is None:
-        return not_attempted(name, "Give the bytes of weights one decode step reads.")
     model, _ = shipped_target()
     expected = weight_bytes_per_step(model)
     assert abs(float(answer) - expected) <= 0.01 * expected, (
@@ -58,13 +56,11 @@ def kv_bytes_per_position(model, bytes_per_number: int = 4) -> int:
     return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * bytes_per_number
 
 
+@attempt("Exercise 3", "Give the context length (in tokens) where cache bytes = weight bytes.")
 def check_kv_crossover(answer) -> bool:
     """Exercise 3: the context length at which the float32 KV cache holds as many bytes as the
     weights one decode step reads (exercise 2), within 2%."""
     name = "Exercise 3"
-    if answer is None:
-        return not_attempted(name, "Give the context length (in tokens) where cache bytes = "
-                                   "weight bytes.")
     model, _ = shipped_target()
     per_position = kv_bytes_per_position(model)
     expected = weight_bytes_per_step(model) / per_position
@@ -76,13 +72,12 @@ def check_kv_crossover(answer) -> bool:
                          "beyond it, attention reads more bytes per step than the weights do.")
 
 
+@attempt("Exercise 4", "Give a pair (tau without drafter cost, tau with the drafter).")
 def check_break_even(answer, t: dict, block_size: int = 16) -> bool:
     """Exercise 4: ``(without_drafter, with_drafter)``, the tau that breaks even for a block of 16
     given forward times ``t`` (``t[n]`` seconds for n tokens), the drafter costing a quarter of
     ``t[16]``; within 2%, against the learner's own ``t`` so machine noise cannot fail it."""
     name = "Exercise 4"
-    if answer is None:
-        return not_attempted(name, "Give a pair (tau without drafter cost, tau with the drafter).")
     assert 1 in t and block_size in t, \
         f"t must hold t[1] and t[{block_size}]: time those sizes first"
     assert isinstance(answer, (tuple, list)) and len(answer) == 2, \

@@ -11,7 +11,7 @@ from ..decoding.decode import ChainDraft, DFlashProposer, generate
 from ..decoding.drafter import apply_rope
 from ..decoding.target import context_features
 from ..training.data import block_attention_mask
-from . import correct, not_attempted
+from . import attempt, correct, not_attempted
 
 
 def _first_block(drafter, target, ids: torch.Tensor, block_size: int):
@@ -75,11 +75,9 @@ def check_block_mask(my_block_mask) -> bool:
     return correct("Build it", "the training mask on four layouts.")
 
 
+@attempt("Exercise 1", "Count the black cells in one row of the last block in the mask figure.")
 def check_visible_keys(answer) -> bool:
     """Exercise 1: keys one query of the last block may attend to (anchors [3, 6, 9], T=12, B=4)."""
-    if answer is None:
-        return not_attempted("Exercise 1", "Count the black cells in one row of the last block "
-                                           "in the mask figure.")
     mask = block_attention_mask(torch.tensor([3, 6, 9]), 12, 4)
     expected = int(mask[-1].sum())
     assert int(answer) == expected, (
@@ -130,10 +128,9 @@ def check_least_sure_position(least_sure_position, drafter, target, tokenizer,
     return correct("Exercise 2", f"the least sure position, on {checked} prompts.")
 
 
+@attempt("Exercise 3", "Give the second-pass draft: a LongTensor, B-1 ids.")
 def check_second_pass(answer, drafter, target, ids: torch.Tensor, block_size: int) -> bool:
     """Exercise 3: the draft after re-feeding the first-pass draft into the block."""
-    if answer is None:
-        return not_attempted("Exercise 3", "Give the second-pass draft: a LongTensor, B-1 ids.")
     features, last, _ = _first_block(drafter, target, ids, block_size)
     drafts = {}
     for passes in (1, 2):
@@ -163,11 +160,10 @@ def step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens: int, s
                      stop_token_ids=stops).acceptance_lengths for x in prompt_ids]
 
 
+@attempt("Exercise 4", "Give tau as a float.")
 def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int,
                             max_new_tokens: int, stops) -> bool:
     """Exercise 4: tau of the drafter run at a block size it was not trained with."""
-    if answer is None:
-        return not_attempted("Exercise 4", "Give tau as a float.")
     per_prompt = step_lengths(drafter, target, prompt_ids, block_size, max_new_tokens, stops)
     at_trained = step_lengths(drafter, target, prompt_ids, None, max_new_tokens, stops)
     expected, trained = (statistics.mean(a for lengths in runs for a in lengths)
@@ -187,12 +183,10 @@ def check_tau_at_block_size(answer, drafter, target, prompt_ids, block_size: int
                                  f"the trained B={drafter.config.block_size}.")
 
 
+@attempt("Exercise 5", "subclass DFlashProposer and override propose(last, depths).")
 def check_unmasking_proposer(answer, drafter, target, prompt_ids, block_size: int,
                              max_new_tokens: int, stops) -> bool:
     """Exercise 5: a proposer class that unmasks the confident half first (MDLM-style, 2 steps)."""
-    if answer is None:
-        return not_attempted("Exercise 5",
-                             "subclass DFlashProposer and override propose(last, depths).")
     assert isinstance(answer, type) and issubclass(answer, DFlashProposer), \
         "answer with the class itself, a subclass of DFlashProposer"
     features, last, _ = _first_block(drafter, target, prompt_ids[0], block_size)

@@ -10,17 +10,16 @@ from ..decoding.drafter import DrafterConfig
 from ..decoding.target import context_features, default_drafter_path
 from ..training.data import make_batch, regenerate
 from ..training.train import drafter_loss, position_weights, tau_probe
-from . import correct, not_attempted, shipped_target
+from . import attempt, correct, not_attempted, shipped_target
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
 
+@attempt("Exercise 1", "Give a pair (list of hidden_states indices, fc input width).")
 def check_tap_indices(answer) -> bool:
     """Exercise 1: for ``target_layer_ids=[5, 6]``, ``(indices, width)``: the entries of the
     ``output_hidden_states`` tuple that ``context_features`` reads, and ``fc``'s input width."""
     name = "Exercise 1"
-    if answer is None:
-        return not_attempted(name, "Give a pair (list of hidden_states indices, fc input width).")
     target, tokenizer = shipped_target()
     n = target.config.num_hidden_layers
     # entry i holds the number i
@@ -51,13 +50,12 @@ def cache_numbers_per_position(drafter, target, context: int = 10) -> int:
     return stored // context
 
 
+@attempt("Exercise 2",
+         "Give a pair (numbers cached per position, raw tapped numbers per position).")
 def check_cache_numbers(answer) -> bool:
     """Exercise 2: for the shipped drafter, ``(cached, raw)``: numbers per context position its
     ``SlotCache`` holds (all layers, keys and values), and the raw tapped features' width."""
     name = "Exercise 2"
-    if answer is None:
-        return not_attempted(name, "Give a pair (numbers cached per position, "
-                                   "raw tapped numbers per position).")
     target, _ = shipped_target()
     drafter = load_drafter(default_drafter_path("tiny"))
     cached, raw = cache_numbers_per_position(drafter, target), drafter.config.num_context_features
@@ -70,12 +68,6 @@ def check_cache_numbers(answer) -> bool:
     return correct(name, f"{cached} cached against {raw} raw: the cache keeps what each layer's "
                          "attention reads, so no step recomputes fc, the norm or the K/V "
                          "projections of old positions.")
-
-
-def tau_of(drafter, num_prompts: int = 2, max_new_tokens: int = 48) -> float:
-    """Mean acceptance length of ``drafter`` on held-out math and code prompts (``tau_probe``)."""
-    target, tokenizer = shipped_target()
-    return tau_probe(target, tokenizer, num_prompts, max_new_tokens)(drafter)["all"]
 
 
 def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -> float:
@@ -108,7 +100,9 @@ def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
             and deep.config.block_size == shallow.config.block_size), \
         "train both with the same shape (layers, block size), or the comparison says nothing"
     assert answer in ("deep", "shallow"), 'answer "deep" or "shallow"'
-    taus = {"deep": tau_of(deep), "shallow": tau_of(shallow)}
+    target, tokenizer = shipped_target()
+    probe = tau_probe(target, tokenizer, 2, 48)     # mean acceptance length, math and code prompts
+    taus = {"deep": probe(deep)["all"], "shallow": probe(shallow)["all"]}
     summary = f"tau deep {taus['deep']:.2f}, shallow {taus['shallow']:.2f}"
     measure = taus
     if abs(taus["deep"] - taus["shallow"]) < tie:

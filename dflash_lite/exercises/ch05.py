@@ -10,13 +10,12 @@ from ..decoding.drafter import DrafterConfig
 from ..decoding.variants import make_drafter
 from ..training.data import make_batch
 from ..training.train import drafter_loss, labelled_logits, position_weights
-from . import correct, not_attempted
+from . import attempt, correct
 
 
+@attempt("Exercise 1", "Give the share as a float between 0 and 1.")
 def check_loss_weights(answer) -> bool:
     """Exercise 1: the share of the total weight carried by positions 1-4 at B = 16."""
-    if answer is None:
-        return not_attempted("Exercise 1", "Give the share as a float between 0 and 1.")
     w = position_weights(16)
     expected = float(w[:4].sum() / w.sum())
     answer = float(answer)
@@ -29,10 +28,9 @@ def check_loss_weights(answer) -> bool:
                    f"{expected:.3f}: 4 of the 15 positions carry {expected:.0%} of the weight.")
 
 
+@attempt("Exercise 2", "Give gamma as a float.")
 def check_half_weight_gamma(answer) -> bool:
     """Exercise 2: the gamma at which w_8 = w_1 / 2."""
-    if answer is None:
-        return not_attempted("Exercise 2", "Give gamma as a float.")
     w = position_weights(16, gamma=float(answer))
     ratio = float(w[7] / w[0])
     assert abs(ratio - 0.5) < 1e-3, (
@@ -41,10 +39,9 @@ def check_half_weight_gamma(answer) -> bool:
                                  "the paper's gamma = 7 decays faster.")
 
 
+@attempt("Exercise 3", "Give the loss as a float, in nats.")
 def check_unigram_loss(answer, data) -> bool:
     """Exercise 3: the entropy (nats) of the frequencies of all response tokens in ``data``."""
-    if answer is None:
-        return not_attempted("Exercise 3", "Give the loss as a float, in nats.")
 
     def entropy(tokens: list) -> float:
         return -sum(n / len(tokens) * math.log(n / len(tokens)) for n in Counter(tokens).values())
@@ -64,11 +61,9 @@ def check_unigram_loss(answer, data) -> bool:
                                  "the loss at the end of section 4.")
 
 
+@attempt("Exercise 4", "Write ar_loss(logits, labels, slots, weights) returning a 0-d tensor.")
 def check_ar_loss(answer, target, data, tokenizer) -> bool:
     """Exercise 4: ``answer(logits, labels, slots, weights)``: the package's autoregressive loss."""
-    if answer is None:
-        return not_attempted("Exercise 4", "Write ar_loss(logits, labels, slots, weights) "
-                                           "returning a 0-d tensor.")
     block_size = 8      # a small autoregressive drafter and one causal batch
     torch.manual_seed(0)
     config = DrafterConfig.from_target(target.config, tokenizer.mask_token_id, num_layers=1,
@@ -95,13 +90,11 @@ def check_ar_loss(answer, target, data, tokenizer) -> bool:
     return correct("Exercise 4", f"loss {got.item():.4f}, as the package's.")
 
 
+@attempt("Exercise 5", "write train(weights, seed, steps) that seeds everything it draws from.")
 def check_weighted_training(answer, target, data, tokenizer, block_size: int,
                             steps: int = 3) -> bool:
     """Exercise 5: ``answer(weights, seed, steps) -> (drafter, history)`` is reproducible and uses
     its weights."""
-    if answer is None:
-        return not_attempted("Exercise 5", "write train(weights, seed, steps) that seeds "
-                                           "everything it draws from.")
     decay, uniform = position_weights(block_size), torch.ones(block_size - 1)
     runs = {"decay": answer(decay, 0, steps), "decay again": answer(decay, 0, steps),
             "uniform": answer(uniform, 0, steps)}

@@ -6,23 +6,21 @@ from pathlib import Path
 
 from ..measuring.report import Kind, row_of, rows_of
 from ..prompts import load_prompts
-from . import correct, not_attempted
+from . import attempt, correct, not_attempted
 
 
-def _costs(report: dict) -> dict:
+def _costs(report: dict) -> tuple[dict, dict]:
     assert report.get("cost_model") and report["cost_model"].get("costs"), \
         "this report has no cost model"
-    return report["cost_model"]["costs"]
+    costs = report["cost_model"]["costs"]
+    return costs["t_target"], costs["t_draft"]
 
 
+@attempt("Exercise 1", "Compute the predicted speedup for B = 16 from the report.")
 def check_predicted_speedup(answer, report: dict, block_size: int = 16) -> bool:
     """Exercise 1: tau * t_target(1) / (t_target(B) + t_draft(B)) for the fixed-B row."""
-    if answer is None:
-        return not_attempted("Exercise 1",
-                             "Compute the predicted speedup for B = 16 from the report.")
-    costs = _costs(report)
+    t, d = _costs(report)
     row = row_of(report, Kind.DFLASH, block_size=block_size)
-    t, d = costs["t_target"], costs["t_draft"]
     expected = row["tau"] * t["1"] / (t[str(block_size)] + d[str(block_size)])
     assert abs(float(answer) - expected) < 1e-6 * max(1.0, expected), (
         "use the B=16 row's tau, t_target['1'], t_target['16'] and t_draft['16'] "
@@ -31,12 +29,10 @@ def check_predicted_speedup(answer, report: dict, block_size: int = 16) -> bool:
                    f"predicted {expected:.2f}x against {row['speedup']:.2f}x measured.")
 
 
+@attempt("Exercise 2", "Give {B: break-even tau} for the run's block sizes.")
 def check_break_even(answer, report: dict) -> bool:
     """Exercise 2: the tau at which a block of B only matches plain decoding, per B of the run."""
-    if answer is None:
-        return not_attempted("Exercise 2", "Give {B: break-even tau} for the run's block sizes.")
-    costs = _costs(report)
-    t, d = costs["t_target"], costs["t_draft"]
+    t, d = _costs(report)
     sizes = [b for b in sorted(int(b) for b in d if str(b) in t)
              if rows_of(report, Kind.DFLASH, block_size=b)]
     assert set(map(int, answer)) == set(sizes), \

@@ -9,14 +9,13 @@ from ..decoding.acceptance import SamplingParams, target_probs
 from ..decoding.decode import DFlashProposer, generate
 from ..decoding.target import stop_token_ids
 from ..prompts import builtin_prompts
-from . import correct, not_attempted
+from . import attempt, correct, not_attempted
 
 
+@attempt("Exercise 1", "Give (tau, rate).")
 def check_rate_and_tau(answer, target, drafter, tokenizer, max_new_tokens: int,
                        block_size: int = 16) -> bool:
     """Exercise 1: tau and the article's per-token acceptance rate, first held-out math prompt."""
-    if answer is None:
-        return not_attempted("Exercise 1", "Give (tau, rate).")
     ids = tokenizer(builtin_prompts("math", 1)[0], return_tensors="pt").input_ids.to(target.device)
     lengths = generate(target, DFlashProposer(drafter, target, block_size), ids, max_new_tokens,
                        stop_token_ids=stop_token_ids(target, tokenizer)).acceptance_lengths

@@ -5,13 +5,12 @@ import torch
 
 from ..decoding.policy import CostAwareProposer
 from ..decoding.tree import add_branch, build_tree
-from . import correct, not_attempted
+from . import attempt, correct, not_attempted
 
 
+@attempt("Exercise 1", "Give the number of keys, an int.")
 def check_visible_keys(answer, tree, context_length: int) -> bool:
     """Exercise 1: keys the deepest node of ``tree`` may attend to in the tree verify."""
-    if answer is None:
-        return not_attempted("Exercise 1", "Give the number of keys, an int.")
     deepest = max(range(len(tree)), key=lambda i: tree.depths[i])
     expected = context_length + int(tree.ancestor_mask()[deepest].sum())
     assert int(answer) == expected, \
@@ -20,11 +19,10 @@ def check_visible_keys(answer, tree, context_length: int) -> bool:
                                  f"{expected - context_length} on its own path.")
 
 
+@attempt("Exercise 2", "Give the ratio tau_tree / tau_chain, a float.")
 def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int = 32,
                           block_size: int = 16) -> bool:
     """Exercise 2: tau_tree / tau_chain at which a tree of ``tree_size`` only matches the chain."""
-    if answer is None:
-        return not_attempted("Exercise 2", "Give the ratio tau_tree / tau_chain, a float.")
     expected = (t_target[tree_size + 1] + t_draft) / (t_target[block_size] + t_draft)
     assert abs(float(answer) - expected) < 1e-6 * expected, \
         "not the ratio at which the tree's step and the chain's step commit tokens equally fast"
@@ -32,17 +30,15 @@ def check_break_even_gain(answer, t_target: dict, t_draft: float, tree_size: int
                                  "step to break even.")
 
 
-def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float,
-               budget: int = 32) -> int:
-    """Greatest depth of the ``budget``-node tree built from ``draft_logits / temperature``."""
-    tree = build_tree(root, torch.log_softmax(draft_logits.float() / temperature, dim=-1), budget)
+def tree_depth(draft_logits: torch.Tensor, root: torch.Tensor, temperature: float) -> int:
+    """Greatest depth of the 32-node tree built from ``draft_logits / temperature``."""
+    tree = build_tree(root, torch.log_softmax(draft_logits.float() / temperature, dim=-1), 32)
     return max(tree.depths)
 
 
+@attempt("Exercise 3", "Give the greatest depth, an int.")
 def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -> bool:
     """Exercise 3: the depth of a 32-node tree from the drafter's logits at temperature 0.5."""
-    if answer is None:
-        return not_attempted("Exercise 3", "Give the greatest depth, an int.")
     expected = tree_depth(draft_logits, root, 0.5)
     assert int(answer) == expected, "not the greatest depth of the 32-node tree at temperature 0.5"
     others = {temp: tree_depth(draft_logits, root, temp) for temp in (1.0, 2.0)}
@@ -65,11 +61,10 @@ def check_falls_back(policy) -> bool:
     return correct("Exercise 4", f"{steps.count(1)} of {len(steps)} steps were plain decoding.")
 
 
+@attempt("Exercise 5", "Give the number of new nodes, an int.")
 def check_branch_nodes(answer, tree, branch: list[int]) -> bool:
     """Exercise 5: the nodes ``add_branch(tree, branch)`` adds: the branch's tokens past the part of
     it the tree already holds."""
-    if answer is None:
-        return not_attempted("Exercise 5", "Give the number of new nodes, an int.")
     expected = len(add_branch(tree, branch)) - len(tree)
     assert int(answer) == expected, "not the number of nodes add_branch adds for this branch"
     return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens "

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..decoding.cache import SlotCache
-from . import correct, not_attempted
+from . import attempt, correct
 
 
 def _cache_at(write_positions) -> SlotCache:
@@ -28,11 +28,10 @@ def package_positions(write_positions, depths):
     return _cache_at(write_positions).positions(len(depths), depths)[: len(write_positions)]
 
 
+@attempt("Exercise 1", "Give the number of visible pairs, an int.")
 def check_visible_pairs(answer, write_positions: list[int], width: int) -> bool:
     """Exercise 1: the (query, key) pairs a chain verify of ``width`` tokens may attend to, summed
     over the rows of a batch at ``write_positions``."""
-    if answer is None:
-        return not_attempted("Exercise 1", "Give the number of visible pairs, an int.")
     cache = SlotCache(1, rows=len(write_positions))
     cache.rewind(list(write_positions))
     expected = int(cache.verify_mask(width)["full_attention"].sum())
@@ -52,11 +51,10 @@ def expected_minimum(lengths: list[int], rows: int) -> float:
                for k in range(1, max(counts) + 1))
 
 
+@attempt("Exercise 2", "Give the expected tokens per step, a float.")
 def check_naive_tau(answer, lengths: list[int], rows: int) -> bool:
     """Exercise 2: the naive rollback's expected tokens per step at ``rows`` rows, if each row's
     accepted length were an independent draw from ``lengths`` (the rows decoded alone)."""
-    if answer is None:
-        return not_attempted("Exercise 2", "Give the expected tokens per step, a float.")
     assert lengths, "no acceptance lengths were given"
     expected = expected_minimum(lengths, rows)
     assert abs(float(answer) - expected) < 0.01 * expected, (
@@ -68,11 +66,10 @@ def check_naive_tau(answer, lengths: list[int], rows: int) -> bool:
                                  "lower tail.")
 
 
+@attempt("Exercise 3", "Give the break-even tau, a float.")
 def check_break_even_tau(answer, costs: dict, rows: int, block_size: int) -> bool:
     """Exercise 3: the tau at which DFlash at ``block_size`` only matches plain decoding at batch
     ``rows``, from the measured costs ``costs[rows]`` ({"t_target": {w: s}, "t_draft": {w: s}})."""
-    if answer is None:
-        return not_attempted("Exercise 3", "Give the break-even tau, a float.")
     t, d = costs[rows]["t_target"], costs[rows]["t_draft"]
     expected = (t[block_size] + d[block_size]) / t[1]
     assert abs(float(answer) - expected) < 0.01 * expected, (

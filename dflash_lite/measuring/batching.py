@@ -137,7 +137,7 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             lengths = [n for r in results for n in r.acceptance_lengths]
             row = {"batch_size": size, "name": m.name, "kind": m.kind.value,
                    "block_size": m.block_size, "tree_size": m.tree_size, "rollback": m.rollback,
-                   "default": m.default, "tokens_per_s": tokens / seconds,
+                   "default": m.default, "seconds": seconds, "tokens_per_s": tokens / seconds,
                    "tokens_per_s_spread": [tokens / t for t, _ in calls],
                    "tau": sum(lengths) / len(lengths) if lengths else None,
                    "discarded_tokens": sum(r.discarded for r in results), "error": None,
@@ -150,7 +150,6 @@ def sweep(target, drafter, prompts: list, max_new_tokens: int, batch_sizes, bloc
             # steps per batch: its longest row's, summed over the batches
             row["steps"] = sum(max(len(r.acceptance_lengths) for r in results[i: i + len(g)])
                                for i, g in zip(range(0, len(results), size), groups))
-            row["seconds"] = seconds
             if m.kind is Kind.DFLASH_POLICY:
                 row["choices"] = dict(Counter(str(c) for p in made[m.name] for c in p.chosen))
                 row["forecast_s"] = sum(f for p in made[m.name] for f in p.forecast)

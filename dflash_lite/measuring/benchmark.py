@@ -109,7 +109,6 @@ class Setup:
     target: Any = None                            # the loaded target model
     drafter: Any = None  # the DFlash drafter (None: no DFlash rows, no cost model)
     settings: dict = field(default_factory=dict)
-    tokenizer: Any = None
     stops: list[int] = field(default_factory=list)   # the target's stop tokens: a row ends there
 
 
@@ -215,8 +214,7 @@ def resolve(config: BenchConfig) -> Setup:
                 "chat_template": bool(c.chat_template
                                       and getattr(tokenizer, "chat_template", None)),
                 "prompt_template": c.prompt_template}
-    return Setup(c, methods, ids, model, draft, settings, tokenizer,
-                 stop_token_ids(model, tokenizer))
+    return Setup(c, methods, ids, model, draft, settings, stop_token_ids(model, tokenizer))
 
 
 def run(setup: Setup) -> Measured:
@@ -312,6 +310,5 @@ def report(setup: Setup, measured: Measured) -> dict:
 def bench(config: BenchConfig | None = None, **options) -> dict:
     """:func:`resolve`, :func:`run` and :func:`report` of ``config`` (or a :class:`BenchConfig` of
     ``options``: ``bench(num_prompts=2, quiet=True)``), all checked first; returns the report."""
-    config = (config or BenchConfig(**options)).check()
-    setup = resolve(config)
+    setup = resolve(config or BenchConfig(**options))
     return report(setup, run(setup))

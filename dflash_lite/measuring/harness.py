@@ -49,14 +49,14 @@ def environment(device: str) -> dict:
 
 
 def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
-            repeats: int = 3, reference: dict | None = None, device: str = "cpu",
-            greedy: bool = True, seeded: bool = False) -> dict[str, MethodStats]:
+            repeats: int = 3, device: str = "cpu", greedy: bool = True,
+            seeded: bool = False) -> dict[str, MethodStats]:
     """Run every method on every prompt, interleaved, ``repeats`` times after one warm-up pass.
 
-    ``reference``: prompt index -> the target's greedy tokens for the identity check (default: the
-    outputs of the autoregressive row, else of ``model.generate``). Sampled and ``seeded``, our
-    loop's rows are checked against the autoregressive row's seeded sample; transformers' rows
-    (their own random stream) and unseeded runs are not."""
+    Greedy, every row's outputs are checked against the target's greedy tokens: the outputs of the
+    autoregressive row, else of ``model.generate``. Sampled and ``seeded``, our loop's rows are
+    checked against the autoregressive row's seeded sample; transformers' rows (their own random
+    stream) and unseeded runs are not."""
     stats = {m.name: MethodStats(m) for m in methods}
     outputs: dict[str, dict[int, list[int]]] = {m.name: {} for m in methods}
     # warm-up, and the outputs to check
@@ -67,10 +67,9 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
             except Exception as e:                  # a failing method is reported, not dropped
                 stats[m.name].error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
                 break
-    if reference is None:
-        base = next((m.name for kind in (Kind.AUTOREGRESSIVE, Kind.HF_GENERATE) for m in methods
-                     if m.kind is kind and stats[m.name].error is None), None)
-        reference = outputs[base] if base else {}
+    base = next((m.name for kind in (Kind.AUTOREGRESSIVE, Kind.HF_GENERATE) for m in methods
+                 if m.kind is kind and stats[m.name].error is None), None)
+    reference = outputs[base] if base else {}
     live = [m for m in methods if stats[m.name].error is None]
     for m in live:
         s = stats[m.name]
@@ -100,10 +99,10 @@ def measure(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: 
 
 
 def run_benchmark(methods: list[Method], prompts: list[torch.Tensor], max_new_tokens: int,
-                  repeats: int = 3, reference: dict | None = None, device: str = "cpu",
-                  greedy: bool = True, seeded: bool = False) -> dict:
+                  repeats: int = 3, device: str = "cpu", greedy: bool = True,
+                  seeded: bool = False) -> dict:
     """:func:`measure` the methods and :func:`summarise` it: the report without a cost model."""
-    stats = measure(methods, prompts, max_new_tokens, repeats, reference, device, greedy, seeded)
+    stats = measure(methods, prompts, max_new_tokens, repeats, device, greedy, seeded)
     return summarise(stats, environment(device), max_new_tokens, len(prompts), repeats)
 
 

@@ -22,7 +22,7 @@ from .report import Kind, Method
 class Rows:
     """Which rows :func:`standard_methods` builds, and how every run samples. ``prompt_lookup``:
     drafts per step of the prompt-lookup rows, ``adaptive``: the adaptive rule's sizes (None: no
-    such rows); ``draft_block_size``: the small draft model's; ``policy``: the cost-aware rows."""
+    such rows); ``draft_block_size``: the small draft model's."""
     block_sizes: tuple[int, ...] = (16,)
     tree_sizes: tuple[int, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -30,7 +30,6 @@ class Rows:
     draft_block_size: int = 5
     prompt_lookup: int | None = 10
     adaptive: tuple[int, ...] | None = None
-    policy: bool = True
 
 
 def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=None,
@@ -66,7 +65,7 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
             block_size=eagle.config.block_size))
     if drafter is not None:
         methods += _dflash_methods(target, drafter, r.block_sizes, r.tree_sizes, r.adaptive,
-                                   r.policy, (sampling, stops))
+                                   (sampling, stops))
         if r.hf_dflash:
             converted = to_transformers(drafter, dtype=next(target.parameters()).dtype).to(
                 target.device)
@@ -76,8 +75,8 @@ def standard_methods(target, tokenizer, drafter=None, eagle=None, draft_model=No
     return methods
 
 
-def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: bool, loop,
-                 shapes: Shapes = EAGER) -> list[Method]:
+def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, loop,
+                    shapes: Shapes = EAGER) -> list[Method]:
     """Our DFlash rows: the two policies (the default first; on fixed shapes the default only),
     fixed block sizes, the adaptive rule, draft trees and hybrid trees; ``loop``: (sampling, stop
     tokens) of every run; ``shapes``: every proposer's (:mod:`dflash_lite.decoding.shapes`)."""
@@ -87,7 +86,7 @@ def _dflash_methods(target, drafter, block_sizes, tree_sizes, adaptive, policy: 
     rows = []
     policies = (("DFlash (ours) cost-aware", DEFAULT_OPTIONS, True),
                 ("DFlash (ours) cost-aware, no n-gram", NO_NGRAM_OPTIONS, False))
-    for name, options, default in policies[: (1 if shapes.fixed else 2) if policy else 0]:
+    for name, options, default in policies[: 1 if shapes.fixed else 2]:
         session = PolicySession(drafter, target, options, recalibrate=False)
         rows.append(Method(name, _policy_run(target, session, *loop, shapes), Kind.DFLASH_POLICY,
                            default=default and not shapes.fixed, session=session))
@@ -117,8 +116,8 @@ def compiled_methods(target, drafter, block_sizes, tree_sizes, length: int,
             Method("prompt lookup (ours) k=10", _spec_run(target, lambda: PerRow(NgramProposer(
                 10, shapes=shapes)), sampling, stops), Kind.NGRAM)]
     if drafter is not None:
-        rows += _dflash_methods(target, drafter, block_sizes, tree_sizes, None, True,
-                             (sampling, stops), shapes)
+        rows += _dflash_methods(target, drafter, block_sizes, tree_sizes, None, (sampling, stops),
+                                shapes)
     how = "CUDA graphs" if target.device.type == "cuda" else "compiled"
     for row in rows:
         row.name = f"{row.name} ({how})"

@@ -163,25 +163,23 @@ def render_card(card: dict) -> str:
     for domain in ("math", "code"):
         for row in card["samples"][domain]:
             lines += ["```text", row["prompt"] + row["completion"], "```", ""]
-    return "\n".join(lines + TARGET_LIMITATIONS) + "\n"
-
-
-TARGET_LIMITATIONS = [
-    "## Limitations", "",
-    "- Its arithmetic is unreliable (see the accuracy above): "
-    "it learned the solution format better than the sums.",
-    "- It rarely writes a function body: after a docstring it usually closes the function and "
-    "starts top-level code (comments, imports), which is why the parse rate with a body is far "
-    "below the plain rate.",
-    "- A toy: it knows ten templates of arithmetic word problems and the surface of stdlib Python. "
-    "It does not follow instructions, has no chat template, and real GSM8K/HumanEval prompts are "
-    "out of its domain.",
-    "- Its code is plausible-looking more often than correct; "
-    "the parse rate measures syntax, not behaviour.",
-    "- The corpus depends on the interpreter's stdlib version; "
-    "the manifest hash records which one was used.",
-    "- Context is 1024 positions; it was trained on 256-token windows.",
-]
+    lines += [
+        "## Limitations", "",
+        "- Its arithmetic is unreliable (see the accuracy above): "
+        "it learned the solution format better than the sums.",
+        "- It rarely writes a function body: after a docstring it usually closes the function "
+        "and starts top-level code (comments, imports), which is why the parse rate with a body "
+        "is far below the plain rate.",
+        "- A toy: it knows ten templates of arithmetic word problems and the surface of stdlib "
+        "Python. It does not follow instructions, has no chat template, and real "
+        "GSM8K/HumanEval prompts are out of its domain.",
+        "- Its code is plausible-looking more often than correct; "
+        "the parse rate measures syntax, not behaviour.",
+        "- The corpus depends on the interpreter's stdlib version; "
+        "the manifest hash records which one was used.",
+        "- Context is 1024 positions; it was trained on 256-token windows.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass

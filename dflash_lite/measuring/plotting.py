@@ -53,15 +53,6 @@ def cache_dir(start: str | Path | None = None) -> Path:
     return _output_dir(CACHE_ENV, ".cache/dflash_lite", start)
 
 
-def in_notebook() -> bool:
-    """True inside a Jupyter kernel (where a figure can be shown inline)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return type(get_ipython()).__name__ == "ZMQInteractiveShell"  # get_ipython(): None outside
-
-
 # Drawn FIGURE_WIDTH inches wide, saved at FIGURE_DPI, a figure shows at about its own pixel size
 # in the site's column (docs/site/static/course.css) and JupyterLab: 9-point text stays 9 points.
 FIGURE_WIDTH, FIGURE_DPI, MIN_FONT_SIZE = 7.0, 120, 9
@@ -118,7 +109,12 @@ def save_figure(fig, name: str, out_dir: str | Path | None = None, dpi: int = FI
     with atomic_path(path) as tmp:
         # "tight": a legend placed below or beside the axes is saved too
         fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.1)
-    if in_notebook():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        get_ipython = None
+    # inside a Jupyter kernel (get_ipython(): None outside IPython) the figure is shown inline
+    if get_ipython is not None and type(get_ipython()).__name__ == "ZMQInteractiveShell":
         from IPython.display import display
         display({"image/png": base64.b64encode(path.read_bytes()).decode("ascii"),
                  "text/plain": describe(fig)}, raw=True)

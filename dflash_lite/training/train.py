@@ -20,9 +20,8 @@ from ..decoding.baselines import EagleProposer
 from ..decoding.checkpoints import save_drafter
 from ..decoding.decode import DFlashProposer, generate
 from ..decoding.drafter import Conditioning, DrafterConfig, Drafting
-from ..decoding.target import _resolve as resolve_target
-from ..decoding.target import (load_pretrained, mask_token_id, parse_dtype, read_config,
-                               stop_token_ids)
+from ..decoding.target import (_resolve as resolve_target, load_pretrained, mask_token_id,
+                               parse_dtype, read_config, stop_token_ids)
 from ..decoding.variants import make_drafter
 from ..files import atomic_write_text
 from ..prompts import apply_chat_template, encode_all, training_prompts, user_prompts
@@ -282,9 +281,9 @@ def train_drafter(config: DrafterTrainConfig | None = None, callbacks: Sequence[
     (:func:`prepare_out`) are checked before anything loads; into an ``out`` holding a checkpoint
     of the same settings the run resumes. ``callbacks``: the trainer's extra ones."""
     c = (config or DrafterTrainConfig(**options)).check()
+    check_sizes(c)
     if c.drafting is Drafting.DRAFT_MODEL:
         return train_draft_model(c)
-    check_sizes(c)
     # bad input first
     own = user_prompts(c.prompts, c.dataset, c.num_prompts) if (c.prompts or c.dataset) else None
     out = prepare_out(c.out, c.overwrite, c.run_config())
@@ -345,12 +344,10 @@ def lm_loss(model, batch) -> tuple[torch.Tensor, dict]:
     return loss, {"loss": loss.item(), "accuracy_per_position": [acc]}
 
 
-def train_draft_model(config: DrafterTrainConfig | None = None, **options) -> Path:
+def train_draft_model(c: DrafterTrainConfig) -> Path:
     """Classic speculative decoding's drafter: a small causal LM (``layers`` deep) on the same
-    regenerated data, saved as a Hugging Face directory. Of ``config`` it uses the target, the
+    regenerated data, saved as a Hugging Face directory. Of ``c`` it uses the target, the
     built-in prompts and the schedule; with no checkpoint, ``out`` is new, empty or overwritten."""
-    c = (config or DrafterTrainConfig(**{"drafting": Drafting.DRAFT_MODEL, **options})).check()
-    check_sizes(c)
     out = prepare_out(c.out, c.overwrite)
     torch.manual_seed(c.seed)
     # the small LM trains in fp32

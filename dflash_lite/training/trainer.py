@@ -315,14 +315,14 @@ def prepare_out(out, overwrite: bool = False, run_config: dict | None = None) ->
         return out
     old = (" (its checkpoint/trainer.pt is an old-format checkpoint, which is never loaded)"
            if (out / "checkpoint" / "trainer.pt").exists() else "")
-    raise ValueError(f"out {str(out)!r} is not empty and not a resumable run of this config{old}; "
+    run = "" if run_config is None else " and not a resumable run of this config"
+    raise ValueError(f"out {str(out)!r} is not empty{run}{old}; "
                      f"pass --overwrite to replace it as a whole, or choose another directory")
 
 
 def same_run(checkpoint: Path, run_config: dict) -> bool:
     """``checkpoint`` is a readable trainer checkpoint of a run with ``run_config``."""
-    try:
+    with contextlib.suppress(ValueError):
         check_same_run(read_checkpoint(checkpoint)[0].get("run_config", {}), run_config, checkpoint)
-    except ValueError:
-        return False
-    return True
+        return True
+    return False
