@@ -62,9 +62,11 @@ for name, layer_ids in (("deep", [5, 6]), ("shallow", [0, 1])):
     drafters[name] = d.eval()
 
 # the check's measures
-from dflash_lite.exercises.ch04 import held_out_accuracy, tau_of  # noqa: E402
+from dflash_lite.exercises.ch04 import held_out_accuracy  # noqa: E402
+from dflash_lite.training.train import tau_probe  # noqa: E402
 
-taus = {name: tau_of(d) for name, d in drafters.items()}
+probe = tau_probe(target, tokenizer, 2, 48)       # mean acceptance length, math and code prompts
+taus = {name: probe(d)["all"] for name, d in drafters.items()}
 print("tau:", {k: round(v, 2) for k, v in taus.items()})
 # a tie at this budget: the finer measure
 if abs(taus["deep"] - taus["shallow"]) < 0.05:
