@@ -266,10 +266,11 @@ clock.report()                            # run time at this run's parameters, a
 #   cost-aware default uses the measured costs to decide, down to plain decoding. On a GPU a wide
 #   verify costs much less relative to one token; notebook 08 and `tools/gpu_bench.sh` measure it.
 #   Notebook 10 shows it measured on an NVIDIA H200.
-# * These numbers are the toy's: a 7M-parameter target on text of the project's own, where its
-#   drafter is right far more often than on anyone else's text. Notebook 08 shows the same table on
-#   a real public model (SmolLM2-135M and the drafter trained for it here), where tau is lower and
-#   the default's edge over the fixed blocks comes mostly from knowing when not to draft.
+# * These numbers are the toy's: a target of a few million parameters on text of the project's
+#   own, where its drafter is right far more often than on anyone else's text. Notebook 08 shows
+#   the same table on a real public model (SmolLM2-135M and the drafter trained for it here), where
+#   tau is lower and the default's edge over the fixed blocks comes mostly from knowing when not to
+#   draft.
 # * Every run here decodes one request at a time. Notebook 11 runs the same methods on batches of
 #   requests (`bench --batch-sizes`) and finds where speculation stops paying as the batch grows.
 #

@@ -119,8 +119,8 @@ for b in (8, 16):
 # The article prints these from a table it typed in; no run produced them. The paper's own best in
 # Table 1 is 6.09x (Qwen3-4B on MATH-500; 6.08x for Qwen3-8B), and its averages are 4.86x (Qwen3-8B)
 # and 4.91x (Qwen3-4B), on an H200. Our measurement, with the shipped toy pair on this CPU, is printed
-# above. It is far lower, and should be: a 7M-parameter target on a CPU pays much more for a
-# 16-token verify relative to a 1-token forward than an 8B model on a GPU does (notebook 01).
+# above. It is far lower, and should be: a target of a few million parameters on a CPU pays much
+# more for a 16-token verify relative to a 1-token forward than an 8B model on a GPU does (notebook 01).
 
 # %%
 verdicts.append(("6.51x (B=8) / 7.72x (B=16) speedup", "hard-coded; paper: 4.86x avg (H200)",
