@@ -203,10 +203,11 @@ for b in cost_batch_sizes:
 # take the place of other requests' tokens.
 #
 # On this machine the ratio at the largest w is higher at the largest batch than at one request
-# (between neighbouring batch sizes it can dip: timing noise, and the library's choice of kernel
-# by shape), but stays well below w over the batch sizes measured (the printed column): the tiny target's forward is still dominated by what it pays once
-# per forward, and the wall is further out. Even so, the break-even tau is higher at the largest
-# batch than at one request, so every draft must be accepted more often just to break even.
+# (between neighbouring batch sizes it can dip: timing noise, and the library's choice of kernel by
+# shape), but stays well below w over the batch sizes measured (the printed column): the tiny
+# target's forward is still dominated by what it pays once per forward, and the wall is further out.
+# Even so, the break-even tau is higher at the largest batch than at one request, so every draft
+# must be accepted more often just to break even.
 #
 # On a GPU the memory-bound region is much larger (notebook 10 measured t(w)/t(1) near 1 at one
 # row on an H200), which is why speculative decoding pays there at batch 1; but the same wall
@@ -346,9 +347,10 @@ assert worst < 1e-3
 # and counts the accepted tokens it throws away (`discarded`); the default (`rollback="row"`)
 # keeps every row's own path.
 #
-# One sweep (`dflash_lite.measuring.batching.sweep`, what `python -m dflash_lite bench --batch-sizes` runs)
-# measures every method at every batch size, in interleaved repeats after a warm-up; the prompt
-# list is cycled to fill a batch larger than it. Sections 4 to 6 read its rows.
+# One sweep (`dflash_lite.measuring.batching.sweep`, what
+# `python -m dflash_lite bench --batch-sizes` runs) measures every method at every batch size, in
+# interleaved repeats after a warm-up; the prompt list is cycled to fill a batch larger than it.
+# Sections 4 to 6 read its rows.
 
 # %%
 report = sweep(target, drafter, prompt_ids, max_new_tokens, batch_sizes, block_sizes=block_sizes,
@@ -400,14 +402,15 @@ for b, a, n, t in zip(batch_sizes, tau_row, tau_naive, thrown):
           f"{t} accepted tokens thrown away")
 
 # %% [markdown]
-# The per-row tau does not depend on the batch size: every row takes exactly the steps it would
-# take alone (the rows are decoded with their own drafter context and write position, so a batch
-# changes only how the forwards are shared). The naive rule's tau falls as the batch grows, in the
-# same way as the published mlx-vlm numbers (a different model and drafter, so the levels differ;
-# the shape is the point). It stops falling once the batch holds every prompt: a larger batch
-# repeats the prompt list, and copies of a row do not lower the batch's minimum. The fix costs nothing in compute: it is the per-row mask
-# and positions of section 3, plus moving each row's accepted path into place
-# (`SlotCache.keep_paths`). Exercise 2 predicts the naive curve from the per-row acceptance alone.
+# The per-row tau does not depend on the batch size: every row takes exactly the steps it would take
+# alone (the rows are decoded with their own drafter context and write position, so a batch changes
+# only how the forwards are shared). The naive rule's tau falls as the batch grows, in the same way
+# as the published mlx-vlm numbers (a different model and drafter, so the levels differ; the shape
+# is the point). It stops falling once the batch holds every prompt: a larger batch repeats the
+# prompt list, and copies of a row do not lower the batch's minimum. The fix costs nothing in
+# compute: it is the per-row mask and positions of section 3, plus moving each row's accepted path
+# into place (`SlotCache.keep_paths`). Exercise 2 predicts the naive curve from the per-row
+# acceptance alone.
 #
 # ## 5. Throughput and speedup against the batch size
 #
@@ -741,11 +744,12 @@ for text, completion in zip(texts, completions):
 #
 # The drafter studied here exports to the public DFlash layout (`export_dflash`, chapter 08), and
 # that is what vLLM serves with `speculative_config={"method": "dflash", "model": DIR,
-# "num_speculative_tokens": 15}`. `tools/vllm_check.py` exported a shipped drafter (the tiny pair's, and
-# SmolLM2-135M's from chapter 08), decoded the same token ids in vLLM's CPU build and in this loop (same prompts and batches, same stop id and
-# budget, greedy, both on the same single core), and committed what it found in `results/vllm/`.
-# The next cell reads those files (it needs no vLLM): identity, tau as each engine counts it, and
-# tokens per second against the batch size, one table and one row of plots per target.
+# "num_speculative_tokens": 15}`. `tools/vllm_check.py` exported a shipped drafter (the tiny pair's,
+# and SmolLM2-135M's from chapter 08), decoded the same token ids in vLLM's CPU build and in this
+# loop (same prompts and batches, same stop id and budget, greedy, both on the same single core),
+# and committed what it found in `results/vllm/`. The next cell reads those files (it needs no
+# vLLM): identity, tau as each engine counts it, and tokens per second against the batch size, one
+# table and one row of plots per target.
 
 # %%
 vllm_runs = [json.loads(p.read_text())
@@ -809,14 +813,14 @@ _ = save_figure(fig, "11_vllm_vs_ours")
 # accepts past the stop token or the budget, while this loop drafts at most the budget left.
 #
 # Where each loop spends its time at this scale: a forward of the tiny target is short (section 2
-# prints t(b, 1) here) and holds little arithmetic, so the work around it decides. vLLM runs three processes (the `LLM` front end, the
-# engine core with its scheduler, the executor's worker), and every step crosses them: the
-# scheduler picks the rows and KV blocks, the model runner flattens the batch and builds the
-# attention metadata, and the outputs travel back. On one core those processes take turns. This
-# loop is one Python process, but it does its bookkeeping per row (accept, cut at the stop, keep
-# the cache paths), so its overhead grows with the rows, while vLLM's step is batched. The last
-# column of the tiny pair's table shows the consequence: ours ahead at batch 1, vLLM ahead at the
-# largest batch.
+# prints t(b, 1) here) and holds little arithmetic, so the work around it decides. vLLM runs three
+# processes (the `LLM` front end, the engine core with its scheduler, the executor's worker), and
+# every step crosses them: the scheduler picks the rows and KV blocks, the model runner flattens the
+# batch and builds the attention metadata, and the outputs travel back. On one core those processes
+# take turns. This loop is one Python process, but it does its bookkeeping per row (accept, cut at
+# the stop, keep the cache paths), so its overhead grows with the rows, while vLLM's step is
+# batched. The last column of the tiny pair's table shows the consequence: ours ahead at batch 1,
+# vLLM ahead at the largest batch.
 #
 # **The real pair** (SmolLM2-135M-Instruct and the drafter chapter 08 trained for it) tells another
 # story. In float32 every row is again identical, and the two taus nearly meet (the budget rule
@@ -848,10 +852,10 @@ clock.report()                            # run time at this run's parameters, a
 #   batch grows; keeping each row's path (per-row write positions, `SlotCache.keep_paths`) keeps tau
 #   where it is alone.
 # * On this CPU the speedup over batched plain decoding is lower at the largest batch than at one
-#   request; the cost
-#   model at batch b follows the trend, from above where it predicts a gain. Smaller blocks win (and, at batches past this
-#   sweep, plain decoding: `bench --batch-sizes` shows where) as the batch grows, and the batch
-#   policy chooses accordingly from costs measured at each b.
+#   request; the cost model at batch b follows the trend, from above where it predicts a gain.
+#   Smaller blocks win (and, at batches past this sweep, plain decoding: `bench --batch-sizes`
+#   shows where) as the batch grows, and the batch policy chooses accordingly from costs measured
+#   at each b.
 # * Every batched greedy row is its prompt decoded alone, token for token.
 #
 # ## Review questions
