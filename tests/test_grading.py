@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from dflash_lite.course import grader
-from dflash_lite.exercises import shipped_target
+from dflash_lite.exercises import attempt, shipped_target
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDDEN = grader.load_hidden(ROOT / "instructor" / "hidden_checks.py")
@@ -93,6 +93,22 @@ def greedy_variants():
             "new = block[0, 1:n + 1].tolist() + ([choice[n].item()] if n < k else [])",
         ),
     }
+
+
+def test_a_check_waits_for_every_argument_it_needs(capsys):
+    """attempt(given=N): while any of a check's first N arguments is None, the check says what to
+    do and returns None (0 points) without running; with all N given it runs, later ones free."""
+    ran = []
+
+    @attempt("Exercise 9", "Give both.", given=2)
+    def check(answer, report, extra=None):
+        ran.append((answer, report, extra))
+        return True
+
+    assert check(None, {}) is None and check(1, None) is None and not ran
+    assert capsys.readouterr().out == "Exercise 9: not attempted yet. Give both.\n" * 2
+    assert check(1, {}, None) is True and ran == [(1, {}, None)]
+    assert check.__name__ == "check" and check.__wrapped__.__name__ == "check"
 
 
 def test_02_speculative_greedy(models):

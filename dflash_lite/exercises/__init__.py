@@ -34,15 +34,16 @@ def not_attempted(exercise: str, what: str) -> None:
     print(f"{exercise}: not attempted yet. {what}")
 
 
-def attempt(exercise: str, what: str):
-    """A check's decorator: while its answer (the first argument) is None, the check says what to
-    do (:func:`not_attempted`) and returns None instead of checking."""
+def attempt(exercise: str, what: str, given: int = 1):
+    """A check's decorator: while its answer (the first argument), or any of its first ``given``
+    arguments, is None, the check says what to do (:func:`not_attempted`) and returns None instead
+    of checking."""
     def decorate(check):
         @wraps(check)
-        def checked(answer, *args, **kwargs):
-            if answer is None:
+        def checked(*args, **kwargs):
+            if any(arg is None for arg in args[:given]):
                 return not_attempted(exercise, what)
-            return check(answer, *args, **kwargs)
+            return check(*args, **kwargs)
         return checked
     return decorate
 

@@ -12,7 +12,7 @@ from ..decoding.baselines import generate_autoregressive
 from ..decoding.checkpoints import load_drafter
 from ..decoding.decode import DFlashProposer, generate
 from ..decoding.target import default_drafter_path, load_pretrained, stop_token_ids
-from . import attempt, correct, forward_inputs, not_attempted, shipped_target
+from . import attempt, correct, forward_inputs, shipped_target
 
 # the notebook's held-out problem: corpus.math_problem(HELD_OUT_SEED + 42)
 TOUR_SEED_OFFSET = 42
@@ -78,12 +78,10 @@ _ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)"
                          r"\s*=\s*(-?\d+(?:\.\d+)?)")
 
 
+@attempt("Exercise 3", "Write template(r) -> corpus.MathProblem and pass the function.")
 def check_math_template(template) -> bool:
     """Exercise 3: a new ``template(r: random.Random) -> corpus.MathProblem``: deterministic per
     seed, varied, with correct arithmetic and a parseable answer."""
-    name = "Exercise 3"
-    if template is None:
-        return not_attempted(name, "Write template(r) -> corpus.MathProblem and pass the function.")
     problems = [template(random.Random(seed)) for seed in range(20)]
     assert all(isinstance(p, corpus.MathProblem) for p in problems), "return a corpus.MathProblem"
     assert problems == [template(random.Random(seed)) for seed in range(20)], \
@@ -100,17 +98,14 @@ def check_math_template(template) -> bool:
                      "/": float(a) / float(b) if float(b) else float("nan")}[op]
             assert abs(value - float(result)) < 1e-9, \
                 f"wrong arithmetic in the solution: {a} {op} {b} = {result}"
-    return correct(name, f"20 problems, {len({p.question for p in problems})} different, "
-                         "all parse and add up.")
+    return correct("Exercise 3", f"20 problems, {len({p.question for p in problems})} different, "
+                                 "all parse and add up.")
 
 
+@attempt("Exercise 4", "Save a LlamaForCausalLM and a tokenizer to a directory and pass its path.")
 def check_llama_parity(path) -> bool:
     """Exercise 4: a local Llama directory (config, safetensors, tokenizer) that ``load_pretrained``
     opens, on which the project's loop gives exactly ``model.generate``'s greedy tokens."""
-    name = "Exercise 4"
-    if path is None:
-        return not_attempted(name, "Save a LlamaForCausalLM and a tokenizer to a directory "
-                                   "and pass its path.")
     model, tokenizer = load_pretrained(path)
     assert type(model).__name__ == "LlamaForCausalLM", \
         f"{path} holds a {type(model).__name__}, not a Llama"
@@ -122,5 +117,5 @@ def check_llama_parity(path) -> bool:
         ref = model.generate(ids, do_sample=False, max_new_tokens=16, eos_token_id=stops,
                              pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
         assert ours == ref, "the project's loop and model.generate disagree on this model"
-    return correct(name, f"a {model.config.num_hidden_layers}-layer Llama loads offline and "
-                         f"matches model.generate on {len(prompts)} prompts.")
+    return correct("Exercise 4", f"a {model.config.num_hidden_layers}-layer Llama loads offline "
+                                 f"and matches model.generate on {len(prompts)} prompts.")

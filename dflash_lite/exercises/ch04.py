@@ -10,7 +10,7 @@ from ..decoding.drafter import DrafterConfig
 from ..decoding.target import context_features, default_drafter_path
 from ..training.data import make_batch, regenerate
 from ..training.train import drafter_loss, position_weights, tau_probe
-from . import attempt, correct, not_attempted, shipped_target
+from . import attempt, correct, shipped_target
 
 DEEP_TAPS, SHALLOW_TAPS = [5, 6], [0, 1]
 
@@ -85,13 +85,11 @@ def held_out_accuracy(drafter, num_prompts: int = 4, max_new_tokens: int = 32) -
     return float(sum(metrics["accuracy_per_position"]) / len(metrics["accuracy_per_position"]))
 
 
+@attempt("Exercise 3", 'Train both drafters, then answer "deep" or "shallow".', given=3)
 def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
     """Exercise 3: two drafters trained alike, one tapping layers [5, 6], one [0, 1], and
     ``answer``, which of them drafts worse ("deep" or "shallow"). Measured here: tau on held-out
     prompts, or, when the taus tie within ``tie``, the mean held-out accuracy over positions."""
-    name = "Exercise 3"
-    if answer is None or deep is None or shallow is None:
-        return not_attempted(name, 'Train both drafters, then answer "deep" or "shallow".')
     assert deep.config.target_layer_ids == DEEP_TAPS, \
         f"the deep drafter taps {deep.config.target_layer_ids}"
     assert shallow.config.target_layer_ids == SHALLOW_TAPS, \
@@ -113,4 +111,4 @@ def check_taps_experiment(answer, deep, shallow, tie: float = 0.05) -> bool:
             f"measured here: {summary}. The two drafters cannot be told apart: train them longer"
     assert answer == min(measure, key=measure.get), \
         f"measured here: {summary}. Did you measure on held-out prompts, with the same budget?"
-    return correct(name, f"{summary}.")
+    return correct("Exercise 3", f"{summary}.")

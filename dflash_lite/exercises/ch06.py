@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..measuring.report import Kind, row_of, rows_of
 from ..prompts import load_prompts
-from . import attempt, correct, not_attempted
+from . import attempt, correct
 
 
 def _costs(report: dict) -> tuple[dict, dict]:
@@ -46,11 +46,9 @@ def check_break_even(answer, report: dict) -> bool:
     return correct("Exercise 2", f"blocks whose tau beat break-even here: {above or 'none'}.")
 
 
+@attempt("Exercise 3", "Run bench on code prompts, then name its fastest method.", given=2)
 def check_fastest_method(answer, report) -> bool:
     """Exercise 3: the fastest method of a report (by the speedup column)."""
-    if answer is None or report is None:
-        return not_attempted("Exercise 3",
-                             "Run bench on code prompts, then name its fastest method.")
     assert "code" in str(report.get("env", {}).get("prompts_source", "")), \
         "this report is not on code prompts: run bench with domain=\"code\""
     rows = [r for r in report["methods"] if r["error"] is None and r["speedup"] is not None]
@@ -60,11 +58,10 @@ def check_fastest_method(answer, report) -> bool:
     return correct("Exercise 3", f"{best['name']} at {best['speedup']:.2f}x.")
 
 
+@attempt("Exercise 4", "Write the JSONL file, run bench on it, give the default row's speedup.",
+         given=3)
 def check_own_prompts(answer, path, report) -> bool:
     """Exercise 4: a benchmark on your own JSONL file of at least three prompts."""
-    if answer is None or path is None or report is None:
-        return not_attempted("Exercise 4", "Write the JSONL file, run bench on it, "
-                                           "give the default row's speedup.")
     prompts = load_prompts(str(path))
     assert len(prompts) >= 3, "write at least three prompts"
     lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -58,10 +58,9 @@ def check_mse_on_probs(mse_on_probs) -> bool:
                                  "the right token gains.")
 
 
+@attempt("Exercise 3", "Give a prompt string.")
 def check_harmless_threshold(prompt, target, tokenizer) -> bool:
     """Exercise 3: a prompt after which 'accept if p(x) >= 0.5' (argmax draft) emits exactly p."""
-    if prompt is None:
-        return not_attempted("Exercise 3", "Give a prompt string.")
     ids = tokenizer(prompt, return_tensors="pt").input_ids.to(target.device)
     assert ids.shape[1] > 0, "the prompt is empty"
     with torch.inference_mode():

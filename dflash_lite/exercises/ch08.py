@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from ..measuring.report import Kind, row_of
-from . import attempt, correct, not_attempted
+from . import attempt, correct
 
 
 @attempt("Exercise 1", "Predict the speedup at B = 16 from the t(n)/t(1) curve.")
@@ -21,11 +21,10 @@ def check_predicted_from_curve(answer, ratio: dict, tau: float = 6.5, draft_cost
                                  "the gap is the verify's cost.")
 
 
+@attempt("Exercise 2", "Export the drafter, run bench with drafter=<that directory>, give its tau.",
+         given=3)
 def check_exported_drafter(answer, directory, exported_report, report) -> bool:
     """Exercise 2: the shipped drafter exported to the public layout and benchmarked from there."""
-    if answer is None or directory is None or exported_report is None:
-        return not_attempted("Exercise 2", "Export the drafter, run bench with "
-                                           "drafter=<that directory>, give its tau.")
     config = json.loads((Path(directory) / "config.json").read_text())
     assert "dflash_config" in config and "target_layer_ids" in config["dflash_config"], (
         "that directory is not in the public DFlash layout "

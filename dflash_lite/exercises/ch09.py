@@ -5,7 +5,7 @@ import torch
 
 from ..decoding.policy import CostAwareProposer
 from ..decoding.tree import add_branch, build_tree
-from . import attempt, correct, not_attempted
+from . import attempt, correct
 
 
 @attempt("Exercise 1", "Give the number of keys, an int.")
@@ -47,11 +47,9 @@ def check_sharper_tree(answer, draft_logits: torch.Tensor, root: torch.Tensor) -
                    + ": a confident drafter spends its nodes in depth, an unsure one in width.")
 
 
+@attempt("Exercise 4", "Run default_policy on a prompt of your own, then pass the policy.")
 def check_falls_back(policy) -> bool:
     """Exercise 4: a default-policy run that chose plain decoding (block size 1) at least once."""
-    if policy is None:
-        return not_attempted("Exercise 4", "Run default_policy on a prompt of your own, "
-                                           "then pass the policy.")
     assert isinstance(policy, CostAwareProposer), \
         "pass the policy object you ran: default_policy(drafter, target)"
     assert len(policy.chosen) > 1, "run generate(target, policy, ids, 48, ...) with it first"
