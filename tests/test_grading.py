@@ -107,7 +107,12 @@ def test_a_check_waits_for_every_argument_it_needs(capsys):
 
     assert check(None, {}) is None and check(1, None) is None and not ran
     assert capsys.readouterr().out == "Exercise 9: not attempted yet. Give both.\n" * 2
-    assert check(1, {}, None) is True and ran == [(1, {}, None)]
+    assert check(report={}, answer=None) is None and check(1, report=None) is None and not ran
+    assert capsys.readouterr().out == "Exercise 9: not attempted yet. Give both.\n" * 2
+    assert check(1, {}, None) is True and check(answer=2, report={}) is True
+    assert ran == [(1, {}, None), (2, {}, None)]
+    with pytest.raises(TypeError):              # a missing argument is a wrong call, as without it
+        check(1)
     assert check.__name__ == "check" and check.__wrapped__.__name__ == "check"
 
 

@@ -39,9 +39,12 @@ def attempt(exercise: str, what: str, given: int = 1):
     arguments, is None, the check says what to do (:func:`not_attempted`) and returns None instead
     of checking."""
     def decorate(check):
+        first = check.__code__.co_varnames[:given]      # their names: they may come as keywords
+
         @wraps(check)
         def checked(*args, **kwargs):
-            if any(arg is None for arg in args[:given]):
+            values = dict(zip(first, args)) | kwargs
+            if any(name in values and values[name] is None for name in first):
                 return not_attempted(exercise, what)
             return check(*args, **kwargs)
         return checked

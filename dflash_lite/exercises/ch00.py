@@ -29,7 +29,6 @@ def _tour_prompt_ids():
 def check_target_forwards(answer) -> bool:
     """Exercise 1: ``(autoregressive, dflash)``, the target forwards (prefill included) each method
     makes on the notebook's held-out problem with ``max_new_tokens=64`` and the stop tokens."""
-    name = "Exercise 1"
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     drafter = load_drafter(default_drafter_path("tiny"))
@@ -46,15 +45,14 @@ def check_target_forwards(answer) -> bool:
     assert answer[1] == sd, (f"DFlash: {answer[1]} is not what a hook on the target counts. "
                              "Hint: one prefill, then one verification per step "
                              "(len(acceptance_lengths)).")
-    return correct(name, f"{ar} target forwards autoregressively, {sd} with DFlash, "
-                         "for the same tokens.")
+    return correct("Exercise 1", f"{ar} target forwards autoregressively, {sd} with DFlash, "
+                                 "for the same tokens.")
 
 
 @attempt("Exercise 2", "Give the number of distinct completions among seeds 0..9.")
 def check_distinct_samples(answer) -> bool:
     """Exercise 2: how many distinct completions seeds 0..9 give, sampling the notebook's problem
     (temperature 0.8, top-p 0.9, 32 new tokens, one ``torch.Generator`` per seed)."""
-    name = "Exercise 2"
     model, tokenizer = shipped_target()
     ids, stops = _tour_prompt_ids(), stop_token_ids(model, tokenizer)
     params = SamplingParams(temperature=0.8, top_p=0.9)
@@ -70,8 +68,8 @@ def check_distinct_samples(answer) -> bool:
     assert int(answer) == expected, (f"{answer} distinct completions is not what seeds 0..9 give. "
                                      "Hint: pass a fresh torch.Generator().manual_seed(seed) per "
                                      "run and compare the token lists.")
-    return correct(name, f"{expected} distinct completions out of 10; "
-                         "the same seed always repeats itself.")
+    return correct("Exercise 2", f"{expected} distinct completions out of 10; "
+                                 "the same seed always repeats itself.")
 
 
 _ARITHMETIC = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/])\s*(-?\d+(?:\.\d+)?)"
