@@ -659,6 +659,31 @@ def test_a_batch_times_plain_decoding_afresh_once_its_timing_is_stale(tiny, rand
     assert usual.plain_stale() and CHEAP.plain_stale()   # or never taken at all
 
 
+def test_a_machine_that_slows_down_makes_every_kind_dearer_not_only_plain_decoding():
+    """A batch times plain decoding on most steps and a draft on few. Where the machine slows down
+    (another job, a throttled core), only the kinds it runs are timed slower: a draft timed before
+    would look cheaper against plain decoding than it is, and take steps it loses. Plain decoding
+    sets the pace, and every other kind's cost moves with it; where plain's record starts afresh
+    (its first timing, a retime), the others' costs stay as they were."""
+    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    costs.observe("ngram", 0.9, 1.0)                     # before any plain step: as measured
+    costs.observe("plain", 1.2, 1.0)                     # plain's first timing: ngram stays
+    assert costs.correction("ngram") == pytest.approx(0.9)
+    assert costs.correction("tree") == pytest.approx(0.9)        # untimed: as the drafts timed
+    for _ in range(300):
+        costs.observe("plain", 1.8, 1.0)                 # the machine half as slow again
+    assert costs.correction("plain") == pytest.approx(1.8, rel=1e-3)
+    assert costs.correction("ngram") == pytest.approx(0.9 * 1.8 / 1.2, rel=1e-3)
+    costs.observe("ngram", 1.8, 1.0)                     # a draft step at the new pace
+    assert 0.9 * 1.8 / 1.2 < costs.correction("ngram") < 1.8
+    before = costs.correction("ngram")
+    costs.retime("plain")                                # plain's record dropped...
+    assert costs.correction("ngram") == pytest.approx(before)
+    costs.observe("plain", 1.0, 1.0)                     # ... and started again
+    assert costs.correction("ngram") == pytest.approx(before)
+    assert costs.correction("plain") == pytest.approx(1.0)
+
+
 def test_a_larger_batch_starts_where_the_drafter_stood_at_the_next_smaller_one(tiny, random_drafter):
     """A batch size's first request takes over the drafter's record at the largest smaller batch
     size that ran steps, for each kind whose last step there lost: where chains and trees lost at

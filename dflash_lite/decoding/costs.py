@@ -62,7 +62,9 @@ class StepCosts:
         self.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
                        for n, (t, d) in sorted(tables.items())}
         self.drift = DriftMonitor()
-        self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
+        # per kind: decayed [measured, predicted] s, a drafting kind's predicted x the pace then
+        self.timed: dict[str, list[float]] = {}
+        self.pace: float | None = None              # plain decoding's measured / predicted
         self.timed_at: dict[str, int] = {}          # per kind: the batch step it was last timed
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
         # per kind: decayed tokens its batch steps committed, what the estimates expected and what
@@ -110,12 +112,26 @@ class StepCosts:
 
     def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
-        forwards alone were predicted to take ``predicted``."""
+        forwards alone were predicted to take ``predicted``. Plain decoding's steps give the
+        machine's pace; every other kind is kept against the pace of its own steps, so a machine
+        that slows down or speeds up moves every kind's cost alike, not only the kind it runs."""
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0] = sums[0] * decay + measured
-        sums[1] = sums[1] * decay + predicted
+        sums[1] = sums[1] * decay + predicted * (1.0 if kind == "plain" else self.pace or 1.0)
         self.timed_at[kind] = self.steps
+        if kind == "plain":
+            self._set_pace(sums[0] / sums[1] if sums[1] > 0 else 1.0)
         self._ratios.clear()
+
+    def _set_pace(self, pace: float | None) -> None:
+        """Plain decoding's ratio is ``pace`` now. Where it starts afresh (its first timing, or
+        :meth:`retime`) the other kinds' corrections stay as they were: their records move to it."""
+        if (self.pace is None) != (pace is None):
+            scale = pace if self.pace is None else 1.0 / self.pace
+            for kind, sums in self.timed.items():
+                if kind != "plain":
+                    sums[1] *= scale
+        self.pace = pace
 
     def plain_stale(self) -> bool:
         """Whether plain decoding is to be timed (again): never timed, or not in the last
@@ -130,6 +146,8 @@ class StepCosts:
     def retime(self, kind: str) -> None:
         """Drop the timing record of ``kind``: its next timed step starts a fresh one."""
         self.timed.pop(kind, None)
+        if kind == "plain":
+            self._set_pace(None)
         self._ratios.clear()
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
@@ -185,12 +203,17 @@ class StepCosts:
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:
-        """measured / predicted seconds of the steps of ``kind`` timed so far; a kind never timed
-        takes the ratio over all kinds (1 before any step). Kept until the next :meth:`observe`."""
-        if kind not in self._ratios:
-            measured, predicted = (self.timed.get(kind)
-                                   or [sum(x) for x in zip(*self.timed.values())] or (1.0, 1.0))
-            self._ratios[kind] = measured / predicted if predicted > 0 else 1.0
+        """measured / predicted seconds of the steps of ``kind`` timed so far, at the machine's
+        pace now (:meth:`observe`); a kind never timed takes the ratio over the other drafting
+        kinds (1 before any step). Kept until the next :meth:`observe`."""
+        if kind not in self._ratios and kind == "plain" and self.pace is not None:
+            self._ratios[kind] = self.pace
+        elif kind not in self._ratios:       # a drafting kind, or plain before it is timed
+            others = [sums for k, sums in self.timed.items() if k != "plain"]
+            measured, predicted = (self.timed.get(kind) or [sum(x) for x in zip(*others)]
+                                   or (1.0, 1.0))
+            self._ratios[kind] = (self.pace or 1.0) * measured / predicted if predicted > 0 \
+                else 1.0
         return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None, new: int = 1) -> float:
