@@ -20,7 +20,6 @@ DRIFT_WINDOW = 8             # steps in the running median of measured / predict
 DRIFT_MARGIN = 1.3           # that median may move this far either way before the model is stale
 EXPLORE = 0.05               # in a batch, the most of its time a kind that lost spends trying again
 BACKOFF = 5                  # ... halved after each loss in a row, at most this many times
-RETIME = 64                  # batch steps before a suspect timing of plain decoding is retaken
 
 
 def _fit(points: dict[int, float]) -> tuple[float, float]:
@@ -62,10 +61,7 @@ class StepCosts:
         self.tables = {n: (dict(sorted(t.items())), dict(sorted(d.items())))
                        for n, (t, d) in sorted(tables.items())}
         self.drift = DriftMonitor()
-        # per kind: decayed [measured, predicted] s, a drafting kind's predicted x the pace then
-        self.timed: dict[str, list[float]] = {}
-        self.pace: float | None = None              # plain decoding's measured / predicted
-        self.timed_at: dict[str, int] = {}          # per kind: the batch step it was last timed
+        self.timed: dict[str, list[float]] = {}     # per kind: decayed [measured, predicted] s
         self._ratios: dict[str, float] = {}         # correction() per kind (asked per option)
         # per kind: decayed tokens its batch steps committed, what the estimates expected and what
         # plain decoding would have committed in the same time; then their prior
@@ -114,41 +110,20 @@ class StepCosts:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
         forwards alone were predicted to take ``predicted``. Plain decoding's steps give the
         machine's pace; every other kind is kept against the pace of its own steps, so a machine
-        that slows down or speeds up moves every kind's cost alike, not only the kind it runs."""
+        that slows down or speeds up moves every kind's cost alike, not only the kind it runs (and
+        one slow moment in plain's timing cannot price it out: the drafts pay the same pace)."""
+        if kind == "plain" and "plain" not in self.timed:  # the others' records, kept without a
+            self.timed.clear()                              # pace, start again against it
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0] = sums[0] * decay + measured
         sums[1] = sums[1] * decay + predicted * (1.0 if kind == "plain" else self.pace or 1.0)
-        self.timed_at[kind] = self.steps
-        if kind == "plain":
-            self._set_pace(sums[0] / sums[1] if sums[1] > 0 else 1.0)
         self._ratios.clear()
 
-    def _set_pace(self, pace: float | None) -> None:
-        """Plain decoding's ratio is ``pace`` now. Where it starts afresh (its first timing, or
-        :meth:`retime`) the other kinds' corrections stay as they were: their records move to it."""
-        if (self.pace is None) != (pace is None):
-            scale = pace if self.pace is None else 1.0 / self.pace
-            for kind, sums in self.timed.items():
-                if kind != "plain":
-                    sums[1] *= scale
-        self.pace = pace
-
-    def plain_stale(self) -> bool:
-        """Whether plain decoding is to be timed (again): never timed, or not in the last
-        :data:`RETIME` batch steps while its measured / predicted ratio is above every other's."""
-        if "plain" not in self.timed:
-            return True
-        if self.steps - self.timed_at.get("plain", 0) <= RETIME:   # the usual case: asked per step
-            return False
-        others = [self.correction(k) for k in self.timed if k != "plain"]
-        return bool(others) and self.correction("plain") > max(others)
-
-    def retime(self, kind: str) -> None:
-        """Drop the timing record of ``kind``: its next timed step starts a fresh one."""
-        self.timed.pop(kind, None)
-        if kind == "plain":
-            self._set_pace(None)
-        self._ratios.clear()
+    @property
+    def pace(self) -> float | None:
+        """Plain decoding's measured / predicted seconds (None: not timed)."""
+        sums = self.timed.get("plain")
+        return sums[0] / sums[1] if sums and sums[1] > 0 else None
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
                       slower: float = 1.0, decay: float = 0.9, idle_decay: float = 0.98) -> None:
@@ -206,14 +181,13 @@ class StepCosts:
         """measured / predicted seconds of the steps of ``kind`` timed so far, at the machine's
         pace now (:meth:`observe`); a kind never timed takes the ratio over the other drafting
         kinds (1 before any step). Kept until the next :meth:`observe`."""
-        if kind not in self._ratios and kind == "plain" and self.pace is not None:
-            self._ratios[kind] = self.pace
-        elif kind not in self._ratios:       # a drafting kind, or plain before it is timed
+        if kind not in self._ratios:
+            pace = self.pace
             others = [sums for k, sums in self.timed.items() if k != "plain"]
             measured, predicted = (self.timed.get(kind) or [sum(x) for x in zip(*others)]
-                                   or (1.0, 1.0))
-            self._ratios[kind] = (self.pace or 1.0) * measured / predicted if predicted > 0 \
-                else 1.0
+                                   or (1.0, 1.0))       # untimed: the drafts' pooled ratio
+            self._ratios[kind] = pace if kind == "plain" and pace else \
+                (pace or 1.0) * (measured / predicted if predicted > 0 else 1.0)
         return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None, new: int = 1) -> float:

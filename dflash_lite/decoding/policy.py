@@ -131,11 +131,9 @@ class CostAwareProposer(DFlashTreeProposer):
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
         self.judged = matched
-        # a batch times plain decoding, the line every draft must beat, and times it afresh where
-        # one slow timing would keep pricing it out (StepCosts.plain_stale)
-        if 1 < len(depths) == self.rows and self.costs.timed and self.costs.plain_stale():
+        # a batch times plain decoding, the line every draft must beat and the machine's pace
+        if 1 < len(depths) == self.rows and self.costs.timed and "plain" not in self.costs.timed:
             c, self.expected = PLAIN, float(len(depths))
-            self.costs.retime("plain")
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
