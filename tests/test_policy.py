@@ -642,7 +642,8 @@ def test_one_slow_timing_of_plain_decoding_does_not_price_it_out(tiny, random_dr
     ids = [tokenizer(t, return_tensors="pt").input_ids for t in ("def f(x):", "import os\n")]
     n = 90
     alone = [generate_autoregressive(target, x, n).tokens for x in ids]
-    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True,
+                      rows=2)
     costs.observe("chain", 1.0, 1.0)                     # a draft timed as the model says
     costs.observe("plain", 1000.0, 1.0)                  # plain once, a thousand times that
     assert costs.correction("chain") == costs.correction("plain")   # the drafts pay that pace
@@ -650,7 +651,8 @@ def test_one_slow_timing_of_plain_decoding_does_not_price_it_out(tiny, random_dr
     assert [r.tokens for r in generate(target, policy, ids, n)] == alone
     kinds = [c.kind for c in policy.chosen]
     assert "plain" in kinds[:20] and kinds[len(kinds) // 2:].count("plain") > len(kinds) // 3
-    fresh = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    fresh = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True,
+                      rows=2)
     fresh.observe("chain", 1.0, 1.0)
     forced = CostAwareProposer(random_drafter, target, PolicyOptions(max_block_size=16), fresh)
     generate(target, forced, ids, 8)
@@ -662,8 +664,15 @@ def test_a_machine_that_slows_down_makes_every_kind_dearer_not_only_plain_decodi
     (another job, a throttled core), only the kinds it runs are timed slower: a draft timed before
     would look cheaper against plain decoding than it is, and take steps it loses. Plain decoding
     sets the pace, and every other kind's cost moves with it; a draft timed before plain's first
-    timing is timed again against it."""
-    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    timing is timed again against it. One row, timing plain decoding on few steps, keeps every
+    kind's ratio its own."""
+    one = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True)
+    for kind, ratio in (("ngram", 0.5), ("plain", 1.2), ("plain", 1.8)):
+        one.observe(kind, ratio, 1.0)
+    assert one.correction("ngram") == pytest.approx(0.5) and one.pace is None
+    assert one.correction("tree") == pytest.approx((0.5 + 1.2 * 0.95 + 1.8) / (1 + 0.95 + 1))
+    costs = StepCosts(dict(MEASURED_SHAPE.t_target), dict(MEASURED_SHAPE.t_draft), measured=True,
+                      rows=8)
     costs.observe("ngram", 0.5, 1.0)                     # before any plain step: as measured
     assert costs.correction("ngram") == pytest.approx(0.5)
     costs.observe("plain", 1.2, 1.0)                     # plain's first timing: the pace

@@ -37,23 +37,23 @@ class StepCosts:
     """Seconds of a target forward over b tokens and a drafter forward over a block of b, measured
     ({b: s}) at one context length or several (:meth:`by_context`), as a model of any b and context
     (:meth:`target`, :meth:`draft`). ``per_position``: what each new context position past the
-    first adds to a drafter forward; ``calibration_seconds``: what measuring took. Only
-    ``measured`` costs (seconds here, :func:`step_costs`) learn from timed steps; hand-written
-    ones (in other units, as in the tests) are taken as they are."""
+    first adds to a drafter forward; ``calibration_seconds``: what measuring took; ``rows``: the
+    batch size. Only ``measured`` costs (seconds here, :func:`step_costs`) learn from timed steps;
+    hand-written ones (in other units, as in the tests) are taken as they are."""
 
     def __init__(self, t_target: dict[int, float], t_draft: dict[int, float],
                  context_length: int = 0, calibration_seconds: float = 0.0,
-                 measured: bool = False, per_position: float = 0.0):
+                 measured: bool = False, per_position: float = 0.0, rows: int = 1):
         self.calibration_seconds, self.measured = calibration_seconds, measured
-        self.per_position = per_position
+        self.per_position, self.rows = per_position, rows
         self._model({context_length: (t_target, t_draft)})
 
     @classmethod
     def by_context(cls, tables: dict[int, tuple[dict, dict]], calibration_seconds: float = 0.0,
-                   measured: bool = False, per_position: float = 0.0) -> StepCosts:
+                   measured: bool = False, per_position: float = 0.0, rows: int = 1) -> StepCosts:
         """From ``{context_length: (t_target, t_draft)}`` measured at each length."""
         first = min(tables)
-        costs = cls(*tables[first], first, calibration_seconds, measured, per_position)
+        costs = cls(*tables[first], first, calibration_seconds, measured, per_position, rows)
         costs._model(tables)
         return costs
 
@@ -108,12 +108,12 @@ class StepCosts:
 
     def observe(self, kind: str, measured: float, predicted: float, decay: float = 0.95) -> None:
         """A step of ``kind`` (the policy's option kinds) took ``measured`` seconds where the
-        forwards alone were predicted to take ``predicted``. Plain decoding's steps give the
-        machine's pace; every other kind is kept against the pace of its own steps, so a machine
-        that slows down or speeds up moves every kind's cost alike, not only the kind it runs (and
-        one slow moment in plain's timing cannot price it out: the drafts pay the same pace)."""
-        if kind == "plain" and "plain" not in self.timed:  # the others' records, kept without a
-            self.timed.clear()                              # pace, start again against it
+        forwards alone were predicted to take ``predicted``. In a batch, plain decoding's steps
+        give the machine's pace; every other kind is kept against the pace of its own steps, so a
+        machine that slows down or speeds up moves every kind's cost alike, not only the kind it
+        runs (and one slow moment in plain's timing cannot price it out: the drafts pay it too)."""
+        if kind == "plain" and self.rows > 1 and "plain" not in self.timed:   # the others' records,
+            self.timed.clear()                               # kept without a pace, start again
         sums = self.timed.setdefault(kind, [0.0, 0.0])
         sums[0] = sums[0] * decay + measured
         sums[1] = sums[1] * decay + predicted * (1.0 if kind == "plain" else self.pace or 1.0)
@@ -121,8 +121,9 @@ class StepCosts:
 
     @property
     def pace(self) -> float | None:
-        """Plain decoding's measured / predicted seconds (None: not timed)."""
-        sums = self.timed.get("plain")
+        """A batch's plain decoding's measured / predicted seconds (None: not timed, or one row,
+        where plain decoding is timed on few steps, and its ratio is its own)."""
+        sums = self.timed.get("plain") if self.rows > 1 else None
         return sums[0] / sums[1] if sums and sums[1] > 0 else None
 
     def observe_yield(self, kind: str, committed: float, expected: float, rows: int = 0,
@@ -178,14 +179,14 @@ class StepCosts:
         return (committed + prior) / (expected + prior)
 
     def correction(self, kind: str) -> float:
-        """measured / predicted seconds of the steps of ``kind`` timed so far, at the machine's
-        pace now (:meth:`observe`); a kind never timed takes the ratio over the other drafting
-        kinds (1 before any step). Kept until the next :meth:`observe`."""
+        """measured / predicted seconds of the steps of ``kind`` timed so far (in a batch, at the
+        machine's pace now: :meth:`observe`); a kind never timed takes the ratio over the others
+        (1 before any step). Kept until the next :meth:`observe`."""
         if kind not in self._ratios:
-            pace = self.pace
-            others = [sums for k, sums in self.timed.items() if k != "plain"]
+            pace = self.pace            # untimed: the others' pooled ratio (paced: the drafts')
+            others = [sums for k, sums in self.timed.items() if not (pace and k == "plain")]
             measured, predicted = (self.timed.get(kind) or [sum(x) for x in zip(*others)]
-                                   or (1.0, 1.0))       # untimed: the drafts' pooled ratio
+                                   or (1.0, 1.0))
             self._ratios[kind] = pace if kind == "plain" and pace else \
                 (pace or 1.0) * (measured / predicted if predicted > 0 else 1.0)
         return self._ratios[kind]
@@ -296,7 +297,7 @@ def step_costs(target, drafter, prompt_ids: torch.Tensor, max_block_size: int, t
         tables[ids.shape[1]] = (measured["t_target"], measured["t_draft"])
         per_position = measured["per_position"] if per_position is None else per_position
     return StepCosts.by_context(tables, time.perf_counter() - started, measured=True,
-                                per_position=per_position)
+                                per_position=per_position, rows=rows)
 
 
 @torch.inference_mode()
