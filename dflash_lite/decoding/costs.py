@@ -184,9 +184,9 @@ class StepCosts:
         (1 before any step). Kept until the next :meth:`observe`."""
         if kind not in self._ratios:
             pace = self.pace            # untimed: the others' pooled ratio (paced: the drafts')
-            others = [sums for k, sums in self.timed.items() if not (pace and k == "plain")]
-            measured, predicted = (self.timed.get(kind) or [sum(x) for x in zip(*others)]
-                                   or (1.0, 1.0))
+            measured, predicted = self.timed.get(kind) or [sum(x) for x in zip(*(
+                sums for k, sums in self.timed.items() if not (pace and k == "plain")))] \
+                or (1.0, 1.0)
             self._ratios[kind] = pace if kind == "plain" and pace else \
                 (pace or 1.0) * (measured / predicted if predicted > 0 else 1.0)
         return self._ratios[kind]
