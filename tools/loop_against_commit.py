@@ -6,7 +6,10 @@ and shared, each version loads its own drafter from the same files. Every row ru
 prompts, after a warm-up, interleaved (the one timer), and every row's tokens are checked against
 the first row's. Rows: plain decoding, DFlash B=16 and the default policy, then and now, and the
 default policy now on fixed shapes (eager forwards); plain decoding now runs twice, so the two
-read off what a tie reads as in this run. Prints tokens/s, tau and the ratios now / then.
+read off what a tie reads as in this run. Prints tokens/s, tau and the ratios now / then: of the
+medians, and paired by round (``measuring.harness.paired_ratio``: the median of the rounds' ratios,
+its interval and the one-sided p that now is slower), which a machine's drift between rounds moves
+less.
 With ``--temperature T`` the rows of now sample seeded per position (prompt i: seed i; every row
 must give plain decoding's tokens), those of then from one ``torch.Generator`` as that loop did
 (their tokens differ from row to row: a sample, not checked).
@@ -71,6 +74,7 @@ def main() -> int:
     from dflash_lite.decoding.shapes import FixedShapes
     from dflash_lite.decoding.target import stop_token_ids
     from dflash_lite.decoding.timing import interleaved
+    from dflash_lite.measuring.harness import paired_ratio
 
     with tempfile.TemporaryDirectory() as tmp:
         then = load_then(args.commit, Path(tmp))
@@ -129,10 +133,13 @@ def main() -> int:
         speed[name] = statistics.median(sum(len(r.tokens) for r in res) / s for s, res in calls)
         lengths = [a for r in calls[0][1] for a in r.acceptance_lengths]
         print(f"{name:<36} {speed[name]:8.1f} tokens/s   tau {sum(lengths) / len(lengths):.2f}")
+    seconds = {name: [s for s, _ in calls] for name, calls in timed.items()}
     for row in ("plain", "DFlash B=16", "default policy"):
-        print(f"{row}: now / then = {speed[row + ', now'] / speed[row + ', then']:.3f}")
+        print(f"{row}: now / then = {speed[row + ', now'] / speed[row + ', then']:.3f}; paired "
+              f"by round {paired_ratio(seconds[row + ', then'], seconds[row + ', now'])}")
     print(f"plain, now against itself (what a tie reads as in this run): "
-          f"{speed['plain, now, again'] / speed['plain, now']:.3f}")
+          f"{speed['plain, now, again'] / speed['plain, now']:.3f}; paired by round "
+          f"{paired_ratio(seconds['plain, now'], seconds['plain, now, again'])}")
     print(f"default policy, fixed shapes / eager: "
           f"{speed['default policy, now, fixed shapes'] / speed['default policy, now']:.3f}")
     print(f"speedup of the default policy over plain decoding: then "

@@ -209,6 +209,8 @@ class Verified(NamedTuple):
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
         argmax before them, then the argmax at each of its W positions; ONE host read for all."""
         choices = self.logits.argmax(dim=-1)                                       # (R, W)
+        if choices.shape[1] == 1:           # a plain step: no drafts to compare
+            return [[0, c] for c in choices[:, 0].tolist()]
         room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
         inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room
         agree = ((self.ids[:, 1:] == choices[:, :-1]) & inside).int().cumprod(dim=1).sum(dim=1)

@@ -32,8 +32,10 @@ def chain_layouts(last: torch.Tensor, drafts: list[ChainDraft]):
     """Every row's :meth:`ChainDraft.layout` at once, as :func:`~dflash_lite.decoding.shapes.pad`
     lays them out on the widest (no per-row work): ids (R, W), depths (R, W), mask (R, W, W) and
     each row's width. Chains of one width need no depths or mask (None, None: a chain)."""
-    tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
     widths = [len(d.tokens) + 1 for d in drafts]
+    if max(widths) == 1:                # a plain step: each row's last token alone
+        return last[:, None], None, None, widths
+    tokens = torch.nn.utils.rnn.pad_sequence([d.tokens for d in drafts], batch_first=True)
     ids = torch.cat([last[:, None], tokens.to(last.dtype)], dim=1)                  # (R, W)
     if min(widths) == max(widths):
         return ids, None, None, widths
