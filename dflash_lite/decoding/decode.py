@@ -209,12 +209,15 @@ class Verified(NamedTuple):
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
         argmax before them, then the argmax at each of its W positions; ONE host read for all."""
         choices = self.logits.argmax(dim=-1)                                       # (R, W)
-        if choices.shape[1] == 1:           # a plain step: no drafts to compare
-            return [[0, c] for c in choices[:, 0].tolist()]
-        room = torch.tensor(self.widths, device=choices.device)[:, None] - 1
-        inside = torch.arange(choices.shape[1] - 1, device=choices.device) < room
-        agree = ((self.ids[:, 1:] == choices[:, :-1]) & inside).int().cumprod(dim=1).sum(dim=1)
-        return torch.cat([agree[:, None], choices], dim=1).tolist()
+        rows = choices.shape[0]
+        read = torch.cat([self.ids.to(choices.dtype), choices]).tolist()   # (2R, W): the one read
+        reads = []
+        for ids, chosen, width in zip(read, read[rows:], self.widths):
+            agreed = 0                  # ids[n + 1] is a draft the target chose after slot n
+            while agreed < width - 1 and ids[agreed + 1] == chosen[agreed]:
+                agreed += 1
+            reads.append([agreed, *chosen])
+        return reads
 
 
 def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,
