@@ -209,15 +209,10 @@ class Verified(NamedTuple):
         """Greedy, per row: how many drafts of its layout, read as a chain, equal the target's
         argmax before them, then the argmax at each of its W positions; ONE host read for all."""
         choices = self.logits.argmax(dim=-1)                                       # (R, W)
-        rows = choices.shape[0]
         read = torch.cat([self.ids.to(choices.dtype), choices]).tolist()   # (2R, W): the one read
-        reads = []
-        for ids, chosen, width in zip(read, read[rows:], self.widths):
-            agreed = 0                  # ids[n + 1] is a draft the target chose after slot n
-            while agreed < width - 1 and ids[agreed + 1] == chosen[agreed]:
-                agreed += 1
-            reads.append([agreed, *chosen])
-        return reads
+        # per row: the first slot n whose next id is not the target's choice there (else all agree)
+        return [[next((n for n in range(w - 1) if ids[n + 1] != chosen[n]), w - 1), *chosen]
+                for ids, chosen, w in zip(read, read[len(choices):], self.widths)]
 
 
 def verify_drafts(shapes: Shapes, target, drafts: list[Draft], last: torch.Tensor,

@@ -100,16 +100,13 @@ class DraftTree:
         width, device = max(widths), last.device
         ids = [t.token_list + t.token_list[:1] * (width - len(t)) for t in trees]
         depths = [t.depths + [0] * (width - len(t)) for t in trees]
-        seen = []                   # the mask's True entries, as flat indices of (R, W, W)
-        for r, t in enumerate(trees):
-            for i, path in enumerate(t.paths()):
-                seen += [(r * width + i) * width + j for j in path]
-            seen += [(r * width + i) * width + i for i in range(len(t), width)]   # padding: i
-        mask = torch.zeros(len(trees) * width * width, dtype=torch.bool)
-        mask[torch.tensor(seen)] = True
+        seen = [(r * width + i) * width + j for r, t in enumerate(trees)   # (R, W, W) flattened
+                for i, path in enumerate(t.paths() + [[p] for p in range(len(t), width)])
+                for j in path]                                     # padding slots see themselves
+        mask = torch.zeros(len(trees), width, width, dtype=torch.bool)
+        mask.view(-1)[torch.tensor(seen)] = True
         return (torch.tensor(ids, dtype=last.dtype, device=device),
-                torch.tensor(depths, device=device),
-                mask.view(len(trees), width, width).to(device), widths)
+                torch.tensor(depths, device=device), mask.to(device), widths)
 
 
 def build_tree(root_token: torch.Tensor, draft_logprobs: torch.Tensor, budget: int) -> DraftTree:
