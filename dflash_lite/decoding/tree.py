@@ -30,11 +30,9 @@ class DraftTree:
         return len(self.parents)
 
     def ancestor_mask(self) -> torch.Tensor:
-        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i (its :meth:`paths`)."""
-        mask = torch.zeros(len(self), len(self), dtype=torch.bool)
-        for i, path in enumerate(self.paths()):
-            mask[i, path] = True
-        return mask
+        """(N+1, N+1) boolean: row i is True at i and at every ancestor of i (its :meth:`paths`);
+        on the host, as :meth:`layouts` lays out this tree alone."""
+        return DraftTree.layouts(torch.zeros(1, dtype=torch.long), [self])[2][0]
 
     def paths(self) -> list[list[int]]:
         """Per node: its path from the root, the node included."""
