@@ -563,7 +563,7 @@ def test_lookup_is_rated_only_where_its_best_case_beats_plain_and_the_choice_is_
         monkeypatch.setattr(rule, "_lookup_may_win", bounded)
         choice = choose(*args)
         spared += max(continuations) > 0 and not bounded(estimate, costs, min(max(continuations),
-                                                                              args[5]), rows, None)
+                                                                              args[5]), None)
         monkeypatch.setattr(rule, "_lookup_may_win", lambda *a: True)
         assert choose(*args) == choice
     assert spared > 50

@@ -107,15 +107,15 @@ def counted(ahead: Sequence[float], tokens: Sequence[float], lead: float | None 
                for a, n in zip(ahead, tokens))
 
 
-def _lookup_may_win(estimate: AcceptanceEstimate, costs: StepCosts, most: int, rows: int,
+def _lookup_may_win(estimate: AcceptanceEstimate, costs: StepCosts, most: int,
                     context: int | None) -> bool:
     """Whether some length of prompt lookup's chain may beat plain decoding: its best case (every
-    row at ``most`` drafts, the cheapest of its verifies, the target's line being monotone in the
-    width) against plain decoding's rate."""
+    row at ``most`` drafts, the cheapest of its verifies: the target's cost is a line in the
+    width) against plain decoding's rate (whose yield ratio is 1: plain keeps no record)."""
     top = min(most, estimate.ngram.depth)
     cheapest = min(_seconds(costs, "ngram", w, w, context, 1) for w in (2, top + 1))
-    best = rows * estimate.ngram.expected_tokens()[top] * costs.yield_ratio("ngram") / cheapest
-    return best > rows * costs.yield_ratio("plain") / _seconds(costs, "plain", 1, 1, context, 1)
+    best = estimate.ngram.expected_tokens()[top] * costs.yield_ratio("ngram") / cheapest
+    return best > 1 / _seconds(costs, "plain", 1, 1, context, 1)
 
 
 def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOptions,
@@ -137,7 +137,7 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
     chains = estimate.expected_tokens()[1: chain + 1] if chain else ()
     candidates += [(rows * e, "chain", b, b, None, 0) for b, e in enumerate(chains, 2)]
     most = min(max(continuations, default=0), depth) if estimate.ngram is not None else 0
-    if most and not costs.rests("ngram") and _lookup_may_win(estimate, costs, most, rows,
+    if most and not costs.rests("ngram") and _lookup_may_win(estimate, costs, most,
                                                             context_length):
         expected = estimate.ngram.expected_tokens()
         level = min(continuations) >= most           # every row as far: counted is rows x each
@@ -146,7 +146,7 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                         counted(ahead, [expected[min(m, c)] for c in continuations]),
                         "ngram", m + 1, m + 1, None, m)
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
-    tree = not costs.rests("tree")
+    tree = depth and drafter and not costs.rests("tree")
     for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
         if tree:
             candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth), "tree",

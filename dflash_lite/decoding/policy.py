@@ -77,6 +77,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.context = list(lengths)
         self.waited = list(lengths)
         self.emitted = [0] * rows                  # per row, the tokens committed so far
+        self.no_draft = ChainDraft(ids[0, :0])     # a plain step's, every row's
         self.chosen: list[Choice] = []
         self.forecast: list[float] = []            # per step, its forwards' predicted seconds
         self.drifted = False
@@ -137,7 +138,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.choice = c
         self.chosen.append(c)
         if c.kind == "plain":                      # one empty draft serves every row
-            return [ChainDraft(last[:0])] * len(depths)
+            return [self.no_draft] * len(depths)
         if not c.uses_drafter:                     # prompt lookup's
             return [ChainDraft(torch.tensor(x[: c.ngram], dtype=torch.long, device=last.device))
                     for x in self.continuations]
