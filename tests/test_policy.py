@@ -235,6 +235,43 @@ def test_a_step_decays_only_the_estimates_it_observed():
     assert estimate.judged == pytest.approx(1.0) and estimate.ngram.judged == pytest.approx(1.8)
 
 
+def test_a_batch_where_nothing_wins_chooses_once_a_quiet_spell_and_keeps_its_records_as_before(
+        tiny, random_drafter, monkeypatch):
+    """At a batch whose drafter is off and whose prompt lookup cannot win, the policy takes
+    quiet_steps plain steps after each choice without choosing again; every step still moves its
+    records (the estimates' decay, the yields' fading, the batch's steps). Same tokens, same
+    records, a quarter of the choices; a negative spell is refused."""
+    from dflash_lite.decoding import policy as module
+
+    target, tokenizer = tiny
+    prompts = [tokenizer(t, return_tensors="pt").input_ids for t in
+               ("def f(x):\n    return x", "Tom has 3 apples.", "def g(a, b):")]
+    made = {}
+    for quiet in (0, 3):
+        options = PolicyOptions(max_block_size=16, ngram_drafts=10, prior=0.01,
+                                prior_weight=1000.0, quiet_steps=quiet)
+        estimate = AcceptanceEstimate.for_options(options)
+        estimate.observe_chain(1, 8)
+        estimate.ngram.observe_chain(0, 5)
+        costs = StepCosts({1: 1.0, 2: 1.2, 16: 1.4, 17: 1.5}, {2: 0.45, 16: 0.5}, measured=True,
+                          rows=3)
+        costs.drafter_idle = True                     # the last request here never drafted
+        calls = []
+        monkeypatch.setattr(module, "choose", lambda *a, **k: calls.append(1) or choose(*a, **k))
+        proposer = CostAwareProposer(random_drafter, target, options, costs, estimate)
+        results = generate(target, proposer, prompts, 24)
+        made[quiet] = ([r.tokens for r in results], len(calls), estimate, costs, proposer.chosen)
+    (tokens, calls, estimate, costs, chosen), (tokens3, calls3, estimate3, costs3, chosen3) = \
+        made[0], made[3]
+    assert tokens3 == tokens and {c.kind for c in chosen + chosen3} == {"plain"}
+    assert len(chosen3) == len(chosen) and costs3.steps == costs.steps == 23   # 24 tokens
+    assert calls == len(chosen) + 1 and calls3 == -(-len(chosen) // 4) + 1    # + __init__'s
+    assert estimate3.judged == pytest.approx(estimate.judged, rel=1e-9) and estimate.judged < 8
+    assert estimate3.ngram.judged == pytest.approx(estimate.ngram.judged, rel=1e-9)
+    with pytest.raises(ValueError, match="quiet_steps >= 0"):
+        PolicyOptions(quiet_steps=-1)
+
+
 def test_plain_steps_teach_prompt_lookup_through_the_targets_next_token(tiny, random_drafter):
     """A policy that never drafts (an estimate too pessimistic to try anything) still learns how
     often prompt lookup's first token is the target's: the next step's token judges it."""

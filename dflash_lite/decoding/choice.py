@@ -20,6 +20,7 @@ class PolicyOptions:
     tree_sizes: tuple[int, ...] = ()    # the draft trees it may choose
     ngram_drafts: int = 0               # the most prompt-lookup drafts (0: no ngram, no hybrid)
     max_ngram: int = 3                  # prompt lookup matches up to this many tokens
+    quiet_steps: int = 3                # at a batch, plain steps after a choice that nothing wins
     decay: float = 0.9
     idle_decay: float = 0.99            # closer to 1: a losing draft is retried later
     request_decay: float = 0.5
@@ -30,10 +31,11 @@ class PolicyOptions:
 
     def __post_init__(self):
         if not all(0 < x < 1 for x in (self.decay, self.idle_decay, self.prior)) \
-                or not 0 < self.request_decay <= 1 \
+                or not 0 < self.request_decay <= 1 or self.quiet_steps < 0 \
                 or self.prior_weight <= 0 or self.tree_prior_gain <= 0:
-            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, "
-                             "0 < request_decay <= 1, prior_weight > 0 and tree_prior_gain > 0")
+            raise ValueError("cost-aware policy needs 0 < decay, idle_decay, prior < 1, 0 < "
+                             "request_decay <= 1, prior_weight, tree_prior_gain > 0 and "
+                             "quiet_steps >= 0")
         if any(n < 1 for n in self.tree_sizes) or self.ngram_drafts < 0 or self.max_ngram < 1:
             raise ValueError(f"tree sizes and max_ngram must be >= 1 and ngram_drafts >= 0, got "
                              f"{tuple(self.tree_sizes)}, {self.max_ngram}, {self.ngram_drafts}")

@@ -35,18 +35,15 @@ class AcceptanceEstimate:
     judged: float = 0.0
     accepted_at: list[float] = field(default_factory=list)          # the same per draft position
     judged_at: list[float] = field(default_factory=list)
-    tree_tokens: dict[int, float] = field(default_factory=dict)     # decayed sums per tree size
-    tree_steps: dict[int, float] = field(default_factory=dict)
-    hybrid_tokens: dict[int, float] = field(default_factory=dict)   # the same for hybrid trees
-    hybrid_steps: dict[int, float] = field(default_factory=dict)
+    trees: dict[tuple, list[float]] = field(default_factory=dict)  # (hybrid, size): [tokens, steps]
     ngram: AcceptanceEstimate | None = None     # prompt lookup's chain estimate (None: not offered)
     _expected: list[float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.accepted_at = self.accepted_at or [0.0] * self.depth
         self.judged_at = self.judged_at or [0.0] * self.depth
-        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
-            sums.update({n: sums.get(n, 0.0) for n in self.tree_sizes})
+        self.trees = {(h, n): self.trees.get((h, n), [0.0, 0.0]) for h in (False, True)
+                      for n in self.tree_sizes}
 
     @classmethod
     def for_options(cls, options) -> AcceptanceEstimate:
@@ -64,9 +61,8 @@ class AcceptanceEstimate:
         self.judged *= factor
         self.accepted_at = [a * factor for a in self.accepted_at]
         self.judged_at = [t * factor for t in self.judged_at]
-        for sums in (self.tree_tokens, self.tree_steps, self.hybrid_tokens, self.hybrid_steps):
-            for size in sums:
-                sums[size] *= factor
+        for sums in self.trees.values():            # decayed sums of tree steps
+            sums[:] = [x * factor for x in sums]
         if self.ngram is not None:
             self.ngram.decay(factor if lookup_factor is None else lookup_factor)
 
@@ -81,10 +77,8 @@ class AcceptanceEstimate:
 
     def observe_tree(self, tree_size: int, tokens: int, hybrid: bool = False) -> None:
         """A tree step (hybrid with ``hybrid``) of ``tree_size`` nodes committed ``tokens``."""
-        tokens_sum, steps = ((self.hybrid_tokens, self.hybrid_steps) if hybrid
-                             else (self.tree_tokens, self.tree_steps))
-        tokens_sum[tree_size] += tokens
-        steps[tree_size] += 1
+        sums = self.trees[hybrid, tree_size]
+        sums[:] = sums[0] + tokens, sums[1] + 1
 
     def acceptance(self) -> float:
         """P(a draft is accepted | the drafts before it were), pooled over positions, with prior."""
@@ -115,7 +109,7 @@ class AcceptanceEstimate:
         """Observed mean of tree steps, pulled towards a prior of ``gain`` x the chain's estimate at
         ``depth`` drafts (None: the full chain)."""
         prior = gain * self.expected_tokens()[self.depth if depth is None else depth]
-        return self._mean(self.tree_tokens[tree_size], self.tree_steps[tree_size], prior)
+        return self._mean(*self.trees[False, tree_size], prior)
 
     def expected_hybrid_tokens(self, tree_size: int, gain: float, ngram_drafts: int,
                                depth: int | None = None) -> float:
@@ -131,4 +125,4 @@ class AcceptanceEstimate:
         reach_lookup = [b - a for a, b in zip(lookup, lookup[1:])]
         reach_lookup += [0.0] * (len(reach_tree) - len(reach_lookup))
         prior = 1 + sum(1 - (1 - t) * (1 - m) for t, m in zip(reach_tree, reach_lookup))
-        return self._mean(self.hybrid_tokens[tree_size], self.hybrid_steps[tree_size], prior)
+        return self._mean(*self.trees[True, tree_size], prior)

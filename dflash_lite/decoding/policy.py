@@ -21,12 +21,6 @@ from .shapes import EAGER, Shapes
 from .tree import DFlashTreeProposer, add_branch, draft_trees
 
 
-def _judge(pending: list[tuple], token: int | None) -> None:
-    """Each (estimate, path, chain, held) judged up to ``token``, the target's next token."""
-    for estimate, path, chain, held in pending:
-        estimate.observe_chain(*chain_accepted(path, chain, held, token))
-
-
 class CostAwareProposer(DFlashTreeProposer):
     """Each step, the ONE option :func:`choose` rates best for every row of the batch. ``costs``:
     measured at this batch size (None: at the first prompt); ``estimate``: what earlier requests
@@ -81,6 +75,7 @@ class CostAwareProposer(DFlashTreeProposer):
         self.chosen: list[Choice] = []
         self.forecast: list[float] = []            # per step, its forwards' predicted seconds
         self.drifted = False
+        self.quiet = 0                             # plain steps left before the next choice
         self.timed = None                          # the last step's (kind, start, predicted)
         self.fed = False                           # whether the drafter has run this request
         self.judged = False                        # whether the last step matched prompt lookup
@@ -105,6 +100,10 @@ class CostAwareProposer(DFlashTreeProposer):
             self.costs.observe(kind, self.started - started, predicted)
             if self.rows == 1:                     # one request's costs are measured again on drift
                 self.drifted |= self.costs.drift.observe(self.started - started, predicted)
+        if self.quiet:                             # a quiet spell's step: plain, nothing chosen
+            self.quiet -= 1
+            self.chosen.append(PLAIN)
+            return [self.no_draft] * len(depths)
         lasts = last.tolist()                      # one host read, for the judging and the match
         if any(self.pending):                      # each row's last token judges its pending drafts
             self.observe_pending(lasts)
@@ -132,6 +131,9 @@ class CostAwareProposer(DFlashTreeProposer):
             runs = self.rows == 1 or self.judged
             c, self.expected = rate([len(x) if runs else 0 for x in self.continuations])
         self.judged = matched
+        # every draft loses at this batch (drafter off, lookup's best case beaten): a quiet spell
+        if c.kind == "plain" and not (matched or self.drafting) and self.rows > 1:
+            self.quiet = self.options.quiet_steps
         # a batch times plain decoding, the line every draft must beat and the machine's pace
         if 1 < len(depths) == self.rows and self.costs.timed and "plain" not in self.costs.timed:
             c, self.expected = PLAIN, float(len(depths))
@@ -162,31 +164,31 @@ class CostAwareProposer(DFlashTreeProposer):
         return self.proposed
 
     def accepted(self, blocks, positions, features) -> None:
-        c, e, o = self.choice, self.estimate, self.options
+        c, e, o, kind = self.choice, self.estimate, self.options, self.choice.kind
         context = sum(self.context) // len(self.context)
         # the step's forwards, as the model says, with the context its drafter took in
         taken = max(self.new_context_lengths) if self.drafted else 1
         cost = step_seconds(c, self.costs, context, taken)
-        predicted = cost / self.costs.correction(c.kind)
+        predicted = cost / self.costs.correction(kind)
         self.forecast.append(predicted)
         # timed when the next step starts, and only while the batch is whole: the costs are its
         whole = self.started is not None and self.costs.measured and len(blocks) == self.rows \
-            and not (c.uses_drafter and self.catching_up)
-        self.timed = (c.kind, self.started, predicted) if whole else None
+            and not (self.drafted and self.catching_up)
+        self.timed = (kind, self.started, predicted) if whole else None
         # in a batch, what the step moved the batch against what the estimates expected (one
         # row's estimate is that row's own counts: a ratio on it lowered tau)
         if self.rows > 1 and self.costs.measured:
-            plain = c.kind == "plain"              # the line the others are judged against
+            plain = kind == "plain"                # the line the others are judged against
             moved = 0.0 if plain else counted(self.ahead, [b.shape[1] for b in blocks])
             slower = 1.0 if plain else cost / step_seconds(PLAIN, self.costs, context)
-            self.costs.observe_yield(c.kind, moved, self.expected, len(blocks), slower)
+            self.costs.observe_yield(kind, moved, self.expected, len(blocks), slower)
         looked = e.ngram is not None and any(self.continuations)
-        e.decay(o.decay if c.uses_drafter else o.idle_decay, o.decay if looked else o.idle_decay)
+        e.decay(o.decay if self.drafted else o.idle_decay, o.decay if looked else o.idle_decay)
         for r, (block, position, hidden) in enumerate(zip(blocks, positions, features)):
             n = block.shape[1] - 1
             if n < 0:                               # a finished row kept as padding
                 continue
-            if c.kind != "plain" or self.continuations[r]:     # else nothing to observe
+            if self.continuations[r] or kind != "plain":     # else nothing to observe
                 self.pending[r] = self._observe(r, block[0, 1:].tolist(), n)
             if self.drafted:
                 self.waiting[r] = [hidden]
@@ -226,19 +228,20 @@ class CostAwareProposer(DFlashTreeProposer):
             pending.append((e.ngram, path, lookup, held))
         return pending
 
-    def observe_pending(self, next_tokens: list[int] | None = None) -> None:
-        """Each row's last step's chains, judged up to ``next_tokens[r]``, the target's token after
-        its path (:func:`chain_accepted`; None, at a request's end: as far as the step judged)."""
-        for r, items in enumerate(self.pending):
-            _judge(items, None if next_tokens is None else next_tokens[r])
-        self.pending = [[] for _ in self.pending]
+    def observe_pending(self, next_tokens: list[int] | None = None, rows=None) -> None:
+        """Each row's (of ``rows``; None: all) last step's chains, each (estimate, path, chain,
+        held), judged up to ``next_tokens[r]``, the target's token after its path
+        (:func:`chain_accepted`; None, at a request's end: as far as the step judged)."""
+        for r in range(len(self.pending)) if rows is None else rows:
+            token = None if next_tokens is None else next_tokens[r]
+            for estimate, path, chain, held in self.pending[r]:
+                estimate.observe_chain(*chain_accepted(path, chain, held, token))
+            self.pending[r] = []
 
     def keep(self, index: list[int]) -> None:
-        kept = set(index)
         self.timed = None                        # rows leaving is no step's cost
-        for r, items in enumerate(self.pending):  # a finished row's last drafts, as far as held
-            if r not in kept:
-                _judge(items, None)
+        # a finished row's last drafts, as far as held
+        self.observe_pending(rows=[r for r in range(len(self.pending)) if r not in index])
         super().keep(index)
         for name in ("waiting", "waiting_start", "waited", "context", "pending", "continuations",
                      "emitted", "unread") + (("lookup",) if self.lookup is not None else ()):
