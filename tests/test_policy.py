@@ -127,6 +127,24 @@ def _step(proposer, target, n):
                       [torch.zeros(1, k + 1, 5 * target.config.hidden_size)])
 
 
+def test_rows_that_leave_have_their_pending_drafts_judged_as_far_as_held(tiny, random_drafter):
+    """A finished row's last drafts are judged when it leaves (no next token: only as far as its
+    step held them); the rows that stay keep theirs for their next token."""
+    target, _ = tiny
+    proposer = CostAwareProposer(random_drafter, target, PolicyOptions(ngram_drafts=4),
+                                 MEASURED_SHAPE)
+    proposer.start(torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4, 5 * target.config.hidden_size))
+    lookup = proposer.estimate.ngram
+    # per row: lookup's chain [5, 6, 7], its first draft held and accepted by the step
+    proposer.pending = [[(lookup, [5], [5, 6, 7], 1)] for _ in range(3)]
+    proposer.keep([0, 2])
+    assert (lookup.accepted, lookup.judged) == (1, 1)        # row 1 alone, as far as held
+    assert len(proposer.pending) == 2 and all(len(p) == 1 for p in proposer.pending)
+    proposer.observe_pending([6, 9])                         # the next tokens judge draft 2
+    assert (lookup.accepted, lookup.judged) == (1 + 2 + 1, 1 + 2 + 2)
+    assert proposer.pending == [[], []]
+
+
 def test_policy_falls_to_plain_decoding_and_comes_back(tiny, random_drafter):
     target, _ = tiny
     proposer = CostAwareProposer(random_drafter, target, costs=MEASURED_SHAPE)
