@@ -228,7 +228,8 @@ class CostAwareProposer(DFlashTreeProposer):
             pending.append((e.ngram, path, lookup, held))
         return pending
 
-    def observe_pending(self, next_tokens: list[int] | None = None, rows=None) -> None:
+    def observe_pending(self, next_tokens: list[int] | None = None,
+                        rows: list[int] | None = None) -> None:
         """Each row's (of ``rows``; None: all) last step's chains, each (estimate, path, chain,
         held), judged up to ``next_tokens[r]``, the target's token after its path
         (:func:`chain_accepted`; None, at a request's end: as far as the step judged)."""
