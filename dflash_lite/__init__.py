@@ -24,6 +24,7 @@ the files and data at the top (checked by ``tests/test_package_layout.py``, as i
 * :mod:`~dflash_lite.decoding.estimate`  what a draft is expected to commit: decayed counts
 * :mod:`~dflash_lite.decoding.choice`    the policy's options, their costs, the rule that chooses
 * :mod:`~dflash_lite.decoding.policy`    the cost-aware proposer (default), one choice per step
+* :mod:`~dflash_lite.decoding.session`   what outlives a request: costs, estimates; the default
 * :mod:`~dflash_lite.decoding.engine`    text in, text out: ``Engine.generate``, streaming, batches
 * :mod:`~dflash_lite.decoding.timing`    the one interleaved timer and the loop's phase timer
 

@@ -1,5 +1,4 @@
-"""``python -m dflash_lite`` and the ``dflash-lite`` script: the commands of :mod:`dflash_lite.cli`,
-and ``zoo ...``, the zoo's."""
+"""``python -m dflash_lite`` and the ``dflash-lite`` script: :mod:`dflash_lite.cli` and ``zoo``."""
 import sys
 
 from . import zoo

@@ -146,8 +146,7 @@ def held_out_loss(model, tokenizer, preset: TargetPreset, n_windows: int = 32) -
 class TargetTrainConfig:
     """Every choice of ``zoo train-target`` (``out``: new or empty, or with ``overwrite`` a target
     this project wrote, replaced once the new one is done). ``bf16``: bf16 autocast over fp32
-    master weights, faster on a CPU with AVX512-BF16. Every ``log_every`` steps a JSON line is
-    printed and kept."""
+    master weights (fast on AVX512-BF16). Every ``log_every`` steps a JSON line is printed, kept."""
     out: str | Path
     preset_name: str = "tiny"
     steps: int = 6000

@@ -63,7 +63,8 @@ from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.decoding.decode import DFlashProposer, generate, new_cache, prefill
 from dflash_lite.measuring.plotting import COLORBLIND, save_figure, subplots
 from dflash_lite.decoding.costs import measure_step_costs
-from dflash_lite.decoding.policy import DEFAULT_TREE_SIZES, chain_accepted, default_policy
+from dflash_lite.decoding.policy import chain_accepted
+from dflash_lite.decoding.session import DEFAULT_TREE_SIZES, default_policy
 from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 from dflash_lite.decoding.tree import DFlashTreeProposer, accept_tree, build_tree, verify_tree
 
@@ -330,7 +331,7 @@ print(f"{len(tree)} nodes in one forward of {len(tree)} tokens; largest logit di
 # else too. Prompt lookup (`dflash_lite/decoding/ngram.py`) copies what followed the last few tokens the
 # last time they occurred; `add_branch` (`dflash_lite/decoding/tree.py`) hangs that continuation under the
 # root, sharing the nodes the tree already holds. Build the hybrid tree by hand and check that one
-# verify of it still equals the per-path forwards. The default policy (`policy.DEFAULT_OPTIONS`,
+# verify of it still equals the per-path forwards. The default policy (`session.DEFAULT_OPTIONS`,
 # section 6) chooses this hybrid tree, or prompt lookup's chain alone, when its estimates say
 # they pay.
 
@@ -540,7 +541,7 @@ for domain in prompt_ids:
 #
 # ## 6. Choosing per step: the cost-aware policy
 #
-# `policy.default_policy` (what `Engine.generate`, `demo` and `bench`'s headline row run) picks,
+# `session.default_policy` (what `Engine.generate`, `demo` and `bench`'s headline row run) picks,
 # before each step and at any temperature, one of five kinds for the most expected tokens per
 # second: plain decoding, a DFlash chain of b - 1 drafts, a 16-node tree, prompt lookup's
 # continuation alone, or the hybrid tree of section 3b; from measured costs as above and

@@ -253,7 +253,7 @@ def test_bench_exits_nonzero_when_every_dflash_method_failed_and_keeps_unrelated
     def broken(*args, **kwargs):
         raise RuntimeError("drafter exploded")
     monkeypatch.setattr("dflash_lite.measuring.methods.DFlashProposer", broken)
-    monkeypatch.setattr("dflash_lite.decoding.policy.CostAwareProposer", broken)      # the default row
+    monkeypatch.setattr("dflash_lite.decoding.session.CostAwareProposer", broken)      # the default row
     monkeypatch.setattr("dflash_lite.measuring.methods.DFlashTreeProposer", broken)  # the tree rows
     monkeypatch.setattr("dflash_lite.measuring.methods.HybridTreeProposer", broken)  # the hybrid tree rows
     (tmp_path / "keep.tmp").write_text("the user's own file")

@@ -21,7 +21,8 @@ from dflash_lite.decoding.costs import StepCosts
 from dflash_lite.decoding.decode import DFlashProposer, PerRow, as_batch, generate
 from dflash_lite.decoding.engine import Engine
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer, PolicySession
+from dflash_lite.decoding.policy import CostAwareProposer
+from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.decoding.shapes import FixedShapes
 from dflash_lite.decoding.target import default_drafter_path
 from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer

@@ -22,7 +22,8 @@ from dflash_lite.decoding.drafts import ChainDraft, chain_layouts
 from dflash_lite.decoding.tree import DraftTree, build_tree
 from dflash_lite.decoding.engine import FIXED_MIN_LENGTH, Engine
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.policy import Choice, CostAwareProposer, DEFAULT_OPTIONS
+from dflash_lite.decoding.policy import Choice, CostAwareProposer
+from dflash_lite.decoding.session import DEFAULT_OPTIONS
 from dflash_lite.decoding.shapes import EAGER, FixedShapes, pad
 from dflash_lite.decoding.target import default_drafter_path
 from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer

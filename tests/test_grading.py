@@ -1231,7 +1231,7 @@ def test_09_exercise_4_falls_back(ch03_setup):
     from dflash_lite.decoding.costs import StepCosts
     from dflash_lite.decoding.decode import generate
     from dflash_lite.exercises import ch09
-    from dflash_lite.decoding.policy import default_policy
+    from dflash_lite.decoding.session import default_policy
 
     s = ch03_setup
     target, tokenizer, drafter = s["target"], s["tokenizer"], s["drafter"]

@@ -12,18 +12,16 @@ from dflash_lite.decoding.ngram import NgramIndex
 from dflash_lite.decoding.choice import LEAD
 from dflash_lite.decoding.costs import BACKOFF, DRIFT_MARGIN, EXPLORE, DriftMonitor, StepCosts
 from dflash_lite.decoding.policy import (
-    DEFAULT_TREE_SIZES,
     AcceptanceEstimate,
-    PolicySession,
     Choice,
     CostAwareProposer,
     PolicyOptions,
     chain_accepted,
     choose,
-    default_policy,
     counted,
     step_seconds,
 )
+from dflash_lite.decoding.session import DEFAULT_TREE_SIZES, PolicySession, default_policy
 
 MAX_NEW = 16
 # cheap drafting: blocks pay even at modest acceptance, so the policy keeps switching sizes

@@ -16,7 +16,8 @@ from dflash_lite.decoding.costs import StepCosts
 from dflash_lite.decoding.decode import DFlashProposer, PerRow, generate
 from dflash_lite.decoding.engine import Engine
 from dflash_lite.decoding.ngram import NgramProposer
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, CostAwareProposer
+from dflash_lite.decoding.policy import CostAwareProposer
+from dflash_lite.decoding.session import DEFAULT_OPTIONS
 from dflash_lite.decoding.shapes import EAGER, FixedShapes
 from dflash_lite.decoding.target import SHIPPED_BASELINES, default_drafter_path, load_pretrained
 from dflash_lite.decoding.tree import DFlashTreeProposer, HybridTreeProposer

@@ -28,7 +28,7 @@ from never_slower import load_setup, prompt_options
 
 from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.decode import DFlashProposer, generate
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.decoding.timing import interleaved
 from dflash_lite.decoding.tree import DFlashTreeProposer
 from dflash_lite.measuring.batching import batches_of, policy_costs

@@ -26,7 +26,7 @@ import dflash_lite.decoding.choice as choice
 from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.costs import StepCosts, step_costs
 from dflash_lite.decoding.decode import generate
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.measuring.batching import batches_of
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser, block_sizes_arg

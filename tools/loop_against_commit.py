@@ -69,7 +69,7 @@ def main() -> int:
     from dflash_lite.decoding.baselines import NoDraftProposer
     from dflash_lite.decoding.checkpoints import load_pair
     from dflash_lite.decoding.decode import DFlashProposer, generate
-    from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+    from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
     from dflash_lite.prompts import builtin_prompts, encode
     from dflash_lite.decoding.shapes import FixedShapes
     from dflash_lite.decoding.target import stop_token_ids

@@ -36,7 +36,7 @@ from collections import Counter
 
 from dflash_lite.decoding.baselines import NoDraftProposer
 from dflash_lite.decoding.decode import generate
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.decoding.timing import interleaved
 from dflash_lite.measuring.batching import batch_methods, batches_of, policy_costs
 from dflash_lite.measuring.benchmark import BenchConfig, resolve

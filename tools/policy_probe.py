@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 from dflash_lite.decoding.decode import generate
-from dflash_lite.decoding.policy import DEFAULT_OPTIONS, PolicySession
+from dflash_lite.decoding.session import DEFAULT_OPTIONS, PolicySession
 from dflash_lite.measuring.batching import batch_methods, batches_of, policy_costs
 from dflash_lite.measuring.benchmark import BenchConfig, resolve
 from dflash_lite.validate import POS, Parser

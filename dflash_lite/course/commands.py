@@ -201,8 +201,7 @@ def autograde(submitted_dir: str | Path, selection: list[str] | None = None,
     ``overwrite``. Returns ``{notebook: {"score",
     "max_score", "cells": {grade_id: [score, max_score]}, "messages": {grade_id: why it scored 0},
     "stopped": why it stopped early or "", "kernel_score": what its kernel's outputs claimed,
-    "submission": the folder graded}}``; a chapter of ``selection`` not in the folder scores 0,
-    "missing"."""
+    "submission": the folder graded}}``; a chapter of ``selection`` absent scores 0, "missing"."""
     submitted = Path(submitted_dir)
     if grading._inside(submitted, ROOT):
         raise ValueError(f"{submitted} is inside the repository: grade submissions from a folder "

@@ -252,8 +252,7 @@ def run_submission(source_path: Path, submitted_path: Path, work: Path, hidden: 
 
 
 def graded_submission(path: Path) -> str | None:
-    """The submission folder an earlier report at ``path`` scored (None: no report, or one from
-    before reports named it)."""
+    """The submission folder an earlier report at ``path`` scored (None: none, or an old report)."""
     if not is_score_report(path):
         return None
     return next((nb.get("submission") for nb in json.loads(path.read_text()).values()), None)

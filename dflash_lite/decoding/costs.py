@@ -97,8 +97,7 @@ class StepCosts:
         return list(self.tables)
 
     def target(self, b: int, context: int | None = None) -> float:
-        """Seconds of one target forward over b tokens after ``context`` cached positions (None:
-        the shortest length measured)."""
+        """Seconds of a target forward of b tokens after ``context`` cached ones (None: fewest)."""
         n = self.context_lengths[0] if context is None else context
         one = None if self._one is None else max(self._one[0] + self._one[1] * n, self._floor[0])
         if b == 1 and one is not None:
@@ -192,8 +191,7 @@ class StepCosts:
         return self._ratios[kind]
 
     def draft(self, b: int, context: int | None = None, new: int = 1) -> float:
-        """Seconds of a drafter forward over a block of b taking in ``new`` context positions (0
-        for b <= 1: no draft)."""
+        """Seconds of a drafter forward of b positions taking in ``new`` ones (0 for b <= 1)."""
         if b <= 1:
             return 0.0
         n = self.context_lengths[0] if context is None else context

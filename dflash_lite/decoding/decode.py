@@ -288,8 +288,7 @@ class Batch:
         return bool(live)
 
     def depths(self, block_size: int) -> list[int]:
-        """Per row, the most drafts after ``last``: never past its own max_new_tokens (0: plain
-        decoding, and on padding rows)."""
+        """Per row, the most drafts after ``last`` within its max_new_tokens (0: plain, padding)."""
         return [0 if r.finished else min(block_size, r.limit - r.emitted) - 1 for r in self.rows]
 
     def paths(self, drafts, verified: Verified, sampling, processors, generator, rollback: str):

@@ -20,7 +20,7 @@ from .baselines import NoDraftProposer
 from .checkpoints import check_mask_token, load_pair
 from .decode import DFlashProposer, GenerationResult, check_request, steps
 from .drafter import check_compatible
-from .policy import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
+from .session import DEFAULT_OPTIONS, DEFAULT_TREE_SIZES, PolicySession
 from .shapes import BUCKETS, EAGER, FixedShapes, Shapes
 from .target import parse_dtype, stop_token_ids
 from .timing import PhaseTimer
@@ -78,8 +78,7 @@ class Engine:
     @classmethod
     def from_pretrained(cls, target: str = "tiny", drafter: str | None = None, device: str = "cpu",
                         dtype: str | torch.dtype | None = None, **kwargs):
-        """The target and a drafter: a local directory or a hub id (by default the shipped one of a
-        shipped target, if any)."""
+        """The target and a drafter: a local directory or a hub id (default: a shipped target's)."""
         model, tokenizer, draft = load_pair(target, drafter, check_device(device), dtype)
         return cls(model, tokenizer, draft, **kwargs)
 
@@ -90,7 +89,7 @@ class Engine:
                  shapes: Shapes = EAGER):
         """The proposer of a request, or of a batch (a list of ``input_ids``). Block size 1 or no
         drafter: plain decoding; a fixed block size: DFlash; by default the cost-aware policy of
-        the engine's :class:`~dflash_lite.decoding.policy.PolicySession`, kept from call to call."""
+        the engine's :class:`.session.PolicySession`, kept from call to call."""
         if self.drafter is None or self.block_size == 1:
             return NoDraftProposer(shapes)
         if self.block_size is not None:

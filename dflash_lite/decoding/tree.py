@@ -187,8 +187,7 @@ def draft_trees(proposer: DFlashProposer, last: torch.Tensor, depths: list[int],
 
 
 class DFlashTreeProposer(DFlashProposer):
-    """A tree of up to ``tree_size`` drafts from one DFlash forward over a block of ``block_size``
-    (depth ``block_size - 1``)."""
+    """A tree of up to ``tree_size`` drafts from one DFlash forward, of depth ``block_size - 1``."""
 
     def __init__(self, drafter, target, tree_size: int = 32, block_size: int | None = None,
                  shapes: Shapes = EAGER):

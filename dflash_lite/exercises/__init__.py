@@ -36,8 +36,7 @@ def not_attempted(exercise: str, what: str) -> None:
 
 def attempt(exercise: str, what: str, given: int = 1):
     """A check's decorator: while its answer (the first argument), or any of its first ``given``
-    arguments, is None, the check says what to do (:func:`not_attempted`) and returns None instead
-    of checking."""
+    arguments, is None, the check says what to do (:func:`not_attempted`) and returns None."""
     def decorate(check):
         first = check.__code__.co_varnames[:given]      # their names: they may come as keywords
 

@@ -93,8 +93,7 @@ def check_ar_loss(answer, target, data, tokenizer) -> bool:
 @attempt("Exercise 5", "write train(weights, seed, steps) that seeds everything it draws from.")
 def check_weighted_training(answer, target, data, tokenizer, block_size: int,
                             steps: int = 3) -> bool:
-    """Exercise 5: ``answer(weights, seed, steps) -> (drafter, history)`` is reproducible and uses
-    its weights."""
+    """Exercise 5: ``answer(weights, seed, steps)`` is reproducible and uses its weights."""
     decay, uniform = position_weights(block_size), torch.ones(block_size - 1)
     runs = {"decay": answer(decay, 0, steps), "decay again": answer(decay, 0, steps),
             "uniform": answer(uniform, 0, steps)}

@@ -61,8 +61,7 @@ def check_falls_back(policy) -> bool:
 
 @attempt("Exercise 5", "Give the number of new nodes, an int.")
 def check_branch_nodes(answer, tree, branch: list[int]) -> bool:
-    """Exercise 5: the nodes ``add_branch(tree, branch)`` adds: the branch's tokens past the part of
-    it the tree already holds."""
+    """Exercise 5: the nodes ``add_branch(tree, branch)`` adds, its tokens the tree lacks."""
     expected = len(add_branch(tree, branch)) - len(tree)
     assert int(answer) == expected, "not the number of nodes add_branch adds for this branch"
     return correct("Exercise 5", f"{len(branch) - expected} of the branch's {len(branch)} tokens "

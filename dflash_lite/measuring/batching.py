@@ -14,7 +14,7 @@ from ..decoding.costs import StepCosts, measure_costs, predicted_speedup, step_c
 from ..decoding.cache import SlotCache
 from ..decoding.decode import DFlashProposer, PerRow, generate, prefill
 from ..decoding.ngram import NgramProposer
-from ..decoding.policy import DEFAULT_OPTIONS, PolicySession
+from ..decoding.session import DEFAULT_OPTIONS, PolicySession
 from ..decoding.proposers import stack_padded
 from ..decoding.shapes import EAGER, Shapes
 from ..decoding.timing import interleaved

@@ -11,7 +11,7 @@ from ..decoding.baselines import (AdaptiveDFlashProposer, DraftModelProposer, Ea
 from ..decoding.checkpoints import to_transformers
 from ..decoding.decode import DFlashProposer, PerRow, generate
 from ..decoding.ngram import NgramProposer
-from ..decoding.policy import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
+from ..decoding.session import DEFAULT_OPTIONS, NO_NGRAM_OPTIONS, PolicySession
 from ..decoding.shapes import EAGER, FixedShapes, Shapes
 from ..decoding.target import stop_token_ids
 from ..decoding.tree import DFlashTreeProposer, HybridTreeProposer

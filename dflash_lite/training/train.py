@@ -240,8 +240,7 @@ def training_texts(c: DrafterTrainConfig, tokenizer,
 
 def drafter_trainer(c: DrafterTrainConfig, drafter, model, tokenizer, data: RegeneratedData,
                     work: Path, callbacks: list[Callable]) -> Trainer:
-    """The one :class:`~dflash_lite.training.trainer.Trainer`, on fresh anchors each epoch,
-    checkpointing into ``work``."""
+    """The one :class:`.trainer.Trainer`, fresh anchors each epoch, checkpointing into ``work``."""
     weights = position_weights(c.block_size)
     generator = torch.Generator().manual_seed(c.seed)
     causal = c.drafting is Drafting.AUTOREGRESSIVE

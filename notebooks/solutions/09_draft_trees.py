@@ -8,7 +8,7 @@ from dflash_lite.decoding.decode import generate, new_cache, prefill
 from dflash_lite.decoding.cache import SlotCache
 from dflash_lite.exercises import ch09
 from dflash_lite.decoding.costs import StepCosts, measure_step_costs
-from dflash_lite.decoding.policy import default_policy
+from dflash_lite.decoding.session import default_policy
 from dflash_lite.decoding.target import SHIPPED_DRAFTERS
 from dflash_lite.decoding.tree import build_tree
 
