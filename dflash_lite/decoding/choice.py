@@ -148,8 +148,9 @@ def choose(estimate: AcceptanceEstimate, costs: StepCosts, options: PolicyOption
                         counted(ahead, [expected[min(m, c)] for c in continuations]),
                         "ngram", m + 1, m + 1, None, m)
                        for m in range(1, min(most, estimate.ngram.depth) + 1)]
-    tree = depth and drafter and not costs.rests("tree")
-    for n in options.tree_sizes if depth and drafter else ():   # one drafter forward, full depth
+    sizes = options.tree_sizes if depth and drafter else ()     # one drafter forward, full depth
+    tree = sizes and not costs.rests("tree")
+    for n in sizes:
         if tree:
             candidates.append((rows * estimate.expected_tree_tokens(n, gain, depth), "tree",
                                n + 1, depth + 1, n, 0))
